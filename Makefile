@@ -1,0 +1,31 @@
+# payonce: make test (the whole suite), make demo (the main job), make bench.
+GO ?= go
+FUZZTIME ?= 4s
+
+.PHONY: test vet unit fuzz demo bench
+
+# The whole suite: go vet, every test with the race detector against a
+# throwaway PostgreSQL (or TEST_DATABASE_URL when set), and a brief run of
+# every fuzz target.
+test: vet unit fuzz
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) run ./internal/cmd/withpg -- $(GO) test -race -count=1 -timeout 15m ./...
+
+# Each fuzz target runs briefly beyond its seed corpus (which `go test`
+# already runs), so that none of them rots.
+fuzz:
+	@set -e; for target in $$($(GO) test -list '^Fuzz' ./... | grep '^Fuzz' ); do \
+	  pkg=$$(grep -rl "func $$target(" --include='*_test.go' . | head -1 | xargs dirname); \
+	  echo "fuzz $$pkg $$target"; \
+	  $(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	done
+
+demo:
+	$(GO) run ./cmd/payonce demo
+
+bench:
+	$(GO) run ./internal/cmd/withpg -durable -var BENCH_DATABASE_URL -- $(GO) run ./internal/cmd/bench

@@ -1,0 +1,104 @@
+package idempotency
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrInProgress: another request with the same key holds the lease.
+	// Returned wrapped in an *InProgressError.
+	ErrInProgress = errors.New("idempotency: a request with this key is still in progress")
+	// ErrFingerprintMismatch: the key was used before with different
+	// significant fields. Nothing was changed. The error never reveals the
+	// stored fingerprint or the original request.
+	ErrFingerprintMismatch = errors.New("idempotency: key reused with different request parameters")
+	// ErrExpired: the key's record expired and the policy refuses it.
+	ErrExpired = errors.New("idempotency: key expired")
+	// ErrLeaseLost: the caller's lease is no longer the record's current
+	// one (the key was reclaimed by another processor); nothing was changed.
+	ErrLeaseLost = errors.New("idempotency: lease lost to another processor")
+	// ErrNotFound: no record for this scope and key.
+	ErrNotFound = errors.New("idempotency: record not found")
+	// ErrFailed: the key's stored outcome is a permanent failure. Returned
+	// wrapped in a *FailedError.
+	ErrFailed = errors.New("idempotency: stored outcome is a permanent failure")
+	// ErrInvalid: bad input (a malformed key, an empty scope, a bad
+	// fingerprint or configuration). Returned wrapped in an *InvalidError
+	// naming the field.
+	ErrInvalid = errors.New("idempotency: invalid input")
+	// ErrStoreFull: a bounded store holds as many live records as it may.
+	ErrStoreFull = errors.New("idempotency: store full")
+)
+
+// InProgressError is returned while another holder's lease is live.
+type InProgressError struct {
+	// RetryAfter is the time left on the live lease.
+	RetryAfter time.Duration
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("%v (retry after %s)", ErrInProgress, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Is reports ErrInProgress.
+func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
+
+// FailedError carries a stored permanent failure: on the first execution
+// it wraps the action's own error; on replays Err is nil and Response is
+// what was stored.
+type FailedError struct {
+	Response Response
+	Replayed bool
+	Err      error
+}
+
+func (e *FailedError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%v: %v", ErrFailed, e.Err)
+	}
+	return fmt.Sprintf("%v (replayed, status %d)", ErrFailed, e.Response.Code)
+}
+
+// Is reports ErrFailed.
+func (e *FailedError) Is(target error) bool { return target == ErrFailed }
+
+// Unwrap returns the action's error (nil on replays).
+func (e *FailedError) Unwrap() error { return e.Err }
+
+// InvalidError names the bad input and why it is bad.
+type InvalidError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("idempotency: invalid %s: %s", e.Field, e.Reason)
+}
+
+// Is reports ErrInvalid.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// PermanentError marks an action's error as permanent: Do stores the
+// outcome as FAILED with Response, and every retry of the key gets that
+// response back. Any other error of an action is transient: the lease is
+// released, the record kept, and a retry re-runs the action.
+type PermanentError struct {
+	Response Response
+	Err      error
+}
+
+// Permanent marks err as a permanent failure whose replayed answer is resp.
+func Permanent(err error, resp Response) error {
+	return &PermanentError{Response: resp, Err: err}
+}
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *PermanentError) Unwrap() error { return e.Err }

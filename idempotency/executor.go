@@ -1,0 +1,335 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Config configures an [Executor]. The zero value (or nil) means defaults.
+type Config struct {
+	// LockTimeout is the lease a claim takes. An action that runs longer
+	// keeps its lease alive by heartbeats. Default 30s.
+	LockTimeout time.Duration
+	// HeartbeatInterval is how often a running action's lease is extended
+	// by LockTimeout. Default LockTimeout/3; must be less than LockTimeout.
+	HeartbeatInterval time.Duration
+	// Retention is how long outcomes are kept and replayed. It must cover
+	// the deduplication window of every downstream system the action
+	// reaches (Stripe 24h, Adyen 7 days, PayPal up to 45 days). Default 24h;
+	// must exceed LockTimeout.
+	Retention time.Duration
+	// Expired says what a request does whose key's record has expired:
+	// ExpiredIsNew (default) or ExpiredRefused.
+	Expired ExpiredPolicy
+	// FinishTimeout bounds recording the outcome after the action returns,
+	// which runs even when the request's context was cancelled: the
+	// action's effect may have happened and must be recorded. Default 10s.
+	FinishTimeout time.Duration
+	// Clock is the application clock. It only measures how long actions
+	// take, for logs and metrics: leases and expiry are decided by the
+	// store's clock (the database's for pgstore), never by this one.
+	// Default time.Now.
+	Clock func() time.Time
+	// Logger receives warnings (heartbeat failures, outcomes that could not
+	// be recorded). Keys appear only as short hashes. Default: discarded.
+	Logger *slog.Logger
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.LockTimeout == 0 {
+		out.LockTimeout = 30 * time.Second
+	}
+	if out.Retention == 0 {
+		out.Retention = 24 * time.Hour
+	}
+	if out.HeartbeatInterval == 0 {
+		out.HeartbeatInterval = out.LockTimeout / 3
+	}
+	if out.FinishTimeout == 0 {
+		out.FinishTimeout = 10 * time.Second
+	}
+	if out.Clock == nil {
+		out.Clock = time.Now
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	switch {
+	case out.LockTimeout < 0:
+		return out, invalid("Config.LockTimeout", "must be positive, got %s", out.LockTimeout)
+	case out.Retention <= out.LockTimeout:
+		return out, invalid("Config.Retention", "must exceed LockTimeout (%s), got %s", out.LockTimeout, out.Retention)
+	case out.HeartbeatInterval < 0 || out.HeartbeatInterval >= out.LockTimeout:
+		return out, invalid("Config.HeartbeatInterval", "must be positive and less than LockTimeout (%s), got %s", out.LockTimeout, out.HeartbeatInterval)
+	case out.FinishTimeout < 0:
+		return out, invalid("Config.FinishTimeout", "must be positive, got %s", out.FinishTimeout)
+	case out.Expired != ExpiredIsNew && out.Expired != ExpiredRefused:
+		return out, invalid("Config.Expired", "unknown policy %d", out.Expired)
+	}
+	return out, nil
+}
+
+// Executor runs actions at most once per (scope, key) and replays their
+// outcome to every retry. Create one with [New]; it is safe for concurrent
+// use.
+type Executor struct {
+	store Store
+	cfg   Config
+}
+
+// New returns an Executor over store. A nil cfg means defaults. It returns
+// an *InvalidError naming the bad Config field.
+func New(store Store, cfg *Config) (*Executor, error) {
+	if store == nil {
+		return nil, invalid("store", "nil")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Executor{store: store, cfg: c}, nil
+}
+
+// Config returns the executor's configuration with defaults filled in.
+func (e *Executor) Config() Config { return e.cfg }
+
+// Store returns the executor's store.
+func (e *Executor) Store() Store { return e.store }
+
+// Request identifies one protected action.
+type Request struct {
+	// Scope is the authenticated user, account or tenant.
+	Scope string
+	// Key is the composed idempotency key (see [ComposeKey]).
+	Key string
+	// Fingerprint covers the request's significant fields (see
+	// [NewFingerprint]).
+	Fingerprint Fingerprint
+}
+
+// Validate checks the request; errors are *InvalidError naming the field.
+func (r Request) Validate() error {
+	if err := ValidateScope(r.Scope); err != nil {
+		return err
+	}
+	if err := ValidateKey(r.Key); err != nil {
+		return err
+	}
+	return r.Fingerprint.Validate()
+}
+
+// Action is the protected work. It gets a context that is cancelled when
+// the request's context is, or when the lease is lost to another processor
+// (context.Cause is then ErrLeaseLost). A nil error stores the response as
+// COMPLETED; an error made with [Permanent] stores its response as FAILED;
+// any other error is transient: the lease is released and a retry runs the
+// action again.
+type Action func(ctx context.Context) (Response, error)
+
+// Result is the outcome of [Executor.Do].
+type Result struct {
+	Status   Status
+	Response Response
+	// Replayed is true when the outcome was stored by an earlier request.
+	Replayed bool
+	// Reclaimed is true when this call took over an orphaned record (a
+	// holder that crashed or released its lease) and ran the action.
+	Reclaimed bool
+	// Lease is the lease this call held while running the action (zero on
+	// replays).
+	Lease Lease
+}
+
+// Do runs action once for req's (scope, key), or replays the stored
+// outcome.
+//
+// Errors:
+//   - *InvalidError (ErrInvalid): req is malformed; nothing was stored.
+//   - *InProgressError (ErrInProgress): another holder's lease is live.
+//   - ErrFingerprintMismatch: the key was used with other significant
+//     fields; nothing was changed.
+//   - ErrExpired: the key expired and the policy refuses it.
+//   - *FailedError (ErrFailed): the outcome is a stored permanent failure,
+//     from this execution (wrapping the action's error) or replayed.
+//   - ErrLeaseLost: the action ran but another processor reclaimed the key
+//     meanwhile; this outcome was not recorded (the other one stands).
+//   - the action's own transient error: the lease was released.
+//   - a store error: nothing is known to have run (when claiming) or the
+//     outcome could not be recorded (when finishing; the lease then runs out
+//     and a retry runs the action again).
+//
+// A panic in action releases the lease and is re-raised.
+func (e *Executor) Do(ctx context.Context, req Request, action Action) (Result, error) {
+	if err := req.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	claim, err := e.store.Claim(ctx, ClaimParams{
+		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
+		LockTimeout: e.cfg.LockTimeout, Retention: e.cfg.Retention, Expired: e.cfg.Expired,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if claim.State != ClaimAcquired && claim.State != ClaimReclaimed {
+		return Settle(claim)
+	}
+	return e.run(ctx, claim, action)
+}
+
+// Settle turns a claim that did not acquire the lease into Do's result:
+// a replay, or the error for in-progress, mismatch or expired claims. It
+// lets other executors (pgstore's one-transaction mode, the payments
+// client) answer exactly as Do does.
+func Settle(c Claim) (Result, error) {
+	switch c.State {
+	case ClaimReplay:
+		res := Result{Status: c.Record.Status, Replayed: true}
+		if c.Record.Response != nil {
+			res.Response = *c.Record.Response
+		}
+		if c.Record.Status == StatusFailed {
+			return res, &FailedError{Response: res.Response, Replayed: true}
+		}
+		return res, nil
+	case ClaimInProgress:
+		return Result{}, &InProgressError{RetryAfter: c.RetryAfter}
+	case ClaimMismatch:
+		return Result{}, ErrFingerprintMismatch
+	case ClaimExpired:
+		return Result{}, ErrExpired
+	}
+	return Result{}, fmt.Errorf("idempotency: Settle of a %s claim", c.State)
+}
+
+func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Result, err error) {
+	lease := claim.Lease
+	actx, cancel := context.WithCancelCause(ctx)
+	// Heartbeats go on while the action runs even if the request's context
+	// is cancelled: an action that ignores its context must not lose its
+	// lease to a second execution.
+	hbctx, hbcancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.heartbeat(hbctx, cancel, lease)
+	}()
+	stop := func() {
+		hbcancel()
+		wg.Wait()
+		cancel(context.Canceled)
+	}
+
+	// finishCtx outlives the request's cancellation: the action may have
+	// had its effect, and the outcome must be recorded or the lease released.
+	finish := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.FinishTimeout)
+	}
+
+	defer func() {
+		if p := recover(); p != nil {
+			stop()
+			fctx, fcancel := finish()
+			if rerr := e.store.Release(fctx, lease); rerr != nil {
+				e.cfg.Logger.Warn("idempotency: release after panic failed", "key", ShortHash(lease.Key), "err", rerr)
+			}
+			fcancel()
+			panic(p)
+		}
+	}()
+
+	started := e.cfg.Clock()
+	resp, aerr := action(actx)
+	e.cfg.Logger.Debug("idempotency: action returned", "key", ShortHash(lease.Key),
+		"duration", e.cfg.Clock().Sub(started), "err", aerr != nil)
+	lost := errors.Is(context.Cause(actx), ErrLeaseLost)
+	stop()
+
+	fctx, fcancel := finish()
+	defer fcancel()
+	res = Result{Lease: lease, Reclaimed: claim.State == ClaimReclaimed}
+
+	var perm *PermanentError
+	switch {
+	case aerr == nil:
+		res.Status, res.Response = StatusCompleted, resp
+	case errors.As(aerr, &perm):
+		res.Status, res.Response = StatusFailed, perm.Response
+	default:
+		if rerr := e.store.Release(fctx, lease); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+			e.cfg.Logger.Warn("idempotency: release failed; the lease runs out by itself", "key", ShortHash(lease.Key), "err", rerr)
+		}
+		if lost {
+			return Result{}, fmt.Errorf("%w (action error: %w)", ErrLeaseLost, aerr)
+		}
+		return Result{}, aerr
+	}
+
+	if cerr := e.complete(fctx, lease, Completion{Status: res.Status, Response: res.Response, Retention: e.cfg.Retention}); cerr != nil {
+		if errors.Is(cerr, ErrLeaseLost) {
+			return Result{}, fmt.Errorf("idempotency: outcome not recorded: %w", ErrLeaseLost)
+		}
+		e.cfg.Logger.Error("idempotency: outcome could not be recorded; the lease will run out and a retry re-runs the action",
+			"key", ShortHash(lease.Key), "err", cerr)
+		return Result{}, fmt.Errorf("idempotency: record outcome: %w", cerr)
+	}
+	if res.Status == StatusFailed {
+		return res, &FailedError{Response: res.Response, Err: aerr}
+	}
+	return res, nil
+}
+
+// complete records the outcome, retrying a few times on store errors other
+// than a lost lease: the action already ran, so giving up early means a
+// retry runs it again.
+func (e *Executor) complete(ctx context.Context, lease Lease, c Completion) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err = e.store.Complete(ctx, lease, c); err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrInvalid) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// heartbeat extends the lease until ctx ends (when the action returns). When the lease turns out to
+// be lost, it cancels the action with ErrLeaseLost.
+func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease Lease) {
+	t := time.NewTicker(e.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			hctx, hcancel := context.WithTimeout(ctx, e.cfg.LockTimeout)
+			err := e.store.Heartbeat(hctx, lease, e.cfg.LockTimeout)
+			hcancel()
+			switch {
+			case err == nil:
+			case errors.Is(err, ErrLeaseLost):
+				cancel(ErrLeaseLost)
+				return
+			default:
+				e.cfg.Logger.Warn("idempotency: heartbeat failed", "key", ShortHash(lease.Key), "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,3 @@
+package pgstore_test
+
+func runChild() bool { return false }

@@ -1,0 +1,45 @@
+// Package pgstore is the idempotency store on PostgreSQL (pgx v5): the
+// production [idempotency.Store].
+//
+// # Schema
+//
+// The table idempotency_store is created by package migrations
+// (migrations.Migrate, or `payonce migrate print` for your own tool). Rows
+// are keyed by PRIMARY KEY (idempotency_key, user_id): the database, not the
+// application, guarantees one record per key and scope.
+//
+// # Round trips and clocks
+//
+// A claim is one statement in the common cases: a new key is inserted
+// PROCESSING; an existing key is only read (a replay writes nothing: no row
+// lock, no WAL, no commit). Taking over an orphaned record (its lease ended
+// because its holder crashed or released it) is a second statement, a
+// compare-and-swap on the lock version, so exactly one of many contenders
+// wins. Complete, Release and Heartbeat are fenced by the lock version: a
+// holder that lost its lease changes nothing and gets
+// idempotency.ErrLeaseLost. Every time comparison uses the database's now():
+// application clocks may be skewed without effect.
+//
+// # Transactions
+//
+// [Store.CompleteTx] records an outcome inside the caller's transaction, so
+// that the action's own rows and the record commit together. [Executor.DoTx]
+// goes further and runs the claim, the action and the outcome in one
+// transaction: one commit instead of two, and a concurrent duplicate waits
+// for the commit and replays.
+//
+//	store := pgstore.New(pool)
+//	exec, err := pgstore.NewExecutor(store, nil)
+//	...
+//	res, err := exec.DoTx(ctx, req, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+//		var id int64
+//		err := tx.QueryRow(ctx, `INSERT INTO orders (sku) VALUES ($1) RETURNING id`, sku).Scan(&id)
+//		return idempotency.Response{Code: 201, Body: []byte(fmt.Sprintf(`{"id":%d}`, id))}, err
+//	})
+//
+// # Pruning
+//
+// [Store.Prune] deletes one bounded batch of expired, finished records via
+// the partial index on expires_at, skipping rows locked by other pruners;
+// PROCESSING rows are never deleted.
+package pgstore

@@ -1,0 +1,293 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/idempotency"
+)
+
+// Store is the idempotency store on PostgreSQL. It is safe for concurrent
+// use. Create it with [New] over a pool whose database was migrated with
+// package migrations.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ idempotency.Store = (*Store)(nil)
+
+// New returns a Store over pool.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Pool returns the store's pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// dbtx is what both a pool and a transaction offer.
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// maxClaimRounds bounds the re-runs of a claim that lost a race (a
+// concurrent insert after its snapshot, a compare-and-swap lost to a
+// renewal). Each re-run sees a newer committed state, so two are almost
+// always enough.
+const maxClaimRounds = 8
+
+// Claim implements [idempotency.Store.Claim]. The common paths (new key,
+// replay, in progress, mismatch) take one round trip; a reclaim or renewal
+// takes a second, a compare-and-swap.
+func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempotency.Claim, error) {
+	return claim(ctx, s.pool, p)
+}
+
+// ClaimTx is Claim inside the caller's transaction. A new record stays
+// invisible to others until the transaction commits; a concurrent claim of
+// the same key waits for that commit and then sees the outcome.
+func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idempotency.ClaimParams) (idempotency.Claim, error) {
+	return claim(ctx, tx, p)
+}
+
+func validateClaim(p idempotency.ClaimParams) error {
+	if err := idempotency.ValidateScope(p.Scope); err != nil {
+		return err
+	}
+	if err := idempotency.ValidateKey(p.Key); err != nil {
+		return err
+	}
+	if err := p.Fingerprint.Validate(); err != nil {
+		return err
+	}
+	if p.LockTimeout <= 0 {
+		return &idempotency.InvalidError{Field: "LockTimeout", Reason: fmt.Sprintf("must be positive, got %s", p.LockTimeout)}
+	}
+	if p.Retention <= p.LockTimeout {
+		return &idempotency.InvalidError{Field: "Retention", Reason: fmt.Sprintf("must exceed LockTimeout (%s), got %s", p.LockTimeout, p.Retention)}
+	}
+	return nil
+}
+
+func claim(ctx context.Context, db dbtx, p idempotency.ClaimParams) (idempotency.Claim, error) {
+	if err := validateClaim(p); err != nil {
+		return idempotency.Claim{}, err
+	}
+	lockS, retS := p.LockTimeout.Seconds(), p.Retention.Seconds()
+	for round := 0; round < maxClaimRounds; round++ {
+		var (
+			isNew, lockEnded, expired bool
+			fp                        string
+			status                    string
+			code                      *int32
+			meta                      []byte
+			raw                       []byte
+			version                   int64
+			lockLeftMS                int64
+		)
+		err := db.QueryRow(ctx, claimSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS).
+			Scan(&isNew, &fp, &status, &code, &meta, &raw, &version, &lockEnded, &expired, &lockLeftMS)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // lost the insert race to a claim that committed after our snapshot
+		}
+		if err != nil {
+			return idempotency.Claim{}, translate("claim", err)
+		}
+		lease := idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: version}
+		if isNew {
+			return idempotency.Claim{State: idempotency.ClaimAcquired, Lease: lease}, nil
+		}
+		rec := idempotency.Record{Scope: p.Scope, Key: p.Key, Status: idempotency.Status(status), LockVersion: version}
+		// An expired record is never replayed and never blocks: it is
+		// replaced or refused whatever its fingerprint.
+		if expired && rec.Status != idempotency.StatusProcessing {
+			if p.Expired == idempotency.ExpiredRefused {
+				return idempotency.Claim{State: idempotency.ClaimExpired}, nil
+			}
+			var v int64
+			err := db.QueryRow(ctx, renewSQL, p.Key, p.Scope, version, string(p.Fingerprint), lockS, retS).Scan(&v)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // someone else renewed or pruned it first: look again
+			}
+			if err != nil {
+				return idempotency.Claim{}, translate("renew", err)
+			}
+			lease.Version = v
+			return idempotency.Claim{State: idempotency.ClaimAcquired, Lease: lease}, nil
+		}
+		if !idempotency.Fingerprint(fp).Equal(p.Fingerprint) {
+			return idempotency.Claim{State: idempotency.ClaimMismatch}, nil
+		}
+		switch rec.Status {
+		case idempotency.StatusCompleted, idempotency.StatusFailed:
+			resp, err := decodeResponse(code, meta, raw)
+			if err != nil {
+				return idempotency.Claim{}, err
+			}
+			rec.Response = &resp
+			return idempotency.Claim{State: idempotency.ClaimReplay, Record: rec}, nil
+		}
+		if !lockEnded {
+			return idempotency.Claim{State: idempotency.ClaimInProgress, Record: rec,
+				RetryAfter: time.Duration(lockLeftMS) * time.Millisecond}, nil
+		}
+		var v int64
+		err = db.QueryRow(ctx, reclaimSQL, p.Key, p.Scope, version, lockS).Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Another contender won the compare-and-swap (or finished in
+			// the meantime): look again to report its live lease or its
+			// outcome.
+			continue
+		}
+		if err != nil {
+			return idempotency.Claim{}, translate("reclaim", err)
+		}
+		lease.Version = v
+		return idempotency.Claim{State: idempotency.ClaimReclaimed, Lease: lease}, nil
+	}
+	return idempotency.Claim{}, fmt.Errorf("pgstore: claim: no stable answer after %d rounds (heavy contention on one key)", maxClaimRounds)
+}
+
+// responseMeta is what response_body holds: the parts of a response that
+// are not its body.
+type responseMeta struct {
+	Header http.Header `json:"header,omitempty"`
+}
+
+func encodeResponse(r idempotency.Response) (meta []byte, err error) {
+	if len(r.Header) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(responseMeta{Header: r.Header})
+}
+
+func decodeResponse(code *int32, meta, raw []byte) (idempotency.Response, error) {
+	var r idempotency.Response
+	if code != nil {
+		r.Code = int(*code)
+	}
+	if len(meta) > 0 {
+		var m responseMeta
+		if err := json.Unmarshal(meta, &m); err != nil {
+			return r, fmt.Errorf("pgstore: stored response metadata is not valid: %w", err)
+		}
+		r.Header = m.Header
+	}
+	r.Body = raw
+	return r, nil
+}
+
+// Complete implements [idempotency.Store.Complete].
+func (s *Store) Complete(ctx context.Context, l idempotency.Lease, c idempotency.Completion) error {
+	return complete(ctx, s.pool, l, c)
+}
+
+// CompleteTx is Complete inside the caller's transaction, so that the
+// action's own rows and the outcome commit together. The fencing holds: if
+// the lease was lost, it returns ErrLeaseLost and the caller must roll back.
+func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, l idempotency.Lease, c idempotency.Completion) error {
+	return complete(ctx, tx, l, c)
+}
+
+func complete(ctx context.Context, db dbtx, l idempotency.Lease, c idempotency.Completion) error {
+	if c.Status != idempotency.StatusCompleted && c.Status != idempotency.StatusFailed {
+		return &idempotency.InvalidError{Field: "Completion.Status", Reason: fmt.Sprintf("must be COMPLETED or FAILED, got %q", c.Status)}
+	}
+	if c.Retention <= 0 {
+		return &idempotency.InvalidError{Field: "Completion.Retention", Reason: "must be positive"}
+	}
+	meta, err := encodeResponse(c.Response)
+	if err != nil {
+		return &idempotency.InvalidError{Field: "Response.Header", Reason: err.Error()}
+	}
+	body := c.Response.Body
+	if body == nil {
+		body = []byte{}
+	}
+	tag, err := db.Exec(ctx, completeSQL, l.Key, l.Scope, l.Version, string(c.Status), int32(c.Response.Code), meta, body, c.Retention.Seconds())
+	if err != nil {
+		return translate("complete", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return idempotency.ErrLeaseLost
+	}
+	return nil
+}
+
+// Release implements [idempotency.Store.Release].
+func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
+	return fenced(ctx, s.pool, "release", releaseSQL, l.Key, l.Scope, l.Version)
+}
+
+// Heartbeat implements [idempotency.Store.Heartbeat].
+func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Duration) error {
+	if d <= 0 {
+		return &idempotency.InvalidError{Field: "d", Reason: "heartbeat extension must be positive"}
+	}
+	return fenced(ctx, s.pool, "heartbeat", heartbeatSQL, l.Key, l.Scope, l.Version, d.Seconds())
+}
+
+func fenced(ctx context.Context, db dbtx, op, sql string, args ...any) error {
+	tag, err := db.Exec(ctx, sql, args...)
+	if err != nil {
+		return translate(op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return idempotency.ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements [idempotency.Store.Get].
+func (s *Store) Get(ctx context.Context, scope, key string) (idempotency.Record, error) {
+	var (
+		fp, status               string
+		code                     *int32
+		meta, raw                []byte
+		version                  int64
+		lockedUntil, completedAt *time.Time
+		createdAt, expiresAt     time.Time
+	)
+	err := s.pool.QueryRow(ctx, getSQL, key, scope).Scan(&fp, &status, &code, &meta, &raw, &version,
+		&lockedUntil, &createdAt, &completedAt, &expiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return idempotency.Record{}, idempotency.ErrNotFound
+	}
+	if err != nil {
+		return idempotency.Record{}, translate("get", err)
+	}
+	rec := idempotency.Record{Scope: scope, Key: key, Fingerprint: idempotency.Fingerprint(fp),
+		Status: idempotency.Status(status), LockVersion: version, CreatedAt: createdAt, ExpiresAt: expiresAt}
+	if lockedUntil != nil {
+		rec.LockedUntil = *lockedUntil
+	}
+	if completedAt != nil {
+		rec.CompletedAt = *completedAt
+	}
+	if rec.Status != idempotency.StatusProcessing {
+		resp, err := decodeResponse(code, meta, raw)
+		if err != nil {
+			return idempotency.Record{}, err
+		}
+		rec.Response = &resp
+	}
+	return rec, nil
+}
+
+// Prune implements [idempotency.Store.Prune]: one bounded batch.
+func (s *Store) Prune(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, &idempotency.InvalidError{Field: "limit", Reason: fmt.Sprintf("must be positive, got %d", limit)}
+	}
+	tag, err := s.pool.Exec(ctx, pruneSQL, limit)
+	if err != nil {
+		return 0, translate("prune", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

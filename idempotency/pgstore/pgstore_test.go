@@ -1,0 +1,77 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/idempotencytest"
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if runChild() {
+		return
+	}
+	goleak.VerifyTestMain(m,
+		// pgx pools' background health checks end when the pool is closed
+		// by t.Cleanup, which runs before goleak looks.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("github.com/jackc/puddle/v2.(*Pool).CreateResource.func1"),
+	)
+}
+
+// advance makes d pass for every record of the test's schema. The database
+// clock cannot be moved, so the records' timestamps move back instead.
+func advance(pool *pgxpool.Pool) func(t testing.TB, d time.Duration) {
+	return func(t testing.TB, d time.Duration) {
+		t.Helper()
+		_, err := pool.Exec(context.Background(), `UPDATE idempotency_store
+			SET locked_until = locked_until - make_interval(secs => $1),
+			    expires_at   = expires_at   - make_interval(secs => $1),
+			    created_at   = created_at   - make_interval(secs => $1),
+			    completed_at = completed_at - make_interval(secs => $1)`, d.Seconds())
+		if err != nil {
+			t.Fatalf("advance: %v", err)
+		}
+	}
+}
+
+type bundle struct {
+	pool  *pgxpool.Pool
+	store *pgstore.Store
+	url   string
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	url := pgtest.MigratedURL(t)
+	pool := pgtest.PoolURL(t, url)
+	return bundle{pool: pool, store: pgstore.New(pool), url: url}
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
+		b := setup(t)
+		return idempotencytest.Harness{Store: b.store, Advance: advance(b.pool)}
+	})
+}
+
+func mustFP(t testing.TB, fields ...string) idempotency.Fingerprint {
+	t.Helper()
+	b := idempotency.NewFingerprint()
+	for i, f := range fields {
+		b.String(string(rune('a'+i)), f)
+	}
+	f, err := b.Sum()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}

@@ -1,0 +1,106 @@
+package pgstore
+
+// The statements pgstore runs, as SQL. Times are always the database's
+// now(), never the application's clock. $1 is always the key and $2 the
+// scope (user_id).
+
+// claimSQL is the one round trip of the common paths. A key that exists
+// is only read (no row lock, no WAL, no commit): the INSERT runs only when
+// the SELECT found nothing. A key that does not exist is inserted
+// PROCESSING. Under READ COMMITTED the SELECT sees the snapshot taken at
+// the start of the statement, so when a concurrent claim inserted the same
+// key after that snapshot the INSERT sees the conflict (after waiting for
+// that transaction) and the statement returns no row; the caller then runs
+// it again and sees the committed row.
+//
+// $3 fingerprint, $4 lock timeout (s), $5 retention (s).
+const claimSQL = `WITH existing AS (
+    SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
+           coalesce(locked_until <= now(), true) AS lock_ended, expires_at <= now() AS expired,
+           coalesce(greatest(0, extract(epoch FROM locked_until - now()) * 1000), 0)::bigint AS lock_left_ms
+      FROM idempotency_store
+     WHERE idempotency_key = $1 AND user_id = $2
+), inserted AS (
+    INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
+    SELECT $1, $2, $3, 'PROCESSING', 0, now() + make_interval(secs => $4), now() + make_interval(secs => $5)
+     WHERE NOT EXISTS (SELECT 1 FROM existing)
+    ON CONFLICT (idempotency_key, user_id) DO NOTHING
+    RETURNING fingerprint, status, response_code, response_body, response_raw, lock_version,
+              false AS lock_ended, false AS expired, 0::bigint AS lock_left_ms
+)
+SELECT true AS is_new, * FROM inserted
+UNION ALL
+SELECT false, * FROM existing`
+
+// reclaimSQL takes over an orphaned record (PROCESSING, lease ended) by
+// compare-and-swap on the lock version the claim saw: of many contenders
+// exactly one updates the row; the others see no row.
+//
+// $3 lock version seen, $4 lock timeout (s).
+const reclaimSQL = `UPDATE idempotency_store
+   SET lock_version = lock_version + 1,
+       locked_until = now() + make_interval(secs => $4)
+ WHERE idempotency_key = $1 AND user_id = $2
+   AND status = 'PROCESSING' AND locked_until <= now() AND lock_version = $3
+RETURNING lock_version`
+
+// renewSQL replaces an expired (non-PROCESSING) record by a new claim, by
+// compare-and-swap like reclaimSQL. The lock version still grows, so a
+// fencing token is never reused for a key.
+//
+// $3 lock version seen, $4 fingerprint, $5 lock timeout (s), $6 retention (s).
+const renewSQL = `UPDATE idempotency_store
+   SET fingerprint = $4, status = 'PROCESSING',
+       response_code = NULL, response_body = NULL, response_raw = NULL,
+       lock_version = lock_version + 1,
+       locked_until = now() + make_interval(secs => $5),
+       created_at = now(), completed_at = NULL,
+       expires_at = now() + make_interval(secs => $6)
+ WHERE idempotency_key = $1 AND user_id = $2
+   AND status <> 'PROCESSING' AND expires_at <= now() AND lock_version = $3
+RETURNING lock_version`
+
+// completeSQL stores the outcome for the holder of lock version $3 only.
+//
+// $4 status, $5 response code, $6 response metadata (JSONB), $7 body,
+// $8 retention (s).
+const completeSQL = `UPDATE idempotency_store
+   SET status = $4, response_code = $5, response_body = $6, response_raw = $7,
+       locked_until = NULL, completed_at = now(),
+       expires_at = now() + make_interval(secs => $8)
+ WHERE idempotency_key = $1 AND user_id = $2
+   AND status = 'PROCESSING' AND lock_version = $3`
+
+// releaseSQL ends the holder's lease now and keeps the record PROCESSING,
+// so that a retry reclaims it and re-drives the action.
+const releaseSQL = `UPDATE idempotency_store
+   SET locked_until = now()
+ WHERE idempotency_key = $1 AND user_id = $2
+   AND status = 'PROCESSING' AND lock_version = $3`
+
+// heartbeatSQL extends the holder's lease to $4 seconds from now.
+const heartbeatSQL = `UPDATE idempotency_store
+   SET locked_until = now() + make_interval(secs => $4)
+ WHERE idempotency_key = $1 AND user_id = $2
+   AND status = 'PROCESSING' AND lock_version = $3`
+
+const getSQL = `SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
+       locked_until, created_at, completed_at, expires_at
+  FROM idempotency_store
+ WHERE idempotency_key = $1 AND user_id = $2`
+
+// pruneSQL deletes one bounded batch of expired, finished records, oldest
+// expiry first, through the partial index idx_idempotency_expires. Rows
+// locked by a concurrent pruner (or a claim renewing an expired record)
+// are skipped, so several pruners run at once without waiting on each
+// other. PROCESSING rows are never selected.
+//
+// $1 batch size.
+const pruneSQL = `DELETE FROM idempotency_store
+ WHERE (idempotency_key, user_id) IN (
+        SELECT idempotency_key, user_id
+          FROM idempotency_store
+         WHERE status <> 'PROCESSING' AND expires_at <= now()
+         ORDER BY expires_at
+         LIMIT $1
+           FOR UPDATE SKIP LOCKED)`

@@ -1,0 +1,129 @@
+package idempotency
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps idempotency records. Implementations: pgstore (PostgreSQL,
+// production) and memstore (one process, tests). Every implementation must
+// pass the conformance suite in package idempotencytest.
+//
+// All time comparisons are the store's own: pgstore uses the database
+// clock, never the application's.
+type Store interface {
+	// Claim atomically creates the record in PROCESSING with a lease of
+	// p.LockTimeout, or reports the existing record. It takes over an
+	// orphaned record (PROCESSING whose lease ended) by compare-and-swap on
+	// its lock version, so exactly one contender wins. The stored
+	// fingerprint is compared in constant time before acting on an
+	// existing record; a mismatch changes nothing.
+	Claim(ctx context.Context, p ClaimParams) (Claim, error)
+	// Complete stores the outcome (COMPLETED or FAILED) for the lease's
+	// holder, and keeps the record until retention from now. It returns
+	// ErrLeaseLost, changing nothing, when the lease is no longer the
+	// record's current one.
+	Complete(ctx context.Context, l Lease, c Completion) error
+	// Release ends the lease now and keeps the record PROCESSING, so that
+	// a retry re-drives the action. ErrLeaseLost as for Complete.
+	Release(ctx context.Context, l Lease) error
+	// Heartbeat extends the lease to d from now. ErrLeaseLost as for
+	// Complete.
+	Heartbeat(ctx context.Context, l Lease, d time.Duration) error
+	// Get returns the record of (scope, key), or ErrNotFound.
+	Get(ctx context.Context, scope, key string) (Record, error)
+	// Prune deletes at most limit records that are expired and not
+	// PROCESSING, and returns how many it deleted. It never touches a
+	// PROCESSING record.
+	Prune(ctx context.Context, limit int) (int, error)
+}
+
+// ClaimParams are the inputs of [Store.Claim].
+type ClaimParams struct {
+	Scope       string
+	Key         string
+	Fingerprint Fingerprint
+	// LockTimeout is the lease a new or reclaimed claim gets.
+	LockTimeout time.Duration
+	// Retention is how long the record is kept; a claim sets the record's
+	// expiry to now + Retention, and [Store.Complete] renews it.
+	Retention time.Duration
+	// Expired says what a claim of an expired record does.
+	Expired ExpiredPolicy
+}
+
+// ExpiredPolicy says what happens to a request whose key's record has
+// expired. An expired record is never replayed.
+type ExpiredPolicy int
+
+const (
+	// ExpiredIsNew treats the request as new: the expired record is
+	// replaced (its lock version still grows, so the fencing token never
+	// repeats). The default.
+	ExpiredIsNew ExpiredPolicy = iota
+	// ExpiredRefused refuses the request with ErrExpired.
+	ExpiredRefused
+)
+
+// ClaimState is the result of a claim.
+type ClaimState int
+
+const (
+	// ClaimAcquired: the record is new (or replaced an expired one) and
+	// the caller holds its lease.
+	ClaimAcquired ClaimState = iota + 1
+	// ClaimReclaimed: the record was orphaned (PROCESSING, lease ended)
+	// and the caller took it over with the next lock version.
+	ClaimReclaimed
+	// ClaimReplay: the record is COMPLETED or FAILED; Record holds the
+	// stored response.
+	ClaimReplay
+	// ClaimInProgress: another holder's lease is live. RetryAfter says
+	// when it ends.
+	ClaimInProgress
+	// ClaimMismatch: the record exists with another fingerprint. Nothing
+	// was changed.
+	ClaimMismatch
+	// ClaimExpired: the record expired and the policy is ExpiredRefused.
+	ClaimExpired
+)
+
+func (s ClaimState) String() string {
+	switch s {
+	case ClaimAcquired:
+		return "acquired"
+	case ClaimReclaimed:
+		return "reclaimed"
+	case ClaimReplay:
+		return "replay"
+	case ClaimInProgress:
+		return "in_progress"
+	case ClaimMismatch:
+		return "mismatch"
+	case ClaimExpired:
+		return "expired"
+	}
+	return "unknown"
+}
+
+// Claim is the result of [Store.Claim].
+type Claim struct {
+	State ClaimState
+	// Lease is set for ClaimAcquired and ClaimReclaimed.
+	Lease Lease
+	// Record is set for ClaimReplay (with its Response) and, as far as the
+	// store knows it, for ClaimInProgress.
+	Record Record
+	// RetryAfter is set for ClaimInProgress: the time left on the live
+	// lease, by the store's clock.
+	RetryAfter time.Duration
+}
+
+// Completion is the outcome stored by [Store.Complete].
+type Completion struct {
+	// Status is StatusCompleted or StatusFailed.
+	Status   Status
+	Response Response
+	// Retention is how long the record is kept from now.
+	Retention time.Duration
+}
