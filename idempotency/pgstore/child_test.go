@@ -61,7 +61,12 @@ func child(role string) error {
 	if lock == 0 {
 		lock = 5 * time.Second
 	}
-	exec, err := pgstore.NewExecutor(pgstore.New(pool), &idempotency.Config{
+	strategy, _ := strconv.Atoi(os.Getenv("PGSTORE_STRATEGY"))
+	store, err := pgstore.New(pool, &pgstore.Config{ClaimStrategy: pgstore.ClaimStrategy(strategy)})
+	if err != nil {
+		return err
+	}
+	exec, err := pgstore.NewExecutor(store, &idempotency.Config{
 		LockTimeout: lock,
 		// The application clock is wrong by skew; nothing may depend on it.
 		Clock: func() time.Time { return time.Now().Add(skew) },
@@ -167,7 +172,8 @@ func startChild(t *testing.T, role, url string, env ...string) *exec.Cmd {
 }
 
 // TestProcessesOneExecution: three OS processes, each with 16 goroutines,
-// and each with an application clock skewed differently (none, +1h, -1h),
+// each with its own claim strategy, and each with an application clock
+// skewed differently (none, +1h, -1h),
 // contend for the same 8 keys. Every key executes exactly once, every
 // answer for a key is the same, and the outcome is the same as with no
 // skew at all: the database clock decides.
@@ -186,7 +192,7 @@ func TestProcessesOneExecution(t *testing.T) {
 			outs := make([][]byte, len(skews))
 			var wg sync.WaitGroup
 			for i, skew := range skews {
-				c := startChild(t, "contend", b.url, "PGSTORE_SKEW="+skew,
+				c := startChild(t, "contend", b.url, "PGSTORE_SKEW="+skew, "PGSTORE_STRATEGY="+strconv.Itoa(i%3),
 					"PGSTORE_KEYS="+strconv.Itoa(keys), "PGSTORE_WORKERS="+strconv.Itoa(workers))
 				procs = append(procs, c)
 				wg.Add(1)
@@ -277,7 +283,7 @@ func TestConnectionsOneExecution(t *testing.T) {
 		if err := p.Ping(ctx); err != nil {
 			t.Fatal(err)
 		}
-		e, err := pgstore.NewExecutor(pgstore.New(p), nil)
+		e, err := pgstore.NewExecutor(mustStore(t, p, nil), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,10 @@
 //
 // A claim is one statement in the common cases: a new key is inserted
 // PROCESSING; an existing key is only read (a replay writes nothing: no row
-// lock, no WAL, no commit). Taking over an orphaned record (its lease ended
+// lock, no WAL, no commit). While most claims find an existing record (a
+// retry storm), the default [ClaimAdaptive] strategy reads first with a plain
+// primary-key SELECT, so that a replay costs what a read costs; see
+// [ClaimStrategy]. Taking over an orphaned record (its lease ended
 // because its holder crashed or released it) is a second statement, a
 // compare-and-swap on the lock version, so exactly one of many contenders
 // wins. Complete, Release and Heartbeat are fenced by the lock version: a
@@ -28,7 +31,8 @@
 // transaction: one commit instead of two, and a concurrent duplicate waits
 // for the commit and replays.
 //
-//	store := pgstore.New(pool)
+//	store, err := pgstore.New(pool, nil)
+//	...
 //	exec, err := pgstore.NewExecutor(store, nil)
 //	...
 //	res, err := exec.DoTx(ctx, req, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {

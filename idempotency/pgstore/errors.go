@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -20,6 +21,11 @@ func translate(op string, err error) error {
 		return &Error{Op: op, Code: pgErr.Code, Message: pgErr.Message, err: err}
 	}
 	return &Error{Op: op, Message: err.Error(), err: err, SafeToRetry: pgconn.SafeToRetry(err)}
+}
+
+func isDivisionByZero(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.DivisionByZero
 }
 
 // Error is a database error met by the store.

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -50,17 +51,53 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	url := pgtest.MigratedURL(t)
-	pool := pgtest.PoolURL(t, url)
-	return bundle{pool: pool, store: pgstore.New(pool), url: url}
+	return setupWith(t, nil)
 }
 
+func setupWith(t *testing.T, cfg *pgstore.Config) bundle {
+	t.Helper()
+	url := pgtest.MigratedURL(t)
+	pool := pgtest.PoolURL(t, url)
+	return bundle{pool: pool, store: mustStore(t, pool, cfg), url: url}
+}
+
+func mustStore(t testing.TB, pool *pgxpool.Pool, cfg *pgstore.Config) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The suite runs once per claim strategy: they must be indistinguishable
+// but for their cost.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
-		b := setup(t)
-		return idempotencytest.Harness{Store: b.store, Advance: advance(b.pool)}
-	})
+	for name, strategy := range map[string]pgstore.ClaimStrategy{
+		"Adaptive": pgstore.ClaimAdaptive, "OneStatement": pgstore.ClaimOneStatement, "ReadFirst": pgstore.ClaimReadFirst,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
+				b := setupWith(t, &pgstore.Config{ClaimStrategy: strategy})
+				return idempotencytest.Harness{Store: b.store, Advance: advance(b.pool)}
+			})
+		})
+	}
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := pgstore.New(b.pool, &pgstore.Config{ClaimStrategy: 9})
+	var ie *idempotency.InvalidError
+	if !errors.As(err, &ie) || ie.Field != "Config.ClaimStrategy" {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := pgstore.New(nil, nil); !errors.Is(err, idempotency.ErrInvalid) {
+		t.Fatalf("nil pool: %v", err)
+	}
 }
 
 func mustFP(t testing.TB, fields ...string) idempotency.Fingerprint {

@@ -4,6 +4,10 @@ package pgstore
 // now(), never the application's clock. $1 is always the key and $2 the
 // scope (user_id).
 
+// claimSQL and readSQL return the database's now() beside the record's
+// times: lease and expiry are decided by comparing values that all come
+// from the database clock, never the application's.
+//
 // claimSQL is the one round trip of the common paths. A key that exists
 // is only read (no row lock, no WAL, no commit): the INSERT runs only when
 // the SELECT found nothing. A key that does not exist is inserted
@@ -16,8 +20,7 @@ package pgstore
 // $3 fingerprint, $4 lock timeout (s), $5 retention (s).
 const claimSQL = `WITH existing AS (
     SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
-           coalesce(locked_until <= now(), true) AS lock_ended, expires_at <= now() AS expired,
-           coalesce(greatest(0, extract(epoch FROM locked_until - now()) * 1000), 0)::bigint AS lock_left_ms
+           locked_until, expires_at, now() AS db_now
       FROM idempotency_store
      WHERE idempotency_key = $1 AND user_id = $2
 ), inserted AS (
@@ -26,11 +29,19 @@ const claimSQL = `WITH existing AS (
      WHERE NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (idempotency_key, user_id) DO NOTHING
     RETURNING fingerprint, status, response_code, response_body, response_raw, lock_version,
-              false AS lock_ended, false AS expired, 0::bigint AS lock_left_ms
+              locked_until, expires_at, now() AS db_now
 )
 SELECT true AS is_new, * FROM inserted
 UNION ALL
 SELECT false, * FROM existing`
+
+// readSQL is the read-first half of a claim (see ClaimReadFirst): a plain
+// primary-key SELECT with the same columns as claimSQL, so that a replay
+// costs what a read costs. When it finds nothing, claimSQL follows.
+const readSQL = `SELECT false AS is_new, fingerprint, status, response_code, response_body, response_raw, lock_version,
+       locked_until, expires_at, now() AS db_now
+  FROM idempotency_store
+ WHERE idempotency_key = $1 AND user_id = $2`
 
 // reclaimSQL takes over an orphaned record (PROCESSING, lease ended) by
 // compare-and-swap on the lock version the claim saw: of many contenders
@@ -71,6 +82,13 @@ const completeSQL = `UPDATE idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2
    AND status = 'PROCESSING' AND lock_version = $3`
 
+// completeGuardedSQL is completeSQL for a pipeline that commits right
+// after it: it fails (division by zero) when it matched no row, so that the
+// pipeline stops before its COMMIT.
+const completeGuardedSQL = `WITH done AS (` + completeSQL + `
+RETURNING 1)
+SELECT 1 / count(*)::int FROM done`
+
 // releaseSQL ends the holder's lease now and keeps the record PROCESSING,
 // so that a retry reclaims it and re-drives the action.
 const releaseSQL = `UPDATE idempotency_store
@@ -104,3 +122,13 @@ const pruneSQL = `DELETE FROM idempotency_store
          ORDER BY expires_at
          LIMIT $1
            FOR UPDATE SKIP LOCKED)`
+
+// Statements returns the SQL that pgstore runs, by name, for audits and
+// for benchmarks that must run exactly the same statements (make bench
+// drives pgbench with them).
+func Statements() map[string]string {
+	return map[string]string{
+		"claim": claimSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
+		"release": releaseSQL, "heartbeat": heartbeatSQL, "get": getSQL, "prune": pruneSQL,
+	}
+}

@@ -42,9 +42,10 @@ type TxAction func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error)
 // the row lock, not the lease, keeps duplicates out.
 //
 // A nil error from action commits its writes with the outcome COMPLETED. A
-// [idempotency.Permanent] error rolls back action's writes (to a savepoint)
-// and commits the outcome FAILED. Any other error, or a panic, rolls back
-// everything, the claim included.
+// [idempotency.Permanent] error rolls back the transaction, then stores the
+// outcome FAILED on its own (no savepoint: the success path stays at five
+// round trips: begin, claim, the action's statements, complete, commit).
+// Any other error, or a panic, rolls back everything, the claim included.
 //
 // Errors are those of [idempotency.Executor.Do].
 func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxAction) (res idempotency.Result, err error) {
@@ -52,9 +53,15 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 		return idempotency.Result{}, err
 	}
 	cfg := e.Config()
+	conn, err := e.store.pool.Acquire(ctx)
+	if err != nil {
+		return idempotency.Result{}, translate("acquire", err)
+	}
+	// Release destroys the connection if a transaction is still open on it.
+	defer conn.Release()
 	// READ COMMITTED whatever the database's default: a claim that waited
 	// on a concurrent insert must see that row when it looks again.
-	tx, err := e.store.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return idempotency.Result{}, translate("begin", err)
 	}
@@ -67,7 +74,7 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 		}
 	}()
 
-	c, err := claim(ctx, tx, idempotency.ClaimParams{
+	c, err := e.store.claim(ctx, tx, idempotency.ClaimParams{
 		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
 		LockTimeout: cfg.LockTimeout, Retention: cfg.Retention, Expired: cfg.Expired,
 	})
@@ -78,39 +85,68 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 		return idempotency.Settle(c)
 	}
 
-	sp, err := tx.Begin(ctx) // a savepoint: a permanent failure undoes only the action
-	if err != nil {
-		return idempotency.Result{}, translate("savepoint", err)
-	}
-	resp, aerr := action(ctx, sp)
+	resp, aerr := action(ctx, tx)
 	res = idempotency.Result{Lease: c.Lease, Reclaimed: c.State == idempotency.ClaimReclaimed}
 	var perm *idempotency.PermanentError
 	switch {
 	case aerr == nil:
-		if err := sp.Commit(ctx); err != nil {
-			return idempotency.Result{}, translate("release savepoint", err)
-		}
 		res.Status, res.Response = idempotency.StatusCompleted, resp
 	case errors.As(aerr, &perm):
-		if err := sp.Rollback(ctx); err != nil {
-			return idempotency.Result{}, translate("rollback to savepoint", err)
+		// Undo the action's writes and the claim, then record the failure
+		// on its own. A duplicate that claimed the key in between is a
+		// legitimate first execution (nothing of this one committed): its
+		// outcome stands and is what this call replays.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.FinishTimeout)
+		err := tx.Rollback(rctx)
+		cancel()
+		committed = true // nothing left to roll back
+		if err != nil {
+			return idempotency.Result{}, translate("rollback", err)
 		}
-		res.Status, res.Response = idempotency.StatusFailed, perm.Response
+		return e.Executor.Do(ctx, req, func(context.Context) (idempotency.Response, error) {
+			return idempotency.Response{}, aerr
+		})
 	default:
 		return idempotency.Result{}, aerr
 	}
-	if err := complete(ctx, tx, c.Lease, idempotency.Completion{Status: res.Status, Response: res.Response, Retention: cfg.Retention}); err != nil {
-		if errors.Is(err, idempotency.ErrLeaseLost) {
-			return idempotency.Result{}, fmt.Errorf("idempotency: outcome not recorded: %w", err)
-		}
+	if err := completeAndCommit(ctx, tx, c.Lease, idempotency.Completion{Status: res.Status, Response: res.Response, Retention: cfg.Retention}); err != nil {
 		return idempotency.Result{}, err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return idempotency.Result{}, translate("commit", err)
-	}
 	committed = true
-	if res.Status == idempotency.StatusFailed {
-		return res, &idempotency.FailedError{Response: res.Response, Err: aerr}
-	}
 	return res, nil
+}
+
+// completeAndCommit sends the completion and the COMMIT in one round trip.
+// The completion is guarded: should it match no row (the lease lost, which
+// the claim's row lock makes impossible here), it fails with a division by
+// zero, the pipeline stops before the COMMIT, and the transaction is rolled
+// back with the action's writes.
+func completeAndCommit(ctx context.Context, tx pgx.Tx, l idempotency.Lease, c idempotency.Completion) error {
+	args, err := completeArgs(l, c)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(completeGuardedSQL, args...)
+	b.Queue("COMMIT")
+	br := tx.SendBatch(ctx, b)
+	var one int
+	if err := br.QueryRow().Scan(&one); err != nil {
+		br.Close()
+		if isDivisionByZero(err) {
+			return fmt.Errorf("idempotency: outcome not recorded: %w", idempotency.ErrLeaseLost)
+		}
+		return translate("complete", err)
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return translate("commit", err)
+	}
+	if tag.String() != "COMMIT" {
+		return fmt.Errorf("pgstore: commit: the transaction was rolled back (%s)", tag)
+	}
+	return nil
 }

@@ -1,0 +1,68 @@
+// Package idempotency makes critical actions safe to retry: repeated
+// requests with the same key produce exactly one execution of the action
+// and every retry gets the original outcome back.
+//
+// # Keys and fingerprints
+//
+// A key names one intended action: "{scope}_{action}_{intent}" (see
+// [ComposeKey]), where scope is the authenticated user or tenant, action the
+// operation and intent the client's key or, for server-generated intents,
+// [DeriveIntent] of their identifying fields. A [Fingerprint] covers the
+// request's significant fields only (see [NewFingerprint]): a retry with the
+// same key and fingerprint replays; the same key with another fingerprint
+// is refused with [ErrFingerprintMismatch] and changes nothing.
+//
+// # The executor
+//
+// [Executor.Do] claims the key in a [Store], runs the action while keeping
+// its lease alive by heartbeats, and stores the outcome under the lease's
+// fencing token:
+//
+//	exec, err := idempotency.New(store, nil) // pgstore.New(pool, nil) in production
+//	...
+//	key, err := idempotency.ComposeKey(userID, "createOrder", r.Header.Get("Idempotency-Key"))
+//	fp, err := idempotency.NewFingerprint().String("sku", sku).Int("qty", qty).
+//		Decimal("amount", amount).String("currency", currency).Sum()
+//	res, err := exec.Do(ctx, idempotency.Request{Scope: userID, Key: key, Fingerprint: fp},
+//		func(ctx context.Context) (idempotency.Response, error) {
+//			id, err := createOrder(ctx, sku, qty)
+//			if errors.Is(err, errOutOfStock) { // permanent: stored and replayed
+//				return idempotency.Response{}, idempotency.Permanent(err, idempotency.Response{Code: 409})
+//			}
+//			if err != nil { // transient: the lease is released, a retry runs again
+//				return idempotency.Response{}, err
+//			}
+//			return idempotency.Response{Code: 201, Body: []byte(`{"order_id":"` + id + `"}`)}, nil
+//		})
+//	switch {
+//	case errors.Is(err, idempotency.ErrInProgress): // 409 + Retry-After
+//	case errors.Is(err, idempotency.ErrFingerprintMismatch): // 409 (or 422)
+//	case res.Replayed: // the stored outcome, byte for byte
+//	}
+//
+// # States and guarantees
+//
+// A claim creates the record PROCESSING with a lease (LockTimeout). The
+// holder completes it (COMPLETED, or FAILED for a [Permanent] error), or
+// releases it on a transient error so that a retry re-runs the action. A
+// holder that crashed leaves an orphan: once its lease ends, one contender
+// takes it over by compare-and-swap on the lock version (the fencing token),
+// and the crashed holder, should it come back, can no longer change
+// anything ([ErrLeaseLost]). Outcomes are kept for Retention and never
+// replayed after it: a request after expiry is new, or refused with
+// [ErrExpired] under [ExpiredRefused].
+//
+// What "exactly once" covers: the record is exact, and an action whose
+// effects commit with the record (pgstore's Executor.DoTx, or
+// Store.CompleteTx) runs its effects exactly once. An action with effects
+// outside the database runs at most once at a time, and again only if its
+// holder died before recording the outcome; make such effects idempotent
+// downstream with a key derived from the same key (as payonce's payments do
+// with the providers' idempotency keys).
+//
+// # Stores
+//
+// Package pgstore is the production store on PostgreSQL; package memstore
+// keeps records in memory for one process and tests. Both pass the
+// conformance suite in package idempotencytest.
+package idempotency

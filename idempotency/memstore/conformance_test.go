@@ -1,0 +1,40 @@
+package memstore_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/idempotencytest"
+	"github.com/payonce/payonce/idempotency/memstore"
+)
+
+// TestConformance runs the suite every Store must pass.
+//
+// The store's clock is real time plus an offset that Advance moves, so the
+// executor's heartbeats run against leases that really run out, and the
+// suite can still jump over lock timeouts and retention.
+//
+// Automatic eviction is off: the suite advances the clock well past a
+// record's expiry and then expects it to be refused (ExpiredRefused) or
+// pruned, which is the contract of an unpruned pgstore row. With eviction
+// on, memstore would already have deleted it, as a pruner running in the
+// background would; that is memstore's own behaviour, tested in
+// memstore_test.go.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
+		var offset atomic.Int64
+		store := memstore.New(&memstore.Config{
+			Clock:      func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
+			EvictAfter: -1,
+		})
+		return idempotencytest.Harness{
+			Store:   store,
+			Advance: func(_ testing.TB, d time.Duration) { offset.Add(int64(d)) },
+		}
+	})
+}
+
+var _ idempotency.Store = (*memstore.Store)(nil)

@@ -1,0 +1,69 @@
+/*
+Package memstore is an [idempotency.Store] held in memory: for a single
+process, for tests, and as the reference model of the store's semantics.
+It behaves like pgstore, the production store on PostgreSQL, except that
+records do not survive the process and are not shared between processes.
+Where several processes must not run an action twice, use pgstore.
+
+	store := memstore.New(nil) // time.Now, unlimited, expired records evicted after an hour
+	claim, err := store.Claim(ctx, idempotency.ClaimParams{
+		Scope:       "usr_7fQ9x",
+		Key:         key,
+		Fingerprint: fp,
+		LockTimeout: 30 * time.Second,
+		Retention:   24 * time.Hour,
+	})
+
+# Records and leases
+
+A claim of a new key creates a PROCESSING record at lock version 0 and
+hands the caller a [idempotency.Lease]. (Once the store has deleted records,
+new ones start above every deleted record's version instead, so a key that
+is deleted and claimed again never repeats a fencing token.) Only the holder of the record's
+current lock version can complete, release or extend it; every other call
+gets [idempotency.ErrLeaseLost] and changes nothing. A lease whose time ran
+out still completes as long as nobody reclaimed the record: the version,
+not the clock, decides (fencing).
+
+A claim of an existing key compares fingerprints in constant time and
+replays a COMPLETED or FAILED record, reports a PROCESSING one as in
+progress while its lease is live, and takes it over with the next lock
+version once the lease has ended (an orphan, or a released lease).
+[Store.Claim] lists the exact order.
+
+# Time
+
+All decisions use [Config.Clock] (time.Now by default), the store's own
+clock, as pgstore uses the database's. Tests inject a fake clock to step
+through leases and expiries.
+
+PROCESSING records never expire. A COMPLETED or FAILED record expires at
+its ExpiresAt; from then on it is never replayed: a claim renews it as a
+new request (the next lock version, the new fingerprint) or refuses it,
+per [idempotency.ClaimParams].Expired.
+
+# Memory
+
+Expired records are evicted as time passes: each operation first deletes up
+to 64 of the records that expired at least [Config.EvictAfter] ago, soonest
+first (a min-heap by expiry, O(log n) per record). As a claim adds at most
+one record, eviction keeps up with any traffic, and no single call pays for a
+whole backlog. A long-running process therefore holds its live records and
+those expired within EvictAfter, not every key it ever saw. [Config.MaxRecords]
+puts a hard bound on the count: a full store refuses new keys with
+[idempotency.ErrStoreFull] rather than evict a live record.
+
+Until it is evicted, an expired record is visible as an unpruned row of
+pgstore is: a claim renews or refuses it per the expiry policy, and
+[Store.Prune] deletes it. Tests that jump the clock far past expiry and still
+expect a refusal or a prune count, as the conformance suite does, set
+EvictAfter to a negative value: only Prune deletes then, exactly as with
+pgstore.
+
+# Concurrency
+
+A Store is safe for concurrent use; one mutex serialises its operations, so
+each is atomic. Records returned are copies, down to the response's header
+and body: changing them does not change the store.
+*/
+package memstore

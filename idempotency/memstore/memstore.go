@@ -1,0 +1,430 @@
+package memstore
+
+import (
+	"container/heap"
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/payonce/payonce/idempotency"
+)
+
+// DefaultEvictAfter is how long an expired record stays visible when
+// [Config.EvictAfter] is zero.
+const DefaultEvictAfter = time.Hour
+
+// evictBatch bounds the expired records one operation evicts, so that no
+// single call pays for a whole backlog. Every operation evicts up to this
+// many while a claim adds at most one record, so eviction keeps up.
+const evictBatch = 64
+
+// Config configures a [Store]. The zero value (or a nil *Config) gives the
+// defaults.
+type Config struct {
+	// Clock is the store's clock: every timestamp and every lease and
+	// expiry decision uses it. Default time.Now.
+	Clock func() time.Time
+
+	// MaxRecords bounds the records the store holds. When it is full, a
+	// claim of a new key first deletes one expired record if there is
+	// one, and otherwise returns idempotency.ErrStoreFull; a live record
+	// (PROCESSING, or COMPLETED/FAILED before its expiry) is never
+	// evicted. Claims of keys already held are never refused. Default 0:
+	// unlimited. New panics if it is negative.
+	MaxRecords int
+
+	// EvictAfter is how long an expired COMPLETED or FAILED record is kept
+	// before it is evicted automatically. Until then it behaves like a
+	// row that pgstore has not pruned yet: a claim renews it
+	// (ExpiredIsNew) or refuses it (ExpiredRefused), Get returns it and
+	// Prune deletes it. Default 0 means DefaultEvictAfter (one hour). A
+	// negative value turns automatic eviction off: only Prune deletes, as
+	// with pgstore.
+	EvictAfter time.Duration
+}
+
+// Store is an [idempotency.Store] held in memory. It is safe for
+// concurrent use. See the package documentation.
+type Store struct {
+	clock      func() time.Time
+	maxRecords int
+	evictAfter time.Duration // < 0: no automatic eviction
+
+	mu      sync.Mutex
+	records map[recordID]*entry
+	// expiry holds exactly the COMPLETED and FAILED records, soonest
+	// expiry first. PROCESSING records never expire, so they are not in it.
+	expiry expiryHeap
+	// firstVersion is the lock version of a new record: 0 until a record
+	// is deleted, then above every deleted record's version. A key that is
+	// deleted and claimed again thus never hands out a fencing token it
+	// handed out before, and a holder stalled since then stays fenced off.
+	firstVersion int64
+}
+
+var _ idempotency.Store = (*Store)(nil)
+
+type recordID struct{ scope, key string }
+
+type entry struct {
+	rec  idempotency.Record
+	slot int // index in Store.expiry, -1 while PROCESSING
+}
+
+// New returns an empty store. A nil cfg means the defaults.
+func New(cfg *Config) *Store {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	if cfg.MaxRecords < 0 {
+		panic(&idempotency.InvalidError{Field: "MaxRecords", Reason: "negative; use 0 for unlimited"})
+	}
+	s := &Store{
+		clock:      cfg.Clock,
+		maxRecords: cfg.MaxRecords,
+		evictAfter: cfg.EvictAfter,
+		records:    make(map[recordID]*entry),
+	}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	if s.evictAfter == 0 {
+		s.evictAfter = DefaultEvictAfter
+	}
+	return s
+}
+
+// Claim implements [idempotency.Store.Claim]. A new key gets a PROCESSING
+// record at lock version 0 (once records have been pruned or evicted: above
+// every deleted record's version, so tokens never repeat). An existing
+// record is decided in this order:
+//
+//   - COMPLETED or FAILED and expired (expires at or before now): per
+//     p.Expired, renewed as a new PROCESSING record with p's fingerprint
+//     and the next lock version (ClaimAcquired), or refused
+//     (ClaimExpired). An expired record is never replayed.
+//   - another fingerprint (compared in constant time): ClaimMismatch; the
+//     record is untouched and nothing of it is returned.
+//   - COMPLETED or FAILED: ClaimReplay with a copy of the record.
+//   - PROCESSING with a live lease: ClaimInProgress with the time left.
+//   - PROCESSING with an ended lease (orphaned or released):
+//     ClaimReclaimed with the next lock version.
+//
+// Errors: an *idempotency.InvalidError naming the field of p that is
+// bad; idempotency.ErrStoreFull when MaxRecords is reached and the key is
+// new; ctx.Err() if ctx is done. On error nothing changes.
+func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempotency.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return idempotency.Claim{}, err
+	}
+	if err := validateClaim(p); err != nil {
+		return idempotency.Claim{}, err
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	s.evict(now)
+
+	id := recordID{p.Scope, p.Key}
+	e, ok := s.records[id]
+	if !ok {
+		if s.maxRecords > 0 && len(s.records) >= s.maxRecords && s.prune(now, 1) == 0 {
+			return idempotency.Claim{}, idempotency.ErrStoreFull
+		}
+		e = &entry{slot: -1, rec: fresh(p, now, s.firstVersion)}
+		s.records[id] = e
+		return acquired(idempotency.ClaimAcquired, &e.rec), nil
+	}
+
+	r := &e.rec
+	if r.Status != idempotency.StatusProcessing && !now.Before(r.ExpiresAt) {
+		if p.Expired == idempotency.ExpiredRefused {
+			return idempotency.Claim{State: idempotency.ClaimExpired}, nil
+		}
+		// The version keeps growing across renewals, so a lease of the
+		// expired record can never act on the new one.
+		heap.Remove(&s.expiry, e.slot)
+		*r = fresh(p, now, r.LockVersion+1)
+		return acquired(idempotency.ClaimAcquired, r), nil
+	}
+	if !r.Fingerprint.Equal(p.Fingerprint) {
+		return idempotency.Claim{State: idempotency.ClaimMismatch}, nil
+	}
+	switch {
+	case r.Status != idempotency.StatusProcessing:
+		return idempotency.Claim{State: idempotency.ClaimReplay, Record: copyRecord(r)}, nil
+	case r.LockedUntil.After(now):
+		return idempotency.Claim{
+			State:      idempotency.ClaimInProgress,
+			Record:     copyRecord(r),
+			RetryAfter: r.LockedUntil.Sub(now),
+		}, nil
+	default:
+		// ExpiresAt stays: a PROCESSING record does not expire, and
+		// Complete sets the expiry of the outcome.
+		r.LockVersion++
+		r.LockedUntil = now.Add(p.LockTimeout)
+		return acquired(idempotency.ClaimReclaimed, r), nil
+	}
+}
+
+// Complete implements [idempotency.Store.Complete]. The lease need not be
+// live: a holder whose lease ran out may still complete as long as nobody
+// reclaimed the record, which is what the fencing token is for.
+//
+// Errors: idempotency.ErrLeaseLost when the record is absent, not
+// PROCESSING, or at another lock version (a lease no store issued, such as
+// the zero Lease, is simply lost); an *idempotency.InvalidError naming
+// Completion.Status (not COMPLETED or FAILED) or Completion.Retention (not
+// positive); ctx.Err() if ctx is done. On error nothing changes.
+func (s *Store) Complete(ctx context.Context, l idempotency.Lease, c idempotency.Completion) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if c.Status != idempotency.StatusCompleted && c.Status != idempotency.StatusFailed {
+		return &idempotency.InvalidError{Field: "Completion.Status", Reason: "must be COMPLETED or FAILED, got " + strconv.Quote(string(c.Status))}
+	}
+	if c.Retention <= 0 {
+		return &idempotency.InvalidError{Field: "Completion.Retention", Reason: "must be positive, got " + c.Retention.String()}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	s.evict(now)
+
+	e := s.holder(l)
+	if e == nil {
+		return idempotency.ErrLeaseLost
+	}
+	resp := copyResponse(c.Response)
+	e.rec.Status = c.Status
+	e.rec.Response = &resp
+	e.rec.CompletedAt = now
+	e.rec.LockedUntil = time.Time{}
+	e.rec.ExpiresAt = now.Add(c.Retention)
+	heap.Push(&s.expiry, e)
+	return nil
+}
+
+// Release implements [idempotency.Store.Release]: the lease ends now and
+// the record stays PROCESSING, so the next claim reclaims it.
+//
+// Errors: idempotency.ErrLeaseLost as for [Store.Complete]; ctx.Err() if
+// ctx is done. On error nothing changes.
+func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	s.evict(now)
+
+	e := s.holder(l)
+	if e == nil {
+		return idempotency.ErrLeaseLost
+	}
+	e.rec.LockedUntil = now
+	return nil
+}
+
+// Heartbeat implements [idempotency.Store.Heartbeat]: the lease ends d
+// from now.
+//
+// Errors: as for [Store.Release], and an *idempotency.InvalidError naming
+// d when d is not positive.
+func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return &idempotency.InvalidError{Field: "d", Reason: "heartbeat extension must be positive, got " + d.String()}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	s.evict(now)
+
+	e := s.holder(l)
+	if e == nil {
+		return idempotency.ErrLeaseLost
+	}
+	e.rec.LockedUntil = now.Add(d)
+	return nil
+}
+
+// Get implements [idempotency.Store.Get]. It returns a copy: changing it
+// does not change the store. An expired record not yet pruned or evicted
+// is returned as it is; its ExpiresAt tells.
+//
+// Errors: idempotency.ErrNotFound; ctx.Err() if ctx is done.
+func (s *Store) Get(ctx context.Context, scope, key string) (idempotency.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idempotency.Record{}, err
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evict(s.clock())
+
+	e, ok := s.records[recordID{scope, key}]
+	if !ok {
+		return idempotency.Record{}, idempotency.ErrNotFound
+	}
+	return copyRecord(&e.rec), nil
+}
+
+// Prune implements [idempotency.Store.Prune], soonest expiry first. It
+// counts every expired record it deletes, whether or not automatic
+// eviction would have deleted it later.
+//
+// Errors: an *idempotency.InvalidError when limit is not positive;
+// ctx.Err() if ctx is done.
+func (s *Store) Prune(ctx context.Context, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		return 0, &idempotency.InvalidError{Field: "limit", Reason: "must be positive"}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.prune(s.clock(), limit), nil
+}
+
+// Len returns how many records the store holds, including expired ones
+// not yet pruned or evicted: the value of the idempotency.store_size
+// gauge.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.records)
+}
+
+// holder returns the entry that l may act on: present, PROCESSING and at
+// l's version. Whether the lease's time has run out does not matter.
+func (s *Store) holder(l idempotency.Lease) *entry {
+	e, ok := s.records[recordID{l.Scope, l.Key}]
+	if !ok || e.rec.Status != idempotency.StatusProcessing || e.rec.LockVersion != l.Version {
+		return nil
+	}
+	return e
+}
+
+// prune deletes at most limit records that expired at or before now and
+// returns how many it deleted.
+func (s *Store) prune(now time.Time, limit int) int {
+	n := 0
+	for n < limit && len(s.expiry) > 0 && !s.expiry[0].rec.ExpiresAt.After(now) {
+		s.delete(heap.Pop(&s.expiry).(*entry))
+		n++
+	}
+	return n
+}
+
+// evict deletes, a bounded batch at a time, the records that expired at
+// least evictAfter ago.
+func (s *Store) evict(now time.Time) {
+	if s.evictAfter < 0 {
+		return
+	}
+	s.prune(now.Add(-s.evictAfter), evictBatch)
+}
+
+func (s *Store) delete(e *entry) {
+	delete(s.records, recordID{e.rec.Scope, e.rec.Key})
+	s.firstVersion = max(s.firstVersion, e.rec.LockVersion+1)
+}
+
+func fresh(p idempotency.ClaimParams, now time.Time, version int64) idempotency.Record {
+	return idempotency.Record{
+		Scope:       p.Scope,
+		Key:         p.Key,
+		Fingerprint: p.Fingerprint,
+		Status:      idempotency.StatusProcessing,
+		LockVersion: version,
+		LockedUntil: now.Add(p.LockTimeout),
+		CreatedAt:   now,
+		ExpiresAt:   now.Add(p.Retention),
+	}
+}
+
+func acquired(state idempotency.ClaimState, r *idempotency.Record) idempotency.Claim {
+	return idempotency.Claim{
+		State: state,
+		Lease: idempotency.Lease{Scope: r.Scope, Key: r.Key, Version: r.LockVersion},
+	}
+}
+
+func validateClaim(p idempotency.ClaimParams) error {
+	if err := idempotency.ValidateScope(p.Scope); err != nil {
+		return err
+	}
+	if err := idempotency.ValidateKey(p.Key); err != nil {
+		return err
+	}
+	if err := p.Fingerprint.Validate(); err != nil {
+		return err
+	}
+	if p.LockTimeout <= 0 {
+		return &idempotency.InvalidError{Field: "LockTimeout", Reason: "must be positive, got " + p.LockTimeout.String()}
+	}
+	if p.Retention <= p.LockTimeout {
+		return &idempotency.InvalidError{Field: "Retention", Reason: "must exceed LockTimeout (" + p.LockTimeout.String() + "), got " + p.Retention.String()}
+	}
+	if p.Expired != idempotency.ExpiredIsNew && p.Expired != idempotency.ExpiredRefused {
+		return &idempotency.InvalidError{Field: "Expired", Reason: "unknown policy"}
+	}
+	return nil
+}
+
+func copyRecord(r *idempotency.Record) idempotency.Record {
+	c := *r
+	if r.Response != nil {
+		resp := copyResponse(*r.Response)
+		c.Response = &resp
+	}
+	return c
+}
+
+func copyResponse(r idempotency.Response) idempotency.Response {
+	c := idempotency.Response{Code: r.Code, Body: append([]byte{}, r.Body...)}
+	if len(r.Header) > 0 {
+		c.Header = r.Header.Clone()
+	}
+	return c
+}
+
+// expiryHeap is a min-heap of entries by ExpiresAt that keeps each
+// entry's slot up to date, so a record leaving COMPLETED/FAILED (renewed
+// after expiry) is removed in O(log n).
+type expiryHeap []*entry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].rec.ExpiresAt.Before(h[j].rec.ExpiresAt) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].slot = i
+	h[j].slot = j
+}
+
+func (h *expiryHeap) Push(x any) {
+	e := x.(*entry)
+	e.slot = len(*h)
+	*h = append(*h, e)
+}
+
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.slot = -1
+	return e
+}

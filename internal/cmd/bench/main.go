@@ -1,0 +1,455 @@
+// Command bench measures payonce against the physical limit of the same
+// PostgreSQL in the same run (make bench). Every figure is the median of
+// interleaved rounds, with min and max.
+//
+//	(a) raw claim+complete: pgbench running pgstore's own claim and complete
+//	    statements as two autocommit statements (8 clients, prepared);
+//	(b) sdk claim+complete: pgstore's Do cycle, 8 goroutines, against (a);
+//	(c) replay: Do of an already completed key, against pgbench's
+//	    primary-key SELECT of one row of the same table;
+//	(d) one_tx: DoTx (claim, the action's insert, completion, one commit),
+//	    8 goroutines, against (a).
+//
+// It reads BENCH_DATABASE_URL (make bench starts a durable throwaway
+// cluster), BENCH_SECONDS (default 10) and BENCH_ROUNDS (default 3).
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/localpg"
+	"github.com/payonce/payonce/migrations"
+)
+
+const (
+	clients    = 8
+	scope      = "bench"
+	replayKeys = 100_000
+)
+
+var body = []byte(`{"order_id":"ord_4f9c2a","status":"created","amount":"49.99","currency":"EUR"}`)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type sample struct {
+	tps      float64
+	p50, p99 time.Duration
+}
+
+type series struct {
+	name    string
+	samples []sample
+}
+
+func (s *series) median() sample {
+	tps := make([]float64, len(s.samples))
+	for i, x := range s.samples {
+		tps[i] = x.tps
+	}
+	slices.Sort(tps)
+	m := tps[len(tps)/2]
+	for _, x := range s.samples {
+		if x.tps == m {
+			return x
+		}
+	}
+	return s.samples[0]
+}
+
+func (s *series) String() string {
+	m := s.median()
+	lo, hi := s.samples[0].tps, s.samples[0].tps
+	for _, x := range s.samples {
+		lo, hi = min(lo, x.tps), max(hi, x.tps)
+	}
+	return fmt.Sprintf("%-34s %9.0f/s  [%7.0f .. %7.0f]  p50 %7s  p99 %7s", s.name, m.tps, lo, hi,
+		m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond))
+}
+
+func run() error {
+	ctx := context.Background()
+	base := os.Getenv("BENCH_DATABASE_URL")
+	if base == "" {
+		return fmt.Errorf("BENCH_DATABASE_URL is not set: run `make bench`, which starts a throwaway PostgreSQL")
+	}
+	seconds, rounds := envInt("BENCH_SECONDS", 10), envInt("BENCH_ROUNDS", 3)
+	d := time.Duration(seconds) * time.Second
+	bin, err := localpg.BinDir()
+	if err != nil {
+		return err
+	}
+
+	dbURL, err := prepare(ctx, base)
+	if err != nil {
+		return err
+	}
+	pool, err := newPool(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		return err
+	}
+	exec, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: 30 * time.Second, Retention: 24 * time.Hour})
+	if err != nil {
+		return err
+	}
+	fp, err := benchFingerprint()
+	if err != nil {
+		return err
+	}
+	if err := seedReplays(ctx, pool, fp); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "payonce-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	cycle, sel, err := writeScripts(tmp)
+	if err != nil {
+		return err
+	}
+	pgb := pgbench{bin: filepath.Join(bin, "pgbench"), url: libpqURL(dbURL), dir: tmp, fp: string(fp), d: d}
+
+	var version, settings string
+	_ = pool.QueryRow(ctx, `SELECT version()`).Scan(&version)
+	_ = pool.QueryRow(ctx, `SELECT string_agg(name || '=' || setting, ' ') FROM pg_settings
+		WHERE name IN ('fsync','synchronous_commit','shared_buffers','wal_level','max_connections')`).Scan(&settings)
+	fmt.Printf("machine: %d cores (GOMAXPROCS %d), %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), version)
+	fmt.Printf("server settings: %s\n", settings)
+	fmt.Printf("%d rounds of %s per path, %d clients, interleaved\n\n", rounds, d, clients)
+
+	rawCycle := &series{name: "(a) raw claim+complete (pgbench)"}
+	sdkCycle := &series{name: "(b) sdk claim+complete (Do)"}
+	rawRead := &series{name: "(c) raw primary-key SELECT (pgbench)"}
+	pgxRead := &series{name: "(c) plain pgx SELECT (Go ceiling)"}
+	sdkReplay := &series{name: "(c) sdk replay (Do)"}
+	sdkOneTx := &series{name: "(d) sdk one transaction (DoTx)"}
+
+	// Warm up caches and prepared statements, unmeasured.
+	if _, err := pgb.run(ctx, cycle, 2*time.Second); err != nil {
+		return err
+	}
+	_ = measure(2*time.Second, newKeyWorker(exec, fp, "w"))
+
+	for r := 0; r < rounds; r++ {
+		fmt.Fprintf(os.Stderr, "round %d/%d\n", r+1, rounds)
+		s, err := pgb.run(ctx, cycle, d)
+		if err != nil {
+			return err
+		}
+		rawCycle.samples = append(rawCycle.samples, s)
+		sdkCycle.samples = append(sdkCycle.samples, measure(d, newKeyWorker(exec, fp, fmt.Sprintf("c%d", r))))
+		s, err = pgb.run(ctx, sel, d)
+		if err != nil {
+			return err
+		}
+		rawRead.samples = append(rawRead.samples, s)
+		pgxRead.samples = append(pgxRead.samples, measure(d, selectWorker(pool)))
+		sdkReplay.samples = append(sdkReplay.samples, measure(d, replayWorker(exec, fp)))
+		sdkOneTx.samples = append(sdkOneTx.samples, measure(d, oneTxWorker(exec, fp, fmt.Sprintf("t%d", r))))
+	}
+
+	for _, s := range []*series{rawCycle, sdkCycle, rawRead, pgxRead, sdkReplay, sdkOneTx} {
+		fmt.Println(s)
+	}
+	fmt.Println()
+	fmt.Printf("ratio claim_complete sdk/raw=%.2f\n", sdkCycle.median().tps/rawCycle.median().tps)
+	fmt.Printf("ratio replay sdk/raw=%.2f\n", sdkReplay.median().tps/rawRead.median().tps)
+	fmt.Printf("ratio one_tx sdk/raw=%.2f\n", sdkOneTx.median().tps/rawCycle.median().tps)
+	return nil
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func newPool(ctx context.Context, u string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = clients
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// prepare creates a fresh schema "bench" (dropping an old one) and
+// migrates it; it returns a URL whose search_path selects it.
+func prepare(ctx context.Context, base string) (string, error) {
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		return "", err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `DROP SCHEMA IF EXISTS payonce_bench CASCADE; CREATE SCHEMA payonce_bench`); err != nil {
+		return "", err
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	q.Set("search_path", "payonce_bench")
+	u.RawQuery = q.Encode()
+	p, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		return "", err
+	}
+	defer p.Close()
+	if _, err := migrations.Migrate(ctx, p); err != nil {
+		return "", err
+	}
+	if _, err := p.Exec(ctx, `CREATE TABLE bench_orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL, amount NUMERIC NOT NULL)`); err != nil {
+		return "", err
+	}
+	return u.String(), nil
+}
+
+// libpqURL turns pgx's search_path parameter into libpq's options.
+func libpqURL(u string) string {
+	p, _ := url.Parse(u)
+	q := p.Query()
+	if sp := q.Get("search_path"); sp != "" {
+		q.Del("search_path")
+		q.Set("options", "-csearch_path="+sp)
+	}
+	p.RawQuery = q.Encode()
+	return p.String()
+}
+
+func benchFingerprint() (idempotency.Fingerprint, error) {
+	return idempotency.NewFingerprint().Decimal("amount", "49.99").String("currency", "EUR").
+		String("sku", "sku_123").Int("qty", 1).Sum()
+}
+
+// seedReplays stores completed records under the keys "1".."100000", with
+// the response Do would have stored, so that Do replays them and pgbench
+// selects them.
+func seedReplays(ctx context.Context, pool *pgxpool.Pool, fp idempotency.Fingerprint) error {
+	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_store
+		(idempotency_key, user_id, fingerprint, status, response_code, response_body, response_raw, lock_version, completed_at, expires_at)
+		SELECT g::text, $1, $2, 'COMPLETED', 201, $3, $4, 0, now(), now() + interval '1 day'
+		  FROM generate_series(1, $5::int) g`,
+		scope, string(fp), []byte(`{"header":{"Content-Type":["application/json"]}}`), body, replayKeys); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE idempotency_store`)
+	return err
+}
+
+func response() idempotency.Response {
+	return idempotency.Response{Code: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: body}
+}
+
+type worker func(ctx context.Context, rng *rand.Rand, i int) error
+
+func newKeyWorker(exec *pgstore.Executor, fp idempotency.Fingerprint, prefix string) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		r := idempotency.Request{Scope: scope, Key: fmt.Sprintf("%s%d", prefix, rng.Uint64()), Fingerprint: fp}
+		_, err := exec.Do(ctx, r, func(ctx context.Context) (idempotency.Response, error) { return response(), nil })
+		return err
+	}
+}
+
+func replayWorker(exec *pgstore.Executor, fp idempotency.Fingerprint) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		r := idempotency.Request{Scope: scope, Key: strconv.Itoa(1 + rng.IntN(replayKeys)), Fingerprint: fp}
+		res, err := exec.Do(ctx, r, func(ctx context.Context) (idempotency.Response, error) {
+			return idempotency.Response{}, fmt.Errorf("a replay executed")
+		})
+		if err == nil && !res.Replayed {
+			return fmt.Errorf("not a replay")
+		}
+		return err
+	}
+}
+
+// selectWorker is the plain pgx client reading what a replay reads: the
+// ceiling of any Go client on this machine, for context.
+func selectWorker(pool *pgxpool.Pool) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		var (
+			fp, status string
+			code       int32
+			meta, raw  []byte
+			version    int32
+			locked     *time.Time
+			expires    time.Time
+		)
+		return pool.QueryRow(ctx, `SELECT fingerprint, status, response_code, response_body, response_raw, lock_version, locked_until, expires_at
+			FROM idempotency_store WHERE idempotency_key = $1 AND user_id = $2`, strconv.Itoa(1+rng.IntN(replayKeys)), scope).
+			Scan(&fp, &status, &code, &meta, &raw, &version, &locked, &expires)
+	}
+}
+
+func oneTxWorker(exec *pgstore.Executor, fp idempotency.Fingerprint, prefix string) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		r := idempotency.Request{Scope: scope, Key: fmt.Sprintf("%s%d", prefix, rng.Uint64()), Fingerprint: fp}
+		_, err := exec.DoTx(ctx, r, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+			_, err := tx.Exec(ctx, `INSERT INTO bench_orders (key, amount) VALUES ($1, $2)`, r.Key, "49.99")
+			return response(), err
+		})
+		return err
+	}
+}
+
+// measure runs w on clients goroutines for d and returns throughput and
+// latency percentiles.
+func measure(d time.Duration, w worker) sample {
+	ctx := context.Background()
+	lat := make([][]time.Duration, clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	var failed error
+	var mu sync.Mutex
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(c)))
+			for i := 0; ; i++ {
+				t0 := time.Now()
+				if t0.After(deadline) {
+					return
+				}
+				if err := w(ctx, rng, i); err != nil {
+					mu.Lock()
+					failed = err
+					mu.Unlock()
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		}(c)
+	}
+	wg.Wait()
+	if failed != nil {
+		fmt.Fprintln(os.Stderr, "bench: worker failed:", failed)
+		os.Exit(1)
+	}
+	elapsed := time.Since(start)
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	return summarize(all, elapsed)
+}
+
+func summarize(all []time.Duration, elapsed time.Duration) sample {
+	slices.Sort(all)
+	if len(all) == 0 {
+		return sample{}
+	}
+	return sample{
+		tps: float64(len(all)) / elapsed.Seconds(),
+		p50: all[len(all)/2],
+		p99: all[len(all)*99/100],
+	}
+}
+
+// pgbench scripts: pgstore's own statements, with each $n replaced by a
+// pgbench variable of the same meaning.
+func writeScripts(dir string) (cycle, sel string, err error) {
+	st := pgstore.Statements()
+	toPgbench := func(sql string, vars ...string) string {
+		for i := len(vars); i >= 1; i-- { // $10 before $1
+			sql = strings.ReplaceAll(sql, fmt.Sprintf("$%d", i), ":"+vars[i-1])
+		}
+		return strings.Join(strings.Fields(sql), " ") + ";\n"
+	}
+	claim := toPgbench(st["claim"], "k", "s", "fp", "lock", "ret")
+	complete := toPgbench(st["complete"], "k", "s", "v", "st", "code", "meta", "body", "ret")
+	cycle = filepath.Join(dir, "cycle.sql")
+	script := "\\set k random(1000000000, 9000000000000000000)\n" + claim + complete
+	if err := os.WriteFile(cycle, []byte(script), 0o644); err != nil {
+		return "", "", err
+	}
+	sel = filepath.Join(dir, "select.sql")
+	script = fmt.Sprintf("\\set k random(1, %d)\n", replayKeys) +
+		"SELECT fingerprint, status, response_code, response_body, response_raw, lock_version, locked_until, expires_at FROM idempotency_store WHERE idempotency_key = :k AND user_id = :s;\n"
+	if err := os.WriteFile(sel, []byte(script), 0o644); err != nil {
+		return "", "", err
+	}
+	return cycle, sel, nil
+}
+
+type pgbench struct {
+	bin, url, dir, fp string
+	d                 time.Duration
+	n                 int
+}
+
+func (p *pgbench) run(ctx context.Context, script string, d time.Duration) (sample, error) {
+	p.n++
+	prefix := filepath.Join(p.dir, fmt.Sprintf("log%d", p.n))
+	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", "2",
+		"-T", strconv.Itoa(int(d.Seconds())), "-f", script, "-l", "--log-prefix=" + prefix,
+		"-D", "s=" + scope, "-D", "fp=" + p.fp, "-D", "lock=30", "-D", "ret=86400",
+		// The completion: lock version 0 for a new key, as in Do, and the
+		// same response Do stores.
+		"-D", "v=0", "-D", "st=COMPLETED", "-D", "code=201",
+		"-D", `meta={"header":{"Content-Type":["application/json"]}}`, "-D", "body=" + string(body),
+		p.url}
+	cmd := exec.CommandContext(ctx, p.bin, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return sample{}, fmt.Errorf("pgbench: %v\n%s", err, out)
+	}
+	tps := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
+	if tps == nil {
+		return sample{}, fmt.Errorf("pgbench: no tps in output:\n%s", out)
+	}
+	rate, _ := strconv.ParseFloat(string(tps[1]), 64)
+	var lats []time.Duration
+	logs, _ := filepath.Glob(prefix + ".*")
+	for _, l := range logs {
+		f, err := os.Open(l)
+		if err != nil {
+			return sample{}, err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) >= 3 {
+				us, _ := strconv.ParseInt(fields[2], 10, 64)
+				lats = append(lats, time.Duration(us)*time.Microsecond)
+			}
+		}
+		f.Close()
+		os.Remove(l)
+	}
+	s := summarize(lats, time.Second)
+	s.tps = rate
+	return s, nil
+}
