@@ -55,6 +55,7 @@ func Exercise(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ExpiredIsNew", testExpiredIsNew},
 		{"ExpiredRefused", testExpiredRefused},
 		{"PruneNeverRemovesProcessing", testPrune},
+		{"StalledHolderFencedAfterPrune", testStalledAfterPrune},
 		{"ScopesIsolated", testScopes},
 		{"BadInputChangesNothing", testBadInput},
 	}
@@ -648,6 +649,45 @@ func testPrune(t *testing.T, h Harness) {
 	}
 	if _, err := h.Store.Prune(ctx, 0); !errors.Is(err, idempotency.ErrInvalid) {
 		t.Fatalf("Prune(0): %v", err)
+	}
+}
+
+// A holder stalls past its lease; another reclaims and completes; the
+// record expires and is pruned; the key is claimed anew. The stalled
+// holder's old fencing token must not be valid for the new record.
+func testStalledAfterPrune(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	r := req(t, scopeA, "stalled", "10")
+	p := claimParams(r)
+	p.LockTimeout, p.Retention = time.Second, time.Hour
+	a, err := h.Store.Claim(ctx, p)
+	if err != nil || a.State != idempotency.ClaimAcquired {
+		t.Fatalf("A: %v %v", a.State, err)
+	}
+	h.Advance(t, 2*time.Second)
+	b, err := h.Store.Claim(ctx, p)
+	if err != nil || b.State != idempotency.ClaimReclaimed {
+		t.Fatalf("B: %v %v", b.State, err)
+	}
+	done := idempotency.Completion{Status: idempotency.StatusCompleted, Response: idempotency.Response{Code: 201}, Retention: time.Hour}
+	if err := h.Store.Complete(ctx, b.Lease, done); err != nil {
+		t.Fatal(err)
+	}
+	h.Advance(t, 2*time.Hour)
+	if n, err := h.Store.Prune(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("prune: %d %v", n, err)
+	}
+	c, err := h.Store.Claim(ctx, p)
+	if err != nil || c.State != idempotency.ClaimAcquired {
+		t.Fatalf("C: %v %v", c.State, err)
+	}
+	stale := idempotency.Completion{Status: idempotency.StatusCompleted, Response: idempotency.Response{Code: 200, Body: []byte("stale")}, Retention: time.Hour}
+	if err := h.Store.Complete(ctx, a.Lease, stale); !errors.Is(err, idempotency.ErrLeaseLost) {
+		t.Fatalf("stalled holder's complete on the new record: err = %v, want ErrLeaseLost", err)
+	}
+	rec, err := h.Store.Get(ctx, r.Scope, r.Key)
+	if err != nil || rec.Status != idempotency.StatusProcessing {
+		t.Fatalf("new record changed by the stalled holder: %+v %v", rec, err)
 	}
 }
 

@@ -17,6 +17,11 @@ package pgstore
 // that transaction) and the statement returns no row; the caller then runs
 // it again and sees the committed row.
 //
+// A new record's lock version starts at a random value below 2^30 rather
+// than 0: after a record is pruned and its key claimed again, a holder that
+// stalled since before the prune must not find its old fencing token valid
+// again (a collision has odds of one in a billion).
+//
 // $3 fingerprint, $4 lock timeout (s), $5 retention (s).
 const claimSQL = `WITH existing AS (
     SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
@@ -25,7 +30,8 @@ const claimSQL = `WITH existing AS (
      WHERE idempotency_key = $1 AND user_id = $2
 ), inserted AS (
     INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
-    SELECT $1, $2, $3, 'PROCESSING', 0, now() + make_interval(secs => $4), now() + make_interval(secs => $5)
+    SELECT $1, $2, $3, 'PROCESSING', floor(random() * 1073741824)::int,
+           now() + make_interval(secs => $4), now() + make_interval(secs => $5)
      WHERE NOT EXISTS (SELECT 1 FROM existing)
     ON CONFLICT (idempotency_key, user_id) DO NOTHING
     RETURNING fingerprint, status, response_code, response_body, response_raw, lock_version,
