@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -112,5 +113,56 @@ func TestDoTxErrors(t *testing.T) {
 	}
 	if res, err := e.DoTx(ctx, trans, insertThen(trans, nil)); err != nil || res.Replayed || count() != 1 {
 		t.Fatalf("retry: %+v %v, orders %d", res, err, count())
+	}
+}
+
+// CompleteTx: the claim is visible at once (duplicates see "in progress"),
+// while the action's rows and the outcome commit together. A holder whose
+// lease was lost cannot commit its rows with an outcome.
+func TestCompleteTx(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, `CREATE TABLE orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	r := childRequest("complete-tx")
+	p := idempotency.ClaimParams{Scope: r.Scope, Key: r.Key, Fingerprint: r.Fingerprint, LockTimeout: time.Second, Retention: time.Hour}
+	a, err := b.store.Claim(ctx, p)
+	if err != nil || a.State != idempotency.ClaimAcquired {
+		t.Fatalf("claim: %v %v", a.State, err)
+	}
+	if dup, err := b.store.Claim(ctx, p); err != nil || dup.State != idempotency.ClaimInProgress {
+		t.Fatalf("duplicate: %v %v", dup.State, err)
+	}
+	finish := func(l idempotency.Lease, body string) error {
+		return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO orders (key) VALUES ($1)`, r.Key); err != nil {
+				return err
+			}
+			return b.store.CompleteTx(ctx, tx, l, idempotency.Completion{Status: idempotency.StatusCompleted,
+				Response: idempotency.Response{Code: 201, Body: []byte(body)}, Retention: time.Hour})
+		})
+	}
+	// The lease runs out and another holder takes over: the first holder's
+	// transaction must roll back, leaving no order.
+	advance(b.pool)(t, 2*time.Second)
+	c, err := b.store.Claim(ctx, p)
+	if err != nil || c.State != idempotency.ClaimReclaimed {
+		t.Fatalf("reclaim: %v %v", c.State, err)
+	}
+	if err := finish(a.Lease, "stale"); !errors.Is(err, idempotency.ErrLeaseLost) {
+		t.Fatalf("stale holder: %v", err)
+	}
+	if err := finish(c.Lease, "fresh"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("orders = %d (%v), want 1", n, err)
+	}
+	got, err := b.store.Claim(ctx, p)
+	if err != nil || got.State != idempotency.ClaimReplay || string(got.Record.Response.Body) != "fresh" {
+		t.Fatalf("replay: %v %+v %v", got.State, got.Record.Response, err)
 	}
 }

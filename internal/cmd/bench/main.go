@@ -159,13 +159,23 @@ func run() error {
 	}
 	_ = measure(2*time.Second, newKeyWorker(exec, fp, "w"))
 
+	// Each measured run starts right after a checkpoint, so that none of
+	// them pays for a checkpoint the previous one left (full-page writes,
+	// fsync storms): without it, figures on this machine swing by 2-3x.
+	checkpoint := func() {
+		if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: CHECKPOINT refused (not a superuser?); figures will be noisier:", err)
+		}
+	}
 	for r := 0; r < rounds; r++ {
 		fmt.Fprintf(os.Stderr, "round %d/%d\n", r+1, rounds)
+		checkpoint()
 		s, err := pgb.run(ctx, cycle, d)
 		if err != nil {
 			return err
 		}
 		rawCycle.samples = append(rawCycle.samples, s)
+		checkpoint()
 		sdkCycle.samples = append(sdkCycle.samples, measure(d, newKeyWorker(exec, fp, fmt.Sprintf("c%d", r))))
 		s, err = pgb.run(ctx, sel, d)
 		if err != nil {
@@ -174,6 +184,7 @@ func run() error {
 		rawRead.samples = append(rawRead.samples, s)
 		pgxRead.samples = append(pgxRead.samples, measure(d, selectWorker(pool)))
 		sdkReplay.samples = append(sdkReplay.samples, measure(d, replayWorker(exec, fp)))
+		checkpoint()
 		sdkOneTx.samples = append(sdkOneTx.samples, measure(d, oneTxWorker(exec, fp, fmt.Sprintf("t%d", r))))
 	}
 
