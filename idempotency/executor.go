@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Config configures an [Executor]. The zero value (or nil) means defaults.
@@ -35,6 +37,9 @@ type Config struct {
 	// store's clock (the database's for pgstore), never by this one.
 	// Default time.Now.
 	Clock func() time.Time
+	// MeterProvider receives the idempotency instruments (see
+	// [Metrics]). Default: a no-op provider.
+	MeterProvider metric.MeterProvider
 	// Logger receives warnings (heartbeat failures, outcomes that could not
 	// be recorded). Keys appear only as short hashes. Default: discarded.
 	Logger *slog.Logger
@@ -82,8 +87,9 @@ func (c *Config) withDefaults() (Config, error) {
 // outcome to every retry. Create one with [New]; it is safe for concurrent
 // use.
 type Executor struct {
-	store Store
-	cfg   Config
+	store   Store
+	cfg     Config
+	metrics *Metrics
 }
 
 // New returns an Executor over store. A nil cfg means defaults. It returns
@@ -96,8 +102,15 @@ func New(store Store, cfg *Config) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Executor{store: store, cfg: c}, nil
+	m, err := newMetrics(c.MeterProvider, store)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: metrics: %w", err)
+	}
+	return &Executor{store: store, cfg: c, metrics: m}, nil
 }
+
+// Metrics returns the executor's instruments.
+func (e *Executor) Metrics() *Metrics { return e.metrics }
 
 // Config returns the executor's configuration with defaults filled in.
 func (e *Executor) Config() Config { return e.cfg }
@@ -182,6 +195,7 @@ func (e *Executor) Do(ctx context.Context, req Request, action Action) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
+	e.metrics.Claim(ctx, req.Scope, claim.State)
 	if claim.State != ClaimAcquired && claim.State != ClaimReclaimed {
 		return Settle(claim)
 	}
@@ -252,8 +266,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Res
 
 	started := e.cfg.Clock()
 	resp, aerr := action(actx)
-	e.cfg.Logger.Debug("idempotency: action returned", "key", ShortHash(lease.Key),
-		"duration", e.cfg.Clock().Sub(started), "err", aerr != nil)
+	took := e.cfg.Clock().Sub(started)
 	lost := errors.Is(context.Cause(actx), ErrLeaseLost)
 	stop()
 
@@ -265,9 +278,15 @@ func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Res
 	switch {
 	case aerr == nil:
 		res.Status, res.Response = StatusCompleted, resp
+		e.metrics.Action(ctx, took, "completed")
 	case errors.As(aerr, &perm):
 		res.Status, res.Response = StatusFailed, perm.Response
+		e.metrics.Action(ctx, took, "failed")
 	default:
+		e.metrics.Action(ctx, took, "transient")
+		if lost {
+			e.metrics.LeaseLost(ctx)
+		}
 		if rerr := e.store.Release(fctx, lease); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 			e.cfg.Logger.Warn("idempotency: release failed; the lease runs out by itself", "key", ShortHash(lease.Key), "err", rerr)
 		}
@@ -279,6 +298,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Res
 
 	if cerr := e.complete(fctx, lease, Completion{Status: res.Status, Response: res.Response, Retention: e.cfg.Retention}); cerr != nil {
 		if errors.Is(cerr, ErrLeaseLost) {
+			e.metrics.LeaseLost(ctx)
 			return Result{}, fmt.Errorf("idempotency: outcome not recorded: %w", ErrLeaseLost)
 		}
 		e.cfg.Logger.Error("idempotency: outcome could not be recorded; the lease will run out and a retry re-runs the action",

@@ -63,7 +63,10 @@ type Store struct {
 	firstVersion int64
 }
 
-var _ idempotency.Store = (*Store)(nil)
+var (
+	_ idempotency.Store = (*Store)(nil)
+	_ idempotency.Sizer = (*Store)(nil)
+)
 
 type recordID struct{ scope, key string }
 
@@ -305,6 +308,14 @@ func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.records)
+}
+
+// ApproxSize is Len, exact; it implements [idempotency.Sizer].
+func (s *Store) ApproxSize(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return int64(s.Len()), nil
 }
 
 // holder returns the entry that l may act on: present, PROCESSING and at

@@ -27,7 +27,10 @@ type Store struct {
 	hits atomic.Int64
 }
 
-var _ idempotency.Store = (*Store)(nil)
+var (
+	_ idempotency.Store = (*Store)(nil)
+	_ idempotency.Sizer = (*Store)(nil)
+)
 
 // ClaimStrategy chooses how a claim reaches the database. Every strategy
 // gives the same answers under any concurrency; they differ only in cost.
@@ -373,6 +376,17 @@ func (s *Store) Get(ctx context.Context, scope, key string) (idempotency.Record,
 		rec.Response = &resp
 	}
 	return rec, nil
+}
+
+// ApproxSize estimates the records in the store from the planner's
+// statistics (pg_class.reltuples, kept current by autovacuum): no table
+// scan, whatever the table's size. It implements [idempotency.Sizer].
+func (s *Store) ApproxSize(ctx context.Context) (int64, error) {
+	var n float64
+	if err := s.pool.QueryRow(ctx, approxSizeSQL).Scan(&n); err != nil {
+		return 0, translate("size", err)
+	}
+	return int64(max(n, 0)), nil
 }
 
 // Prune implements [idempotency.Store.Prune]: one bounded batch.

@@ -129,6 +129,10 @@ const pruneSQL = `DELETE FROM idempotency_store
          LIMIT $1
            FOR UPDATE SKIP LOCKED)`
 
+// approxSizeSQL reads the planner's row estimate of the table in the
+// current schema (-1 before its first ANALYZE, read as 0).
+const approxSizeSQL = `SELECT reltuples::float8 FROM pg_class WHERE oid = 'idempotency_store'::regclass`
+
 // Statements returns the SQL that pgstore runs, by name, for audits and
 // for benchmarks that must run exactly the same statements (make bench
 // drives pgbench with them).

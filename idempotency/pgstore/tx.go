@@ -81,17 +81,23 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 	if err != nil {
 		return idempotency.Result{}, err
 	}
+	m := e.Metrics()
+	m.Claim(ctx, req.Scope, c.State)
 	if c.State != idempotency.ClaimAcquired && c.State != idempotency.ClaimReclaimed {
 		return idempotency.Settle(c)
 	}
 
+	started := cfg.Clock()
 	resp, aerr := action(ctx, tx)
+	took := cfg.Clock().Sub(started)
 	res = idempotency.Result{Lease: c.Lease, Reclaimed: c.State == idempotency.ClaimReclaimed}
 	var perm *idempotency.PermanentError
 	switch {
 	case aerr == nil:
 		res.Status, res.Response = idempotency.StatusCompleted, resp
+		m.Action(ctx, took, "completed")
 	case errors.As(aerr, &perm):
+		m.Action(ctx, took, "failed")
 		// Undo the action's writes and the claim, then record the failure
 		// on its own. A duplicate that claimed the key in between is a
 		// legitimate first execution (nothing of this one committed): its
@@ -107,6 +113,7 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 			return idempotency.Response{}, aerr
 		})
 	default:
+		m.Action(ctx, took, "transient")
 		return idempotency.Result{}, aerr
 	}
 	if err := completeAndCommit(ctx, tx, c.Lease, idempotency.Completion{Status: res.Status, Response: res.Response, Retention: cfg.Retention}); err != nil {
