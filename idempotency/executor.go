@@ -148,6 +148,38 @@ func (r Request) Validate() error {
 // action again.
 type Action func(ctx context.Context) (Response, error)
 
+// Doer runs protected actions: [Executor] and the transactional modes of
+// pgstore's Executor. The HTTP middleware works with any Doer.
+type Doer interface {
+	Do(ctx context.Context, req Request, action Action) (Result, error)
+}
+
+var _ Doer = (*Executor)(nil)
+
+type leaseKey struct{}
+
+// LeaseFromContext returns the lease of the action running with ctx, for
+// actions that record their outcome themselves (see [Recorded]).
+func LeaseFromContext(ctx context.Context) (Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(Lease)
+	return l, ok
+}
+
+// RecordedError is returned by an action that has already stored its
+// outcome under its own lease (for example with pgstore's CompleteTx, in
+// the transaction of its own writes): Do then stores nothing more.
+type RecordedError struct {
+	Status   Status
+	Response Response
+}
+
+func (e *RecordedError) Error() string { return "idempotency: outcome recorded by the action" }
+
+// Recorded reports an outcome the action already stored itself.
+func Recorded(status Status, resp Response) error {
+	return &RecordedError{Status: status, Response: resp}
+}
+
 // Result is the outcome of [Executor.Do].
 type Result struct {
 	Status   Status
@@ -229,7 +261,7 @@ func Settle(c Claim) (Result, error) {
 
 func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Result, err error) {
 	lease := claim.Lease
-	actx, cancel := context.WithCancelCause(ctx)
+	actx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, lease))
 	// Heartbeats go on while the action runs even if the request's context
 	// is cancelled: an action that ignores its context must not lose its
 	// lease to a second execution.
@@ -275,7 +307,16 @@ func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Res
 	res = Result{Lease: lease, Reclaimed: claim.State == ClaimReclaimed}
 
 	var perm *PermanentError
+	var done *RecordedError
 	switch {
+	case errors.As(aerr, &done):
+		res.Status, res.Response = done.Status, done.Response
+		if done.Status == StatusFailed {
+			e.metrics.Action(ctx, took, "failed")
+			return res, &FailedError{Response: res.Response}
+		}
+		e.metrics.Action(ctx, took, "completed")
+		return res, nil
 	case aerr == nil:
 		res.Status, res.Response = StatusCompleted, resp
 		e.metrics.Action(ctx, took, "completed")

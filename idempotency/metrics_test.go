@@ -121,7 +121,9 @@ func TestMetricsScenario(t *testing.T) {
 		}
 		return n
 	}
-	reason := func(r string) int64 { return sums[idempotency.MetricDuplicatesBlocked][attribute.NewSet(attribute.String("reason", r))] }
+	reason := func(r string) int64 {
+		return sums[idempotency.MetricDuplicatesBlocked][attribute.NewSet(attribute.String("reason", r))]
+	}
 	checks := []struct {
 		what      string
 		got, want int64

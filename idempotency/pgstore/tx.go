@@ -157,3 +157,52 @@ func completeAndCommit(ctx context.Context, tx pgx.Tx, l idempotency.Lease, c id
 	}
 	return nil
 }
+
+type txKey struct{}
+
+// TxFromContext returns the transaction of an action run by the Doer of
+// [Executor.WithTx]: the action's writes through it commit together with
+// the outcome.
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+// WithTx returns a Doer that claims like Do (the claim commits at once, so
+// duplicates see "in progress" and a crashed holder's lease runs out), and
+// runs the action in a transaction, available from [TxFromContext], in
+// which the outcome is recorded (CompleteTx) and committed with the
+// action's writes. A crash before that commit leaves no writes and an
+// orphaned claim that a retry takes over after the lock timeout.
+//
+// A [idempotency.Permanent] error rolls the action's writes back and stores
+// the failure; any other error rolls them back and releases the key.
+func (e *Executor) WithTx() idempotency.Doer { return txDoer{e} }
+
+type txDoer struct{ e *Executor }
+
+func (d txDoer) Do(ctx context.Context, req idempotency.Request, action idempotency.Action) (idempotency.Result, error) {
+	return d.e.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
+		lease, ok := idempotency.LeaseFromContext(ctx)
+		if !ok {
+			return idempotency.Response{}, errors.New("pgstore: no lease in the action's context")
+		}
+		var resp idempotency.Response
+		var aerr error
+		err := pgx.BeginFunc(ctx, d.e.store.pool, func(tx pgx.Tx) error {
+			resp, aerr = action(context.WithValue(ctx, txKey{}, tx))
+			if aerr != nil {
+				return aerr // roll back the action's writes
+			}
+			return d.e.store.CompleteTx(ctx, tx, lease, idempotency.Completion{
+				Status: idempotency.StatusCompleted, Response: resp, Retention: d.e.Config().Retention})
+		})
+		switch {
+		case aerr != nil:
+			return resp, aerr // the executor stores a permanent failure or releases the key
+		case err != nil:
+			return idempotency.Response{}, err
+		}
+		return resp, idempotency.Recorded(idempotency.StatusCompleted, resp)
+	})
+}

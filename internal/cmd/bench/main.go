@@ -8,7 +8,9 @@
 //	(c) replay: Do of an already completed key, against pgbench's
 //	    primary-key SELECT of one row of the same table;
 //	(d) one_tx: DoTx (claim, the action's insert, completion, one commit),
-//	    8 goroutines, against (a).
+//	    8 goroutines, against (a);
+//	(e) ledger: postings per second with every entry on the same two
+//	    accounts against entries on distinct accounts (ledgerbench.Run).
 //
 // It reads BENCH_DATABASE_URL (make bench starts a durable throwaway
 // cluster), BENCH_SECONDS (default 10) and BENCH_ROUNDS (default 3).
@@ -37,6 +39,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/internal/localpg"
+	"github.com/payonce/payonce/ledger/ledgerbench"
 	"github.com/payonce/payonce/migrations"
 )
 
@@ -206,6 +209,18 @@ func run() error {
 	fmt.Printf("ratio claim_complete sdk/raw=%.2f\n", sdkCycle.median().tps/rawCycle.median().tps)
 	fmt.Printf("ratio replay sdk/raw=%.2f\n", sdkReplay.median().tps/rawRead.median().tps)
 	fmt.Printf("ratio one_tx sdk/raw=%.2f\n", sdkOneTx.median().tps/rawCycle.median().tps)
+
+	// The ledger: postings on two hot accounts against distinct accounts,
+	// interleaved in rounds inside Run.
+	fmt.Fprintln(os.Stderr, "ledger hot/distinct")
+	lr, err := ledgerbench.Run(ctx, base, clients, time.Duration(rounds)*d)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	fmt.Printf("\nledger: hot %.0f postings/s (p50 %s, p99 %s); distinct %.0f postings/s (p50 %s, p99 %s)\n",
+		lr.HotPostingsPerSec, lr.HotP50.Round(time.Microsecond), lr.HotP99.Round(time.Microsecond),
+		lr.DistinctPostingsPerSec, lr.DistinctP50.Round(time.Microsecond), lr.DistinctP99.Round(time.Microsecond))
+	fmt.Printf("ratio ledger hot/distinct=%.2f\n", lr.Ratio())
 	return nil
 }
 

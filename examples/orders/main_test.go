@@ -1,0 +1,311 @@
+package main
+
+// The scenario table at the HTTP level against real PostgreSQL. Each test
+// asserts the invariant (one order per key, byte-for-byte replays,
+// refusals that change nothing), not the implementation.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/payonce/payonce/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("ORDERS_SERVE") == "1" { // the test binary as the service, for kill tests
+		if err := run(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type bundle struct {
+	srv *httptest.Server
+	url string // database
+}
+
+func setup(t *testing.T, cfg config) bundle {
+	t.Helper()
+	url := pgtest.SchemaURL(t)
+	pool := pgtest.PoolURL(t, url)
+	h, err := newServer(context.Background(), pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return bundle{srv: srv, url: url}
+}
+
+func defaults() config { return config{retention: time.Hour, lockTimeout: 5 * time.Second} }
+
+const orderBody = `{"sku": "sku_1", "qty": 2, "amount": "49.99", "currency": "EUR"}`
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func post(t *testing.T, base, user, key, body, query string) reply {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/orders"+query, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+user)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+func count(t *testing.T, base, user string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/orders/count", nil)
+	req.Header.Set("Authorization", "Bearer "+user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Count int }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Count
+}
+
+const key1 = "3f0c8a9e-5d2b-4c1a-9e7f-0123456789ab"
+
+func TestFirstRequestExecutesAndRetriesReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, defaults())
+	first := post(t, b.srv.URL, "alice", key1, orderBody, "")
+	if first.status != http.StatusCreated || first.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("first: %d %s", first.status, first.body)
+	}
+	// Same fields, other key order and whitespace: the same request.
+	again := post(t, b.srv.URL, "alice", key1, `{"currency":"EUR","amount":"49.99",  "qty":2,"sku":"sku_1"}`, "")
+	if again.status != http.StatusCreated || again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.body, first.body) {
+		t.Fatalf("replay: %d %q replayed=%q, want the first answer byte for byte", again.status, again.body, again.header.Get("Idempotent-Replayed"))
+	}
+	if again.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("replayed Content-Type = %q", again.header.Get("Content-Type"))
+	}
+	// A Structured Field string is the same key.
+	sf := post(t, b.srv.URL, "alice", `"`+key1+`"`, orderBody, "")
+	if sf.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("structured-field key: %d", sf.status)
+	}
+	if n := count(t, b.srv.URL, "alice"); n != 1 {
+		t.Fatalf("orders = %d, want 1", n)
+	}
+}
+
+func TestSameKeyOtherBodyRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, defaults())
+	post(t, b.srv.URL, "alice", key1, orderBody, "")
+	r := post(t, b.srv.URL, "alice", key1, `{"sku": "sku_1", "qty": 3, "amount": "49.99", "currency": "EUR"}`, "")
+	if r.status != http.StatusConflict || r.header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("mismatch: %d %s", r.status, r.body)
+	}
+	if bytes.Contains(r.body, []byte(key1)) || bytes.Contains(r.body, []byte("order_id")) {
+		t.Fatalf("refusal echoes the key or the stored body: %s", r.body)
+	}
+	if n := count(t, b.srv.URL, "alice"); n != 1 {
+		t.Fatalf("orders = %d, want 1", n)
+	}
+}
+
+func TestConcurrentIdenticalRequestsExecuteOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, defaults())
+	const n = 24
+	var wg sync.WaitGroup
+	statuses := make([]int, n)
+	bodies := make([][]byte, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r := post(t, b.srv.URL, "alice", key1, orderBody, "?work=100ms")
+			statuses[i], bodies[i] = r.status, r.body
+		}(i)
+	}
+	wg.Wait()
+	var created []byte
+	for i, s := range statuses {
+		switch s {
+		case http.StatusCreated:
+			if created != nil && !bytes.Equal(created, bodies[i]) {
+				t.Fatalf("two different 201 answers: %s / %s", created, bodies[i])
+			}
+			created = bodies[i]
+		case http.StatusConflict: // in progress
+		default:
+			t.Fatalf("status %d: %s", s, bodies[i])
+		}
+	}
+	if n := count(t, b.srv.URL, "alice"); n != 1 {
+		t.Fatalf("orders = %d, want 1", n)
+	}
+}
+
+func TestMissingOrMalformedKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, defaults())
+	for name, key := range map[string]string{"missing": "", "malformed": "bad key!", "unterminated": `"abc`} {
+		r := post(t, b.srv.URL, "alice", key, orderBody, "")
+		if r.status != http.StatusBadRequest || r.header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("%s key: %d %s", name, r.status, r.body)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/orders", strings.NewReader(orderBody))
+	req.Header.Set("Idempotency-Key", key1)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no scope: %d, want 401", resp.StatusCode)
+	}
+	if n := count(t, b.srv.URL, "alice"); n != 0 {
+		t.Fatalf("orders = %d, want 0", n)
+	}
+}
+
+func TestScopesNeverShareOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, defaults())
+	a := post(t, b.srv.URL, "alice", key1, orderBody, "")
+	m := post(t, b.srv.URL, "mallory", key1, orderBody, "")
+	if m.header.Get("Idempotent-Replayed") == "true" || bytes.Equal(m.body, a.body) {
+		t.Fatalf("mallory got alice's response: %d %s", m.status, m.body)
+	}
+	if count(t, b.srv.URL, "alice") != 1 {
+		t.Fatal("alice's orders changed")
+	}
+}
+
+func TestRequestAfterExpiryIsNew(t *testing.T) {
+	t.Parallel()
+	b := setup(t, config{retention: 2 * time.Second, lockTimeout: time.Second})
+	post(t, b.srv.URL, "alice", key1, orderBody, "")
+	time.Sleep(2500 * time.Millisecond)
+	r := post(t, b.srv.URL, "alice", key1, orderBody, "")
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("after expiry: %d replayed=%q", r.status, r.header.Get("Idempotent-Replayed"))
+	}
+	if n := count(t, b.srv.URL, "alice"); n != 2 {
+		t.Fatalf("orders = %d, want 2 (a new request after expiry)", n)
+	}
+}
+
+func TestBadBodyStoredAsFailedAndReplayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, defaults())
+	bad := `{"sku": "sku_1", "qty": -1, "amount": "49.99", "currency": "EUR"}`
+	first := post(t, b.srv.URL, "alice", key1, bad, "")
+	again := post(t, b.srv.URL, "alice", key1, bad, "")
+	if first.status != http.StatusBadRequest || again.status != http.StatusBadRequest ||
+		again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(first.body, again.body) {
+		t.Fatalf("4xx: first %d %s, again %d %s", first.status, first.body, again.status, again.body)
+	}
+}
+
+// The service is killed (SIGKILL) while processing; after the lock
+// timeout, a retry against a restarted service succeeds, and exactly one
+// order exists.
+func TestKilledServerRetriedAfterLockTimeout(t *testing.T) {
+	t.Parallel()
+	url := pgtest.SchemaURL(t)
+	start := func() (*exec.Cmd, string) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "ORDERS_SERVE=1", "ADDR=127.0.0.1:0", "DATABASE_URL="+url,
+			"IDEMPOTENCY_LOCK_TIMEOUT=2s", "IDEMPOTENCY_RETENTION=1h")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = io.Discard
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil {
+			t.Fatalf("service did not start: %v", err)
+		}
+		base := strings.TrimSpace(strings.TrimPrefix(line, "orders: listening on "))
+		return cmd, base
+	}
+	first, base := start()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequest(http.MethodPost, base+"/orders?work=1m", strings.NewReader(orderBody))
+		req.Header.Set("Authorization", "Bearer alice")
+		req.Header.Set("Idempotency-Key", key1)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	// Wait until the first request holds the key.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if r := post(t, base, "alice", key1, orderBody, ""); r.status == http.StatusConflict {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never held the key")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = first.Process.Signal(syscall.SIGKILL)
+	_ = first.Wait()
+	<-done
+
+	second, base2 := start()
+	defer func() { _ = second.Process.Kill(); _ = second.Wait() }()
+	sawConflict := false
+	var r reply
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		r = post(t, base2, "alice", key1, orderBody, "")
+		if r.status != http.StatusConflict {
+			break
+		}
+		sawConflict = true
+		if time.Now().After(deadline) {
+			t.Fatal("the dead holder's lease never ran out")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if r.status != http.StatusCreated || !sawConflict {
+		t.Fatalf("retry: %d %s (in progress seen before: %v)", r.status, r.body, sawConflict)
+	}
+	if n := count(t, base2, "alice"); n != 1 {
+		t.Fatalf("orders = %d, want exactly 1", n)
+	}
+}
