@@ -1,0 +1,301 @@
+package idempotency_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/memstore"
+)
+
+type mwBundle struct {
+	h     http.Handler
+	calls *atomic.Int64
+	logs  *bytes.Buffer
+}
+
+// mwSetup protects POST /items with a handler that answers what the
+// request's "status" query asks, after "sleep".
+func mwSetup(t *testing.T, mutate func(*idempotency.MiddlewareConfig)) mwBundle {
+	t.Helper()
+	exec, err := idempotency.New(memstore.New(nil), &idempotency.Config{LockTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg := idempotency.MiddlewareConfig{
+		Scope:  func(r *http.Request) string { return r.Header.Get("X-User") },
+		Routes: []idempotency.Route{{Pattern: "POST /items", Action: "createItem", Fields: []string{"name", "price"}}},
+		Logger: logger,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	mw, err := idempotency.Middleware(exec, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	mux := http.NewServeMux()
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
+			time.Sleep(d)
+		}
+		status := http.StatusCreated
+		switch r.URL.Query().Get("status") {
+		case "400":
+			status = http.StatusBadRequest
+		case "500":
+			status = http.StatusInternalServerError
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Set-Cookie", "session=secret")
+		w.Header().Set("X-Internal", "not replayed")
+		w.Header().Set("Location", "/items/1")
+		w.WriteHeader(status)
+		body, _ := io.ReadAll(r.Body)
+		_, _ = w.Write([]byte("call " + string(rune('0'+n)) + " saw " + string(body) + " \x00\xff"))
+	}
+	mux.HandleFunc("POST /items", handler)
+	mux.HandleFunc("POST /other", handler)
+	return mwBundle{h: mw(mux), calls: &calls, logs: &logs}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func do(h http.Handler, path, user, key, body string, hdr ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	if user != "" {
+		r.Header.Set("X-User", user)
+	}
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+const item = `{"name":"pen","price":"1.50","note":"ignored"}`
+
+func TestMiddlewareReplayAllowlistAndBytes(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, nil)
+	first := do(b.h, "/items", "u1", "k-1", item)
+	if first.Code != 201 || first.Header().Get("Set-Cookie") == "" {
+		t.Fatalf("first: %d %v", first.Code, first.Header())
+	}
+	// Same significant fields, other order, other insignificant field.
+	again := do(b.h, "/items", "u1", "k-1", `{"price":"1.50", "name":"pen","note":"other"}`)
+	if again.Code != 201 || again.Header().Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body.Bytes(), first.Body.Bytes()) {
+		t.Fatalf("replay: %d %q %v", again.Code, again.Body.Bytes(), again.Header())
+	}
+	if again.Header().Get("Set-Cookie") != "" || again.Header().Get("X-Internal") != "" {
+		t.Fatalf("replayed headers outside the allowlist: %v", again.Header())
+	}
+	if again.Header().Get("Location") != "/items/1" || again.Header().Get("Content-Type") != "text/plain; charset=utf-8" {
+		t.Fatalf("allowlisted headers not replayed: %v", again.Header())
+	}
+	if b.calls.Load() != 1 {
+		t.Fatalf("handler ran %d times", b.calls.Load())
+	}
+	// Unprotected route: no replay.
+	do(b.h, "/other", "u1", "k-1", item)
+	do(b.h, "/other", "u1", "k-1", item)
+	if b.calls.Load() != 3 {
+		t.Fatalf("unprotected route: handler ran %d times, want 3", b.calls.Load())
+	}
+}
+
+func TestMiddlewareStatuses(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) {
+		c.Routes[0].RequireKey = true
+		c.MaxRequestBody = 64
+	})
+	cases := []struct {
+		name, user, key, body string
+		want                  int
+	}{
+		{"no scope", "", "k", item, 401},
+		{"no key", "u1", "", item, 400},
+		{"malformed key", "u1", "a key", item, 400},
+		{"bad sf string", "u1", `"abc\q"`, item, 400},
+		{"body too large", "u1", "k-big", `{"name":"` + strings.Repeat("x", 100) + `"}`, 413},
+		{"not JSON with fields", "u1", "k-nj", "name=pen", 400},
+	}
+	for _, c := range cases {
+		w := do(b.h, "/items", c.user, c.key, c.body)
+		if w.Code != c.want || w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %s, want %d problem+json", c.name, w.Code, w.Body, c.want)
+		}
+		if c.key != "" && strings.Contains(w.Body.String(), c.key) && len(c.key) > 2 {
+			t.Errorf("%s: the problem echoes the key", c.name)
+		}
+	}
+	if b.calls.Load() != 0 {
+		t.Fatalf("refused requests ran the handler %d times", b.calls.Load())
+	}
+}
+
+func TestMiddlewareMismatch422AndInProgress(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.MismatchStatus = 422 })
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- do(b.h, "/items?sleep=300ms", "u1", "k-1", item) }()
+	time.Sleep(100 * time.Millisecond)
+	busy := do(b.h, "/items", "u1", "k-1", item)
+	if busy.Code != 409 || busy.Header().Get("Retry-After") == "" {
+		t.Fatalf("in progress: %d %v", busy.Code, busy.Header())
+	}
+	<-done
+	mm := do(b.h, "/items", "u1", "k-1", `{"name":"pen","price":"2.00"}`)
+	if mm.Code != 422 || strings.Contains(mm.Body.String(), "call") {
+		t.Fatalf("mismatch: %d %s", mm.Code, mm.Body)
+	}
+	if b.calls.Load() != 1 {
+		t.Fatalf("handler ran %d times", b.calls.Load())
+	}
+}
+
+func TestMiddlewareWaitInFlightReplays(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.WaitInFlight = 3 * time.Second })
+	var wg sync.WaitGroup
+	res := make([]*httptest.ResponseRecorder, 5)
+	for i := range res {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			res[i] = do(b.h, "/items?sleep=200ms", "u1", "k-dbl", item)
+		}(i)
+	}
+	wg.Wait()
+	for i, r := range res {
+		if r.Code != 201 || !bytes.Equal(r.Body.Bytes(), res[0].Body.Bytes()) {
+			t.Fatalf("double click %d: %d %q", i, r.Code, r.Body)
+		}
+	}
+	if b.calls.Load() != 1 {
+		t.Fatalf("handler ran %d times", b.calls.Load())
+	}
+}
+
+func TestMiddleware4xxStored5xxReleased(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, nil)
+	a := do(b.h, "/items?status=400", "u1", "k-400", item)
+	a2 := do(b.h, "/items", "u1", "k-400", item)
+	if a.Code != 400 || a2.Code != 400 || a2.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("4xx: %d then %d", a.Code, a2.Code)
+	}
+	s := do(b.h, "/items?status=500", "u1", "k-500", item)
+	s2 := do(b.h, "/items", "u1", "k-500", item)
+	if s.Code != 500 || s2.Code != 201 || s2.Header().Get("Idempotent-Replayed") != "" {
+		t.Fatalf("5xx: %d then %d (a 5xx must release the key)", s.Code, s2.Code)
+	}
+	if b.calls.Load() != 3 {
+		t.Fatalf("handler ran %d times, want 3", b.calls.Load())
+	}
+
+	stored := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.Store5xx = true })
+	do(stored.h, "/items?status=500", "u1", "k-500", item)
+	r := do(stored.h, "/items", "u1", "k-500", item)
+	if r.Code != 500 || r.Header().Get("Idempotent-Replayed") != "true" || stored.calls.Load() != 1 {
+		t.Fatalf("Store5xx: %d calls=%d", r.Code, stored.calls.Load())
+	}
+}
+
+func TestMiddlewareLogOnly(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.Mode = idempotency.LogOnly })
+	do(b.h, "/items", "u1", "k-1", item)
+	r := do(b.h, "/items", "u1", "k-1", item)
+	m := do(b.h, "/items", "u1", "k-1", `{"name":"pen","price":"9"}`)
+	if r.Code != 201 || r.Header().Get("Idempotent-Replayed") != "" || m.Code != 201 {
+		t.Fatalf("log-only must let everything through: %d %d", r.Code, m.Code)
+	}
+	if b.calls.Load() != 3 {
+		t.Fatalf("handler ran %d times, want 3", b.calls.Load())
+	}
+	logs := b.logs.String()
+	if !strings.Contains(logs, "would have replayed") || !strings.Contains(logs, "would have refused") {
+		t.Fatalf("log-only did not log what it would have blocked:\n%s", logs)
+	}
+}
+
+func TestMiddlewareStreamingPassesThrough(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, nil)
+	do(b.h, "/items", "u1", "k-s", item, "Accept", "text/event-stream")
+	do(b.h, "/items", "u1", "k-s", item, "Accept", "text/event-stream")
+	if b.calls.Load() != 2 || !strings.Contains(b.logs.String(), "passed through unprotected") {
+		t.Fatalf("streaming: calls=%d logs=%s", b.calls.Load(), b.logs)
+	}
+}
+
+// No log line carries a full key, fingerprint or body.
+func TestMiddlewareLogHygiene(t *testing.T) {
+	t.Parallel()
+	const secretKey = "k-7f3a9c1e5b2d4f60"
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.Mode = idempotency.LogOnly })
+	body := `{"name":"card-4242424242424242","price":"1.50"}`
+	do(b.h, "/items", "u1", secretKey, body)
+	do(b.h, "/items", "u1", secretKey, body)
+	do(b.h, "/items", "u1", secretKey, `{"name":"other","price":"1"}`)
+	b2 := mwSetup(t, nil)
+	do(b2.h, "/items", "u1", secretKey, body)
+	do(b2.h, "/items", "u1", secretKey, `{"name":"other","price":"1"}`)
+	all := b.logs.String() + b2.logs.String()
+	for _, secret := range []string{secretKey, "4242424242424242"} {
+		if strings.Contains(all, secret) {
+			t.Fatalf("a log line contains %q:\n%s", secret, all)
+		}
+	}
+	if all == "" {
+		t.Fatal("no log output to check")
+	}
+}
+
+func TestMiddlewareConfigErrors(t *testing.T) {
+	t.Parallel()
+	exec, _ := idempotency.New(memstore.New(nil), nil)
+	scope := func(*http.Request) string { return "u" }
+	for field, cfg := range map[string]idempotency.MiddlewareConfig{
+		"MiddlewareConfig.Scope":             {Routes: []idempotency.Route{{Pattern: "POST /a", Action: "a"}}},
+		"MiddlewareConfig.Routes":            {Scope: scope},
+		"MiddlewareConfig.Routes[0].Pattern": {Scope: scope, Routes: []idempotency.Route{{Pattern: "/a", Action: "a"}}},
+		"MiddlewareConfig.Routes[0].Action":  {Scope: scope, Routes: []idempotency.Route{{Pattern: "POST /a", Action: "create_a"}}},
+		"MiddlewareConfig.MismatchStatus":    {Scope: scope, Routes: []idempotency.Route{{Pattern: "POST /a", Action: "a"}}, MismatchStatus: 400},
+	} {
+		_, err := idempotency.Middleware(exec, cfg)
+		var ie *idempotency.InvalidError
+		if !errors.As(err, &ie) || ie.Field != field {
+			t.Errorf("%s: err = %v", field, err)
+		}
+	}
+}
