@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency/idempotencytest"
 	"github.com/payonce/payonce/internal/pgtest"
 )
 
@@ -308,4 +309,36 @@ func TestKilledServerRetriedAfterLockTimeout(t *testing.T) {
 	if n := count(t, base2, "alice"); n != 1 {
 		t.Fatalf("orders = %d, want exactly 1", n)
 	}
+}
+
+// The user-facing checker, run against this service as a user would run it
+// against theirs.
+func TestOrdersPassIdempotencyChecks(t *testing.T) {
+	t.Parallel()
+	url := pgtest.SchemaURL(t)
+	pool := pgtest.PoolURL(t, url)
+	h, err := newServer(context.Background(), pool, defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	idempotencytest.CheckHTTP(t, idempotencytest.HTTPCase{
+		Handler: h,
+		NewRequest: func(scope, key string, variant int) *http.Request {
+			body := fmt.Sprintf(`{"sku": "sku_1", "qty": %d, "amount": "49.99", "currency": "EUR"}`, variant+1)
+			r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+			r.Header.Set("Authorization", "Bearer "+scope)
+			if key != "" {
+				r.Header.Set("Idempotency-Key", key)
+			}
+			return r
+		},
+		Effects: func(scope string) int {
+			var n int
+			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE scope = $1`, scope).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		},
+		KeyRequired: true,
+	})
 }
