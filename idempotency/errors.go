@@ -102,3 +102,16 @@ func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
 
 // Unwrap returns the underlying error.
 func (e *PermanentError) Unwrap() error { return e.Err }
+
+// AbandonError marks an action's refusal to proceed: Do deletes the claim
+// (or, with a store that cannot, releases it) and returns Err.
+type AbandonError struct{ Err error }
+
+// Abandon makes Do take the claim back and return err: the request leaves
+// no record, as if it had never come.
+func Abandon(err error) error { return &AbandonError{Err: err} }
+
+func (e *AbandonError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the reason.
+func (e *AbandonError) Unwrap() error { return e.Err }

@@ -158,11 +158,23 @@ var _ Doer = (*Executor)(nil)
 
 type leaseKey struct{}
 
+type leaseValue struct {
+	lease     Lease
+	reclaimed bool
+}
+
 // LeaseFromContext returns the lease of the action running with ctx, for
 // actions that record their outcome themselves (see [Recorded]).
 func LeaseFromContext(ctx context.Context) (Lease, bool) {
-	l, ok := ctx.Value(leaseKey{}).(Lease)
-	return l, ok
+	v, ok := ctx.Value(leaseKey{}).(leaseValue)
+	return v.lease, ok
+}
+
+// ReclaimedFromContext reports whether the action running with ctx took
+// over an orphaned record (rather than claiming a new key).
+func ReclaimedFromContext(ctx context.Context) bool {
+	v, _ := ctx.Value(leaseKey{}).(leaseValue)
+	return v.reclaimed
 }
 
 // RecordedError is returned by an action that has already stored its
@@ -261,7 +273,8 @@ func Settle(c Claim) (Result, error) {
 
 func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Result, err error) {
 	lease := claim.Lease
-	actx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, lease))
+	actx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{},
+		leaseValue{lease: lease, reclaimed: claim.State == ClaimReclaimed}))
 	// Heartbeats go on while the action runs even if the request's context
 	// is cancelled: an action that ignores its context must not lose its
 	// lease to a second execution.
@@ -308,7 +321,19 @@ func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Res
 
 	var perm *PermanentError
 	var done *RecordedError
+	var abandon *AbandonError
 	switch {
+	case errors.As(aerr, &abandon):
+		var rerr error
+		if ab, ok := e.store.(Abandoner); ok {
+			rerr = ab.Abandon(fctx, lease)
+		} else {
+			rerr = e.store.Release(fctx, lease)
+		}
+		if rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+			e.cfg.Logger.Warn("idempotency: abandon failed; the lease runs out by itself", "key", ShortHash(lease.Key), "err", rerr)
+		}
+		return Result{}, abandon.Err
 	case errors.As(aerr, &done):
 		res.Status, res.Response = done.Status, done.Response
 		if done.Status == StatusFailed {

@@ -22,6 +22,7 @@ const (
 	MetricProcessingDuration    = "idempotency.processing_duration_ms"
 	MetricKeysCreatedPerUser    = "idempotency.keys_created_per_user"
 	MetricOrphanReclaims        = "idempotency.orphan_reclaims"
+	MetricRateLimited           = "idempotency.rate_limited"
 )
 
 // ScopeBuckets bounds the cardinality of the scope attribute of

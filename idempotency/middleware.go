@@ -13,6 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
 // Mode is the middleware's rollout mode.
@@ -95,6 +99,20 @@ type MiddlewareConfig struct {
 	// the key, for handlers whose 5xx may follow a side effect. Default
 	// false: a 5xx releases the key and a retry runs the handler again.
 	Store5xx bool
+	// Limiter bounds the new keys a scope may create; beyond it the answer
+	// is 429 with Retry-After, the claim is taken back (no record is left),
+	// and idempotency.rate_limited counts it. Replays are never counted.
+	// Default: a [MemLimiter] of RateLimit keys per RateWindow, counted in
+	// this process only; with several instances, pass pgstore.NewLimiter
+	// for one limit shared through the database.
+	Limiter Limiter
+	// RateLimit is the default limiter's new keys per scope per RateWindow.
+	// Default 100; a negative value turns rate limiting off.
+	RateLimit int
+	// RateWindow is the default limiter's window. Default 1 minute.
+	RateWindow time.Duration
+	// MeterProvider receives idempotency.rate_limited. Default: no-op.
+	MeterProvider metric.MeterProvider
 	// Logger receives what the middleware blocked or would have blocked
 	// (LogOnly), with keys as short hashes only. Default: discarded.
 	Logger *slog.Logger
@@ -108,12 +126,13 @@ type route struct {
 }
 
 type middleware struct {
-	exec   Doer
-	cfg    MiddlewareConfig
-	mux    *http.ServeMux
-	routes map[string]*route
-	allow  map[string]bool
-	log    *slog.Logger
+	limited metric.Int64Counter
+	exec    Doer
+	cfg     MiddlewareConfig
+	mux     *http.ServeMux
+	routes  map[string]*route
+	allow   map[string]bool
+	log     *slog.Logger
 }
 
 // Middleware returns net/http middleware that makes the configured routes
@@ -164,7 +183,30 @@ func Middleware(exec Doer, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 	case cfg.WaitInFlight < 0:
 		return nil, invalid("MiddlewareConfig.WaitInFlight", "must not be negative")
 	}
-	m := &middleware{exec: exec, cfg: cfg, mux: http.NewServeMux(), routes: map[string]*route{}, allow: map[string]bool{}, log: cfg.Logger}
+	if cfg.Limiter == nil && cfg.RateLimit >= 0 {
+		limit, window := cfg.RateLimit, cfg.RateWindow
+		if limit == 0 {
+			limit = 100
+		}
+		if window == 0 {
+			window = time.Minute
+		}
+		l, err := NewMemLimiter(limit, window, nil)
+		if err != nil {
+			return nil, invalid("MiddlewareConfig.RateWindow", "%v", reasonOf(err))
+		}
+		cfg.Limiter = l
+	}
+	mp := cfg.MeterProvider
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	limited, err := mp.Meter("github.com/payonce/payonce/idempotency").Int64Counter(MetricRateLimited,
+		metric.WithDescription("New keys refused because their scope created too many (429)."))
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: metrics: %w", err)
+	}
+	m := &middleware{limited: limited, exec: exec, cfg: cfg, mux: http.NewServeMux(), routes: map[string]*route{}, allow: map[string]bool{}, log: cfg.Logger}
 	if m.log == nil {
 		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -276,7 +318,20 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 	log := m.log.With("route", rt.Pattern, "key", ShortHash(key))
 
 	var rec *recorder
+	var limitedFor time.Duration
 	action := func(actx context.Context) (Response, error) {
+		if m.cfg.Limiter != nil && !ReclaimedFromContext(actx) {
+			ok, after, err := m.cfg.Limiter.Allow(actx, scope)
+			if err != nil {
+				return Response{}, err // transient: the key is released
+			}
+			if !ok && m.cfg.Mode == LogOnly {
+				log.Warn("idempotency: log-only: would have refused a new key: too many from this scope", "scope_bucket", ScopeBucket(scope))
+			} else if !ok {
+				limitedFor = max(after, time.Second)
+				return Response{}, Abandon(errRateLimited)
+			}
+		}
 		rec = newRecorder()
 		next.ServeHTTP(rec, r.WithContext(actx))
 		resp := rec.response(m.allow)
@@ -342,6 +397,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 			}
 			problem(w, http.StatusConflict, "request-in-progress", "A request with this key is still being processed; retry later.", max(ip.RetryAfter, time.Second))
 			return
+		case errors.Is(err, errRateLimited):
+			m.limited.Add(ctx, 1, metric.WithAttributes(attribute.String("scope_bucket", ScopeBucket(scope))))
+			log.Warn("idempotency: new key refused: too many from this scope", "scope_bucket", ScopeBucket(scope))
+			problem(w, http.StatusTooManyRequests, "too-many-keys", "Too many new requests from this caller; retry later.", limitedFor)
+			return
 		case errors.Is(err, ErrFingerprintMismatch):
 			if m.cfg.Mode == LogOnly {
 				log.Warn("idempotency: log-only: would have refused a key reused with other fields")
@@ -366,6 +426,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 }
 
 var (
+	errRateLimited = errors.New("idempotency: too many new keys from this scope")
 	errServerError = errors.New("idempotency: handler answered 5xx; key released")
 	errClientError = errors.New("idempotency: handler answered 4xx; stored as failed")
 	errNotStored   = errors.New("idempotency: response too large to store; key released")

@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -12,6 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/memstore"
@@ -297,5 +301,51 @@ func TestMiddlewareConfigErrors(t *testing.T) {
 		if !errors.As(err, &ie) || ie.Field != field {
 			t.Errorf("%s: err = %v", field, err)
 		}
+	}
+}
+
+func TestMiddlewareRateLimitsNewKeysOnly(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) {
+		c.RateLimit = 3
+		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	})
+	for i := 0; i < 3; i++ {
+		if w := do(b.h, "/items", "u1", "k-"+string(rune('a'+i)), item); w.Code != 201 {
+			t.Fatalf("key %d: %d", i, w.Code)
+		}
+	}
+	over := do(b.h, "/items", "u1", "k-d", item)
+	if over.Code != 429 || over.Header().Get("Retry-After") == "" || over.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("4th new key: %d %v", over.Code, over.Header())
+	}
+	// Replays are not new keys: still served.
+	if w := do(b.h, "/items", "u1", "k-a", item); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay under the limit: %d", w.Code)
+	}
+	// Another scope has its own budget.
+	if w := do(b.h, "/items", "u2", "k-d", item); w.Code != 201 {
+		t.Fatalf("other scope: %d", w.Code)
+	}
+	if b.calls.Load() != 4 {
+		t.Fatalf("handler ran %d times, want 4", b.calls.Load())
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var limited int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == idempotency.MetricRateLimited {
+				for _, p := range s.DataPoints {
+					limited += p.Value
+				}
+			}
+		}
+	}
+	if limited != 1 {
+		t.Fatalf("rate_limited = %d, want 1", limited)
 	}
 }

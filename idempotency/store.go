@@ -38,6 +38,16 @@ type Store interface {
 	Prune(ctx context.Context, limit int) (int, error)
 }
 
+// Abandoner is implemented by stores that can take back a claim: delete a
+// PROCESSING record held by the lease, as if it had never been claimed
+// (ErrLeaseLost, changing nothing, when the lease is not the record's
+// current one). The executor abandons a claim whose action returns an
+// error made by [Abandon], for instance when a rate limit refuses a new
+// key: the refused request leaves no record behind.
+type Abandoner interface {
+	Abandon(ctx context.Context, l Lease) error
+}
+
 // ClaimParams are the inputs of [Store.Claim].
 type ClaimParams struct {
 	Scope       string

@@ -139,8 +139,15 @@ func newServer(ctx context.Context, pool *pgxpool.Pool, cfg config) (http.Handle
 	if err != nil {
 		return nil, err
 	}
+	// 100 new keys per user per minute, counted in the database so that
+	// every instance of the service shares the limit.
+	limiter, err := pgstore.NewLimiter(pool, 100, time.Minute)
+	if err != nil {
+		return nil, err
+	}
 	protect, err := idempotency.Middleware(exec.WithTx(), idempotency.MiddlewareConfig{
-		Scope: bearer,
+		Scope:   bearer,
+		Limiter: limiter,
 		Routes: []idempotency.Route{{
 			Pattern: "POST /orders", Action: "createOrder", RequireKey: true,
 			Fields: []string{"sku", "qty", "amount", "currency"},

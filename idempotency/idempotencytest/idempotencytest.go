@@ -58,6 +58,7 @@ func Exercise(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"StalledHolderFencedAfterPrune", testStalledAfterPrune},
 		{"ScopesIsolated", testScopes},
 		{"BadInputChangesNothing", testBadInput},
+		{"AbandonLeavesNoRecord", testAbandon},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -760,6 +761,34 @@ func testBadInput(t *testing.T, h Harness) {
 		var ie *idempotency.InvalidError
 		if !errors.As(err, &ie) || ie.Field != field {
 			t.Fatalf("config %s: err = %v", field, err)
+		}
+	}
+}
+
+// A claim taken back (idempotency.Abandon, e.g. a rate limit) leaves no
+// record with a store that can delete claims, and never blocks a retry.
+func testAbandon(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	e := executor(t, h, nil)
+	r := req(t, scopeA, "abandoned", "10")
+	refused := errors.New("too many")
+	if _, err := e.Do(ctx, r, func(context.Context) (idempotency.Response, error) {
+		return idempotency.Response{}, idempotency.Abandon(refused)
+	}); !errors.Is(err, refused) {
+		t.Fatalf("err = %v", err)
+	}
+	_, err := h.Store.Get(ctx, r.Scope, r.Key)
+	if _, ok := h.Store.(idempotency.Abandoner); ok && !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("abandoned claim left a record: %v", err)
+	}
+	var c counter
+	if res, err := e.Do(ctx, r, c.action(okResponse())); err != nil || res.Replayed || c.n.Load() != 1 {
+		t.Fatalf("retry after abandon: %+v %v", res, err)
+	}
+	// Only the holder can abandon.
+	if ab, ok := h.Store.(idempotency.Abandoner); ok {
+		if err := ab.Abandon(ctx, idempotency.Lease{Scope: r.Scope, Key: r.Key, Version: -5}); !errors.Is(err, idempotency.ErrLeaseLost) {
+			t.Fatalf("abandon by a stranger: %v", err)
 		}
 	}
 }

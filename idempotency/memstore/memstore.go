@@ -64,8 +64,9 @@ type Store struct {
 }
 
 var (
-	_ idempotency.Store = (*Store)(nil)
-	_ idempotency.Sizer = (*Store)(nil)
+	_ idempotency.Store     = (*Store)(nil)
+	_ idempotency.Sizer     = (*Store)(nil)
+	_ idempotency.Abandoner = (*Store)(nil)
 )
 
 type recordID struct{ scope, key string }
@@ -232,6 +233,25 @@ func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
 		return idempotency.ErrLeaseLost
 	}
 	e.rec.LockedUntil = now
+	return nil
+}
+
+// Abandon implements [idempotency.Abandoner]: the PROCESSING record held
+// by l is deleted, as if never claimed.
+//
+// Errors: as for [Store.Release].
+func (s *Store) Abandon(ctx context.Context, l idempotency.Lease) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evict(s.clock())
+	e := s.holder(l)
+	if e == nil {
+		return idempotency.ErrLeaseLost
+	}
+	s.delete(e) // PROCESSING records are not in the expiry heap
 	return nil
 }
 

@@ -28,8 +28,9 @@ type Store struct {
 }
 
 var (
-	_ idempotency.Store = (*Store)(nil)
-	_ idempotency.Sizer = (*Store)(nil)
+	_ idempotency.Store     = (*Store)(nil)
+	_ idempotency.Sizer     = (*Store)(nil)
+	_ idempotency.Abandoner = (*Store)(nil)
 )
 
 // ClaimStrategy chooses how a claim reaches the database. Every strategy
@@ -321,6 +322,11 @@ func completeArgs(l idempotency.Lease, c idempotency.Completion) ([]any, error) 
 // Release implements [idempotency.Store.Release].
 func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
 	return fenced(ctx, s.pool, "release", releaseSQL, l.Key, l.Scope, l.Version)
+}
+
+// Abandon implements [idempotency.Abandoner].
+func (s *Store) Abandon(ctx context.Context, l idempotency.Lease) error {
+	return fenced(ctx, s.pool, "abandon", abandonSQL, l.Key, l.Scope, l.Version)
 }
 
 // Heartbeat implements [idempotency.Store.Heartbeat].

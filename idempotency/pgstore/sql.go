@@ -102,6 +102,31 @@ const releaseSQL = `UPDATE idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2
    AND status = 'PROCESSING' AND lock_version = $3`
 
+// abandonSQL deletes a claim that must not proceed, for its holder only.
+const abandonSQL = `DELETE FROM idempotency_store
+ WHERE idempotency_key = $1 AND user_id = $2
+   AND status = 'PROCESSING' AND lock_version = $3`
+
+// limitSQL counts one new key for scope $1 in the current fixed window of
+// $2 seconds (aligned on the epoch, by the database clock) unless the count
+// already reached $3. It returns whether the key was counted and the
+// seconds left in the window. One statement; the per-scope counter row is
+// locked only for the instant of this autocommit statement.
+const limitSQL = `WITH w AS (
+    SELECT date_bin(make_interval(secs => $2), now(), timestamptz 'epoch') AS start
+), counted AS (
+    INSERT INTO idempotency_rate_limits AS r (user_id, window_start, keys_created)
+    SELECT $1, w.start, 1 FROM w
+    ON CONFLICT (user_id, window_start) DO UPDATE SET keys_created = r.keys_created + 1
+     WHERE r.keys_created < $3
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM counted),
+       extract(epoch FROM (SELECT start FROM w) + make_interval(secs => $2) - now())::float8`
+
+// limitCleanupSQL drops counters of windows that ended long ago.
+const limitCleanupSQL = `DELETE FROM idempotency_rate_limits WHERE window_start < now() - make_interval(secs => $1)`
+
 // heartbeatSQL extends the holder's lease to $4 seconds from now.
 const heartbeatSQL = `UPDATE idempotency_store
    SET locked_until = now() + make_interval(secs => $4)
@@ -139,6 +164,6 @@ const approxSizeSQL = `SELECT reltuples::float8 FROM pg_class WHERE oid = 'idemp
 func Statements() map[string]string {
 	return map[string]string{
 		"claim": claimSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
-		"release": releaseSQL, "heartbeat": heartbeatSQL, "get": getSQL, "prune": pruneSQL,
+		"release": releaseSQL, "abandon": abandonSQL, "limit": limitSQL, "heartbeat": heartbeatSQL, "get": getSQL, "prune": pruneSQL,
 	}
 }
