@@ -273,16 +273,22 @@ func TestKilledServerRetriedAfterLockTimeout(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	// Wait until the first request holds the key.
+	// Wait until the first request holds the key (without claiming it
+	// ourselves: a poll that got there first would execute).
+	pool := pgtest.PoolURL(t, url)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if r := post(t, base, "alice", key1, orderBody, ""); r.status == http.StatusConflict {
+		var n int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_store WHERE status = 'PROCESSING'`).Scan(&n); err == nil && n == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the first request never held the key")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := post(t, base, "alice", key1, orderBody, ""); r.status != http.StatusConflict {
+		t.Fatalf("while the first request runs: %d %s, want 409", r.status, r.body)
 	}
 	_ = first.Process.Signal(syscall.SIGKILL)
 	_ = first.Wait()
