@@ -3,6 +3,8 @@ package idempotency
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +51,12 @@ type Route struct {
 	// field counts as null). Default: the whole canonical JSON body (or the
 	// raw bytes of a body that is not JSON).
 	Fields []string
+	// StoreHashOnly stores only the status and the SHA-256 of the body, for
+	// routes whose answers need not be replayed in full (or must not be
+	// kept, such as answers carrying personal data): a replay answers the
+	// stored status, an empty body and the header Idempotent-Body-Sha256.
+	// Default false: the full response is stored.
+	StoreHashOnly bool
 	// Fingerprint, when set, replaces Fields: it computes the fingerprint
 	// from the request and its body (already read; r.Body must not be
 	// read). An error answers 400 with its message.
@@ -335,6 +343,10 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		rec = newRecorder()
 		next.ServeHTTP(rec, r.WithContext(actx))
 		resp := rec.response(m.allow)
+		if rt.StoreHashOnly {
+			sum := sha256.Sum256(resp.Body)
+			resp = Response{Code: resp.Code, Header: http.Header{"Idempotent-Body-Sha256": {hex.EncodeToString(sum[:])}}}
+		}
 		switch {
 		case int64(len(rec.body.Bytes())) > m.cfg.MaxStoredResponse:
 			log.Warn("idempotency: response too large to store; key released", "bytes", rec.body.Len())

@@ -3,6 +3,8 @@ package idempotency_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -181,6 +183,9 @@ func TestMiddlewareMismatch422AndInProgress(t *testing.T) {
 	if mm.Code != 422 || strings.Contains(mm.Body.String(), "call") {
 		t.Fatalf("mismatch: %d %s", mm.Code, mm.Body)
 	}
+	if want := sha256.Sum256(first.Body.Bytes()); sum != hex.EncodeToString(want[:]) {
+		t.Fatalf("Idempotent-Body-Sha256 = %s, want the SHA-256 of the first body", sum)
+	}
 	if b.calls.Load() != 1 {
 		t.Fatalf("handler ran %d times", b.calls.Load())
 	}
@@ -203,6 +208,9 @@ func TestMiddlewareWaitInFlightReplays(t *testing.T) {
 		if r.Code != 201 || !bytes.Equal(r.Body.Bytes(), res[0].Body.Bytes()) {
 			t.Fatalf("double click %d: %d %q", i, r.Code, r.Body)
 		}
+	}
+	if want := sha256.Sum256(first.Body.Bytes()); sum != hex.EncodeToString(want[:]) {
+		t.Fatalf("Idempotent-Body-Sha256 = %s, want the SHA-256 of the first body", sum)
 	}
 	if b.calls.Load() != 1 {
 		t.Fatalf("handler ran %d times", b.calls.Load())
@@ -347,5 +355,25 @@ func TestMiddlewareRateLimitsNewKeysOnly(t *testing.T) {
 	}
 	if limited != 1 {
 		t.Fatalf("rate_limited = %d, want 1", limited)
+	}
+}
+
+func TestMiddlewareStoreHashOnly(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.Routes[0].StoreHashOnly = true })
+	first := do(b.h, "/items", "u1", "k-h", item)
+	again := do(b.h, "/items", "u1", "k-h", item)
+	if first.Code != 201 || len(first.Body.Bytes()) == 0 {
+		t.Fatalf("first: %d %q", first.Code, first.Body)
+	}
+	sum := again.Header().Get("Idempotent-Body-Sha256")
+	if again.Code != 201 || again.Body.Len() != 0 || len(sum) != 64 || again.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("hash-only replay: %d %q %v", again.Code, again.Body, again.Header())
+	}
+	if want := sha256.Sum256(first.Body.Bytes()); sum != hex.EncodeToString(want[:]) {
+		t.Fatalf("Idempotent-Body-Sha256 = %s, want the SHA-256 of the first body", sum)
+	}
+	if b.calls.Load() != 1 {
+		t.Fatalf("handler ran %d times", b.calls.Load())
 	}
 }
