@@ -183,9 +183,6 @@ func TestMiddlewareMismatch422AndInProgress(t *testing.T) {
 	if mm.Code != 422 || strings.Contains(mm.Body.String(), "call") {
 		t.Fatalf("mismatch: %d %s", mm.Code, mm.Body)
 	}
-	if want := sha256.Sum256(first.Body.Bytes()); sum != hex.EncodeToString(want[:]) {
-		t.Fatalf("Idempotent-Body-Sha256 = %s, want the SHA-256 of the first body", sum)
-	}
 	if b.calls.Load() != 1 {
 		t.Fatalf("handler ran %d times", b.calls.Load())
 	}
@@ -208,9 +205,6 @@ func TestMiddlewareWaitInFlightReplays(t *testing.T) {
 		if r.Code != 201 || !bytes.Equal(r.Body.Bytes(), res[0].Body.Bytes()) {
 			t.Fatalf("double click %d: %d %q", i, r.Code, r.Body)
 		}
-	}
-	if want := sha256.Sum256(first.Body.Bytes()); sum != hex.EncodeToString(want[:]) {
-		t.Fatalf("Idempotent-Body-Sha256 = %s, want the SHA-256 of the first body", sum)
 	}
 	if b.calls.Load() != 1 {
 		t.Fatalf("handler ran %d times", b.calls.Load())
