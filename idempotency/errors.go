@@ -19,6 +19,10 @@ var (
 	// ErrLeaseLost: the caller's lease is no longer the record's current
 	// one (the key was reclaimed by another processor); nothing was changed.
 	ErrLeaseLost = errors.New("idempotency: lease lost to another processor")
+	// ErrForeignKey: the key belongs to another scope (see
+	// ClaimParams.RefuseForeign). Nothing was changed; tell the caller
+	// "not found", never whose it is.
+	ErrForeignKey = errors.New("idempotency: no such key in this scope")
 	// ErrNotFound: no record for this scope and key.
 	ErrNotFound = errors.New("idempotency: record not found")
 	// ErrFailed: the key's stored outcome is a permanent failure. Returned

@@ -127,6 +127,11 @@ type Request struct {
 	// Fingerprint covers the request's significant fields (see
 	// [NewFingerprint]).
 	Fingerprint Fingerprint
+	// RefuseForeign answers ErrForeignKey, changing nothing, when the key
+	// has no record in Scope but a live one in another scope (for keys
+	// that do not contain their scope, as the HTTP middleware's). Default
+	// false.
+	RefuseForeign bool
 }
 
 // Validate checks the request; errors are *InvalidError naming the field.
@@ -215,6 +220,8 @@ type Result struct {
 //   - ErrFingerprintMismatch: the key was used with other significant
 //     fields; nothing was changed.
 //   - ErrExpired: the key expired and the policy refuses it.
+//   - ErrForeignKey: req.RefuseForeign is set and the key is another
+//     scope's; nothing was changed.
 //   - *FailedError (ErrFailed): the outcome is a stored permanent failure,
 //     from this execution (wrapping the action's error) or replayed.
 //   - ErrLeaseLost: the action ran but another processor reclaimed the key
@@ -235,6 +242,7 @@ func (e *Executor) Do(ctx context.Context, req Request, action Action) (Result, 
 	claim, err := e.store.Claim(ctx, ClaimParams{
 		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
 		LockTimeout: e.cfg.LockTimeout, Retention: e.cfg.Retention, Expired: e.cfg.Expired,
+		RefuseForeign: req.RefuseForeign,
 	})
 	if err != nil {
 		return Result{}, err
@@ -267,6 +275,8 @@ func Settle(c Claim) (Result, error) {
 		return Result{}, ErrFingerprintMismatch
 	case ClaimExpired:
 		return Result{}, ErrExpired
+	case ClaimForeign:
+		return Result{}, ErrForeignKey
 	}
 	return Result{}, fmt.Errorf("idempotency: Settle of a %s claim", c.State)
 }

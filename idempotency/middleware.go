@@ -299,7 +299,12 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		problem(w, http.StatusBadRequest, "idempotency-key-malformed", "The "+m.cfg.KeyHeader+" header is malformed: "+reasonOf(err), 0)
 		return
 	}
-	key, _ := ComposeKey(scope, rt.Action, intent)
+	// The stored key is the action and the client's key; the scope is the
+	// record's other primary-key column (user_id). So the same client key
+	// under two scopes is two records, and a key that exists only under
+	// another scope is found by the claim itself, through the primary
+	// key's leading column, and answered 404 without a second round trip.
+	key := rt.Action + "_" + intent
 
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.MaxRequestBody+1))
 	if err != nil {
@@ -322,7 +327,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 		problem(w, http.StatusBadRequest, "request-invalid", reasonOf(err), 0)
 		return
 	}
-	req := Request{Scope: scope, Key: key, Fingerprint: fp}
+	req := Request{Scope: scope, Key: key, Fingerprint: fp, RefuseForeign: true}
 	log := m.log.With("route", rt.Pattern, "key", ShortHash(key))
 
 	var rec *recorder
@@ -422,6 +427,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, ne
 			}
 			log.Warn("idempotency: key reused with other fields; refused")
 			problem(w, m.cfg.MismatchStatus, "idempotency-key-reused", "This key was already used with a different request.", 0)
+			return
+		case errors.Is(err, ErrForeignKey):
+			// Never 403, never the other scope's answer: as if it did not exist.
+			log.Warn("idempotency: key of another scope refused")
+			problem(w, http.StatusNotFound, "idempotency-key-unknown", "No request with this key exists for this caller.", 0)
 			return
 		case errors.Is(err, ErrExpired):
 			problem(w, http.StatusUnprocessableEntity, "idempotency-key-expired", "This key has expired; use a new key.", 0)

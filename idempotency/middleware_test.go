@@ -371,3 +371,22 @@ func TestMiddlewareStoreHashOnly(t *testing.T) {
 		t.Fatalf("handler ran %d times", b.calls.Load())
 	}
 }
+
+// A key that exists only under another scope answers 404: never 403, never
+// that scope's response, and nothing runs or is stored.
+func TestMiddlewareForeignKey404(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, nil)
+	first := do(b.h, "/items", "u1", "k-shared", item)
+	other := do(b.h, "/items", "u2", "k-shared", item)
+	if other.Code != 404 || other.Header().Get("Content-Type") != "application/problem+json" ||
+		strings.Contains(other.Body.String(), " saw ") || other.Header().Get("Location") != "" {
+		t.Fatalf("other scope: %d %q %v", other.Code, other.Body, other.Header())
+	}
+	if b.calls.Load() != 1 {
+		t.Fatalf("handler ran %d times", b.calls.Load())
+	}
+	if again := do(b.h, "/items", "u1", "k-shared", item); !bytes.Equal(again.Body.Bytes(), first.Body.Bytes()) {
+		t.Fatal("the owner's replay changed")
+	}
+}

@@ -60,6 +60,12 @@ type ClaimParams struct {
 	Retention time.Duration
 	// Expired says what a claim of an expired record does.
 	Expired ExpiredPolicy
+	// RefuseForeign refuses (ClaimForeign) a key that this scope has no
+	// record of but another scope has a live one: the key is someone
+	// else's, and this scope learns nothing about it. Decided in the same
+	// round trip as the claim. Default false: scopes never see each other
+	// at all.
+	RefuseForeign bool
 }
 
 // ExpiredPolicy says what happens to a request whose key's record has
@@ -96,6 +102,9 @@ const (
 	ClaimMismatch
 	// ClaimExpired: the record expired and the policy is ExpiredRefused.
 	ClaimExpired
+	// ClaimForeign: RefuseForeign was set and the key belongs to another
+	// scope only. Nothing was changed.
+	ClaimForeign
 )
 
 func (s ClaimState) String() string {
@@ -112,6 +121,8 @@ func (s ClaimState) String() string {
 		return "mismatch"
 	case ClaimExpired:
 		return "expired"
+	case ClaimForeign:
+		return "foreign"
 	}
 	return "unknown"
 }

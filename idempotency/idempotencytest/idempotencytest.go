@@ -59,6 +59,7 @@ func Exercise(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ScopesIsolated", testScopes},
 		{"BadInputChangesNothing", testBadInput},
 		{"AbandonLeavesNoRecord", testAbandon},
+		{"ForeignKeyRefused", testForeign},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -790,6 +791,45 @@ func testAbandon(t *testing.T, h Harness) {
 		if err := ab.Abandon(ctx, idempotency.Lease{Scope: r.Scope, Key: r.Key, Version: -5}); !errors.Is(err, idempotency.ErrLeaseLost) {
 			t.Fatalf("abandon by a stranger: %v", err)
 		}
+	}
+}
+
+// With RefuseForeign, a key that exists only under another scope is
+// refused and nothing is stored; without it, scopes never see each other.
+func testForeign(t *testing.T, h Harness) {
+	ctx := ctxT(t)
+	e := executor(t, h, &idempotency.Config{Retention: time.Hour})
+	const k = "createOrder_client-key-1"
+	var c counter
+	a := idempotency.Request{Scope: scopeA, Key: k, Fingerprint: fp(t, "1"), RefuseForeign: true}
+	if _, err := e.Do(ctx, a, c.action(idempotency.Response{Code: 201, Body: []byte("A's order")})); err != nil {
+		t.Fatal(err)
+	}
+	b := idempotency.Request{Scope: scopeB, Key: k, Fingerprint: fp(t, "1"), RefuseForeign: true}
+	res, err := e.Do(ctx, b, c.action(okResponse()))
+	if !errors.Is(err, idempotency.ErrForeignKey) || bytes.Contains([]byte(err.Error()), []byte("A's order")) || res.Response.Body != nil {
+		t.Fatalf("foreign key: %+v %v", res, err)
+	}
+	if _, err := h.Store.Get(ctx, scopeB, k); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("a refused foreign key stored a record: %v", err)
+	}
+	// A's own retries still replay.
+	if res, err := e.Do(ctx, a, c.action(okResponse())); err != nil || !res.Replayed {
+		t.Fatalf("A's retry: %+v %v", res, err)
+	}
+	// Without RefuseForeign, B's record is its own.
+	b.RefuseForeign = false
+	if res, err := e.Do(ctx, b, c.action(okResponse())); err != nil || res.Replayed {
+		t.Fatalf("B without RefuseForeign: %+v %v", res, err)
+	}
+	if c.n.Load() != 2 {
+		t.Fatalf("executions = %d, want 2", c.n.Load())
+	}
+	// Once A's record expired, the key is nobody's.
+	h.Advance(t, 2*time.Hour)
+	cReq := idempotency.Request{Scope: "usr_C3", Key: k, Fingerprint: fp(t, "1"), RefuseForeign: true}
+	if _, err := e.Do(ctx, cReq, c.action(okResponse())); err != nil {
+		t.Fatalf("after the other scopes' records expired: %v", err)
 	}
 }
 

@@ -53,6 +53,9 @@ type Store struct {
 
 	mu      sync.Mutex
 	records map[recordID]*entry
+	// scopes lists the scopes holding a record of each key, so that a
+	// claim with RefuseForeign finds another scope's record directly.
+	scopes map[string]map[string]struct{}
 	// expiry holds exactly the COMPLETED and FAILED records, soonest
 	// expiry first. PROCESSING records never expire, so they are not in it.
 	expiry expiryHeap
@@ -89,6 +92,7 @@ func New(cfg *Config) *Store {
 		maxRecords: cfg.MaxRecords,
 		evictAfter: cfg.EvictAfter,
 		records:    make(map[recordID]*entry),
+		scopes:     make(map[string]map[string]struct{}),
 	}
 	if s.clock == nil {
 		s.clock = time.Now
@@ -133,12 +137,19 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 
 	id := recordID{p.Scope, p.Key}
 	e, ok := s.records[id]
+	if !ok && p.RefuseForeign && s.foreign(p.Scope, p.Key, now) {
+		return idempotency.Claim{State: idempotency.ClaimForeign}, nil
+	}
 	if !ok {
 		if s.maxRecords > 0 && len(s.records) >= s.maxRecords && s.prune(now, 1) == 0 {
 			return idempotency.Claim{}, idempotency.ErrStoreFull
 		}
 		e = &entry{slot: -1, rec: fresh(p, now, s.firstVersion)}
 		s.records[id] = e
+		if s.scopes[p.Key] == nil {
+			s.scopes[p.Key] = map[string]struct{}{}
+		}
+		s.scopes[p.Key][p.Scope] = struct{}{}
 		return acquired(idempotency.ClaimAcquired, &e.rec), nil
 	}
 
@@ -368,8 +379,26 @@ func (s *Store) evict(now time.Time) {
 	s.prune(now.Add(-s.evictAfter), evictBatch)
 }
 
+// foreign reports whether another scope holds a live record of key.
+func (s *Store) foreign(scope, key string, now time.Time) bool {
+	for other := range s.scopes[key] {
+		e := s.records[recordID{other, key}]
+		if other != scope && e != nil &&
+			(e.rec.Status == idempotency.StatusProcessing || now.Before(e.rec.ExpiresAt)) {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Store) delete(e *entry) {
 	delete(s.records, recordID{e.rec.Scope, e.rec.Key})
+	if set := s.scopes[e.rec.Key]; set != nil {
+		delete(set, e.rec.Scope)
+		if len(set) == 0 {
+			delete(s.scopes, e.rec.Key)
+		}
+	}
 	s.firstVersion = max(s.firstVersion, e.rec.LockVersion+1)
 }
 

@@ -161,7 +161,7 @@ func (s *Store) claim(ctx context.Context, db dbtx, p idempotency.ClaimParams) (
 	readFirst := s.readFirst()
 	for round := 0; round < maxClaimRounds; round++ {
 		var (
-			isNew            bool
+			isNew, isForeign bool
 			fp, status       string
 			code             *int32
 			meta, raw        []byte
@@ -169,7 +169,7 @@ func (s *Store) claim(ctx context.Context, db dbtx, p idempotency.ClaimParams) (
 			lockedUntil      *time.Time
 			expiresAt, dbNow time.Time
 		)
-		dest := []any{&isNew, &fp, &status, &code, &meta, &raw, &version, &lockedUntil, &expiresAt, &dbNow}
+		dest := []any{&isNew, &fp, &status, &code, &meta, &raw, &version, &lockedUntil, &expiresAt, &dbNow, &isForeign}
 		err := pgx.ErrNoRows
 		if readFirst {
 			err = db.QueryRow(ctx, readSQL, p.Key, p.Scope).Scan(dest...)
@@ -178,13 +178,16 @@ func (s *Store) claim(ctx context.Context, db dbtx, p idempotency.ClaimParams) (
 			}
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = db.QueryRow(ctx, claimSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS).Scan(dest...)
+			err = db.QueryRow(ctx, claimSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, p.RefuseForeign).Scan(dest...)
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // lost the insert race to a claim that committed after our snapshot
 		}
 		if err != nil {
 			return idempotency.Claim{}, translate("claim", err)
+		}
+		if isForeign {
+			return idempotency.Claim{State: idempotency.ClaimForeign}, nil
 		}
 		s.observe(!isNew)
 		expired := !expiresAt.After(dbNow)

@@ -22,30 +22,44 @@ package pgstore
 // stalled since before the prune must not find its old fencing token valid
 // again (a collision has odds of one in a billion).
 //
-// $3 fingerprint, $4 lock timeout (s), $5 retention (s).
+// With $6 (refuse foreign keys) set, a key that this scope has no record of
+// but another scope has a live one is neither inserted nor revealed: the
+// statement returns one row with is_foreign set, found through the primary
+// key's leading column (idempotency_key) in the same round trip.
+//
+// $3 fingerprint, $4 lock timeout (s), $5 retention (s), $6 refuse foreign.
 const claimSQL = `WITH existing AS (
     SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
-           locked_until, expires_at, now() AS db_now
+           locked_until, expires_at, now() AS db_now, false AS is_foreign
       FROM idempotency_store
      WHERE idempotency_key = $1 AND user_id = $2
+), foreign_scope AS (
+    SELECT 1
+      FROM idempotency_store
+     WHERE $6 AND idempotency_key = $1 AND user_id <> $2
+       AND (status = 'PROCESSING' OR expires_at > now())
+       AND NOT EXISTS (SELECT 1 FROM existing)
+     LIMIT 1
 ), inserted AS (
     INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
     SELECT $1, $2, $3, 'PROCESSING', floor(random() * 1073741824)::int,
            now() + make_interval(secs => $4), now() + make_interval(secs => $5)
-     WHERE NOT EXISTS (SELECT 1 FROM existing)
+     WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM foreign_scope)
     ON CONFLICT (idempotency_key, user_id) DO NOTHING
     RETURNING fingerprint, status, response_code, response_body, response_raw, lock_version,
-              locked_until, expires_at, now() AS db_now
+              locked_until, expires_at, now() AS db_now, false AS is_foreign
 )
 SELECT true AS is_new, * FROM inserted
 UNION ALL
-SELECT false, * FROM existing`
+SELECT false, * FROM existing
+UNION ALL
+SELECT false, repeat('0', 64), 'PROCESSING', NULL, NULL, NULL, 0, NULL, now(), now(), true FROM foreign_scope`
 
 // readSQL is the read-first half of a claim (see ClaimReadFirst): a plain
 // primary-key SELECT with the same columns as claimSQL, so that a replay
 // costs what a read costs. When it finds nothing, claimSQL follows.
 const readSQL = `SELECT false AS is_new, fingerprint, status, response_code, response_body, response_raw, lock_version,
-       locked_until, expires_at, now() AS db_now
+       locked_until, expires_at, now() AS db_now, false AS is_foreign
   FROM idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2`
 
