@@ -60,6 +60,53 @@
 // downstream with a key derived from the same key (as payonce's payments do
 // with the providers' idempotency keys).
 //
+// # HTTP
+//
+// [Middleware] protects net/http routes: the key comes from the
+// Idempotency-Key header (a bare token or a Structured Field string), the
+// scope from the caller's authentication, the fingerprint from the method,
+// the route and the significant JSON fields. The answers:
+//
+//	first request                      the handler's own
+//	replay                             the stored status, allowlisted headers and body,
+//	                                   byte for byte, with Idempotent-Replayed: true
+//	same key, still processing         409 with Retry-After (or wait and replay: WaitInFlight)
+//	same key, other significant fields 409 (or 422: MismatchStatus)
+//	key missing where required         400
+//	malformed key                      400
+//	key of another scope               404, never 403, never that scope's answer
+//	too many new keys from one scope   429 with Retry-After (Limiter; pgstore.Limiter is shared)
+//	body over MaxRequestBody           413
+//
+// Errors are application/problem+json (RFC 9457) and never echo a key, a
+// fingerprint or a stored body. 2xx and 4xx answers are stored (4xx as
+// FAILED); a 5xx or a panic releases the key so that a retry runs again.
+// Mode LogOnly records keys and logs what would have been blocked while
+// letting every request through, for a safe rollout. Stored answers can be
+// sealed at rest with [Encrypted], or reduced to a status and a body hash
+// per route (Route.StoreHashOnly).
+//
+// How the 404 is decided in one round trip: the middleware stores the key
+// as "{action}_{client key}" with the scope in the record's other primary
+// key column (user_id), so the claim statement finds a live record of the
+// same key under another scope through the primary key's leading column,
+// in the same statement that would insert it (ClaimParams.RefuseForeign).
+//
+// # Metrics
+//
+// With Config.MeterProvider set, the executor records the instruments
+// named by the Metric constants (idempotency.duplicates_blocked,
+// idempotency.lock_timeouts, idempotency.fingerprint_mismatches,
+// idempotency.store_size, idempotency.processing_duration_ms,
+// idempotency.keys_created_per_user with scopes hashed into 64 buckets,
+// idempotency.orphan_reclaims); deploy/monitoring holds alert rules for
+// them.
+//
+// # Logs
+//
+// No log line carries a full key, fingerprint or body: keys appear as
+// [ShortHash] prefixes, enough to correlate lines.
+//
 // # Stores
 //
 // Package pgstore is the production store on PostgreSQL; package memstore
