@@ -183,8 +183,9 @@ func validKeyID(id string) bool {
 // before it reaches inner, and opens it again on [Store.Claim] and
 // [Store.Get]. It works with every Store, and so under [Executor], the
 // HTTP middleware and anything else that takes a Store. The returned Store
-// implements [Sizer] exactly when inner does (delegating to it), so the
-// idempotency.store_size gauge is kept. Encrypted panics with an
+// implements [Sizer] and [Abandoner] exactly when inner does, delegating to
+// it, so the idempotency.store_size gauge and abandoned claims behave as
+// without encryption. Encrypted panics with an
 // *InvalidError when inner or kr is nil.
 //
 // # Encryption at rest
@@ -220,13 +221,15 @@ func validKeyID(id string) bool {
 // the envelope's magic prefix is returned as it was stored. (A plaintext
 // body stored before that happened to start with the 4-byte prefix would
 // fail with ErrUndecryptable rather than be replayed; no text body can,
-// since 0xff never occurs in UTF-8.) Turning it off is not: the inner store
-// alone would replay envelopes as bodies, so keep the wrapper until every
-// sealed record has expired.
+// since 0xff never occurs in UTF-8.) Authentication covers sealed
+// responses only: as long as unsealed ones are accepted, whoever can write
+// the table can still plant one. Turning encryption off is not safe: the
+// inner store alone would replay envelopes as bodies, so keep the wrapper
+// until every sealed record has expired.
 //
-// Only what goes through the returned Store is sealed: writes made on the
-// inner store directly (pgstore's Executor.DoTx and Store.CompleteTx) are
-// not.
+// Only what goes through the returned Store is sealed. pgstore.NewExecutor
+// (Do, DoTx, WithTx) and pgstore's Store.CompleteTx work on the
+// *pgstore.Store itself: the responses they store are not sealed.
 func Encrypted(inner Store, kr *Keyring) Store {
 	if inner == nil {
 		panic(invalid("inner", "nil Store"))
@@ -235,8 +238,28 @@ func Encrypted(inner Store, kr *Keyring) Store {
 		panic(invalid("kr", "nil or empty Keyring: build it with NewKeyring or ParseKeyring"))
 	}
 	s := &encryptedStore{inner: inner, kr: kr}
-	if sizer, ok := inner.(Sizer); ok {
-		return encryptedSizer{s, sizer}
+	// The optional interfaces pass through as they are: neither touches a
+	// stored response (Abandon deletes a PROCESSING record, which has
+	// none). A type assertion on the result tells the truth about inner.
+	sizer, isSizer := inner.(Sizer)
+	abandoner, isAbandoner := inner.(Abandoner)
+	switch {
+	case isSizer && isAbandoner:
+		return struct {
+			*encryptedStore
+			Sizer
+			Abandoner
+		}{s, sizer, abandoner}
+	case isSizer:
+		return struct {
+			*encryptedStore
+			Sizer
+		}{s, sizer}
+	case isAbandoner:
+		return struct {
+			*encryptedStore
+			Abandoner
+		}{s, abandoner}
 	}
 	return s
 }
@@ -246,21 +269,7 @@ type encryptedStore struct {
 	kr    *Keyring
 }
 
-// encryptedSizer is an encryptedStore over a Sizer.
-type encryptedSizer struct {
-	*encryptedStore
-	sizer Sizer
-}
-
-var (
-	_ Store = (*encryptedStore)(nil)
-	_ Sizer = encryptedSizer{}
-)
-
-// ApproxSize implements [Sizer] by asking the inner store.
-func (s encryptedSizer) ApproxSize(ctx context.Context) (int64, error) {
-	return s.sizer.ApproxSize(ctx)
-}
+var _ Store = (*encryptedStore)(nil)
 
 func (s *encryptedStore) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	c, err := s.inner.Claim(ctx, p)
@@ -389,8 +398,9 @@ func additionalData(header []byte, scope, key string, status Status, code int) [
 }
 
 // The plaintext: a flags byte, the header (its number of names, then per
-// name in sorted order: the name, its number of values and the values; each
-// string length-prefixed), and the body as the rest.
+// name in sorted order: the name, its number of values plus one, or 0 for
+// nil, and the values; each string length-prefixed), and the body as the
+// rest.
 const (
 	plainHasHeader = 1 << 0 // Header was not nil
 	plainHasBody   = 1 << 1 // Body was not nil
@@ -416,8 +426,13 @@ func encodePlain(r Response) []byte {
 	b = binary.AppendUvarint(b, uint64(len(r.Header)))
 	for _, name := range slices.Sorted(maps.Keys(r.Header)) {
 		b = appendBytes(b, name)
-		b = binary.AppendUvarint(b, uint64(len(r.Header[name])))
-		for _, v := range r.Header[name] {
+		values := r.Header[name]
+		if values == nil {
+			b = append(b, 0)
+			continue
+		}
+		b = binary.AppendUvarint(b, uint64(len(values))+1)
+		for _, v := range values {
 			b = appendBytes(b, v)
 		}
 	}
@@ -469,9 +484,14 @@ func decodePlain(b []byte) (http.Header, []byte, error) {
 			return nil, nil, errMalformedPlain
 		}
 		count, ok := next()
-		if !ok || count > uint64(len(b)) {
+		if !ok || count > uint64(len(b))+1 {
 			return nil, nil, errMalformedPlain
 		}
+		if count == 0 {
+			h[name] = nil
+			continue
+		}
+		count--
 		values := make([]string, 0, count)
 		for range count {
 			v, ok := str()
