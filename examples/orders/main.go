@@ -51,6 +51,8 @@ type config struct {
 	databaseURL string
 	retention   time.Duration
 	lockTimeout time.Duration
+	// wrap, when set, wraps the idempotency Doer (tests inject faults).
+	wrap func(idempotency.Doer) idempotency.Doer
 }
 
 func configFromEnv() (config, error) {
@@ -145,7 +147,11 @@ func newServer(ctx context.Context, pool *pgxpool.Pool, cfg config) (http.Handle
 	if err != nil {
 		return nil, err
 	}
-	protect, err := idempotency.Middleware(exec.WithTx(), idempotency.MiddlewareConfig{
+	var doer idempotency.Doer = exec.WithTx()
+	if cfg.wrap != nil {
+		doer = cfg.wrap(doer)
+	}
+	protect, err := idempotency.Middleware(doer, idempotency.MiddlewareConfig{
 		Scope:   bearer,
 		Limiter: limiter,
 		Routes: []idempotency.Route{{

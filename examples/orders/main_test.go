@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/idempotencytest"
 	"github.com/payonce/payonce/internal/pgtest"
 )
@@ -324,12 +325,25 @@ func TestOrdersPassIdempotencyChecks(t *testing.T) {
 	t.Parallel()
 	url := pgtest.SchemaURL(t)
 	pool := pgtest.PoolURL(t, url)
-	h, err := newServer(context.Background(), pool, defaults())
-	if err != nil {
+	// Build hands the checker's fault-injecting Doer to the service, so
+	// that it also checks that an order is undone with an unrecorded outcome.
+	var inner idempotency.Doer
+	capture := defaults()
+	capture.wrap = func(d idempotency.Doer) idempotency.Doer { inner = d; return d }
+	if _, err := newServer(context.Background(), pool, capture); err != nil {
 		t.Fatal(err)
 	}
 	idempotencytest.CheckHTTP(t, idempotencytest.HTTPCase{
-		Handler: h,
+		Doer: inner,
+		Build: func(d idempotency.Doer) http.Handler {
+			cfg := defaults()
+			cfg.wrap = func(idempotency.Doer) idempotency.Doer { return d }
+			h, err := newServer(context.Background(), pool, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return h
+		},
 		NewRequest: func(scope, key string, variant int) *http.Request {
 			body := fmt.Sprintf(`{"sku": "sku_1", "qty": %d, "amount": "49.99", "currency": "EUR"}`, variant+1)
 			r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))

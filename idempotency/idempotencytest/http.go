@@ -2,20 +2,55 @@ package idempotencytest
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/payonce/payonce/idempotency"
 )
+
+// faultyDoer fails the recording of the next outcome, after the handler
+// ran, as a lost connection at commit would.
+type faultyDoer struct {
+	inner    idempotency.Doer
+	failNext atomic.Bool
+}
+
+var errInjected = errors.New("idempotencytest: injected failure: the outcome could not be recorded")
+
+func (f *faultyDoer) Do(ctx context.Context, req idempotency.Request, action idempotency.Action) (idempotency.Result, error) {
+	return f.inner.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
+		resp, err := action(ctx)
+		if err == nil && f.failNext.CompareAndSwap(true, false) {
+			return idempotency.Response{}, errInjected
+		}
+		return resp, err
+	})
+}
 
 // HTTPCase describes a handler under test for [CheckHTTP]: your handler,
 // already wrapped by the idempotency middleware as you serve it.
 type HTTPCase struct {
-	// Handler is the protected handler (middleware included). Required.
+	// Handler is the protected handler (middleware included). Required
+	// unless Build is set.
 	Handler http.Handler
+	// Build, with Doer, lets the checker also test what happens when an
+	// outcome cannot be recorded after the handler ran (a lost database
+	// connection at commit): Build must return your protected handler
+	// using the Doer it is given (which wraps Doer and injects that fault)
+	// in idempotency.Middleware. A handler whose side effect escapes the
+	// outcome's transaction then shows a second side effect on retry.
+	Build func(idempotency.Doer) http.Handler
+	// Doer is the Doer your service uses (for example pgstore's
+	// Executor.WithTx()). Used with Build.
+	Doer idempotency.Doer
 	// NewRequest builds a request of the protected route for scope (as your
 	// authentication expects it) with the given Idempotency-Key ("" for
 	// none). Variants 0 and 1 must differ in a significant field. Required.
@@ -54,8 +89,13 @@ func serve(h http.Handler, r *http.Request) answer {
 // refused. Keys are fresh for every run.
 func CheckHTTP(t testing.TB, c HTTPCase) {
 	t.Helper()
+	var faulty *faultyDoer
+	if c.Build != nil && c.Doer != nil {
+		faulty = &faultyDoer{inner: c.Doer}
+		c.Handler = c.Build(faulty)
+	}
 	if c.Handler == nil || c.NewRequest == nil || c.Effects == nil {
-		t.Fatalf("idempotencytest.CheckHTTP: Handler, NewRequest and Effects are required")
+		t.Fatalf("idempotencytest.CheckHTTP: Handler (or Build and Doer), NewRequest and Effects are required")
 	}
 	if c.Scopes[0] == "" {
 		c.Scopes = [2]string{"idempotencytest-a", "idempotencytest-b"}
@@ -141,6 +181,25 @@ func CheckHTTP(t testing.TB, c HTTPCase) {
 	otherB := serve(c.Handler, c.NewRequest(b, k, 0))
 	if otherB.header.Get("Idempotent-Replayed") == "true" || (len(firstA.body) > 0 && bytes.Equal(otherB.body, firstA.body)) {
 		t.Errorf("another scope with the same key got the first scope's response")
+	}
+
+	// The outcome cannot be recorded after the handler ran: whatever the
+	// handler did must be undone with it, or the retry does it again.
+	if faulty != nil {
+		k = key("unrecorded")
+		before = c.Effects(a)
+		faulty.failNext.Store(true)
+		failed := serve(c.Handler, c.NewRequest(a, k, 0))
+		if failed.status >= 200 && failed.status <= 299 {
+			t.Errorf("outcome not recorded: the client was told %d (success) although nothing was recorded", failed.status)
+		}
+		retry := serve(c.Handler, c.NewRequest(a, k, 0))
+		if retry.status < 200 || retry.status > 299 {
+			t.Errorf("outcome not recorded, then retried: status %d, want 2xx", retry.status)
+		}
+		if got := c.Effects(a) - before; got != 1 {
+			t.Errorf("outcome not recorded, then retried: %d side effects, want 1 (the handler's side effect escapes the transaction of its outcome)", got)
+		}
 	}
 
 	// No key.

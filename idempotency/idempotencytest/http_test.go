@@ -79,6 +79,39 @@ func TestCheckHTTPPassesAProtectedHandler(t *testing.T) {
 	})
 }
 
+// A handler whose side effect is not part of the outcome's transaction
+// (here: any handler over the plain executor) is reported when an outcome
+// cannot be recorded.
+func TestCheckHTTPReportsAnEscapingSideEffect(t *testing.T) {
+	t.Parallel()
+	s := &shop{orders: map[string]int{}}
+	exec, err := idempotency.New(memstore.New(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{TB: t}
+	idempotencytest.CheckHTTP(rec, idempotencytest.HTTPCase{
+		Build: func(d idempotency.Doer) http.Handler {
+			mw, err := idempotency.Middleware(d, idempotency.MiddlewareConfig{
+				Scope:  func(r *http.Request) string { return r.Header.Get("X-User") },
+				Routes: []idempotency.Route{{Pattern: "POST /orders", Action: "createOrder"}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return mw(http.HandlerFunc(s.handler))
+		},
+		Doer: exec, NewRequest: newRequest, Effects: s.effects,
+	})
+	all := strings.Join(rec.errs, "\n")
+	if !strings.Contains(all, "escapes the transaction") {
+		t.Fatalf("CheckHTTP did not report the escaping side effect; it reported:\n%s", all)
+	}
+	if strings.Contains(all, "replay:") || strings.Contains(all, "concurrent") {
+		t.Fatalf("CheckHTTP reported more than the escaping side effect:\n%s", all)
+	}
+}
+
 func TestCheckHTTPReportsABrokenHandler(t *testing.T) {
 	t.Parallel()
 	s := &shop{orders: map[string]int{}}
