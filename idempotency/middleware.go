@@ -64,7 +64,9 @@ type Route struct {
 }
 
 // MiddlewareConfig configures [Middleware]. Every field but Scope and
-// Routes has a default.
+// Routes has a default. The lock timeout (lease) and the retention are the
+// executor's: [Config].LockTimeout (default 30s) and [Config].Retention
+// (default 24h).
 type MiddlewareConfig struct {
 	// Scope returns the authenticated user, account or tenant of a
 	// request, from its authentication, never from its body. A request

@@ -390,3 +390,17 @@ func TestMiddlewareForeignKey404(t *testing.T) {
 		t.Fatal("the owner's replay changed")
 	}
 }
+
+func TestMiddlewareRequireEntropy(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.RequireEntropy = true })
+	if w := do(b.h, "/items", "u1", "order-42", item); w.Code != 400 {
+		t.Fatalf("low-entropy key: %d", w.Code)
+	}
+	if w := do(b.h, "/items", "u1", "3f0c8a9e-5d2b-4c1a-9e7f-0123456789ab", item); w.Code != 201 {
+		t.Fatalf("UUIDv4 key: %d", w.Code)
+	}
+	if b.calls.Load() != 1 {
+		t.Fatalf("handler ran %d times", b.calls.Load())
+	}
+}
