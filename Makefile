@@ -2,12 +2,12 @@
 GO ?= go
 FUZZTIME ?= 4s
 
-.PHONY: test vet unit fuzz demo bench
+.PHONY: test vet unit fuzz monitoring demo bench prunebench
 
 # The whole suite: go vet, every test with the race detector against a
-# throwaway PostgreSQL (or TEST_DATABASE_URL when set), and a brief run of
-# every fuzz target.
-test: vet unit fuzz
+# throwaway PostgreSQL (or TEST_DATABASE_URL when set), a brief run of
+# every fuzz target, and the alert rules checked and unit-tested by promtool.
+test: vet unit fuzz monitoring
 
 vet:
 	$(GO) vet ./...
@@ -24,8 +24,17 @@ fuzz:
 	  $(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	done
 
+# promtool check rules + promtool test rules (check.sh installs promtool
+# from Debian's prometheus package when it is missing and we are root).
+monitoring:
+	bash deploy/monitoring/check.sh
+
 demo:
 	$(GO) run ./cmd/payonce demo
 
 bench:
 	$(GO) run ./internal/cmd/withpg -durable -var BENCH_DATABASE_URL -- $(GO) run ./internal/cmd/bench
+
+# The cleanup job against a table of millions of rows (BENCHMARKS.md).
+prunebench:
+	$(GO) run ./internal/cmd/withpg -durable -var BENCH_DATABASE_URL -- $(GO) run ./internal/cmd/prunebench

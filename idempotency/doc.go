@@ -102,6 +102,14 @@
 // idempotency.orphan_reclaims); deploy/monitoring holds alert rules for
 // them.
 //
+// # Pruning
+//
+// Expired, finished records are deleted by a [Pruner] on a cron schedule
+// (robfig/cron/v3, "@every 1m" by default), in bounded batches with a pause
+// between them; several instances may prune at once (pgstore skips rows
+// another pruner holds). PROCESSING records are never pruned. It records
+// idempotency.pruned_records and idempotency.prune_duration_ms.
+//
 // # Logs
 //
 // No log line carries a full key, fingerprint or body: keys appear as

@@ -13,7 +13,9 @@ import (
 
 // Instrument names, exactly as dashboards and alert rules know them (the
 // OpenTelemetry Prometheus exporter turns the dots into underscores and
-// adds _total to counters).
+// adds _total to counters). The histograms in milliseconds carry the unit
+// in their name and declare no unit, so that the exporter does not append
+// a second one (_ms_milliseconds).
 const (
 	MetricDuplicatesBlocked     = "idempotency.duplicates_blocked"
 	MetricLockTimeouts          = "idempotency.lock_timeouts"
@@ -72,7 +74,6 @@ func newMetrics(mp metric.MeterProvider, store Store) (*Metrics, error) {
 	}
 	out.duration, err = m.Float64Histogram(MetricProcessingDuration,
 		metric.WithDescription("How long protected actions ran, by outcome (completed, failed, transient)."),
-		metric.WithUnit("ms"),
 		metric.WithExplicitBucketBoundaries(1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000))
 	if err != nil {
 		return nil, err

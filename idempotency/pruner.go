@@ -47,7 +47,8 @@ type PrunerConfig struct {
 	BatchSize int
 	// Pause is the wait between two batches of a pass, so that a long
 	// backlog is deleted as a series of short transactions that leave
-	// room for the claim path rather than as one long one. Default 10ms.
+	// room for the claim path rather than as one long one. A negative
+	// value means no pause. Default 10ms.
 	Pause time.Duration
 	// MaxBatchesPerRun bounds the batches of one pass; the rest of a
 	// backlog waits for the next pass. Default 0: no bound, a pass ends at
@@ -85,8 +86,6 @@ func (c *PrunerConfig) withDefaults() (PrunerConfig, error) {
 	switch {
 	case out.BatchSize < 0 || out.BatchSize > maxPruneBatch:
 		return out, invalid("PrunerConfig.BatchSize", "must be between 1 and %d, got %d", maxPruneBatch, out.BatchSize)
-	case out.Pause < 0:
-		return out, invalid("PrunerConfig.Pause", "must not be negative, got %s", out.Pause)
 	case out.MaxBatchesPerRun < 0:
 		return out, invalid("PrunerConfig.MaxBatchesPerRun", "must not be negative, got %d", out.MaxBatchesPerRun)
 	}
@@ -160,7 +159,6 @@ func NewPruner(store Store, cfg *PrunerConfig) (*Pruner, error) {
 	}
 	p.duration, err = m.Float64Histogram(MetricPruneDuration,
 		metric.WithDescription("How long pruning passes took, by outcome (ok, error, canceled)."),
-		metric.WithUnit("ms"),
 		metric.WithExplicitBucketBoundaries(1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000))
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: metrics: %w", err)
@@ -181,8 +179,9 @@ func (p *Pruner) Config() PrunerConfig { return p.cfg }
 // (or MaxBatchesPerRun batches ran, or ctx ended). The report counts what
 // was deleted even when the pass ends with an error.
 //
-// Errors: ctx.Err() when ctx ended between batches; the store's error,
-// wrapped, when a batch failed (that batch deleted nothing).
+// Errors: ctx.Err() when ctx ended, between batches or during one (which
+// then deleted nothing); the store's error, wrapped, when a batch failed
+// (that batch deleted nothing). The next pass starts afresh either way.
 func (p *Pruner) RunOnce(ctx context.Context) (PruneReport, error) {
 	return p.run(ctx, nil)
 }
@@ -222,21 +221,44 @@ func (p *Pruner) run(ctx context.Context, stopping <-chan struct{}) (rep PruneRe
 			rep.Drained = true
 			return rep, nil
 		}
-		if pause == nil {
-			pause = time.NewTimer(p.cfg.Pause)
-			defer pause.Stop()
-		} else {
-			pause.Reset(p.cfg.Pause)
+		var wait <-chan time.Time // nil without a pause: never ready
+		if p.cfg.Pause > 0 {
+			if pause == nil {
+				pause = time.NewTimer(p.cfg.Pause)
+				defer pause.Stop()
+			} else {
+				pause.Reset(p.cfg.Pause)
+			}
+			wait = pause.C
 		}
-		select {
-		case <-ctx.Done():
-			return rep, ctx.Err()
-		case <-stopping: // nil for RunOnce: never ready
-			return rep, nil
-		case <-pause.C:
+		if stopped, err := p.pause(ctx, stopping, wait); stopped || err != nil {
+			return rep, err
 		}
 	}
 	return rep, nil
+}
+
+// pause waits for wait (no wait when it is nil) and reports whether the
+// pass must end: stopping was closed (stopped) or ctx ended (its error).
+func (p *Pruner) pause(ctx context.Context, stopping <-chan struct{}, wait <-chan time.Time) (stopped bool, err error) {
+	if wait == nil {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-stopping:
+			return true, nil
+		default:
+			return false, nil
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-stopping:
+		return true, nil
+	case <-wait:
+		return false, nil
+	}
 }
 
 // Start runs passes on the schedule until [Pruner.Stop]. A pass that is

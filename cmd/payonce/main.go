@@ -2,6 +2,7 @@
 //
 //	payonce demo                      run the demonstration (make demo)
 //	payonce migrate up|status|print   apply, inspect or print the schema
+//	payonce fake stripe [--addr A]    a stateful fake of Stripe's API
 //
 // Exit codes: 0 success; 1 failure (the demo exits 1 when any key executed
 // more than once); 2 usage error.
@@ -18,6 +19,7 @@ Usage:
   payonce demo                      concurrent duplicate requests through the
                                     idempotency core; exits 1 on any double execution
   payonce migrate up|status|print   apply, inspect or print the schema
+  payonce fake stripe [--addr A]    a stateful fake of Stripe's API
 
 The database is DATABASE_URL or --database-url (demo starts a throwaway
 PostgreSQL when neither is given).
@@ -41,6 +43,8 @@ func main() {
 		err = runDemo(os.Args[2:])
 	case "migrate":
 		err = runMigrate(os.Args[2:])
+	case "fake":
+		err = runFake(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

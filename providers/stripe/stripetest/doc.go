@@ -1,0 +1,69 @@
+// Package stripetest is a stateful fake of the Stripe API endpoints payonce's Stripe adapter
+// uses, with Stripe's real idempotency semantics and deterministic fault injection. Use it in
+// tests (it is an [http.Handler]; [NewServer] starts it on a loopback port like
+// [net/http/httptest.NewServer]) or standalone behind your own [http.Server]:
+//
+//	srv := stripetest.NewUnstartedServer(nil)
+//	log.Fatal(http.ListenAndServe("127.0.0.1:12111", srv))
+//
+// stripe-mock checks request shapes against Stripe's OpenAPI spec but keeps no state; this fake
+// keeps state, so it can answer the questions exactly-once tests ask.
+//
+// # Connecting stripe-go
+//
+// Point a stripe-go v79 backend at [Server.URL], without package globals, and decide the SDK's
+// own retries deliberately:
+//
+//	b := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
+//		URL:               stripe.String(srv.URL()),
+//		MaxNetworkRetries: stripe.Int64(0),
+//	})
+//	sc := client.New("sk_test_x", &stripe.Backends{API: b, Connect: b, Uploads: b})
+//
+// Requests need "Authorization: Bearer sk_test_..."; anything else gets 401.
+//
+// # Endpoints
+//
+//   - POST /v1/payment_intents (amount, currency, payment_method, confirm, description,
+//     metadata[...]). Test payment methods: [PaymentMethodVisa] succeeds;
+//     [PaymentMethodDeclined] and [PaymentMethodInsufficientFunds] answer 402 card_error
+//     card_declined with decline_code generic_decline or insufficient_funds (the PaymentIntent
+//     exists, in requires_payment_method); [PaymentMethodAuthenticationRequired] gives
+//     requires_action.
+//   - GET /v1/payment_intents/{id}; GET /v1/payment_intents (newest first; created,
+//     created[gt|gte|lt|lte], limit, starting_after).
+//   - POST /v1/refunds (payment_intent or charge, amount, metadata[...]), bounded by the amount
+//     received: amount_too_large, charge_already_refunded. GET /v1/refunds/{id}.
+//
+// # Idempotency
+//
+// As at Stripe (see PROVIDERS.md): keys are scoped per API key and kept for Config.Retention
+// (24h by default) measured on Config.Clock; a reuse after that starts a new request. The
+// response of a request that started executing is cached, including declines, refund-bound
+// errors and 500s produced after execution ([FailAfter]); a replay with the same parameters
+// returns it with "Idempotent-Replayed: true" and "Original-Request". The same key with other
+// parameters or another endpoint gets 400 idempotency_error; while the first request still
+// executes, 409 idempotency_key_in_use. Parameter validation failures (missing or malformed
+// parameters, unknown ids) are not cached. Writes without a key just execute.
+//
+// # Faults
+//
+// [Server.Inject] queues a one-shot [Fault] for the next matching request; Config.Faults apply
+// by probability, drawn from Config.Seed, so the same seed and request sequence give the same
+// faults. Kinds: [Latency], [FailBefore], [FailAfter], [ResetAfter], [Hang].
+//
+// net/http's Transport resends, on a reused keep-alive connection, a request that carries an
+// Idempotency-Key header when the connection fails before the response, and stripe-go makes its
+// bodies rewindable. With keep-alives on, a [ResetAfter] may therefore be retried by net/http
+// itself and surface as a successful replay. Disable keep-alives in the test's HTTP client to
+// observe the lost response.
+//
+// # Ground truth
+//
+// [Server.CountsByIdempotencyKey], [Server.CountsByMetadata] and [Server.Totals] report what
+// really exists at the fake; the same is served over HTTP:
+//
+//	GET /_fake/counts?idempotency_key=K                -> {"payment_intents":n,"refunds":n}
+//	GET /_fake/counts?metadata_key=K&metadata_value=V  -> {"payment_intents":n,"refunds":n}
+//	GET /_fake/totals                                  -> {"usd":{"succeeded":n,"refunded":n,"net":n}}
+package stripetest

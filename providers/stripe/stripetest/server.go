@@ -1,0 +1,410 @@
+package stripetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultRetention is how long the fake remembers an idempotency key: Stripe keeps keys for at
+// least 24 hours and may prune them afterwards.
+const DefaultRetention = 24 * time.Hour
+
+// Config configures a Server. A nil *Config means all defaults.
+type Config struct {
+	// Clock returns the fake's current time. It stamps `created` on objects and decides when an
+	// idempotency key has outlived Retention. Default: time.Now. See [ManualClock].
+	Clock func() time.Time
+
+	// Retention is how long a completed idempotency key is remembered; a request reusing the key
+	// after that starts a new request, as at Stripe. Default: [DefaultRetention] (24h).
+	Retention time.Duration
+
+	// Seed seeds the random source that decides the probabilistic Faults. The same seed and the
+	// same sequence of requests give the same faults. Default: 1.
+	Seed int64
+
+	// Faults are applied by probability to every matching request (see [Fault.Probability]), in
+	// order; the first one drawn wins. One-shot faults from [Server.Inject] take precedence.
+	// Default: none.
+	Faults []Fault
+}
+
+// Server is a stateful fake of the Stripe API endpoints payonce's adapter uses. It is an
+// [http.Handler]; [NewServer] also starts it on a loopback port. It is safe for concurrent use.
+type Server struct {
+	clock     func() time.Time
+	retention time.Duration
+	rules     []Fault
+
+	ts      *httptest.Server
+	closing chan struct{}
+	once    sync.Once
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	injected []Fault
+	keys     map[scopedKey]*keyEntry
+	seq      int64
+	intents  map[string]*paymentIntent
+	order    []*paymentIntent // creation order
+	refunds  map[string]*refund
+	rorder   []*refund
+}
+
+// NewServer returns a started Server listening on a loopback port, like [httptest.NewServer].
+// Callers must Close it. It panics if cfg is invalid, naming the bad field.
+func NewServer(cfg *Config) *Server {
+	s := NewUnstartedServer(cfg)
+	s.Start()
+	return s
+}
+
+// NewUnstartedServer returns a Server that is not listening: serve it with your own
+// [http.Server] (a standalone fake), or call Start. It panics if cfg is invalid, naming the bad
+// field.
+func NewUnstartedServer(cfg *Config) *Server {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	if err := cfg.validate(); err != nil {
+		panic("stripetest: " + err.Error())
+	}
+	s := &Server{
+		clock:     cfg.Clock,
+		retention: cfg.Retention,
+		rules:     append([]Fault(nil), cfg.Faults...),
+		closing:   make(chan struct{}),
+		keys:      make(map[scopedKey]*keyEntry),
+		intents:   make(map[string]*paymentIntent),
+		refunds:   make(map[string]*refund),
+	}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	if s.retention == 0 {
+		s.retention = DefaultRetention
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = 1
+	}
+	s.rng = rand.New(rand.NewPCG(uint64(seed), 0x5354524950455445)) // "STRIPETE"
+	return s
+}
+
+func (c *Config) validate() error {
+	if c.Retention < 0 {
+		return fmt.Errorf("Config.Retention must not be negative, got %v", c.Retention)
+	}
+	for i, f := range c.Faults {
+		if f.Probability <= 0 || f.Probability > 1 {
+			return fmt.Errorf("Config.Faults[%d].Probability must be in (0, 1], got %v", i, f.Probability)
+		}
+		if err := f.validate(); err != nil {
+			return fmt.Errorf("Config.Faults[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Start starts listening on a loopback port. It panics if the server was already started.
+func (s *Server) Start() {
+	if s.ts != nil {
+		panic("stripetest: Server already started")
+	}
+	s.ts = httptest.NewServer(s)
+}
+
+// URL returns the base URL (for stripe.BackendConfig.URL), or "" if the server is not started.
+func (s *Server) URL() string {
+	if s.ts == nil {
+		return ""
+	}
+	return s.ts.URL
+}
+
+// Close releases hung requests and, if the server was started, shuts it down and waits for
+// outstanding requests.
+func (s *Server) Close() {
+	s.once.Do(func() { close(s.closing) })
+	if s.ts != nil {
+		s.ts.Close()
+	}
+}
+
+// ServeHTTP implements [http.Handler].
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, adminPrefix) {
+		s.serveAdmin(w, r)
+		return
+	}
+	w.Header().Set("Request-Id", s.newID("req"))
+	apiKey, errResp := authenticate(r)
+	if errResp != nil {
+		errResp.write(w)
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		errorResponse(http.StatusBadRequest, apiError{Type: typeInvalidRequest, Message: "Invalid request body: " + err.Error()}).write(w)
+		return
+	}
+	h := s.route(r)
+	if h == nil {
+		errorResponse(http.StatusNotFound, apiError{Type: typeInvalidRequest,
+			Message: fmt.Sprintf("Unrecognized request URL (%s: %s).", r.Method, r.URL.Path)}).write(w)
+		return
+	}
+	key := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	if r.Method != http.MethodPost || key == "" {
+		s.execute(w, r, key, h, nil)
+		return
+	}
+	if len(key) > 255 {
+		errorResponse(http.StatusBadRequest, apiError{Type: typeInvalidRequest,
+			Message: "Idempotency-Key must be at most 255 characters."}).write(w)
+		return
+	}
+	entry, replay, errResp := s.claim(scopedKey{apiKey, key}, r)
+	if errResp != nil {
+		errResp.write(w)
+		return
+	}
+	if replay != nil {
+		s.replay(w, r, key, replay)
+		return
+	}
+	s.execute(w, r, key, h, entry)
+}
+
+// handler runs one API operation. It is called with s.mu held and returns the response and
+// whether the operation started executing (its response is then cached for the key).
+type handler func(c *call) (resp *response, executed bool)
+
+type call struct {
+	r    *http.Request
+	form url.Values
+	key  string // Idempotency-Key, "" if none
+	id   string // path parameter
+}
+
+func (s *Server) route(r *http.Request) handler {
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	switch {
+	case r.Method == http.MethodPost && p == "/v1/payment_intents":
+		return s.createPaymentIntent
+	case r.Method == http.MethodGet && p == "/v1/payment_intents":
+		return s.listPaymentIntents
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/payment_intents/") && strings.Count(p, "/") == 3:
+		return withID(p, s.getPaymentIntent)
+	case r.Method == http.MethodPost && p == "/v1/refunds":
+		return s.createRefund
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/refunds/") && strings.Count(p, "/") == 3:
+		return withID(p, s.getRefund)
+	}
+	return nil
+}
+
+func withID(path string, h handler) handler {
+	id := path[strings.LastIndexByte(path, '/')+1:]
+	return func(c *call) (*response, bool) {
+		c.id = id
+		return h(c)
+	}
+}
+
+// execute runs h under the fault chosen for the request. entry is the claimed idempotency key,
+// or nil for a request without one.
+func (s *Server) execute(w http.ResponseWriter, r *http.Request, key string, h handler, entry *keyEntry) {
+	fault := s.pickFault(r, key)
+	if !s.before(r.Context(), fault) {
+		s.release(entry)
+		if fault.Kind == FailBefore {
+			internalError("injected FailBefore").write(w)
+		}
+		return // hung request abandoned
+	}
+
+	s.mu.Lock()
+	resp, executed := h(&call{r: r, form: r.Form, key: key})
+	s.mu.Unlock()
+
+	if !executed {
+		s.release(entry)
+		resp.write(w)
+		return
+	}
+	if fault.Kind == FailAfter {
+		resp = internalError("injected FailAfter: the request was executed")
+		// A cached 500 will replay, so Stripe tells its clients retrying is pointless.
+		resp.header = http.Header{"Stripe-Should-Retry": {"false"}}
+	}
+	s.complete(entry, w.Header().Get("Request-Id"), resp)
+	if fault.Kind == ResetAfter {
+		resetConnection(w)
+		return
+	}
+	if key != "" {
+		w.Header().Set("Idempotency-Key", key)
+	}
+	resp.write(w)
+}
+
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, key string, e *keyEntry) {
+	fault := s.pickFault(r, key)
+	if !s.before(r.Context(), fault) {
+		if fault.Kind == FailBefore {
+			internalError("injected FailBefore").write(w)
+		}
+		return
+	}
+	switch fault.Kind {
+	case FailAfter:
+		internalError("injected FailAfter on a replay").write(w)
+		return
+	case ResetAfter:
+		resetConnection(w)
+		return
+	}
+	w.Header().Set("Idempotency-Key", key)
+	w.Header().Set("Idempotent-Replayed", "true")
+	w.Header().Set("Original-Request", e.requestID)
+	e.resp.write(w)
+}
+
+// before applies the part of a fault that happens before execution. It reports whether the
+// request should go on.
+func (s *Server) before(ctx context.Context, f Fault) bool {
+	switch f.Kind {
+	case Latency:
+		t := time.NewTimer(f.Delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		case <-s.closing:
+			return false
+		}
+	case Hang:
+		select {
+		case <-ctx.Done():
+		case <-s.closing:
+		}
+		return false
+	case FailBefore:
+		return false
+	}
+	return true
+}
+
+// resetConnection drops the connection without a response, with a TCP RST where possible, so
+// the client sees the response as lost.
+func resetConnection(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic(http.ErrAbortHandler)
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+func (s *Server) newID(prefix string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.newIDLocked(prefix)
+}
+
+func (s *Server) newIDLocked(prefix string) string {
+	s.seq++
+	return fmt.Sprintf("%s_fake%014d", prefix, s.seq)
+}
+
+// response is a status and a JSON body, as cached for an idempotency key.
+type response struct {
+	status int
+	body   []byte
+	header http.Header
+}
+
+func (r *response) write(w http.ResponseWriter) {
+	for k, v := range r.header {
+		w.Header()[k] = v
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(r.status)
+	_, _ = w.Write(r.body)
+}
+
+func jsonResponse(status int, v any) *response {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		panic(err) // only our own types are encoded
+	}
+	return &response{status: status, body: append(b, '\n')}
+}
+
+// Error types and codes as Stripe sends them.
+const (
+	typeInvalidRequest = "invalid_request_error"
+	typeCard           = "card_error"
+	typeAPI            = "api_error"
+	typeIdempotency    = "idempotency_error"
+)
+
+// apiError is Stripe's error object, the value of "error" in an error response.
+type apiError struct {
+	Type          string         `json:"type"`
+	Code          string         `json:"code,omitempty"`
+	DeclineCode   string         `json:"decline_code,omitempty"`
+	Message       string         `json:"message"`
+	Param         string         `json:"param,omitempty"`
+	Charge        string         `json:"charge,omitempty"`
+	PaymentIntent *paymentIntent `json:"payment_intent,omitempty"`
+}
+
+func errorResponse(status int, e apiError) *response {
+	return jsonResponse(status, struct {
+		Error apiError `json:"error"`
+	}{e})
+}
+
+func internalError(why string) *response {
+	return errorResponse(http.StatusInternalServerError, apiError{Type: typeAPI,
+		Message: "An unknown error occurred (stripetest: " + why + ")."})
+}
+
+func authenticate(r *http.Request) (string, *response) {
+	auth := r.Header.Get("Authorization")
+	key, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || key == "" {
+		return "", errorResponse(http.StatusUnauthorized, apiError{Type: typeInvalidRequest,
+			Message: "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."})
+	}
+	if !strings.HasPrefix(key, "sk_test_") {
+		return "", errorResponse(http.StatusUnauthorized, apiError{Type: typeInvalidRequest,
+			Message: "Invalid API Key provided: " + redact(key) + " (stripetest accepts sk_test_ keys only)"})
+	}
+	return key, nil
+}
+
+func redact(key string) string {
+	if len(key) <= 12 {
+		return strings.Repeat("*", len(key))
+	}
+	return key[:8] + strings.Repeat("*", len(key)-12) + key[len(key)-4:]
+}
