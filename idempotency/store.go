@@ -68,6 +68,30 @@ type ClaimParams struct {
 	RefuseForeign bool
 }
 
+// Validate checks the parameters: a valid scope, key and fingerprint, a
+// positive LockTimeout, a Retention longer than it, a known policy. Every
+// store calls it first; errors are *InvalidError naming the field.
+func (p ClaimParams) Validate() error {
+	if err := ValidateScope(p.Scope); err != nil {
+		return err
+	}
+	if err := ValidateKey(p.Key); err != nil {
+		return err
+	}
+	if err := p.Fingerprint.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case p.LockTimeout <= 0:
+		return invalid("LockTimeout", "must be positive, got %s", p.LockTimeout)
+	case p.Retention <= p.LockTimeout:
+		return invalid("Retention", "must exceed LockTimeout (%s), got %s", p.LockTimeout, p.Retention)
+	case p.Expired != ExpiredIsNew && p.Expired != ExpiredRefused:
+		return invalid("Expired", "unknown policy %d", p.Expired)
+	}
+	return nil
+}
+
 // ExpiredPolicy says what happens to a request whose key's record has
 // expired. An expired record is never replayed.
 type ExpiredPolicy int

@@ -126,7 +126,7 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 	if err := ctx.Err(); err != nil {
 		return idempotency.Claim{}, err
 	}
-	if err := validateClaim(p); err != nil {
+	if err := p.Validate(); err != nil {
 		return idempotency.Claim{}, err
 	}
 
@@ -420,28 +420,6 @@ func acquired(state idempotency.ClaimState, r *idempotency.Record) idempotency.C
 		State: state,
 		Lease: idempotency.Lease{Scope: r.Scope, Key: r.Key, Version: r.LockVersion},
 	}
-}
-
-func validateClaim(p idempotency.ClaimParams) error {
-	if err := idempotency.ValidateScope(p.Scope); err != nil {
-		return err
-	}
-	if err := idempotency.ValidateKey(p.Key); err != nil {
-		return err
-	}
-	if err := p.Fingerprint.Validate(); err != nil {
-		return err
-	}
-	if p.LockTimeout <= 0 {
-		return &idempotency.InvalidError{Field: "LockTimeout", Reason: "must be positive, got " + p.LockTimeout.String()}
-	}
-	if p.Retention <= p.LockTimeout {
-		return &idempotency.InvalidError{Field: "Retention", Reason: "must exceed LockTimeout (" + p.LockTimeout.String() + "), got " + p.Retention.String()}
-	}
-	if p.Expired != idempotency.ExpiredIsNew && p.Expired != idempotency.ExpiredRefused {
-		return &idempotency.InvalidError{Field: "Expired", Reason: "unknown policy"}
-	}
-	return nil
 }
 
 func copyRecord(r *idempotency.Record) idempotency.Record {

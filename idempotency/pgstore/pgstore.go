@@ -131,30 +131,8 @@ func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idempotency.ClaimParam
 	return s.claim(ctx, tx, p)
 }
 
-func validateClaim(p idempotency.ClaimParams) error {
-	if err := idempotency.ValidateScope(p.Scope); err != nil {
-		return err
-	}
-	if err := idempotency.ValidateKey(p.Key); err != nil {
-		return err
-	}
-	if err := p.Fingerprint.Validate(); err != nil {
-		return err
-	}
-	if p.LockTimeout <= 0 {
-		return &idempotency.InvalidError{Field: "LockTimeout", Reason: fmt.Sprintf("must be positive, got %s", p.LockTimeout)}
-	}
-	if p.Expired != idempotency.ExpiredIsNew && p.Expired != idempotency.ExpiredRefused {
-		return &idempotency.InvalidError{Field: "Expired", Reason: fmt.Sprintf("unknown policy %d", p.Expired)}
-	}
-	if p.Retention <= p.LockTimeout {
-		return &idempotency.InvalidError{Field: "Retention", Reason: fmt.Sprintf("must exceed LockTimeout (%s), got %s", p.LockTimeout, p.Retention)}
-	}
-	return nil
-}
-
 func (s *Store) claim(ctx context.Context, db dbtx, p idempotency.ClaimParams) (idempotency.Claim, error) {
-	if err := validateClaim(p); err != nil {
+	if err := p.Validate(); err != nil {
 		return idempotency.Claim{}, err
 	}
 	lockS, retS := p.LockTimeout.Seconds(), p.Retention.Seconds()
