@@ -326,6 +326,24 @@ const (
 	nonceSize       = 12
 )
 
+// Seal returns r as [Encrypted] stores it for the record (scope, key) in
+// status: the code in clear, headers and body sealed into the body. For
+// stores that seal on their own (pgstore's Config.Keyring).
+func (kr *Keyring) Seal(scope, key string, status Status, r Response) (Response, error) {
+	sealed, err := kr.seal(scope, key, status, r)
+	if err != nil {
+		return Response{}, err
+	}
+	return Response{Code: r.Code, Body: sealed}, nil
+}
+
+// Open restores a response sealed by [Keyring.Seal] for the record (scope,
+// key) in status; a response stored unsealed is returned as it is. Errors
+// wrap ErrUndecryptable.
+func (kr *Keyring) Open(scope, key string, status Status, r Response) (Response, error) {
+	return kr.open(scope, key, status, r)
+}
+
 // seal returns the envelope of r's headers and body, bound to the record.
 func (kr *Keyring) seal(scope, key string, status Status, r Response) ([]byte, error) {
 	aead := kr.aeads[kr.current]

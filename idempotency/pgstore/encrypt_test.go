@@ -11,8 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/idempotencytest"
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/pgtest"
 )
 
 func encryptRing(t testing.TB) *idempotency.Keyring {
@@ -212,4 +216,57 @@ func TestEncryptedRowsBoundToTheirRecord(t *testing.T) {
 	if err != nil || !res.Replayed || string(res.Response.Body) != "body of a" {
 		t.Fatalf("untouched record: %+v %v", res, err)
 	}
+}
+
+// pgstore's own Keyring seals on every path the Executor has, including
+// the one-transaction modes that write through CompleteTx and the
+// pipelined commit, which the Encrypted wrapper cannot reach.
+func TestStoreKeyringSealsEveryPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.MigratedURL(t)
+	pool := pgtest.PoolURL(t, url)
+	store := mustStore(t, pool, &pgstore.Config{Keyring: encryptRing(t)})
+	b := bundle{pool: pool, store: store, url: url}
+	exec, err := pgstore.NewExecutor(store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "iban DE89 3704 0044 0532 0130 00"
+	want := idempotency.Response{Code: 201, Header: http.Header{"X-Iban": {secret}}, Body: []byte(`{"iban":"` + secret + `"}`)}
+	forms := plaintextForms(secret)
+	paths := map[string]func(idempotency.Request) (idempotency.Result, error){
+		"Do": func(r idempotency.Request) (idempotency.Result, error) {
+			return exec.Do(ctx, r, func(context.Context) (idempotency.Response, error) { return want, nil })
+		},
+		"DoTx": func(r idempotency.Request) (idempotency.Result, error) {
+			return exec.DoTx(ctx, r, func(context.Context, pgx.Tx) (idempotency.Response, error) { return want, nil })
+		},
+		"WithTx": func(r idempotency.Request) (idempotency.Result, error) {
+			return exec.WithTx().Do(ctx, r, func(context.Context) (idempotency.Response, error) { return want, nil })
+		},
+	}
+	for name, do := range paths {
+		req := idempotency.Request{Scope: "usr_A1", Key: "usr_A1_charge_" + name, Fingerprint: mustFP(t, name)}
+		if _, err := do(req); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		row := readEncryptRow(t, b, req.Scope, req.Key)
+		if f, found := containsAny(append([]byte(row.text), row.raw...), forms); found || row.meta != nil {
+			t.Fatalf("%s: the row holds the plaintext (%q) or clear headers", name, f)
+		}
+		res, err := do(req)
+		if err != nil || !res.Replayed || !bytes.Equal(res.Response.Body, want.Body) || res.Response.Header.Get("X-Iban") != secret {
+			t.Fatalf("%s replay: %+v %v", name, res, err)
+		}
+	}
+}
+
+func TestStoreKeyringConformance(t *testing.T) {
+	t.Parallel()
+	idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
+		url := pgtest.MigratedURL(t)
+		pool := pgtest.PoolURL(t, url)
+		return idempotencytest.Harness{Store: mustStore(t, pool, &pgstore.Config{Keyring: encryptRing(t)}), Advance: advance(pool)}
+	})
 }

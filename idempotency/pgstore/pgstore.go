@@ -22,6 +22,7 @@ import (
 type Store struct {
 	pool     *pgxpool.Pool
 	strategy ClaimStrategy
+	keyring  *idempotency.Keyring
 	// hits is an exponentially weighted share, in 1/1024ths, of recent
 	// claims that found an existing record (ClaimAdaptive).
 	hits atomic.Int64
@@ -59,6 +60,12 @@ type Config struct {
 	// ClaimStrategy: ClaimAdaptive (default), ClaimOneStatement or
 	// ClaimReadFirst.
 	ClaimStrategy ClaimStrategy
+	// Keyring, when set, seals every stored response (headers and body)
+	// with AES-256-GCM under its current key, and opens them on replay,
+	// on every path: Complete, CompleteTx, the Executor's Do, DoTx and
+	// WithTx (see idempotency.Encrypted for the format and rotation).
+	// Default nil: responses are stored as they are.
+	Keyring *idempotency.Keyring
 }
 
 // New returns a Store over pool. A nil cfg means defaults. It returns an
@@ -69,7 +76,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	}
 	s := &Store{pool: pool}
 	if cfg != nil {
-		s.strategy = cfg.ClaimStrategy
+		s.strategy, s.keyring = cfg.ClaimStrategy, cfg.Keyring
 	}
 	if s.strategy < ClaimAdaptive || s.strategy > ClaimReadFirst {
 		return nil, &idempotency.InvalidError{Field: "Config.ClaimStrategy", Reason: fmt.Sprintf("unknown strategy %d", s.strategy)}
@@ -197,7 +204,7 @@ func (s *Store) claim(ctx context.Context, db dbtx, p idempotency.ClaimParams) (
 		}
 		switch rec.Status {
 		case idempotency.StatusCompleted, idempotency.StatusFailed:
-			resp, err := decodeResponse(code, meta, raw)
+			resp, err := s.decodeResponse(p.Scope, p.Key, rec.Status, code, meta, raw)
 			if err != nil {
 				return idempotency.Claim{}, err
 			}
@@ -238,7 +245,16 @@ func encodeResponse(r idempotency.Response) (meta []byte, err error) {
 	return json.Marshal(responseMeta{Header: r.Header})
 }
 
-func decodeResponse(code *int32, meta, raw []byte) (idempotency.Response, error) {
+// decodeResponse rebuilds a stored response, opening it when sealed.
+func (s *Store) decodeResponse(scope, key string, status idempotency.Status, code *int32, meta, raw []byte) (idempotency.Response, error) {
+	r, err := decodeStored(code, meta, raw)
+	if err != nil || s.keyring == nil {
+		return r, err
+	}
+	return s.keyring.Open(scope, key, status, r)
+}
+
+func decodeStored(code *int32, meta, raw []byte) (idempotency.Response, error) {
 	var r idempotency.Response
 	if code != nil {
 		r.Code = int(*code)
@@ -256,18 +272,18 @@ func decodeResponse(code *int32, meta, raw []byte) (idempotency.Response, error)
 
 // Complete implements [idempotency.Store.Complete].
 func (s *Store) Complete(ctx context.Context, l idempotency.Lease, c idempotency.Completion) error {
-	return complete(ctx, s.pool, l, c)
+	return s.complete(ctx, s.pool, l, c)
 }
 
 // CompleteTx is Complete inside the caller's transaction, so that the
 // action's own rows and the outcome commit together. The fencing holds: if
 // the lease was lost, it returns ErrLeaseLost and the caller must roll back.
 func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, l idempotency.Lease, c idempotency.Completion) error {
-	return complete(ctx, tx, l, c)
+	return s.complete(ctx, tx, l, c)
 }
 
-func complete(ctx context.Context, db dbtx, l idempotency.Lease, c idempotency.Completion) error {
-	args, err := completeArgs(l, c)
+func (s *Store) complete(ctx context.Context, db dbtx, l idempotency.Lease, c idempotency.Completion) error {
+	args, err := s.completeArgs(l, c)
 	if err != nil {
 		return err
 	}
@@ -281,13 +297,21 @@ func complete(ctx context.Context, db dbtx, l idempotency.Lease, c idempotency.C
 	return nil
 }
 
-// completeArgs validates a completion and returns completeSQL's arguments.
-func completeArgs(l idempotency.Lease, c idempotency.Completion) ([]any, error) {
+// completeArgs validates a completion, seals its response when the store
+// has a keyring, and returns completeSQL's arguments.
+func (s *Store) completeArgs(l idempotency.Lease, c idempotency.Completion) ([]any, error) {
 	if c.Status != idempotency.StatusCompleted && c.Status != idempotency.StatusFailed {
 		return nil, &idempotency.InvalidError{Field: "Completion.Status", Reason: fmt.Sprintf("must be COMPLETED or FAILED, got %q", c.Status)}
 	}
 	if c.Retention <= 0 {
 		return nil, &idempotency.InvalidError{Field: "Completion.Retention", Reason: "must be positive"}
+	}
+	if s.keyring != nil {
+		sealed, err := s.keyring.Seal(l.Scope, l.Key, c.Status, c.Response)
+		if err != nil {
+			return nil, err
+		}
+		c.Response = sealed
 	}
 	meta, err := encodeResponse(c.Response)
 	if err != nil {
@@ -356,7 +380,7 @@ func (s *Store) Get(ctx context.Context, scope, key string) (idempotency.Record,
 		rec.CompletedAt = *completedAt
 	}
 	if rec.Status != idempotency.StatusProcessing {
-		resp, err := decodeResponse(code, meta, raw)
+		resp, err := s.decodeResponse(scope, key, rec.Status, code, meta, raw)
 		if err != nil {
 			return idempotency.Record{}, err
 		}

@@ -117,7 +117,7 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 		m.Action(ctx, took, "transient")
 		return idempotency.Result{}, aerr
 	}
-	if err := completeAndCommit(ctx, tx, c.Lease, idempotency.Completion{Status: res.Status, Response: res.Response, Retention: cfg.Retention}); err != nil {
+	if err := e.store.completeAndCommit(ctx, tx, c.Lease, idempotency.Completion{Status: res.Status, Response: res.Response, Retention: cfg.Retention}); err != nil {
 		return idempotency.Result{}, err
 	}
 	committed = true
@@ -129,8 +129,8 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 // the claim's row lock makes impossible here), it fails with a division by
 // zero, the pipeline stops before the COMMIT, and the transaction is rolled
 // back with the action's writes.
-func completeAndCommit(ctx context.Context, tx pgx.Tx, l idempotency.Lease, c idempotency.Completion) error {
-	args, err := completeArgs(l, c)
+func (s *Store) completeAndCommit(ctx context.Context, tx pgx.Tx, l idempotency.Lease, c idempotency.Completion) error {
+	args, err := s.completeArgs(l, c)
 	if err != nil {
 		return err
 	}
