@@ -214,11 +214,16 @@ func CanonicalDecimal(s string) (string, error) {
 		scale--
 	}
 	if scale < 0 {
-		if -scale > maxDecimalDigits {
-			return bad("exponent too large")
+		if len(digits)-scale > maxDecimalDigits {
+			return bad("too many digits")
 		}
 		digits += strings.Repeat("0", -scale)
 		scale = 0
+	}
+	// The canonical form must itself be accepted (a fixed point): bound
+	// the digits it will have, leading zeros of a fraction included.
+	if max(len(digits), scale+1) > maxDecimalDigits {
+		return bad("too many digits")
 	}
 	var out string
 	if scale == 0 {
