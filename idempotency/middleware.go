@@ -130,17 +130,12 @@ type MiddlewareConfig struct {
 
 var defaultReplayHeaders = []string{"Content-Type", "Content-Language", "Location", "ETag", "Last-Modified", "Cache-Control"}
 
-type route struct {
-	Route
-	index int
-}
-
 type middleware struct {
 	limited metric.Int64Counter
 	exec    Doer
 	cfg     MiddlewareConfig
 	mux     *http.ServeMux
-	routes  map[string]*route
+	routes  map[string]*Route
 	allow   map[string]bool
 	log     *slog.Logger
 }
@@ -216,7 +211,7 @@ func Middleware(exec Doer, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: metrics: %w", err)
 	}
-	m := &middleware{limited: limited, exec: exec, cfg: cfg, mux: http.NewServeMux(), routes: map[string]*route{}, allow: map[string]bool{}, log: cfg.Logger}
+	m := &middleware{limited: limited, exec: exec, cfg: cfg, mux: http.NewServeMux(), routes: map[string]*Route{}, allow: map[string]bool{}, log: cfg.Logger}
 	if m.log == nil {
 		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -240,7 +235,7 @@ func Middleware(exec Doer, cfg MiddlewareConfig) (func(http.Handler) http.Handle
 		if err := registerPattern(m.mux, rt.Pattern); err != nil {
 			return nil, invalid(field+".Pattern", "%v", err)
 		}
-		m.routes[rt.Pattern] = &route{Route: rt, index: i}
+		m.routes[rt.Pattern] = &rt
 	}
 	return m.wrap, nil
 }
@@ -267,7 +262,7 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 	})
 }
 
-func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *route, next http.Handler) {
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *Route, next http.Handler) {
 	ctx := r.Context()
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") || r.Header.Get("Upgrade") != "" {
 		m.log.Warn("idempotency: streaming or upgrade request passed through unprotected", "route", rt.Pattern)

@@ -188,13 +188,11 @@ func TestProcessesOneExecution(t *testing.T) {
 				t.Fatal(err)
 			}
 			const keys, workers = 8, 16
-			var procs []*exec.Cmd
 			outs := make([][]byte, len(skews))
 			var wg sync.WaitGroup
 			for i, skew := range skews {
 				c := startChild(t, "contend", b.url, "PGSTORE_SKEW="+skew, "PGSTORE_STRATEGY="+strconv.Itoa(i%3),
 					"PGSTORE_KEYS="+strconv.Itoa(keys), "PGSTORE_WORKERS="+strconv.Itoa(workers))
-				procs = append(procs, c)
 				wg.Add(1)
 				go func(i int) {
 					defer wg.Done()
@@ -253,7 +251,6 @@ func TestProcessesOneExecution(t *testing.T) {
 			if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_store WHERE status <> 'COMPLETED'`).Scan(&notDone); err != nil || notDone != 0 {
 				t.Fatalf("%d records not completed (%v)", notDone, err)
 			}
-			_ = procs
 		})
 	}
 }

@@ -139,7 +139,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	pgb := pgbench{bin: filepath.Join(bin, "pgbench"), url: libpqURL(dbURL), dir: tmp, fp: string(fp), d: d}
+	pgb := pgbench{bin: filepath.Join(bin, "pgbench"), url: libpqURL(dbURL), dir: tmp, fp: string(fp)}
 
 	var version, settings string
 	_ = pool.QueryRow(ctx, `SELECT version()`).Scan(&version)
@@ -445,7 +445,6 @@ func writeScripts(dir string) (cycle, sel string, err error) {
 
 type pgbench struct {
 	bin, url, dir, fp string
-	d                 time.Duration
 	n                 int
 }
 
