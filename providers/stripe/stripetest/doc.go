@@ -58,6 +58,28 @@
 // itself and surface as a successful replay. Disable keep-alives in the test's HTTP client to
 // observe the lost response.
 //
+// # Webhooks
+//
+// With Config.WebhookURL set, the fake POSTs Stripe events there: payment_intent.succeeded when
+// a PaymentIntent succeeds, payment_intent.payment_failed when one is declined, and
+// charge.refunded when a refund is created (data.object is the charge with amount_refunded and
+// refunded; data.previous_attributes the old values). Events carry Stripe's envelope (id
+// "evt_...", object "event", type, created, api_version [APIVersion], data.object, request) and
+// are signed as Stripe signs them: "Stripe-Signature: t=<unix>,v1=<hex HMAC-SHA256>" over
+// "<t>.<payload>" with Config.WebhookSecret ([DefaultWebhookSecret]), t from Config.Clock, so
+// verify deliveries from a fake on a [ManualClock] with IgnoreTolerance. Verify with stripe-go:
+//
+//	ev, err := webhook.ConstructEventWithOptions(payload, r.Header.Get("Stripe-Signature"),
+//		secret, webhook.ConstructEventOptions{IgnoreAPIVersionMismatch: true})
+//
+// One goroutine owned by the Server delivers events in the order they happened, each
+// 1+Config.DuplicateWebhooks times with the same id; a delivery that errs or answers non-2xx is
+// retried a few times with a short backoff, then abandoned. [Server.Events] lists what was
+// emitted and how its deliveries went; [Server.WaitDeliveries] waits for the queue to drain.
+// Close stops delivery and waits for the goroutine; undelivered events are dropped. Replays
+// execute nothing and emit nothing. Other event types (payment_intent.created,
+// refund.created, ...) are not emitted.
+//
 // # Ground truth
 //
 // [Server.CountsByIdempotencyKey], [Server.CountsByMetadata] and [Server.Totals] report what

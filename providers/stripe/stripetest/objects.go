@@ -196,11 +196,13 @@ func (s *Server) createPaymentIntent(c *call) (*response, bool) {
 		pi.LastPaymentError = &lastErr
 		snapshot := *pi
 		e.PaymentIntent = &snapshot
+		s.emitLocked(c, "payment_intent.payment_failed", pi, nil)
 		return errorResponse(http.StatusPaymentRequired, e), true
 	default:
 		pi.Status = "succeeded"
 		pi.AmountReceived = amount
 		pi.LatestCharge = ptr(s.newIDLocked("ch"))
+		s.emitLocked(c, "payment_intent.succeeded", pi, nil)
 	}
 	return jsonResponse(http.StatusOK, pi), true
 }
@@ -321,6 +323,7 @@ func (s *Server) createRefund(c *call) (*response, bool) {
 		return errorResponse(http.StatusBadRequest, apiError{Type: typeInvalidRequest, Code: "amount_too_large", Param: "amount",
 			Message: fmt.Sprintf("Refund amount (%d %s) is greater than unrefunded amount on charge (%d %s)", amount, pi.Currency, left, pi.Currency)}), true
 	}
+	prevRefunded := pi.refunded
 	pi.refunded += amount
 	re := &refund{
 		ID:             s.newIDLocked("re"),
@@ -337,6 +340,7 @@ func (s *Server) createRefund(c *call) (*response, bool) {
 	}
 	s.refunds[re.ID] = re
 	s.rorder = append(s.rorder, re)
+	s.emitLocked(c, "charge.refunded", chargeOf(pi), chargePrevious(pi, prevRefunded))
 	return jsonResponse(http.StatusOK, re), true
 }
 

@@ -36,6 +36,22 @@ type Config struct {
 	// order; the first one drawn wins. One-shot faults from [Server.Inject] take precedence.
 	// Default: none.
 	Faults []Fault
+
+	// WebhookURL is the endpoint the fake POSTs signed events to (see "Webhooks" in the package
+	// documentation). Default: "", no delivery (events are still recorded, see [Server.Events]).
+	WebhookURL string
+
+	// WebhookSecret is the endpoint's signing secret for the Stripe-Signature header.
+	// Default: [DefaultWebhookSecret] ("whsec_test").
+	WebhookSecret string
+
+	// DuplicateWebhooks is how many extra times every event is delivered, with the same event
+	// id, as Stripe's at-least-once delivery may do. Default: 0 (each event once).
+	DuplicateWebhooks int
+
+	// WebhookClient sends the deliveries. Default: a client with a 5 s timeout, whose idle
+	// connections Close releases.
+	WebhookClient *http.Client
 }
 
 // Server is a stateful fake of the Stripe API endpoints payonce's adapter uses. It is an
@@ -58,6 +74,8 @@ type Server struct {
 	order    []*paymentIntent // creation order
 	refunds  map[string]*refund
 	rorder   []*refund
+
+	wh *webhooks // event log and delivery queue; has its own lock, taken after mu
 }
 
 // NewServer returns a started Server listening on a loopback port, like [httptest.NewServer].
@@ -98,6 +116,7 @@ func NewUnstartedServer(cfg *Config) *Server {
 		seed = 1
 	}
 	s.rng = rand.New(rand.NewPCG(uint64(seed), 0x5354524950455445)) // "STRIPETE"
+	s.wh = newWebhooks(cfg, s.clock)
 	return s
 }
 
@@ -113,7 +132,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("Config.Faults[%d]: %w", i, err)
 		}
 	}
-	return nil
+	return c.validateWebhooks()
 }
 
 // Start starts listening on a loopback port. It panics if the server was already started.
@@ -132,10 +151,12 @@ func (s *Server) URL() string {
 	return s.ts.URL
 }
 
-// Close releases hung requests and, if the server was started, shuts it down and waits for
+// Close releases hung requests, stops webhook delivery (undelivered events are dropped) and
+// waits for the delivery goroutine, and, if the server was started, shuts it down and waits for
 // outstanding requests.
 func (s *Server) Close() {
 	s.once.Do(func() { close(s.closing) })
+	s.wh.close()
 	if s.ts != nil {
 		s.ts.Close()
 	}
@@ -190,10 +211,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type handler func(c *call) (resp *response, executed bool)
 
 type call struct {
-	r    *http.Request
-	form url.Values
-	key  string // Idempotency-Key, "" if none
-	id   string // path parameter
+	r     *http.Request
+	form  url.Values
+	key   string // Idempotency-Key, "" if none
+	id    string // path parameter
+	reqID string // Request-Id of the response
 }
 
 func (s *Server) route(r *http.Request) handler {
@@ -234,7 +256,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, key string, h h
 	}
 
 	s.mu.Lock()
-	resp, executed := h(&call{r: r, form: r.Form, key: key})
+	resp, executed := h(&call{r: r, form: r.Form, key: key, reqID: w.Header().Get("Request-Id")})
 	s.mu.Unlock()
 
 	if !executed {
