@@ -1,0 +1,121 @@
+package payments
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinels of the outcome classes; the error types below carry data and
+// match them with errors.Is.
+var (
+	ErrDeclined       = errors.New("payments: declined")
+	ErrInvalidRequest = errors.New("payments: invalid request")
+	ErrNotSent        = errors.New("payments: request not sent")
+	ErrOutcomeUnknown = errors.New("payments: outcome unknown")
+	ErrInProgress     = errors.New("payments: provider still processing this key")
+	ErrKeyMismatch    = errors.New("payments: provider saw this key with other parameters")
+)
+
+// DeclineError is a definite, permanent refusal by the provider (or the
+// card's issuer). It is replayed to every retry of the key.
+type DeclineError struct {
+	Provider string
+	// Code is the provider's error code ("card_declined"), DeclineCode
+	// the issuer's reason ("insufficient_funds").
+	Code, DeclineCode string
+	Message           string
+}
+
+func (e *DeclineError) Error() string {
+	return fmt.Sprintf("payments: %s declined: %s (%s)", e.Provider, e.DeclineCode, e.Code)
+}
+
+// Is reports ErrDeclined.
+func (e *DeclineError) Is(target error) bool { return target == ErrDeclined }
+
+// InvalidRequestError is a permanent refusal of the request itself.
+type InvalidRequestError struct {
+	Provider, Code, Param, Message string
+}
+
+func (e *InvalidRequestError) Error() string {
+	return fmt.Sprintf("payments: %s refused the request: %s %s: %s", e.Provider, e.Code, e.Param, e.Message)
+}
+
+// Is reports ErrInvalidRequest.
+func (e *InvalidRequestError) Is(target error) bool { return target == ErrInvalidRequest }
+
+// NotSentError: the request provably never reached the provider (no
+// connection, refused before writing).
+type NotSentError struct {
+	Provider string
+	Err      error
+}
+
+func (e *NotSentError) Error() string {
+	return fmt.Sprintf("payments: request to %s not sent: %v", e.Provider, e.Err)
+}
+
+// Is reports ErrNotSent.
+func (e *NotSentError) Is(target error) bool { return target == ErrNotSent }
+
+// Unwrap returns the cause.
+func (e *NotSentError) Unwrap() error { return e.Err }
+
+// UnknownOutcomeError: the request may have reached the provider and the
+// answer was lost (timeout, reset after write, 5xx). Never treat it as a
+// failure without proof: a retry with the same provider key or the
+// reconciler resolves it.
+type UnknownOutcomeError struct {
+	Provider string
+	// Status is the HTTP status when one was received (5xx), else 0.
+	Status int
+	Err    error
+}
+
+func (e *UnknownOutcomeError) Error() string {
+	return fmt.Sprintf("payments: outcome at %s unknown (status %d): %v", e.Provider, e.Status, e.Err)
+}
+
+// Is reports ErrOutcomeUnknown.
+func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// Unwrap returns the cause.
+func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
+
+// InProgressError: the provider is still executing a request with the same
+// idempotency key (Stripe 409 idempotency_key_in_use). Retry later with the
+// same key.
+type InProgressError struct{ Provider string }
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("payments: %s is still processing a request with this key", e.Provider)
+}
+
+// Is reports ErrInProgress.
+func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
+
+// KeyMismatchError: the provider saw the same idempotency key with other
+// parameters. payments derives keys so that this cannot happen; seeing it
+// means a bug or two systems sharing keys, and must be reported loudly.
+type KeyMismatchError struct {
+	Provider, Message string
+}
+
+func (e *KeyMismatchError) Error() string {
+	return fmt.Sprintf("payments: BUG: %s saw this idempotency key with other parameters: %s", e.Provider, e.Message)
+}
+
+// Is reports ErrKeyMismatch.
+func (e *KeyMismatchError) Is(target error) bool { return target == ErrKeyMismatch }
+
+// OutcomeUnknown reports whether err leaves the provider's outcome unknown.
+func OutcomeUnknown(err error) bool { return errors.Is(err, ErrOutcomeUnknown) }
+
+// SafeToRetry reports whether retrying with the same key cannot do harm
+// and may succeed: the request was not sent, the outcome is unknown (the
+// provider deduplicates the retry), or the provider is still processing.
+// Declines and invalid requests are final.
+func SafeToRetry(err error) bool {
+	return errors.Is(err, ErrNotSent) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrInProgress)
+}

@@ -1,0 +1,138 @@
+package payments
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"github.com/payonce/payonce/money"
+)
+
+// Provider is a payment provider as payments sees it: an adapter over the
+// provider's API (providers/stripe, later Adyen and PayPal). Every call
+// carries references derived deterministically from the local key, the
+// step and the attempt, so that a retry reaches the provider with the same
+// references and the provider's own deduplication makes it a replay.
+//
+// Errors are classified for the caller: [DeclineError] (definite and
+// permanent), [InvalidRequestError] (permanent; our bug or bad input),
+// [NotSentError] (the request provably never reached the provider: safe to
+// retry), [UnknownOutcomeError] (timeout, reset after write, 5xx: the
+// outcome is unknown and must be resolved, never assumed failed),
+// [InProgressError] (the provider is still processing the same key), and
+// [KeyMismatchError] (the provider saw the same key with other parameters:
+// a bug, reported loudly).
+type Provider interface {
+	// Name is the provider's name in payments and the ledger ("stripe").
+	Name() string
+	// DedupWindow is how long the provider deduplicates a key: the local
+	// retention of any key reaching it must be at least this long.
+	DedupWindow() time.Duration
+	// Charge creates and confirms a payment.
+	Charge(ctx context.Context, req ChargeRequest) (ChargeResult, error)
+	// Refund refunds (part of) a charge.
+	Refund(ctx context.Context, req RefundRequest) (RefundResult, error)
+	// Lookup finds what the provider holds for a local key, for the
+	// reconciler: the charges carrying the key in their metadata, created
+	// in the window.
+	Lookup(ctx context.Context, req LookupRequest) (LookupResult, error)
+}
+
+// ChargeRequest is one charge attempt.
+type ChargeRequest struct {
+	// Key is the local idempotency key; it travels in the metadata.
+	Key string
+	// ProviderKey is the provider's idempotency key for this attempt
+	// (see [ProviderKey]).
+	ProviderKey   string
+	Amount        money.Money
+	Recipient     string
+	PaymentMethod string
+	Description   string
+	Metadata      map[string]string
+}
+
+// ChargeStatus is a charge's state at the provider.
+type ChargeStatus string
+
+const (
+	ChargeSucceeded ChargeStatus = "succeeded"
+	// ChargeRequiresAction: the customer must act (3-D Secure); the charge
+	// completes or fails later (webhook or lookup).
+	ChargeRequiresAction ChargeStatus = "requires_action"
+	// ChargePending: accepted, final outcome later.
+	ChargePending ChargeStatus = "pending"
+	ChargeFailed  ChargeStatus = "failed"
+)
+
+// ChargeResult is what the provider answered.
+type ChargeResult struct {
+	// ProviderID identifies the charge at the provider ("pi_...").
+	ProviderID string
+	Status     ChargeStatus
+	Amount     money.Money
+	// Replayed is true when the provider answered from its idempotency
+	// cache (the same key was seen before).
+	Replayed bool
+}
+
+// RefundRequest is one refund attempt of a charge.
+type RefundRequest struct {
+	Key         string
+	ProviderKey string
+	// ChargeID is the charge's ProviderID.
+	ChargeID string
+	Amount   money.Money
+}
+
+// RefundStatus is a refund's state at the provider.
+type RefundStatus string
+
+const (
+	RefundSucceeded RefundStatus = "succeeded"
+	RefundPending   RefundStatus = "pending"
+	RefundFailed    RefundStatus = "failed"
+)
+
+// RefundResult is what the provider answered.
+type RefundResult struct {
+	ProviderID string
+	Status     RefundStatus
+	Amount     money.Money
+	Replayed   bool
+}
+
+// LookupRequest asks what exists at the provider for a local key.
+type LookupRequest struct {
+	Key string
+	// From and To bound the creation time to search (the provider's clock).
+	From, To time.Time
+}
+
+// LookupResult lists the charges found.
+type LookupResult struct {
+	Charges []ChargeResult
+	// Consistent is false when the answer came from an eventually
+	// consistent index (a recent charge may be missing yet).
+	Consistent bool
+}
+
+// ProviderKey derives the provider's idempotency key for one attempt of
+// one step of a local action: "<key>_<step>_<attempt>", or, when that
+// exceeds maxLen, a prefix of it and the hex SHA-256 of the whole, cut to
+// maxLen. It is deterministic: a retry sends the same key; a deliberate new
+// attempt (after the previous one is proven void) uses attempt+1.
+func ProviderKey(key, step string, attempt, maxLen int) string {
+	full := key + "_" + step + "_" + strconv.Itoa(attempt)
+	if len(full) <= maxLen {
+		return full
+	}
+	sum := sha256.Sum256([]byte(full))
+	h := hex.EncodeToString(sum[:])
+	if maxLen <= len(h)+1 {
+		return h[:maxLen]
+	}
+	return full[:maxLen-len(h)-1] + "_" + h
+}

@@ -1,0 +1,51 @@
+package payments_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/payonce/payonce/payments"
+)
+
+func TestProviderKey(t *testing.T) {
+	t.Parallel()
+	if k := payments.ProviderKey("usr_1_charge_abc", "charge", 0, 255); k != "usr_1_charge_abc_charge_0" {
+		t.Fatalf("short key: %q", k)
+	}
+	long := strings.Repeat("k", 300)
+	a := payments.ProviderKey(long, "charge", 0, 255)
+	if len(a) != 255 || a != payments.ProviderKey(long, "charge", 0, 255) {
+		t.Fatalf("long key: %d bytes, deterministic=%v", len(a), a == payments.ProviderKey(long, "charge", 0, 255))
+	}
+	if a == payments.ProviderKey(long, "charge", 1, 255) || a == payments.ProviderKey(long, "refund", 0, 255) {
+		t.Fatal("attempt and step must change the derived key")
+	}
+	if b := payments.ProviderKey(long, "charge", 0, 64); len(b) != 64 {
+		t.Fatalf("64-byte limit: %d", len(b))
+	}
+	if c := payments.ProviderKey(long, "charge", 0, 40); len(c) != 40 {
+		t.Fatalf("limit below a hash: %d", len(c))
+	}
+}
+
+func TestOutcomeClasses(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		err            error
+		unknown, retry bool
+		is             error
+	}{
+		{&payments.DeclineError{Provider: "stripe", DeclineCode: "insufficient_funds"}, false, false, payments.ErrDeclined},
+		{&payments.InvalidRequestError{Provider: "stripe"}, false, false, payments.ErrInvalidRequest},
+		{&payments.NotSentError{Provider: "stripe", Err: errors.New("dial")}, false, true, payments.ErrNotSent},
+		{&payments.UnknownOutcomeError{Provider: "stripe", Status: 502}, true, true, payments.ErrOutcomeUnknown},
+		{&payments.InProgressError{Provider: "stripe"}, false, true, payments.ErrInProgress},
+		{&payments.KeyMismatchError{Provider: "stripe"}, false, false, payments.ErrKeyMismatch},
+	}
+	for _, c := range cases {
+		if payments.OutcomeUnknown(c.err) != c.unknown || payments.SafeToRetry(c.err) != c.retry || !errors.Is(c.err, c.is) {
+			t.Errorf("%v: unknown=%v retry=%v", c.err, payments.OutcomeUnknown(c.err), payments.SafeToRetry(c.err))
+		}
+	}
+}
