@@ -1,0 +1,80 @@
+package stripe
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// DefaultBaseURL is Stripe's API endpoint.
+const DefaultBaseURL = "https://api.stripe.com"
+
+// DefaultHTTPTimeout bounds one HTTP exchange of the default client.
+const DefaultHTTPTimeout = 30 * time.Second
+
+// Config configures a [Provider]. A nil *Config means all defaults, which
+// fails validation because SecretKey is required.
+type Config struct {
+	// SecretKey is the Stripe secret (or restricted) key, "sk_..." or
+	// "rk_...". Required. Idempotency keys are scoped to it at Stripe.
+	SecretKey string
+
+	// BaseURL is the API's base URL; tests point it at
+	// [github.com/payonce/payonce/providers/stripe/stripetest]. Default:
+	// [DefaultBaseURL].
+	BaseURL string
+
+	// HTTPClient sends the requests. Default: a client with a
+	// [DefaultHTTPTimeout] (30 s) timeout.
+	HTTPClient *http.Client
+
+	// MaxNetworkRetries is how many times stripe-go itself retries a
+	// request (network errors, 409, 5xx with Stripe-Should-Retry, ...).
+	// Default: 0, and payonce retries at its own level with the same
+	// provider key, where the decision is visible and journaled.
+	//
+	// stripe-go's retries reuse the Idempotency-Key we set, so they cannot
+	// duplicate a charge. But they sleep (up to 5 s, not interruptible by
+	// the context) and so stretch one call past the caller's deadline, and
+	// a 409 idempotency_key_in_use retried inside stripe-go hides from us
+	// that another process is still executing the same key. Must not be
+	// negative.
+	MaxNetworkRetries int64
+}
+
+// ConfigError reports an invalid [Config] field.
+type ConfigError struct {
+	// Field is the field's name, e.g. "SecretKey".
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("stripe: Config.%s %s", e.Field, e.Reason)
+}
+
+// withDefaults validates c and returns a copy with the defaults filled in.
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.SecretKey == "" {
+		return out, &ConfigError{Field: "SecretKey", Reason: "is required"}
+	}
+	if out.BaseURL == "" {
+		out.BaseURL = DefaultBaseURL
+	}
+	u, err := url.Parse(out.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return out, &ConfigError{Field: "BaseURL", Reason: fmt.Sprintf("must be an absolute http(s) URL, got %q", out.BaseURL)}
+	}
+	if out.HTTPClient == nil {
+		out.HTTPClient = &http.Client{Timeout: DefaultHTTPTimeout}
+	}
+	if out.MaxNetworkRetries < 0 {
+		return out, &ConfigError{Field: "MaxNetworkRetries", Reason: fmt.Sprintf("must not be negative, got %d", out.MaxNetworkRetries)}
+	}
+	return out, nil
+}

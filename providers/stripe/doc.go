@@ -1,0 +1,70 @@
+// Package stripe is payonce's Stripe adapter: a [payments.Provider] over
+// PaymentIntents and Refunds of Stripe API v1, through stripe-go v79, plus
+// webhook signature verification.
+//
+// The package shares its name with stripe-go's; alias one of them. payonce
+// code aliases this package and keeps stripe-go's name for stripe-go:
+//
+//	import paystripe "github.com/payonce/payonce/providers/stripe"
+//
+//	p, err := paystripe.New(&paystripe.Config{SecretKey: os.Getenv("STRIPE_SECRET_KEY")})
+//	res, err := p.Charge(ctx, payments.ChargeRequest{
+//		Key:           "order-42",
+//		ProviderKey:   payments.ProviderKey("order-42", "charge", 1, paystripe.MaxProviderKeyLen),
+//		Amount:        money.MustParse("20.00", money.EUR),
+//		PaymentMethod: "pm_card_visa",
+//	})
+//
+// (inside this package, stripe-go is imported as stripego.)
+//
+// # Idempotency
+//
+// Every write carries the caller's ProviderKey as its Idempotency-Key
+// (refused when empty or longer than [MaxProviderKeyLen]) and the local key
+// in its metadata under [MetadataKey]. Stripe keeps keys at least 24 hours
+// ([Provider.DedupWindow]): a retry with the same key within that window is
+// answered from Stripe's cache, Replayed in the result. After it, only
+// [Provider.Lookup] (List API filtered by creation time, matched on
+// metadata) tells what exists.
+//
+// # Retries
+//
+// The adapter does not retry. stripe-go's own retries are off by default
+// (Config.MaxNetworkRetries): payonce retries at its level with the same
+// key, within the caller's deadline, and sees every 409. See
+// [Config.MaxNetworkRetries] for what turning them on would do.
+//
+// # Errors
+//
+// stripe-go's *stripe.Error and transport errors become payments' outcome
+// classes:
+//
+//	Stripe answer                                   payments error            final?
+//	card_error (402)                                *DeclineError             yes, replayed for the key
+//	idempotency_error, idempotency_key_in_use (409) *InProgressError          retry later, same key
+//	idempotency_error (400, other parameters)       *KeyMismatchError         a bug: report
+//	invalid_request_error (400, 404, ...)           *InvalidRequestError      yes
+//	401, 403 (bad or restricted key)                *InvalidRequestError      yes (configuration)
+//	429 (rate limit, lock timeout)                  *UnknownOutcomeError      retry, same key
+//	5xx (api_error)                                 *UnknownOutcomeError      retry, same key; a cached 500 replays
+//	transport error before any request was written  *NotSentError             retry
+//	  (dial error, TLS failure, context ended first)
+//	transport error after a request was written     *UnknownOutcomeError      retry, same key, or reconcile
+//	  (timeout, reset, EOF, context deadline)
+//
+// "Written" is observed with [net/http/httptrace] across all attempts, so
+// a dial error after net/http already wrote (and lost) the request on a
+// keep-alive connection is not mistaken for "not sent". A 429 is not
+// documented to leave nothing executed, so it is not treated as not sent.
+// A 500 that Stripe produced after execution started is cached for the key:
+// the retry replays the 500 and the outcome stays unknown until
+// [Provider.Lookup] (the reconciler) resolves it.
+//
+// Requests the adapter refuses before sending (bad metadata, missing
+// fields) are *[payments.InvalidRequestError] naming the field in Param.
+//
+// # Webhooks
+//
+// [VerifyWebhook] checks the Stripe-Signature header against one or more
+// endpoint secrets (rotation) and returns the event.
+package stripe

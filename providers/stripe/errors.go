@@ -1,0 +1,81 @@
+package stripe
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
+
+	stripego "github.com/stripe/stripe-go/v79"
+
+	"github.com/payonce/payonce/payments"
+)
+
+// sentTracker records whether any attempt of a call (stripe-go's retries,
+// net/http's own resends on a reused connection) wrote a request's headers
+// on a connection. Until then Stripe cannot have received a request it
+// could execute, so a transport failure is provably "not sent". A dial
+// error alone is no proof: net/http may have written the request on a
+// keep-alive connection, lost it, and then failed to dial for its resend.
+type sentTracker struct{ wrote atomic.Bool }
+
+func (t *sentTracker) trace(ctx context.Context) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteHeaders: func() { t.wrote.Store(true) },
+	})
+}
+
+func asStripeError(err error) (*stripego.Error, bool) {
+	var se *stripego.Error
+	ok := errors.As(err, &se)
+	return se, ok
+}
+
+// classify maps a stripe-go error to payments' outcome classes; see the
+// table in the package documentation.
+func classify(err error, sent *sentTracker) error {
+	se, ok := asStripeError(err)
+	if !ok {
+		// No Stripe error object: a transport error (dial, TLS, reset,
+		// timeout, context end) or an undecodable response.
+		if !sent.wrote.Load() {
+			return &payments.NotSentError{Provider: providerName, Err: err}
+		}
+		return &payments.UnknownOutcomeError{Provider: providerName, Err: err}
+	}
+	status := se.HTTPStatusCode
+	switch {
+	case se.Type == stripego.ErrorTypeIdempotency &&
+		(se.Code == stripego.ErrorCodeIdempotencyKeyInUse || status == http.StatusConflict):
+		return &payments.InProgressError{Provider: providerName}
+	case se.Type == stripego.ErrorTypeIdempotency:
+		return &payments.KeyMismatchError{Provider: providerName, Message: se.Msg}
+	case se.Type == stripego.ErrorTypeCard:
+		return &payments.DeclineError{Provider: providerName, Code: string(se.Code),
+			DeclineCode: string(se.DeclineCode), Message: se.Msg}
+	case status == http.StatusTooManyRequests:
+		// Stripe's rate limiter (and lock_timeout) refuse with 429 and ask
+		// for a retry, but nothing documents that a 429 never executed
+		// anything: unknown, which is as retryable as not-sent with the
+		// same key, and never assumed failed.
+		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+	case status >= 500:
+		// Stripe caches a 500 produced after execution started: the same
+		// key replays it, so only the reconciler can resolve it then.
+		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+	case status >= 400:
+		// invalid_request_error, and 401/403 (bad or restricted key): a
+		// permanent configuration or input error.
+		code := string(se.Code)
+		if code == "" {
+			code = http.StatusText(status)
+		}
+		return &payments.InvalidRequestError{Provider: providerName, Code: code, Param: se.Param, Message: se.Msg}
+	default:
+		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+	}
+}

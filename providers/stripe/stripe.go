@@ -1,0 +1,330 @@
+package stripe
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	stripego "github.com/stripe/stripe-go/v79"
+	"github.com/stripe/stripe-go/v79/client"
+
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+)
+
+const (
+	providerName = "stripe"
+
+	// DedupWindow is how long Stripe is documented to keep an idempotency
+	// key: at least 24 hours; a key reused after it may start a new request.
+	DedupWindow = 24 * time.Hour
+
+	// MaxProviderKeyLen is Stripe's limit on an Idempotency-Key.
+	MaxProviderKeyLen = 255
+
+	// MetadataKey is the metadata entry carrying payonce's local key on
+	// every PaymentIntent and refund, so that [Provider.Lookup] finds them.
+	MetadataKey = "payonce_key"
+
+	// Stripe's metadata limits.
+	maxMetadataKeys     = 50
+	maxMetadataKeyLen   = 40
+	maxMetadataValueLen = 500
+
+	// lookupPageSize is the List API's largest page.
+	lookupPageSize = 100
+)
+
+// Provider is the Stripe adapter of [payments.Provider]. It holds no
+// globals; it is safe for concurrent use.
+type Provider struct {
+	api *client.API
+}
+
+var _ payments.Provider = (*Provider)(nil)
+
+// New returns a Provider for cfg. Errors: *[ConfigError] naming the bad
+// field.
+func New(cfg *Config) (*Provider, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b := stripego.GetBackendWithConfig(stripego.APIBackend, &stripego.BackendConfig{
+		URL:               stripego.String(strings.TrimSuffix(c.BaseURL, "/")),
+		HTTPClient:        c.HTTPClient,
+		MaxNetworkRetries: stripego.Int64(c.MaxNetworkRetries),
+		// Errors reach the caller as payments errors; stripe-go's own
+		// logging would only duplicate them (and print request details).
+		LeveledLogger: &stripego.LeveledLogger{Level: stripego.LevelNull},
+	})
+	return &Provider{api: client.New(c.SecretKey, &stripego.Backends{API: b, Connect: b, Uploads: b})}, nil
+}
+
+// Name returns "stripe".
+func (p *Provider) Name() string { return providerName }
+
+// DedupWindow returns 24h, Stripe's idempotency key retention.
+func (p *Provider) DedupWindow() time.Duration { return DedupWindow }
+
+// Charge creates and confirms a card PaymentIntent for req, with
+// req.ProviderKey as its Idempotency-Key and req.Key in its metadata under
+// [MetadataKey]. req.Recipient is not used: charges land on the account
+// of Config.SecretKey (no Connect destination).
+//
+// On a decline the result still names the declined PaymentIntent (status
+// [payments.ChargeFailed]) next to the error. Errors (see the package
+// documentation for the mapping): *[payments.DeclineError],
+// *[payments.InvalidRequestError] (also for requests refused before
+// sending: bad metadata, empty or too long ProviderKey, non-positive
+// amount), *[payments.NotSentError], *[payments.UnknownOutcomeError],
+// *[payments.InProgressError], *[payments.KeyMismatchError].
+func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (payments.ChargeResult, error) {
+	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
+		return payments.ChargeResult{}, err
+	}
+	if err := checkAmount(req.Amount); err != nil {
+		return payments.ChargeResult{}, err
+	}
+	if req.PaymentMethod == "" {
+		return payments.ChargeResult{}, invalid("PaymentMethod", "is required")
+	}
+	md, err := metadata(req.Key, req.Metadata)
+	if err != nil {
+		return payments.ChargeResult{}, err
+	}
+
+	params := &stripego.PaymentIntentParams{
+		Amount:        stripego.Int64(req.Amount.Minor()),
+		Currency:      stripego.String(strings.ToLower(string(req.Amount.Currency()))),
+		PaymentMethod: stripego.String(req.PaymentMethod),
+		Confirm:       stripego.Bool(true),
+		// Cards only: with automatic payment methods, confirming would
+		// require a return_url for redirect-based methods.
+		PaymentMethodTypes: stripego.StringSlice([]string{"card"}),
+	}
+	if req.Description != "" {
+		params.Description = stripego.String(req.Description)
+	}
+	params.Metadata = md
+	params.SetIdempotencyKey(req.ProviderKey)
+	var sent sentTracker
+	params.Context = sent.trace(ctx)
+
+	pi, err := p.api.PaymentIntents.New(params)
+	if err != nil {
+		res := payments.ChargeResult{}
+		if se, ok := asStripeError(err); ok && se.PaymentIntent != nil && se.Type == stripego.ErrorTypeCard {
+			res = chargeResult(se.PaymentIntent, req.Amount)
+			res.Status = payments.ChargeFailed
+			res.Replayed = replayed(se.LastResponse)
+		}
+		return res, classify(err, &sent)
+	}
+	res := chargeResult(pi, req.Amount)
+	res.Replayed = replayed(pi.LastResponse)
+	return res, nil
+}
+
+// Refund refunds req.Amount of the PaymentIntent req.ChargeID, with
+// req.ProviderKey as its Idempotency-Key and req.Key in its metadata.
+// Errors: as [Provider.Charge]; refusing more than what is left to refund
+// is an *[payments.InvalidRequestError] (amount_too_large,
+// charge_already_refunded), final for the key.
+func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (payments.RefundResult, error) {
+	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
+		return payments.RefundResult{}, err
+	}
+	if err := checkAmount(req.Amount); err != nil {
+		return payments.RefundResult{}, err
+	}
+	if req.ChargeID == "" {
+		return payments.RefundResult{}, invalid("ChargeID", "is required")
+	}
+	md, err := metadata(req.Key, nil)
+	if err != nil {
+		return payments.RefundResult{}, err
+	}
+	params := &stripego.RefundParams{
+		PaymentIntent: stripego.String(req.ChargeID),
+		Amount:        stripego.Int64(req.Amount.Minor()),
+	}
+	params.Metadata = md
+	params.SetIdempotencyKey(req.ProviderKey)
+	var sent sentTracker
+	params.Context = sent.trace(ctx)
+
+	re, err := p.api.Refunds.New(params)
+	if err != nil {
+		return payments.RefundResult{}, classify(err, &sent)
+	}
+	res := payments.RefundResult{
+		ProviderID: re.ID,
+		Status:     refundStatus(re.Status),
+		Amount:     amountOr(re.Amount, string(re.Currency), req.Amount),
+		Replayed:   replayed(re.LastResponse),
+	}
+	return res, nil
+}
+
+// Lookup lists the PaymentIntents created in [req.From, req.To] (Stripe's
+// clock, whole seconds; a zero bound is open) and returns those whose
+// metadata carries req.Key. The List API is consistent, so the result is
+// marked Consistent.
+//
+// TODO: Stripe's Search API (metadata['payonce_key']:'k') would avoid
+// scanning the window, but it is eventually consistent and the stripetest
+// fake does not serve it.
+//
+// Errors: *[payments.InvalidRequestError], *[payments.NotSentError],
+// *[payments.UnknownOutcomeError] (a read: retrying is harmless).
+func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
+	if req.Key == "" {
+		return payments.LookupResult{}, invalid("Key", "is required")
+	}
+	if !req.From.IsZero() && !req.To.IsZero() && req.To.Before(req.From) {
+		return payments.LookupResult{}, invalid("To", "is before From")
+	}
+	params := &stripego.PaymentIntentListParams{}
+	params.Limit = stripego.Int64(lookupPageSize)
+	if !req.From.IsZero() || !req.To.IsZero() {
+		params.CreatedRange = &stripego.RangeQueryParams{}
+		if !req.From.IsZero() {
+			params.CreatedRange.GreaterThanOrEqual = req.From.Unix()
+		}
+		if !req.To.IsZero() {
+			// created is in whole seconds: round To up so that a charge
+			// created within To's second is kept.
+			params.CreatedRange.LesserThanOrEqual = req.To.Add(time.Second - 1).Unix()
+		}
+	}
+	var sent sentTracker
+	params.Context = sent.trace(ctx)
+
+	res := payments.LookupResult{Charges: []payments.ChargeResult{}, Consistent: true}
+	it := p.api.PaymentIntents.List(params)
+	for it.Next() {
+		pi := it.PaymentIntent()
+		if pi.Metadata[MetadataKey] != req.Key {
+			continue
+		}
+		res.Charges = append(res.Charges, chargeResult(pi, money.Money{}))
+	}
+	if err := it.Err(); err != nil {
+		return payments.LookupResult{}, classify(err, &sent)
+	}
+	return res, nil
+}
+
+func chargeResult(pi *stripego.PaymentIntent, sent money.Money) payments.ChargeResult {
+	return payments.ChargeResult{
+		ProviderID: pi.ID,
+		Status:     chargeStatus(pi.Status),
+		Amount:     amountOr(pi.Amount, string(pi.Currency), sent),
+	}
+}
+
+// chargeStatus maps a PaymentIntent's status. requires_confirmation and
+// requires_capture cannot follow a confirmed automatic-capture create;
+// they are reported as pending rather than guessed.
+func chargeStatus(s stripego.PaymentIntentStatus) payments.ChargeStatus {
+	switch s {
+	case stripego.PaymentIntentStatusSucceeded:
+		return payments.ChargeSucceeded
+	case stripego.PaymentIntentStatusRequiresAction:
+		return payments.ChargeRequiresAction
+	case stripego.PaymentIntentStatusRequiresPaymentMethod, stripego.PaymentIntentStatusCanceled:
+		return payments.ChargeFailed
+	default: // processing, requires_confirmation, requires_capture
+		return payments.ChargePending
+	}
+}
+
+func refundStatus(s stripego.RefundStatus) payments.RefundStatus {
+	switch s {
+	case stripego.RefundStatusSucceeded:
+		return payments.RefundSucceeded
+	case stripego.RefundStatusFailed, stripego.RefundStatusCanceled:
+		return payments.RefundFailed
+	default: // pending, requires_action
+		return payments.RefundPending
+	}
+}
+
+// amountOr is Stripe's amount as Money, or fallback when Stripe's currency
+// is not one money knows (it cannot be: it is the one we sent).
+func amountOr(minor int64, currency string, fallback money.Money) money.Money {
+	c, err := money.ParseCurrency(currency)
+	if err != nil {
+		return fallback
+	}
+	m, err := money.FromMinor(minor, c)
+	if err != nil {
+		return fallback
+	}
+	return m
+}
+
+func replayed(r *stripego.APIResponse) bool {
+	return r != nil && r.Header.Get("Idempotent-Replayed") == "true"
+}
+
+// invalid is a request refused before sending it.
+func invalid(param, msg string) error {
+	return &payments.InvalidRequestError{Provider: providerName, Code: "payonce_invalid_parameter", Param: param,
+		Message: param + " " + msg + " (refused before sending)"}
+}
+
+func checkKeys(key, providerKey string) error {
+	switch {
+	case key == "":
+		return invalid("Key", "is required")
+	case providerKey == "":
+		return invalid("ProviderKey", "is required: Stripe deduplicates only requests that carry one")
+	case len(providerKey) > MaxProviderKeyLen:
+		return invalid("ProviderKey", fmt.Sprintf("is %d bytes, Stripe allows %d", len(providerKey), MaxProviderKeyLen))
+	}
+	return nil
+}
+
+func checkAmount(m money.Money) error {
+	if m.Currency() == "" {
+		return invalid("Amount", "has no currency")
+	}
+	if m.Minor() <= 0 {
+		return invalid("Amount", fmt.Sprintf("must be positive, got %s", m))
+	}
+	return nil
+}
+
+// metadata is extra plus [MetadataKey]: key, checked against Stripe's
+// limits so that a bad entry is refused here rather than by Stripe.
+func metadata(key string, extra map[string]string) (map[string]string, error) {
+	md := make(map[string]string, len(extra)+1)
+	for k, v := range extra {
+		param := "Metadata[" + k + "]"
+		switch {
+		case k == MetadataKey:
+			return nil, invalid(param, "is reserved for payonce's key")
+		case k == "":
+			return nil, invalid("Metadata", "has an empty key")
+		case utf8.RuneCountInString(k) > maxMetadataKeyLen:
+			return nil, invalid(param, fmt.Sprintf("key is longer than %d characters", maxMetadataKeyLen))
+		case strings.ContainsAny(k, "[]"):
+			return nil, invalid(param, "key must not contain square brackets")
+		case utf8.RuneCountInString(v) > maxMetadataValueLen:
+			return nil, invalid(param, fmt.Sprintf("value is longer than %d characters", maxMetadataValueLen))
+		}
+		md[k] = v
+	}
+	if utf8.RuneCountInString(key) > maxMetadataValueLen {
+		return nil, invalid("Key", fmt.Sprintf("is longer than %d characters, Stripe's metadata value limit", maxMetadataValueLen))
+	}
+	md[MetadataKey] = key
+	if len(md) > maxMetadataKeys {
+		return nil, invalid("Metadata", fmt.Sprintf("has %d keys with %s; Stripe allows %d", len(md), MetadataKey, maxMetadataKeys))
+	}
+	return md, nil
+}

@@ -1,0 +1,634 @@
+package stripe_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v79/webhook"
+	"go.uber.org/goleak"
+
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/providertest"
+	paystripe "github.com/payonce/payonce/providers/stripe"
+	"github.com/payonce/payonce/providers/stripe/stripetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type bundle struct {
+	srv *stripetest.Server
+	p   *paystripe.Provider
+}
+
+// setup starts a fake and a Provider on it. Keep-alives are off so that a
+// lost response is seen as lost (net/http would otherwise resend a request
+// carrying an Idempotency-Key on a fresh connection).
+func setup(t *testing.T, cfg *stripetest.Config) bundle {
+	t.Helper()
+	srv := stripetest.NewServer(cfg)
+	t.Cleanup(srv.Close)
+	p, err := paystripe.New(&paystripe.Config{
+		SecretKey:  "sk_test_payonce",
+		BaseURL:    srv.URL(),
+		HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return bundle{srv: srv, p: p}
+}
+
+func eur(s string) money.Money { return money.MustParse(s, money.EUR) }
+
+func chargeReq(key, pm string) payments.ChargeRequest {
+	return payments.ChargeRequest{
+		Key:           key,
+		ProviderKey:   payments.ProviderKey(key, "charge", 1, paystripe.MaxProviderKeyLen),
+		Amount:        eur("20.00"),
+		PaymentMethod: pm,
+		Description:   "order " + key,
+		Metadata:      map[string]string{"order": key},
+	}
+}
+
+// must(call())(t) fails t if call returned an error.
+func must[T any](v T, err error) func(*testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return v
+	}
+}
+
+func errAs[E error](t *testing.T, err error) E {
+	t.Helper()
+	var target E
+	if !errors.As(err, &target) {
+		t.Fatalf("error %v (%T) is not a %T", err, err, target)
+	}
+	return target
+}
+
+func wantCount(t *testing.T, b bundle, providerKey string, intents, refunds int) {
+	t.Helper()
+	got := b.srv.CountsByIdempotencyKey(providerKey)
+	if got.PaymentIntents != intents || got.Refunds != refunds {
+		t.Fatalf("fake holds %+v for key %q, want %d payment intents and %d refunds", got, providerKey, intents, refunds)
+	}
+}
+
+func TestProvider(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	if b.p.Name() != "stripe" || b.p.DedupWindow() != 24*time.Hour {
+		t.Fatalf("Name %q DedupWindow %v", b.p.Name(), b.p.DedupWindow())
+	}
+}
+
+func TestChargeSucceedsAndReplays(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	req := chargeReq("order-1", stripetest.PaymentMethodVisa)
+
+	res := must(b.p.Charge(ctx, req))(t)
+	if !strings.HasPrefix(res.ProviderID, "pi_") || res.Status != payments.ChargeSucceeded ||
+		!res.Amount.Equal(req.Amount) || res.Replayed {
+		t.Fatalf("first charge: %+v", res)
+	}
+	if c := b.srv.CountsByMetadata(paystripe.MetadataKey, "order-1"); c.PaymentIntents != 1 {
+		t.Fatalf("metadata %s not carried: %+v", paystripe.MetadataKey, c)
+	}
+
+	again := must(b.p.Charge(ctx, req))(t)
+	if again.ProviderID != res.ProviderID || again.Status != payments.ChargeSucceeded || !again.Replayed {
+		t.Fatalf("replay: %+v, first %+v", again, res)
+	}
+	wantCount(t, b, req.ProviderKey, 1, 0)
+}
+
+func TestChargeDeclined(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ pm, declineCode string }{
+		{stripetest.PaymentMethodDeclined, "generic_decline"},
+		{stripetest.PaymentMethodInsufficientFunds, "insufficient_funds"},
+	} {
+		t.Run(tc.declineCode, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			req := chargeReq("order-"+tc.declineCode, tc.pm)
+			var ids []string
+			for i, wantReplayed := range []bool{false, true} {
+				res, err := b.p.Charge(context.Background(), req)
+				de := errAs[*payments.DeclineError](t, err)
+				if de.Code != "card_declined" || de.DeclineCode != tc.declineCode || de.Message == "" || de.Provider != "stripe" {
+					t.Fatalf("attempt %d: %+v", i, de)
+				}
+				if payments.SafeToRetry(err) || !errors.Is(err, payments.ErrDeclined) {
+					t.Fatalf("attempt %d: a decline must be final: %v", i, err)
+				}
+				if res.Status != payments.ChargeFailed || res.ProviderID == "" || res.Replayed != wantReplayed {
+					t.Fatalf("attempt %d: result %+v", i, res)
+				}
+				ids = append(ids, res.ProviderID)
+			}
+			if ids[0] != ids[1] {
+				t.Fatalf("replayed decline names another PaymentIntent: %v", ids)
+			}
+			wantCount(t, b, req.ProviderKey, 1, 0)
+		})
+	}
+}
+
+func TestChargeRequiresAction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	res := must(b.p.Charge(context.Background(), chargeReq("order-3ds", stripetest.PaymentMethodAuthenticationRequired)))(t)
+	if res.Status != payments.ChargeRequiresAction || res.ProviderID == "" {
+		t.Fatalf("%+v", res)
+	}
+}
+
+// A 500 before execution: unknown from where the client stands; Stripe
+// cached nothing, so the retry with the same key executes.
+func TestChargeFailBefore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-fb", stripetest.PaymentMethodVisa)
+	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Path: "/v1/payment_intents"})
+
+	_, err := b.p.Charge(context.Background(), req)
+	ue := errAs[*payments.UnknownOutcomeError](t, err)
+	if ue.Status != 500 || !payments.SafeToRetry(err) {
+		t.Fatalf("%+v", ue)
+	}
+	wantCount(t, b, req.ProviderKey, 0, 0)
+
+	res := must(b.p.Charge(context.Background(), req))(t)
+	if res.Status != payments.ChargeSucceeded || res.Replayed {
+		t.Fatalf("retry: %+v", res)
+	}
+	wantCount(t, b, req.ProviderKey, 1, 0)
+}
+
+// The response is lost after Stripe committed the charge: the retry
+// replays the success.
+func TestChargeResetAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-reset", stripetest.PaymentMethodVisa)
+	b.srv.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Path: "/v1/payment_intents"})
+
+	_, err := b.p.Charge(context.Background(), req)
+	ue := errAs[*payments.UnknownOutcomeError](t, err)
+	if ue.Status != 0 || !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) {
+		t.Fatalf("%+v", ue)
+	}
+
+	res := must(b.p.Charge(context.Background(), req))(t)
+	if res.Status != payments.ChargeSucceeded || !res.Replayed {
+		t.Fatalf("retry: %+v", res)
+	}
+	wantCount(t, b, req.ProviderKey, 1, 0)
+	found := must(b.p.Lookup(context.Background(), payments.LookupRequest{Key: req.Key}))(t)
+	if len(found.Charges) != 1 || found.Charges[0].ProviderID != res.ProviderID {
+		t.Fatalf("lookup %+v, replay %+v", found, res)
+	}
+}
+
+// A 500 after execution is cached by Stripe for the key: the retry replays
+// the 500 and the outcome stays unknown; only Lookup reveals the charge.
+func TestChargeFailAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-fa", stripetest.PaymentMethodVisa)
+	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailAfter, Path: "/v1/payment_intents"})
+
+	for i := range 2 {
+		_, err := b.p.Charge(context.Background(), req)
+		if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 {
+			t.Fatalf("attempt %d: %+v", i, ue)
+		}
+	}
+	wantCount(t, b, req.ProviderKey, 1, 0)
+	found := must(b.p.Lookup(context.Background(), payments.LookupRequest{Key: req.Key}))(t)
+	if len(found.Charges) != 1 || found.Charges[0].Status != payments.ChargeSucceeded {
+		t.Fatalf("lookup: %+v", found)
+	}
+}
+
+// The context ends while Stripe still works on the request: unknown.
+func TestChargeDeadlineWhileWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-hang", stripetest.PaymentMethodVisa)
+	b.srv.Inject(stripetest.Fault{Kind: stripetest.Hang, Path: "/v1/payment_intents"})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := b.p.Charge(ctx, req)
+	errAs[*payments.UnknownOutcomeError](t, err)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cause lost: %v", err)
+	}
+}
+
+func TestChargeConcurrentSameKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-conc", stripetest.PaymentMethodVisa)
+	b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: 500 * time.Millisecond, IdempotencyKey: req.ProviderKey})
+
+	const n = 5
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		results [n]payments.ChargeResult
+		errs    [n]error
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = b.p.Charge(context.Background(), req)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	executed, inProgress := 0, 0
+	for i := range n {
+		switch {
+		case errs[i] == nil && !results[i].Replayed:
+			executed++
+		case errs[i] == nil: // arrived after the first completed
+		case errors.As(errs[i], new(*payments.InProgressError)):
+			if !payments.SafeToRetry(errs[i]) {
+				t.Fatalf("in progress must be retryable")
+			}
+			inProgress++
+		default:
+			t.Fatalf("unexpected error: %v", errs[i])
+		}
+	}
+	if executed != 1 || inProgress == 0 {
+		t.Fatalf("executed %d, in progress %d: %v", executed, inProgress, errs)
+	}
+	wantCount(t, b, req.ProviderKey, 1, 0)
+}
+
+func TestChargeKeyMismatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-mm", stripetest.PaymentMethodVisa)
+	must(b.p.Charge(context.Background(), req))(t)
+	req.Amount = eur("21.00")
+	_, err := b.p.Charge(context.Background(), req)
+	errAs[*payments.KeyMismatchError](t, err)
+	if payments.SafeToRetry(err) {
+		t.Fatalf("a key mismatch is not retryable")
+	}
+	wantCount(t, b, req.ProviderKey, 1, 0)
+}
+
+func TestChargeNotSent(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	p := must(paystripe.New(&paystripe.Config{
+		SecretKey:  "sk_test_x",
+		BaseURL:    "http://" + addr,
+		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+	}))(t)
+	_, err = p.Charge(context.Background(), chargeReq("order-ns", stripetest.PaymentMethodVisa))
+	errAs[*payments.NotSentError](t, err)
+	if !errors.Is(err, payments.ErrNotSent) || !payments.SafeToRetry(err) {
+		t.Fatalf("%v", err)
+	}
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		t.Fatalf("cause is not the dial error: %v", err)
+	}
+}
+
+func TestChargeBadAPIKey(t *testing.T) {
+	t.Parallel()
+	srv := stripetest.NewServer(nil)
+	t.Cleanup(srv.Close)
+	p := must(paystripe.New(&paystripe.Config{SecretKey: "sk_live_nope", BaseURL: srv.URL(),
+		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
+	_, err := p.Charge(context.Background(), chargeReq("order-auth", stripetest.PaymentMethodVisa))
+	errAs[*payments.InvalidRequestError](t, err)
+	if payments.SafeToRetry(err) {
+		t.Fatal("a 401 is permanent")
+	}
+}
+
+func TestChargeRefusedBeforeSending(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	tooMany := map[string]string{}
+	for i := range 50 { // plus payonce_key: 51
+		tooMany[fmt.Sprintf("k%d", i)] = "v"
+	}
+	for _, tc := range []struct {
+		name, param string
+		edit        func(*payments.ChargeRequest)
+	}{
+		{"too many keys", "Metadata", func(r *payments.ChargeRequest) { r.Metadata = tooMany }},
+		{"long key", "Metadata[" + strings.Repeat("k", 41) + "]", func(r *payments.ChargeRequest) {
+			r.Metadata = map[string]string{strings.Repeat("k", 41): "v"}
+		}},
+		{"long value", "Metadata[note]", func(r *payments.ChargeRequest) {
+			r.Metadata = map[string]string{"note": strings.Repeat("v", 501)}
+		}},
+		{"brackets", "Metadata[a[b]]", func(r *payments.ChargeRequest) { r.Metadata = map[string]string{"a[b]": "v"} }},
+		{"reserved key", "Metadata[payonce_key]", func(r *payments.ChargeRequest) {
+			r.Metadata = map[string]string{paystripe.MetadataKey: "other"}
+		}},
+		{"no provider key", "ProviderKey", func(r *payments.ChargeRequest) { r.ProviderKey = "" }},
+		{"long provider key", "ProviderKey", func(r *payments.ChargeRequest) { r.ProviderKey = strings.Repeat("k", 256) }},
+		{"no key", "Key", func(r *payments.ChargeRequest) { r.Key = "" }},
+		{"zero amount", "Amount", func(r *payments.ChargeRequest) { r.Amount = eur("0") }},
+		{"no amount", "Amount", func(r *payments.ChargeRequest) { r.Amount = money.Money{} }},
+		{"no payment method", "PaymentMethod", func(r *payments.ChargeRequest) { r.PaymentMethod = "" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := chargeReq("order-bad", stripetest.PaymentMethodVisa)
+			tc.edit(&req)
+			_, err := b.p.Charge(context.Background(), req)
+			ie := errAs[*payments.InvalidRequestError](t, err)
+			if ie.Param != tc.param {
+				t.Fatalf("Param %q, want %q (%v)", ie.Param, tc.param, ie)
+			}
+		})
+	}
+	if tot := b.srv.Totals(); len(tot) != 0 {
+		t.Fatalf("something reached the fake: %+v", tot)
+	}
+}
+
+func TestNewConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg   *paystripe.Config
+		field string
+	}{
+		{nil, "SecretKey"},
+		{&paystripe.Config{}, "SecretKey"},
+		{&paystripe.Config{SecretKey: "sk_test_x", BaseURL: "api.stripe.com"}, "BaseURL"},
+		{&paystripe.Config{SecretKey: "sk_test_x", MaxNetworkRetries: -1}, "MaxNetworkRetries"},
+	} {
+		_, err := paystripe.New(tc.cfg)
+		ce := errAs[*paystripe.ConfigError](t, err)
+		if ce.Field != tc.field || !strings.Contains(err.Error(), "Config."+tc.field) {
+			t.Fatalf("%+v: got %v, want field %s", tc.cfg, err, tc.field)
+		}
+	}
+	if _, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x"}); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+}
+
+func TestRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	ch := must(b.p.Charge(ctx, chargeReq("order-r", stripetest.PaymentMethodVisa)))(t)
+	refund := func(step string, amount money.Money) (payments.RefundResult, error) {
+		return b.p.Refund(ctx, payments.RefundRequest{
+			Key:         "order-r",
+			ProviderKey: payments.ProviderKey("order-r", step, 1, paystripe.MaxProviderKeyLen),
+			ChargeID:    ch.ProviderID,
+			Amount:      amount,
+		})
+	}
+
+	first := must(refund("refund1", eur("5.00")))(t)
+	if !strings.HasPrefix(first.ProviderID, "re_") || first.Status != payments.RefundSucceeded ||
+		!first.Amount.Equal(eur("5.00")) || first.Replayed {
+		t.Fatalf("refund: %+v", first)
+	}
+	again := must(refund("refund1", eur("5.00")))(t)
+	if again.ProviderID != first.ProviderID || !again.Replayed {
+		t.Fatalf("replay: %+v", again)
+	}
+	wantCount(t, b, payments.ProviderKey("order-r", "refund1", 1, paystripe.MaxProviderKeyLen), 0, 1)
+
+	_, err := refund("refund2", eur("20.00"))
+	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "amount_too_large" || ie.Param != "amount" {
+		t.Fatalf("over-refund: %+v", ie)
+	}
+	must(refund("refund3", eur("15.00")))(t)
+	_, err = refund("refund4", eur("1.00"))
+	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "charge_already_refunded" {
+		t.Fatalf("refund of a refunded charge: %+v", ie)
+	}
+	if c := b.srv.CountsByMetadata(paystripe.MetadataKey, "order-r"); c.Refunds != 2 {
+		t.Fatalf("refunds carrying the key: %+v", c)
+	}
+
+	_, err = b.p.Refund(ctx, payments.RefundRequest{Key: "x", ProviderKey: "x_refund_1", ChargeID: "pi_missing", Amount: eur("1.00")})
+	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "resource_missing" {
+		t.Fatalf("unknown charge: %+v", ie)
+	}
+}
+
+func TestLookup(t *testing.T) {
+	t.Parallel()
+	clock := stripetest.NewManualClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	b := setup(t, &stripetest.Config{Clock: clock.Now})
+	ctx := context.Background()
+
+	target := must(b.p.Charge(ctx, chargeReq("order-lookup", stripetest.PaymentMethodVisa)))(t)
+	clock.Advance(time.Minute)
+	// More than a page of newer charges: Lookup must paginate to find it.
+	for i := range 101 {
+		must(b.p.Charge(ctx, chargeReq(fmt.Sprintf("other-%d", i), stripetest.PaymentMethodVisa)))(t)
+	}
+	declined, _ := b.p.Charge(ctx, chargeReq("order-lookup-declined", stripetest.PaymentMethodDeclined))
+
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	found := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "order-lookup", From: start.Add(-time.Minute), To: start.Add(time.Hour)}))(t)
+	if !found.Consistent || len(found.Charges) != 1 || found.Charges[0].ProviderID != target.ProviderID ||
+		found.Charges[0].Status != payments.ChargeSucceeded || !found.Charges[0].Amount.Equal(eur("20.00")) {
+		t.Fatalf("lookup: %+v", found)
+	}
+	got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "order-lookup-declined", From: start, To: start.Add(time.Hour)}))(t)
+	if len(got.Charges) != 1 || got.Charges[0].ProviderID != declined.ProviderID || got.Charges[0].Status != payments.ChargeFailed {
+		t.Fatalf("lookup of a decline: %+v", got)
+	}
+	none := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "order-unknown", From: start, To: start.Add(time.Hour)}))(t)
+	if len(none.Charges) != 0 {
+		t.Fatalf("unknown key: %+v", none)
+	}
+	// Outside the window.
+	late := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "order-lookup", From: start.Add(30 * time.Second), To: start.Add(time.Hour)}))(t)
+	if len(late.Charges) != 0 {
+		t.Fatalf("window ignored: %+v", late)
+	}
+	_, err := b.p.Lookup(ctx, payments.LookupRequest{Key: "k", From: start, To: start.Add(-time.Second)})
+	errAs[*payments.InvalidRequestError](t, err)
+}
+
+// webhookSink receives the fake's deliveries.
+type webhookSink struct {
+	mu         sync.Mutex
+	payloads   [][]byte
+	signatures []string
+}
+
+func (s *webhookSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.payloads = append(s.payloads, body)
+	s.signatures = append(s.signatures, r.Header.Get("Stripe-Signature"))
+}
+
+// firstDelivery charges through b (whose fake delivers to sink) and
+// returns the first webhook delivered and its signature.
+func firstDelivery(t *testing.T, b bundle, sink *webhookSink) (ch payments.ChargeResult, payload []byte, sig string) {
+	t.Helper()
+	ch = must(b.p.Charge(context.Background(), chargeReq("order-wh", stripetest.PaymentMethodVisa)))(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.srv.WaitDeliveries(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.payloads) != 1 {
+		t.Fatalf("%d deliveries", len(sink.payloads))
+	}
+	return ch, sink.payloads[0], sink.signatures[0]
+}
+
+func setupWithSink(t *testing.T, secret string) (bundle, *webhookSink) {
+	sink := &webhookSink{}
+	hs := httptest.NewServer(sink)
+	t.Cleanup(hs.Close)
+	return setup(t, &stripetest.Config{WebhookURL: hs.URL, WebhookSecret: secret}), sink
+}
+
+func TestVerifyWebhook(t *testing.T) {
+	t.Parallel()
+	b, sink := setupWithSink(t, "whsec_new")
+	ch, payload, sig := firstDelivery(t, b, sink)
+
+	ev := must(paystripe.VerifyWebhook(payload, sig, []string{"whsec_new"}, 0))(t)
+	if ev.Type != "payment_intent.succeeded" || !strings.HasPrefix(ev.ID, "evt_") || ev.Data.Object["id"] != ch.ProviderID {
+		t.Fatalf("event %s %s %v", ev.Type, ev.ID, ev.Data.Object["id"])
+	}
+	// Rotation: the endpoint knows the old and the new secret.
+	must(paystripe.VerifyWebhook(payload, sig, []string{"whsec_old", "whsec_new"}, 0))(t)
+
+	if _, err := paystripe.VerifyWebhook(payload, sig, []string{"whsec_old"}, 0); !errors.Is(err, webhook.ErrNoValidSignature) {
+		t.Fatalf("wrong secret: %v", err)
+	}
+	tampered := []byte(strings.Replace(string(payload), ch.ProviderID, "pi_forged", 1))
+	if _, err := paystripe.VerifyWebhook(tampered, sig, []string{"whsec_new"}, 0); !errors.Is(err, webhook.ErrNoValidSignature) {
+		t.Fatalf("tampered payload: %v", err)
+	}
+	old := stripetest.Sign(payload, "whsec_new", time.Now().Add(-10*time.Minute))
+	if _, err := paystripe.VerifyWebhook(payload, old, []string{"whsec_new"}, 0); !errors.Is(err, webhook.ErrTooOld) {
+		t.Fatalf("old signature: %v", err)
+	}
+	must(paystripe.VerifyWebhook(payload, old, []string{"whsec_new"}, time.Hour))(t)
+	if _, err := paystripe.VerifyWebhook(payload, "", []string{"whsec_new"}, 0); !errors.Is(err, webhook.ErrNotSigned) {
+		t.Fatalf("unsigned: %v", err)
+	}
+	if _, err := paystripe.VerifyWebhook(payload, sig, nil, 0); !errors.Is(err, paystripe.ErrNoWebhookSecret) {
+		t.Fatalf("no secret: %v", err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	providertest.Exercise(t, func(t *testing.T) providertest.Harness {
+		b, sink := setupWithSink(t, stripetest.DefaultWebhookSecret)
+		return providertest.Harness{
+			Provider: b.p,
+			Succeeds: stripetest.PaymentMethodVisa,
+			Declines: stripetest.PaymentMethodInsufficientFunds,
+			Charges: func(key string) int {
+				return b.srv.CountsByMetadata(paystripe.MetadataKey, key).PaymentIntents
+			},
+			LoseNextResponse: func() {
+				b.srv.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
+			},
+			SlowNext: func(d time.Duration) {
+				b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: d, Method: "POST"})
+			},
+			Webhook: func(t *testing.T) (good, bad error) {
+				_, payload, sig := firstDelivery(t, b, sink)
+				_, good = paystripe.VerifyWebhook(payload, sig, []string{stripetest.DefaultWebhookSecret}, 0)
+				_, bad = paystripe.VerifyWebhook(payload, sig, []string{"whsec_wrong"}, 0)
+				return good, bad
+			},
+		}
+	})
+}
+
+// Answers the fake does not produce, from a stub server.
+func TestChargeStatusMapping(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		check  func(t *testing.T, err error)
+	}{
+		{"rate limited", http.StatusTooManyRequests,
+			`{"error":{"type":"invalid_request_error","code":"rate_limit","message":"Too many requests"}}`,
+			func(t *testing.T, err error) {
+				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 429 || !payments.SafeToRetry(err) {
+					t.Fatalf("%+v", ue)
+				}
+			}},
+		{"forbidden", http.StatusForbidden,
+			`{"error":{"type":"invalid_request_error","message":"The provided key does not have access"}}`,
+			func(t *testing.T, err error) {
+				if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "Forbidden" || payments.SafeToRetry(err) {
+					t.Fatalf("%+v", ie)
+				}
+			}},
+		{"service unavailable", http.StatusServiceUnavailable,
+			`{"error":{"type":"api_error","message":"try later"}}`,
+			func(t *testing.T, err error) {
+				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 503 {
+					t.Fatalf("%+v", ue)
+				}
+			}},
+		{"proxy error page", http.StatusBadGateway, `<html>bad gateway</html>`,
+			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+		{"garbled success", http.StatusOK, `{"id":`,
+			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, tc.body)
+			}))
+			t.Cleanup(hs.Close)
+			p := must(paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: hs.URL,
+				HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
+			_, err := p.Charge(context.Background(), chargeReq("order-stub", stripetest.PaymentMethodVisa))
+			tc.check(t, err)
+		})
+	}
+}
