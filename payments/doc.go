@@ -1,9 +1,31 @@
-// Package payments is payonce's payments API. So far it defines the
-// [Provider] interface that the provider adapters implement, the outcome
-// classes of a provider call ([DeclineError], [InvalidRequestError],
-// [NotSentError], [UnknownOutcomeError], [InProgressError],
-// [KeyMismatchError], with the predicates [OutcomeUnknown] and
-// [SafeToRetry]) and the derivation of provider idempotency keys
-// ([ProviderKey]). The Client (Charge, Refund) that records an intent
-// before every provider call is the next step.
+// Package payments is payonce's payments API: [Client.Charge] charges
+// exactly once per key, whatever the retries, crashes and lost responses.
+//
+// # The flow of a charge
+//
+//  1. Claim the key (pgstore), fingerprinting amount, currency, recipient,
+//     payment method and provider: a retry with other fields is refused.
+//  2. Record the intent in payment_intents, with the provider key derived
+//     from the local key ([ProviderKey]), BEFORE calling the provider.
+//  3. Call the provider with that key: a retry reaches it with the same
+//     key, so the provider's deduplication makes it a replay.
+//  4. One transaction: the intent's outcome, the ledger postings (money
+//     moved) and the idempotency record (COMPLETED, or FAILED for a
+//     decline), under the key's fencing token.
+//
+// An unknown outcome (timeout, reset after the provider committed, 5xx)
+// leaves the intent open (UNKNOWN) and releases the key: the caller gets an
+// [UnknownOutcomeError] ([OutcomeUnknown], [SafeToRetry]), and a retry with
+// the same key re-drives with the same provider key. Unknown never becomes
+// failed without proof from the provider.
+//
+// # Providers and outcome classes
+//
+// A [Provider] adapter (providers/stripe) classifies every error:
+// [DeclineError] (final, replayed to retries), [InvalidRequestError]
+// (final), [NotSentError] and [InProgressError] (safe to retry),
+// [UnknownOutcomeError], and [KeyMismatchError] (a bug, reported loudly).
+//
+// Not built yet: refunds, the checkout example and the reconciler (the
+// intents' open states and the index on them are in place for it).
 package payments

@@ -1,0 +1,362 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/ledger"
+	"github.com/payonce/payonce/money"
+)
+
+// Config configures a [Client]. The zero value (or nil) means defaults.
+type Config struct {
+	// LockTimeout is the lease of a charge in progress, kept alive by
+	// heartbeats while the provider is called. Default 30s.
+	LockTimeout time.Duration
+	// Retention is how long a charge's outcome is kept and replayed. It
+	// must be at least every provider's deduplication window (Stripe 24h):
+	// a shorter one is refused. Default: the longest window of the
+	// providers, at least 24h.
+	Retention time.Duration
+	// Logger receives warnings. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Client charges through providers, exactly once per key: it claims the
+// key, records the intent before the provider call, calls the provider
+// with references derived from the key, and commits the intent's outcome,
+// the ledger postings and the idempotency record in one transaction.
+type Client struct {
+	pool      *pgxpool.Pool
+	store     *pgstore.Store
+	exec      *pgstore.Executor
+	ledger    *ledger.Ledger
+	providers map[string]Provider
+}
+
+// ConfigError names a bad configuration field.
+type ConfigError struct{ Field, Reason string }
+
+func (e *ConfigError) Error() string { return "payments: " + e.Field + ": " + e.Reason }
+
+// New returns a Client. The pool's database must be migrated (package
+// migrations). It returns a *ConfigError naming a bad field.
+func New(pool *pgxpool.Pool, store *pgstore.Store, l *ledger.Ledger, providers []Provider, cfg *Config) (*Client, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	switch {
+	case pool == nil:
+		return nil, &ConfigError{"pool", "nil"}
+	case store == nil:
+		return nil, &ConfigError{"store", "nil"}
+	case l == nil:
+		return nil, &ConfigError{"ledger", "nil"}
+	case len(providers) == 0:
+		return nil, &ConfigError{"providers", "at least one provider is required"}
+	}
+	byName := map[string]Provider{}
+	window := 24 * time.Hour
+	for i, p := range providers {
+		if p == nil || p.Name() == "" {
+			return nil, &ConfigError{fmt.Sprintf("providers[%d]", i), "nil or unnamed"}
+		}
+		if _, dup := byName[p.Name()]; dup {
+			return nil, &ConfigError{fmt.Sprintf("providers[%d]", i), fmt.Sprintf("%q appears twice", p.Name())}
+		}
+		byName[p.Name()] = p
+		window = max(window, p.DedupWindow())
+	}
+	if c.LockTimeout == 0 {
+		c.LockTimeout = 30 * time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = window
+	}
+	for _, p := range providers {
+		if c.Retention < p.DedupWindow() {
+			return nil, &ConfigError{"Config.Retention", fmt.Sprintf("%s is shorter than %s's deduplication window (%s): a retry after the local record expired would charge again", c.Retention, p.Name(), p.DedupWindow())}
+		}
+	}
+	exec, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention, Logger: c.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Client{pool: pool, store: store, exec: exec, ledger: l, providers: byName}, nil
+}
+
+// ChargeParams describes one charge.
+type ChargeParams struct {
+	// Scope is the authenticated customer or tenant.
+	Scope string
+	// Key is the client's idempotency key for this charge.
+	Key           string
+	Provider      string
+	Amount        money.Money
+	Recipient     string
+	PaymentMethod string
+	Description   string
+	Metadata      map[string]string
+}
+
+// IntentStatus is a payment intent's state.
+type IntentStatus string
+
+const (
+	IntentPending        IntentStatus = "PENDING"
+	IntentUnknown        IntentStatus = "UNKNOWN"
+	IntentRequiresAction IntentStatus = "REQUIRES_ACTION"
+	IntentSucceeded      IntentStatus = "SUCCEEDED"
+	IntentDeclined       IntentStatus = "DECLINED"
+	IntentFailed         IntentStatus = "FAILED"
+)
+
+// ChargeOutcome is the result of [Client.Charge].
+type ChargeOutcome struct {
+	Status     IntentStatus `json:"status"`
+	Provider   string       `json:"provider"`
+	ProviderID string       `json:"provider_id"`
+	Amount     string       `json:"amount"`
+	Currency   string       `json:"currency"`
+	// Replayed is true when the outcome was recorded by an earlier call
+	// with the same key.
+	Replayed bool `json:"-"`
+}
+
+// stored is what the idempotency record keeps of a charge: the result, or
+// the permanent error a retry gets back.
+type stored struct {
+	Result  *ChargeOutcome       `json:"result,omitempty"`
+	Decline *DeclineError        `json:"decline,omitempty"`
+	Invalid *InvalidRequestError `json:"invalid,omitempty"`
+}
+
+// Charge charges p.Amount once for (p.Scope, p.Key), whatever the retries.
+//
+// Errors:
+//   - *ConfigError / *idempotency.InvalidError: bad input, nothing recorded;
+//   - *DeclineError: declined; every retry of the key gets it back;
+//   - *InvalidRequestError: refused by the provider; final for the key;
+//   - *UnknownOutcomeError (OutcomeUnknown): the provider's answer was
+//     lost; the intent stays open and a retry with the same key resolves it
+//     with the same provider key (never a second charge);
+//   - *NotSentError, *InProgressError: safe to retry;
+//   - idempotency.ErrInProgress: another call with this key is running;
+//   - idempotency.ErrFingerprintMismatch: the key was used for another
+//     amount, currency, recipient, method or provider.
+func (c *Client) Charge(ctx context.Context, p ChargeParams) (ChargeOutcome, error) {
+	prov, req, err := c.chargeRequest(p)
+	if err != nil {
+		return ChargeOutcome{}, err
+	}
+	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
+		return c.charge(ctx, prov, req, p)
+	})
+	var fe *idempotency.FailedError
+	switch {
+	case err == nil:
+		var s stored
+		if jerr := json.Unmarshal(res.Response.Body, &s); jerr != nil || s.Result == nil {
+			return ChargeOutcome{}, fmt.Errorf("payments: stored outcome unreadable: %v", jerr)
+		}
+		out := *s.Result
+		out.Replayed = res.Replayed
+		return out, nil
+	case errors.As(err, &fe):
+		var s stored
+		if jerr := json.Unmarshal(fe.Response.Body, &s); jerr != nil {
+			return ChargeOutcome{}, fmt.Errorf("payments: stored failure unreadable: %v", jerr)
+		}
+		switch {
+		case s.Decline != nil:
+			return ChargeOutcome{Status: IntentDeclined, Provider: p.Provider, Replayed: fe.Replayed}, s.Decline
+		case s.Invalid != nil:
+			return ChargeOutcome{Status: IntentFailed, Provider: p.Provider, Replayed: fe.Replayed}, s.Invalid
+		}
+		return ChargeOutcome{}, err
+	}
+	return ChargeOutcome{}, err
+}
+
+func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, error) {
+	prov := c.providers[p.Provider]
+	switch {
+	case prov == nil:
+		return nil, idempotency.Request{}, &ConfigError{"Provider", fmt.Sprintf("unknown provider %q", p.Provider)}
+	case !p.Amount.IsPositive():
+		return nil, idempotency.Request{}, &ConfigError{"Amount", fmt.Sprintf("a charge must be positive, got %s", p.Amount)}
+	case p.Recipient == "" || len(p.Recipient) > 255:
+		return nil, idempotency.Request{}, &ConfigError{"Recipient", "required, at most 255 bytes"}
+	case p.PaymentMethod == "" || len(p.PaymentMethod) > 255:
+		return nil, idempotency.Request{}, &ConfigError{"PaymentMethod", "required, at most 255 bytes"}
+	case len(p.Description) > 1000:
+		return nil, idempotency.Request{}, &ConfigError{"Description", "at most 1000 bytes"}
+	}
+	key, err := idempotency.ComposeKey(p.Scope, "charge", p.Key)
+	if err != nil {
+		return nil, idempotency.Request{}, err
+	}
+	fp, err := idempotency.NewFingerprint().
+		Decimal("amount", p.Amount.AmountString()).String("currency", string(p.Amount.Currency())).
+		String("recipient", p.Recipient).String("payment_method", p.PaymentMethod).
+		String("provider", p.Provider).Sum()
+	if err != nil {
+		return nil, idempotency.Request{}, err
+	}
+	return prov, idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}, nil
+}
+
+const insertIntentSQL = `INSERT INTO payment_intents
+    (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method)
+VALUES ($1, $2, 'CHARGE', $3, $4, $5, $6, $7, $8)
+ON CONFLICT (idempotency_key, user_id) DO NOTHING`
+
+const readIntentSQL = `SELECT provider_key FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`
+
+const settleIntentSQL = `UPDATE payment_intents
+   SET status = $3, provider_id = coalesce($4, provider_id), decline_code = $5, updated_at = now()
+ WHERE idempotency_key = $1 AND user_id = $2`
+
+// charge runs under the key's lease: intent first, then the provider,
+// then the outcome in one transaction with the record.
+func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Request, p ChargeParams) (idempotency.Response, error) {
+	lease, ok := idempotency.LeaseFromContext(ctx)
+	if !ok {
+		return idempotency.Response{}, errors.New("payments: no lease")
+	}
+	// The intent is recorded before the call (a retry finds it and reuses
+	// its provider key).
+	pkey := ProviderKey(req.Key, "charge", 0, 255)
+	if _, err := c.pool.Exec(ctx, insertIntentSQL, req.Key, req.Scope, p.Provider, pkey,
+		p.Amount.AmountString(), string(p.Amount.Currency()), p.Recipient, p.PaymentMethod); err != nil {
+		return idempotency.Response{}, fmt.Errorf("payments: record intent: %w", err)
+	}
+	if err := c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey); err != nil {
+		return idempotency.Response{}, fmt.Errorf("payments: read intent: %w", err)
+	}
+	pres, perr := prov.Charge(ctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,
+		Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata})
+
+	var decline *DeclineError
+	var invalid *InvalidRequestError
+	var mismatch *KeyMismatchError
+	switch {
+	case perr == nil:
+		status := IntentPending
+		switch pres.Status {
+		case ChargeSucceeded:
+			status = IntentSucceeded
+		case ChargeRequiresAction:
+			status = IntentRequiresAction
+		case ChargeFailed:
+			status = IntentFailed
+		}
+		result := ChargeOutcome{Status: status, Provider: p.Provider, ProviderID: pres.ProviderID,
+			Amount: p.Amount.AmountString(), Currency: string(p.Amount.Currency())}
+		return c.settle(ctx, lease, req, idempotency.StatusCompleted, status, pres.ProviderID, "", stored{Result: &result},
+			status == IntentSucceeded, p)
+	case errors.As(perr, &decline):
+		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentDeclined, "", decline.DeclineCode, stored{Decline: decline}, false, p)
+	case errors.As(perr, &invalid):
+		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: invalid}, false, p)
+	case errors.As(perr, &mismatch):
+		// Never expected: keys are derived so that it cannot happen. The
+		// intent is left open for a human; the key stays released.
+		slog.Error("payments: provider saw this key with other parameters", "key", idempotency.ShortHash(req.Key), "provider", p.Provider)
+		return idempotency.Response{}, perr
+	default:
+		// Unknown, not sent, in progress at the provider: the intent stays
+		// open with the same provider key; the lease is released.
+		if _, err := c.pool.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(IntentUnknown), nil, nil); err != nil {
+			return idempotency.Response{}, errors.Join(perr, err)
+		}
+		return idempotency.Response{}, perr
+	}
+}
+
+// settle commits the intent's outcome, the ledger postings (money moved)
+// and the idempotency record in one transaction.
+func (c *Client) settle(ctx context.Context, lease idempotency.Lease, req idempotency.Request, rec idempotency.Status,
+	status IntentStatus, providerID, declineCode string, s stored, post bool, p ChargeParams) (idempotency.Response, error) {
+	body, err := json.Marshal(s)
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	resp := idempotency.Response{Code: 200, Body: body}
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var pid, dc any
+		if providerID != "" {
+			pid = providerID
+		}
+		if declineCode != "" {
+			dc = declineCode
+		}
+		if _, err := tx.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(status), pid, dc); err != nil {
+			return err
+		}
+		if post {
+			for _, a := range ledger.ChartAccounts(p.Provider, p.Amount.Currency()) {
+				if _, err := c.ledger.EnsureAccountTx(ctx, tx, a); err != nil {
+					return err
+				}
+			}
+			entry, err := ledger.ChargeEntry(req.Key, p.Provider, p.Amount)
+			if err != nil {
+				return err
+			}
+			if _, err := c.ledger.PostTx(ctx, tx, entry); err != nil {
+				return err
+			}
+		}
+		return c.store.CompleteTx(ctx, tx, lease, idempotency.Completion{Status: rec, Response: resp, Retention: c.exec.Config().Retention})
+	})
+	if err != nil {
+		// The provider's answer is known but not recorded: the intent
+		// stays open, the key is released, and a retry replays the
+		// provider's answer through the same provider key.
+		return idempotency.Response{}, &UnknownOutcomeError{Provider: p.Provider, Err: fmt.Errorf("recording the outcome: %w", err)}
+	}
+	return resp, idempotency.Recorded(rec, resp)
+}
+
+// Intent is the stored state of a payment intent.
+type Intent struct {
+	Scope, Key, Provider, ProviderKey, ProviderID string
+	Status                                        IntentStatus
+	Amount                                        string
+	Currency                                      string
+}
+
+// Intent reads the intent of a charge by the client's key.
+func (c *Client) Intent(ctx context.Context, scope, key string) (Intent, error) {
+	k, err := idempotency.ComposeKey(scope, "charge", key)
+	if err != nil {
+		return Intent{}, err
+	}
+	var in Intent
+	var pid *string
+	err = c.pool.QueryRow(ctx, `SELECT provider, provider_key, provider_id, status, amount::text, currency
+		FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`, k, scope).
+		Scan(&in.Provider, &in.ProviderKey, &pid, &in.Status, &in.Amount, &in.Currency)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Intent{}, idempotency.ErrNotFound
+	}
+	if err != nil {
+		return Intent{}, err
+	}
+	if pid != nil {
+		in.ProviderID = *pid
+	}
+	in.Scope, in.Key = scope, key
+	return in, nil
+}

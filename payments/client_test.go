@@ -1,0 +1,237 @@
+package payments_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/ledger"
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+	paystripe "github.com/payonce/payonce/providers/stripe"
+	"github.com/payonce/payonce/providers/stripe/stripetest"
+)
+
+type bundle struct {
+	pool   *pgxpool.Pool
+	client *payments.Client
+	ledger *ledger.Ledger
+	fake   *stripetest.Server
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := stripetest.NewServer(nil)
+	t.Cleanup(fake.Close)
+	// No keep-alives: a response lost after the fake committed must reach
+	// the adapter as a lost response, not be hidden by a transport resend.
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	prov, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_payments", BaseURL: fake.URL(), HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := payments.New(pool, store, l, []payments.Provider{prov}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{pool: pool, client: c, ledger: l, fake: fake}
+}
+
+func eur(t *testing.T, s string) money.Money {
+	t.Helper()
+	m, err := money.Parse(s, money.EUR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func params(t *testing.T, key, amount, method string) payments.ChargeParams {
+	return payments.ChargeParams{Scope: "cus_1", Key: key, Provider: "stripe", Amount: eur(t, amount),
+		Recipient: "acct_shop", PaymentMethod: method, Description: "order"}
+}
+
+// pis counts the PaymentIntents that really exist at the fake for a key.
+func pis(t *testing.T, b bundle, key string) int {
+	t.Helper()
+	k, err := idempotency.ComposeKey("cus_1", "charge", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.fake.CountsByMetadata(paystripe.MetadataKey, k).PaymentIntents
+}
+
+func balance(t *testing.T, b bundle) string {
+	t.Helper()
+	m, err := b.ledger.Balance(context.Background(), ledger.ProviderCash("stripe"), money.EUR)
+	if errors.Is(err, ledger.ErrUnknownAccount) {
+		return "0.00"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.AmountString()
+}
+
+func TestChargeOnceAndReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	first, err := b.client.Charge(ctx, params(t, "k1", "49.99", stripetest.PaymentMethodVisa))
+	if err != nil || first.Status != payments.IntentSucceeded || first.ProviderID == "" || first.Replayed {
+		t.Fatalf("charge: %+v %v", first, err)
+	}
+	again, err := b.client.Charge(ctx, params(t, "k1", "49.990", stripetest.PaymentMethodVisa))
+	if err != nil || !again.Replayed || again.ProviderID != first.ProviderID {
+		t.Fatalf("retry: %+v %v", again, err)
+	}
+	if n := pis(t, b, "k1"); n != 1 {
+		t.Fatalf("PaymentIntents at Stripe = %d, want 1", n)
+	}
+	if got := balance(t, b); got != "49.99" {
+		t.Fatalf("provider:stripe = %s, want 49.99", got)
+	}
+	in, err := b.client.Intent(ctx, "cus_1", "k1")
+	if err != nil || in.Status != payments.IntentSucceeded || in.ProviderID != first.ProviderID {
+		t.Fatalf("intent: %+v %v", in, err)
+	}
+	if _, err := b.client.Charge(ctx, params(t, "k1", "50.00", stripetest.PaymentMethodVisa)); !errors.Is(err, idempotency.ErrFingerprintMismatch) {
+		t.Fatalf("same key, other amount: %v", err)
+	}
+}
+
+// The provider commits, the response is lost: the outcome is unknown, the
+// intent stays open, and a retry with the same key resolves it with the
+// same provider key: one PaymentIntent, one set of postings.
+func TestLostResponseResolvedByRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
+	_, err := b.client.Charge(ctx, params(t, "lost", "10.00", stripetest.PaymentMethodVisa))
+	if !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) {
+		t.Fatalf("lost response: %v, want an unknown outcome", err)
+	}
+	in, err := b.client.Intent(ctx, "cus_1", "lost")
+	if err != nil || in.Status != payments.IntentUnknown {
+		t.Fatalf("intent after a lost response: %+v %v", in, err)
+	}
+	if got := balance(t, b); got != "0.00" {
+		t.Fatalf("posted %s before the outcome was known", got)
+	}
+	res, err := b.client.Charge(ctx, params(t, "lost", "10.00", stripetest.PaymentMethodVisa))
+	if err != nil || res.Status != payments.IntentSucceeded || res.Replayed {
+		t.Fatalf("retry: %+v %v", res, err)
+	}
+	if n := pis(t, b, "lost"); n != 1 {
+		t.Fatalf("PaymentIntents = %d, want 1", n)
+	}
+	if got := balance(t, b); got != "10.00" {
+		t.Fatalf("provider:stripe = %s, want 10.00", got)
+	}
+}
+
+func TestDeclineIsReplayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		res, err := b.client.Charge(ctx, params(t, "dec", "10.00", stripetest.PaymentMethodInsufficientFunds))
+		var d *payments.DeclineError
+		if !errors.As(err, &d) || d.DeclineCode != "insufficient_funds" || res.Replayed != (i == 1) {
+			t.Fatalf("attempt %d: %+v %v", i, res, err)
+		}
+	}
+	if n := pis(t, b, "dec"); n != 1 {
+		t.Fatalf("PaymentIntents = %d, want 1 (a decline is final for its key)", n)
+	}
+	if got := balance(t, b); got != "0.00" {
+		t.Fatalf("a decline posted %s", got)
+	}
+}
+
+func TestConcurrentChargesOneIntent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.fake.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: 200 * time.Millisecond, Method: "POST"})
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.client.Charge(ctx, params(t, "storm", "5.00", stripetest.PaymentMethodVisa))
+			if err != nil && !errors.Is(err, idempotency.ErrInProgress) {
+				t.Errorf("charge: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	res, err := b.client.Charge(ctx, params(t, "storm", "5.00", stripetest.PaymentMethodVisa))
+	if err != nil || res.Status != payments.IntentSucceeded {
+		t.Fatalf("after the storm: %+v %v", res, err)
+	}
+	if n := pis(t, b, "storm"); n != 1 {
+		t.Fatalf("PaymentIntents = %d, want 1", n)
+	}
+	if got := balance(t, b); got != "5.00" {
+		t.Fatalf("provider:stripe = %s, want 5.00", got)
+	}
+}
+
+func TestBadInputRecordsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	zero, _ := money.FromMinor(0, money.EUR)
+	cases := map[string]payments.ChargeParams{
+		"Provider":      {Scope: "cus_1", Key: "k", Provider: "nope", Amount: eur(t, "1"), Recipient: "r", PaymentMethod: "pm"},
+		"Amount":        {Scope: "cus_1", Key: "k", Provider: "stripe", Amount: zero, Recipient: "r", PaymentMethod: "pm"},
+		"Recipient":     {Scope: "cus_1", Key: "k", Provider: "stripe", Amount: eur(t, "1"), PaymentMethod: "pm"},
+		"PaymentMethod": {Scope: "cus_1", Key: "k", Provider: "stripe", Amount: eur(t, "1"), Recipient: "r"},
+		"scope":         {Scope: "", Key: "k", Provider: "stripe", Amount: eur(t, "1"), Recipient: "r", PaymentMethod: "pm"},
+	}
+	for field, p := range cases {
+		_, err := b.client.Charge(ctx, p)
+		var ce *payments.ConfigError
+		var ie *idempotency.InvalidError
+		if !(errors.As(err, &ce) && ce.Field == field) && !(errors.As(err, &ie) && ie.Field == field) {
+			t.Errorf("%s: err = %v, want an error naming %s", field, err, field)
+		}
+	}
+	var intents, records int
+	_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM payment_intents`).Scan(&intents)
+	_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_store`).Scan(&records)
+	if intents != 0 || records != 0 {
+		t.Fatalf("bad input left %d intents and %d records", intents, records)
+	}
+}
+
+func TestRetentionShorterThanDedupWindowRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	store, _ := pgstore.New(b.pool, nil)
+	prov, _ := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: b.fake.URL()})
+	_, err := payments.New(b.pool, store, b.ledger, []payments.Provider{prov}, &payments.Config{Retention: time.Hour})
+	var ce *payments.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Config.Retention" {
+		t.Fatalf("err = %v", err)
+	}
+}
