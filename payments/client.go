@@ -121,8 +121,8 @@ const (
 	IntentFailed         IntentStatus = "FAILED"
 )
 
-// ChargeOutcome is the result of [Client.Charge].
-type ChargeOutcome struct {
+// Outcome is the result of [Client.Charge] and [Client.Refund].
+type Outcome struct {
 	Status     IntentStatus `json:"status"`
 	Provider   string       `json:"provider"`
 	ProviderID string       `json:"provider_id"`
@@ -136,7 +136,7 @@ type ChargeOutcome struct {
 // stored is what the idempotency record keeps of a charge: the result, or
 // the permanent error a retry gets back.
 type stored struct {
-	Result  *ChargeOutcome       `json:"result,omitempty"`
+	Result  *Outcome             `json:"result,omitempty"`
 	Decline *DeclineError        `json:"decline,omitempty"`
 	Invalid *InvalidRequestError `json:"invalid,omitempty"`
 }
@@ -154,38 +154,15 @@ type stored struct {
 //   - idempotency.ErrInProgress: another call with this key is running;
 //   - idempotency.ErrFingerprintMismatch: the key was used for another
 //     amount, currency, recipient, method or provider.
-func (c *Client) Charge(ctx context.Context, p ChargeParams) (ChargeOutcome, error) {
+func (c *Client) Charge(ctx context.Context, p ChargeParams) (Outcome, error) {
 	prov, req, err := c.chargeRequest(p)
 	if err != nil {
-		return ChargeOutcome{}, err
+		return Outcome{}, err
 	}
 	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
 		return c.charge(ctx, prov, req, p)
 	})
-	var fe *idempotency.FailedError
-	switch {
-	case err == nil:
-		var s stored
-		if jerr := json.Unmarshal(res.Response.Body, &s); jerr != nil || s.Result == nil {
-			return ChargeOutcome{}, fmt.Errorf("payments: stored outcome unreadable: %v", jerr)
-		}
-		out := *s.Result
-		out.Replayed = res.Replayed
-		return out, nil
-	case errors.As(err, &fe):
-		var s stored
-		if jerr := json.Unmarshal(fe.Response.Body, &s); jerr != nil {
-			return ChargeOutcome{}, fmt.Errorf("payments: stored failure unreadable: %v", jerr)
-		}
-		switch {
-		case s.Decline != nil:
-			return ChargeOutcome{Status: IntentDeclined, Provider: p.Provider, Replayed: fe.Replayed}, s.Decline
-		case s.Invalid != nil:
-			return ChargeOutcome{Status: IntentFailed, Provider: p.Provider, Replayed: fe.Replayed}, s.Invalid
-		}
-		return ChargeOutcome{}, err
-	}
-	return ChargeOutcome{}, err
+	return c.outcome(res, err, p.Provider)
 }
 
 func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, error) {
@@ -261,14 +238,17 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 		case ChargeFailed:
 			status = IntentFailed
 		}
-		result := ChargeOutcome{Status: status, Provider: p.Provider, ProviderID: pres.ProviderID,
+		result := Outcome{Status: status, Provider: p.Provider, ProviderID: pres.ProviderID,
 			Amount: p.Amount.AmountString(), Currency: string(p.Amount.Currency())}
-		return c.settle(ctx, lease, req, idempotency.StatusCompleted, status, pres.ProviderID, "", stored{Result: &result},
-			status == IntentSucceeded, p)
+		var post func(pgx.Tx) error
+		if status == IntentSucceeded {
+			post = func(tx pgx.Tx) error { return c.postCharge(ctx, tx, req.Key, p) }
+		}
+		return c.settle(ctx, lease, req, idempotency.StatusCompleted, status, pres.ProviderID, "", stored{Result: &result}, post)
 	case errors.As(perr, &decline):
-		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentDeclined, "", decline.DeclineCode, stored{Decline: decline}, false, p)
+		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentDeclined, "", decline.DeclineCode, stored{Decline: decline}, nil)
 	case errors.As(perr, &invalid):
-		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: invalid}, false, p)
+		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: invalid}, nil)
 	case errors.As(perr, &mismatch):
 		// Never expected: keys are derived so that it cannot happen. The
 		// intent is left open for a human; the key stays released.
@@ -284,10 +264,26 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	}
 }
 
-// settle commits the intent's outcome, the ledger postings (money moved)
-// and the idempotency record in one transaction.
+// postCharge records a succeeded charge in the ledger.
+func (c *Client) postCharge(ctx context.Context, tx pgx.Tx, key string, p ChargeParams) error {
+	for _, a := range ledger.ChartAccounts(p.Provider, p.Amount.Currency()) {
+		if _, err := c.ledger.EnsureAccountTx(ctx, tx, a); err != nil {
+			return err
+		}
+	}
+	entry, err := ledger.ChargeEntry(key, p.Provider, p.Amount)
+	if err != nil {
+		return err
+	}
+	_, err = c.ledger.PostTx(ctx, tx, entry)
+	return err
+}
+
+// settle commits the intent's outcome, what else moved (post: ledger
+// postings, a released refund reservation) and the idempotency record in
+// one transaction.
 func (c *Client) settle(ctx context.Context, lease idempotency.Lease, req idempotency.Request, rec idempotency.Status,
-	status IntentStatus, providerID, declineCode string, s stored, post bool, p ChargeParams) (idempotency.Response, error) {
+	status IntentStatus, providerID, declineCode string, s stored, post func(pgx.Tx) error) (idempotency.Response, error) {
 	body, err := json.Marshal(s)
 	if err != nil {
 		return idempotency.Response{}, err
@@ -304,17 +300,8 @@ func (c *Client) settle(ctx context.Context, lease idempotency.Lease, req idempo
 		if _, err := tx.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(status), pid, dc); err != nil {
 			return err
 		}
-		if post {
-			for _, a := range ledger.ChartAccounts(p.Provider, p.Amount.Currency()) {
-				if _, err := c.ledger.EnsureAccountTx(ctx, tx, a); err != nil {
-					return err
-				}
-			}
-			entry, err := ledger.ChargeEntry(req.Key, p.Provider, p.Amount)
-			if err != nil {
-				return err
-			}
-			if _, err := c.ledger.PostTx(ctx, tx, entry); err != nil {
+		if post != nil {
+			if err := post(tx); err != nil {
 				return err
 			}
 		}
@@ -324,7 +311,7 @@ func (c *Client) settle(ctx context.Context, lease idempotency.Lease, req idempo
 		// The provider's answer is known but not recorded: the intent
 		// stays open, the key is released, and a retry replays the
 		// provider's answer through the same provider key.
-		return idempotency.Response{}, &UnknownOutcomeError{Provider: p.Provider, Err: fmt.Errorf("recording the outcome: %w", err)}
+		return idempotency.Response{}, &UnknownOutcomeError{Provider: "payonce", Err: fmt.Errorf("recording the outcome: %w", err)}
 	}
 	return resp, idempotency.Recorded(rec, resp)
 }

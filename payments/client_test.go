@@ -235,3 +235,87 @@ func TestRetentionShorterThanDedupWindowRefused(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func refundBalance(t *testing.T, b bundle) string {
+	t.Helper()
+	m, err := b.ledger.Balance(context.Background(), ledger.CustomerRefunds, money.EUR)
+	if errors.Is(err, ledger.ErrUnknownAccount) {
+		return "0.00"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.AmountString()
+}
+
+func TestRefundsPartialReplayedAndBounded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.client.Charge(ctx, params(t, "c1", "10.00", stripetest.PaymentMethodVisa)); err != nil {
+		t.Fatal(err)
+	}
+	r1, err := b.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: eur(t, "4.00")})
+	if err != nil || r1.Status != payments.IntentSucceeded || r1.ProviderID == "" {
+		t.Fatalf("refund: %+v %v", r1, err)
+	}
+	again, err := b.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: eur(t, "4.00")})
+	if err != nil || !again.Replayed || again.ProviderID != r1.ProviderID {
+		t.Fatalf("refund retry: %+v %v", again, err)
+	}
+	_, err = b.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "r2", ChargeKey: "c1", Amount: eur(t, "7.00")})
+	var inv *payments.InvalidRequestError
+	if !errors.As(err, &inv) || inv.Code != "refund_exceeds_charge" {
+		t.Fatalf("refund beyond the charge: %v", err)
+	}
+	if got := refundBalance(t, b); got != "4.00" {
+		t.Fatalf("customer:refunds = %s, want 4.00", got)
+	}
+	if got := balance(t, b); got != "6.00" {
+		t.Fatalf("provider:stripe = %s, want 6.00", got)
+	}
+	if _, err := b.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "r3", ChargeKey: "nope", Amount: eur(t, "1.00")}); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("refund of an unknown charge: %v", err)
+	}
+}
+
+// Concurrent refunds with their own keys can never exceed the charge:
+// the database refuses the reservation that would.
+func TestConcurrentRefundsNeverExceedTheCharge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.client.Charge(ctx, params(t, "c2", "10.00", stripetest.PaymentMethodVisa)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	succeeded := 0
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			res, err := b.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "r" + string(rune('a'+i)), ChargeKey: "c2", Amount: eur(t, "3.00")})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && res.Status == payments.IntentSucceeded:
+				succeeded++
+			case errors.Is(err, payments.ErrInvalidRequest):
+			default:
+				t.Errorf("refund %d: %+v %v", i, res, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if succeeded != 3 {
+		t.Fatalf("%d refunds of 3.00 succeeded on a 10.00 charge, want 3", succeeded)
+	}
+	if got := refundBalance(t, b); got != "9.00" {
+		t.Fatalf("customer:refunds = %s, want 9.00", got)
+	}
+	totals := b.fake.Totals()
+	if got := totals["eur"]; got.Refunded != 900 {
+		t.Fatalf("refunded at Stripe: %+v, want 900 minor units", got)
+	}
+}

@@ -26,6 +26,16 @@
 // (final), [NotSentError] and [InProgressError] (safe to retry),
 // [UnknownOutcomeError], and [KeyMismatchError] (a bug, reported loudly).
 //
-// Not built yet: refunds, the checkout example and the reconciler (the
-// intents' open states and the index on them are in place for it).
+// # Refunds
+//
+// [Client.Refund] has its own key and the same flow; its amount is
+// reserved on the charge (payment_intents.refund_reserved, CHECK <= amount)
+// in the transaction that records the refund intent, before the provider
+// is called, so concurrent refunds can never exceed the charge. A refused
+// or failed refund releases its reservation; an unknown one keeps it.
+//
+// Not built yet: the metrics of issue 5, the checkout example, the storm
+// demo, the crash fault matrix, stripe-mock request-shape conformance and
+// the reconciler (the intents' open states and an index on them are in
+// place for it).
 package payments

@@ -1,0 +1,189 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/ledger"
+	"github.com/payonce/payonce/money"
+)
+
+// RefundParams describes one refund of a charge.
+type RefundParams struct {
+	Scope string
+	// Key is the client's idempotency key for this refund (its own, not
+	// the charge's).
+	Key string
+	// ChargeKey is the client's key of the charge to refund.
+	ChargeKey string
+	// Amount is what to refund: all or part of the charge, in its currency.
+	Amount money.Money
+}
+
+// ErrRefundExceedsCharge: the refunds of a charge would exceed what it
+// captured. Returned wrapped in an *InvalidRequestError (Code
+// "refund_exceeds_charge"); final for the refund's key.
+var ErrRefundExceedsCharge = errors.New("payments: refunds would exceed the charge")
+
+const chargeForRefundSQL = `SELECT provider, provider_id, status, amount::text, currency
+  FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2 AND kind = 'CHARGE'`
+
+// insertRefundSQL records the refund intent; reserveRefundSQL reserves its
+// amount on the charge in the same transaction. chk_refunds_within_charge
+// refuses a reservation beyond the charge, whatever runs concurrently.
+const insertRefundSQL = `INSERT INTO payment_intents
+    (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method, charge_key)
+VALUES ($1, $2, 'REFUND', $3, $4, $5, $6, '', '', $7)
+ON CONFLICT (idempotency_key, user_id) DO NOTHING`
+
+const reserveRefundSQL = `UPDATE payment_intents SET refund_reserved = refund_reserved + $3::numeric, updated_at = now()
+ WHERE idempotency_key = $1 AND user_id = $2`
+
+const unreserveRefundSQL = `UPDATE payment_intents SET refund_reserved = refund_reserved - $3::numeric, updated_at = now()
+ WHERE idempotency_key = $1 AND user_id = $2`
+
+// Refund refunds p.Amount of a succeeded charge once for (p.Scope, p.Key).
+// Its amount is reserved on the charge before the provider is called, so
+// concurrent refunds can never exceed the charge (the database refuses).
+//
+// Errors: as [Client.Charge], plus *InvalidRequestError with Code
+// "refund_exceeds_charge" (errors.Is ErrRefundExceedsCharge) and
+// idempotency.ErrNotFound when the charge does not exist or has not
+// succeeded.
+func (c *Client) Refund(ctx context.Context, p RefundParams) (Outcome, error) {
+	chargeKey, err := idempotency.ComposeKey(p.Scope, "charge", p.ChargeKey)
+	if err != nil {
+		return Outcome{}, err
+	}
+	key, err := idempotency.ComposeKey(p.Scope, "refund", p.Key)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if !p.Amount.IsPositive() {
+		return Outcome{}, &ConfigError{"Amount", fmt.Sprintf("a refund must be positive, got %s", p.Amount)}
+	}
+	var provName, status, amount, currency string
+	var chargeID *string
+	err = c.pool.QueryRow(ctx, chargeForRefundSQL, chargeKey, p.Scope).Scan(&provName, &chargeID, &status, &amount, &currency)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (status != string(IntentSucceeded) || chargeID == nil)) {
+		return Outcome{}, fmt.Errorf("payments: no succeeded charge %q in this scope: %w", p.ChargeKey, idempotency.ErrNotFound)
+	}
+	if err != nil {
+		return Outcome{}, fmt.Errorf("payments: read charge: %w", err)
+	}
+	if string(p.Amount.Currency()) != currency {
+		return Outcome{}, &ConfigError{"Amount", fmt.Sprintf("the charge is in %s, not %s", currency, p.Amount.Currency())}
+	}
+	prov := c.providers[provName]
+	if prov == nil {
+		return Outcome{}, &ConfigError{"Provider", fmt.Sprintf("the charge's provider %q is not configured", provName)}
+	}
+	fp, err := idempotency.NewFingerprint().String("charge", chargeKey).
+		Decimal("amount", p.Amount.AmountString()).String("currency", currency).Sum()
+	if err != nil {
+		return Outcome{}, err
+	}
+	req := idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}
+	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
+		return c.refund(ctx, prov, req, chargeKey, *chargeID, p.Amount)
+	})
+	return c.outcome(res, err, provName)
+}
+
+func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Request, chargeKey, chargeID string, amount money.Money) (idempotency.Response, error) {
+	lease, _ := idempotency.LeaseFromContext(ctx)
+	pkey := ProviderKey(req.Key, "refund", 0, 255)
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, insertRefundSQL, req.Key, req.Scope, prov.Name(), pkey, amount.AmountString(), string(amount.Currency()), chargeKey)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err // already recorded (a retry): already reserved
+		}
+		_, err = tx.Exec(ctx, reserveRefundSQL, chargeKey, req.Scope, amount.AmountString())
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation {
+		inv := &InvalidRequestError{Provider: "payonce", Code: "refund_exceeds_charge", Param: "amount",
+			Message: "the refunds of this charge would exceed what it captured"}
+		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: inv}, nil)
+	}
+	if err != nil {
+		return idempotency.Response{}, fmt.Errorf("payments: record refund intent: %w", err)
+	}
+	if err := c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey); err != nil {
+		return idempotency.Response{}, fmt.Errorf("payments: read refund intent: %w", err)
+	}
+	rres, rerr := prov.Refund(ctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
+	var decline *DeclineError
+	var invalid *InvalidRequestError
+	unreserve := func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, unreserveRefundSQL, chargeKey, req.Scope, amount.AmountString())
+		return err
+	}
+	switch {
+	case rerr == nil:
+		status := IntentPending
+		var post func(pgx.Tx) error
+		switch rres.Status {
+		case RefundSucceeded:
+			status = IntentSucceeded
+			post = func(tx pgx.Tx) error {
+				entry, err := ledger.RefundEntry(req.Key, prov.Name(), amount)
+				if err != nil {
+					return err
+				}
+				_, err = c.ledger.PostTx(ctx, tx, entry)
+				return err
+			}
+		case RefundFailed:
+			status, post = IntentFailed, unreserve
+		}
+		out := Outcome{Status: status, Provider: prov.Name(), ProviderID: rres.ProviderID,
+			Amount: amount.AmountString(), Currency: string(amount.Currency())}
+		return c.settle(ctx, lease, req, idempotency.StatusCompleted, status, rres.ProviderID, "", stored{Result: &out}, post)
+	case errors.As(rerr, &decline):
+		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentDeclined, "", decline.DeclineCode, stored{Decline: decline}, unreserve)
+	case errors.As(rerr, &invalid):
+		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: invalid}, unreserve)
+	default:
+		// Unknown: the reservation stays until the outcome is known.
+		if _, err := c.pool.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(IntentUnknown), nil, nil); err != nil {
+			return idempotency.Response{}, errors.Join(rerr, err)
+		}
+		return idempotency.Response{}, rerr
+	}
+}
+
+// outcome turns Do's answer into an Outcome or the stored permanent error.
+func (c *Client) outcome(res idempotency.Result, err error, provider string) (Outcome, error) {
+	var fe *idempotency.FailedError
+	switch {
+	case err == nil:
+		var s stored
+		if jerr := json.Unmarshal(res.Response.Body, &s); jerr != nil || s.Result == nil {
+			return Outcome{}, fmt.Errorf("payments: stored outcome unreadable: %v", jerr)
+		}
+		out := *s.Result
+		out.Replayed = res.Replayed
+		return out, nil
+	case errors.As(err, &fe):
+		var s stored
+		if jerr := json.Unmarshal(fe.Response.Body, &s); jerr != nil {
+			return Outcome{}, fmt.Errorf("payments: stored failure unreadable: %v", jerr)
+		}
+		switch {
+		case s.Decline != nil:
+			return Outcome{Status: IntentDeclined, Provider: provider, Replayed: fe.Replayed}, s.Decline
+		case s.Invalid != nil:
+			return Outcome{Status: IntentFailed, Provider: provider, Replayed: fe.Replayed}, s.Invalid
+		}
+	}
+	return Outcome{}, err
+}
