@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
@@ -29,6 +30,11 @@ type Config struct {
 	Retention time.Duration
 	// Logger receives warnings. Default: discarded.
 	Logger *slog.Logger
+	// MeterProvider receives the payments instruments (payments.charges,
+	// payments.refunds, payments.unknown_outcomes,
+	// payments.provider_call_duration_ms) and the idempotency core's.
+	// Default: a no-op provider.
+	MeterProvider metric.MeterProvider
 }
 
 // Client charges through providers, exactly once per key: it claims the
@@ -36,6 +42,7 @@ type Config struct {
 // with references derived from the key, and commits the intent's outcome,
 // the ledger postings and the idempotency record in one transaction.
 type Client struct {
+	metrics   *instruments
 	pool      *pgxpool.Pool
 	store     *pgstore.Store
 	exec      *pgstore.Executor
@@ -88,11 +95,16 @@ func New(pool *pgxpool.Pool, store *pgstore.Store, l *ledger.Ledger, providers [
 			return nil, &ConfigError{"Config.Retention", fmt.Sprintf("%s is shorter than %s's deduplication window (%s): a retry after the local record expired would charge again", c.Retention, p.Name(), p.DedupWindow())}
 		}
 	}
-	exec, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention, Logger: c.Logger})
+	exec, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
+		Logger: c.Logger, MeterProvider: c.MeterProvider})
 	if err != nil {
 		return nil, err
 	}
-	return &Client{pool: pool, store: store, exec: exec, ledger: l, providers: byName}, nil
+	ins, err := newInstruments(c.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("payments: metrics: %w", err)
+	}
+	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, providers: byName}, nil
 }
 
 // ChargeParams describes one charge.
@@ -221,8 +233,10 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	if err := c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey); err != nil {
 		return idempotency.Response{}, fmt.Errorf("payments: read intent: %w", err)
 	}
+	started := time.Now()
 	pres, perr := prov.Charge(ctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,
 		Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata})
+	c.metrics.observe(ctx, "charge", p.Provider, string(pres.Status), perr, time.Since(started))
 
 	var decline *DeclineError
 	var invalid *InvalidRequestError

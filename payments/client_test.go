@@ -29,6 +29,11 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
+	return setupWith(t, nil)
+}
+
+func setupWith(t *testing.T, cfg *payments.Config) bundle {
+	t.Helper()
 	pool := pgtest.Pool(t)
 	store, err := pgstore.New(pool, nil)
 	if err != nil {
@@ -47,7 +52,7 @@ func setup(t *testing.T) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := payments.New(pool, store, l, []payments.Provider{prov}, nil)
+	c, err := payments.New(pool, store, l, []payments.Provider{prov}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,14 @@
 // is called, so concurrent refunds can never exceed the charge. A refused
 // or failed refund releases its reservation; an unknown one keeps it.
 //
-// Not built yet: the metrics of issue 5, the checkout example, the storm
+// # Metrics
+//
+// With Config.MeterProvider: payments.charges and payments.refunds (by
+// provider and outcome), payments.unknown_outcomes, and
+// payments.provider_call_duration_ms; replays reach no provider and count
+// nothing there (the idempotency core counts them).
+//
+// Not built yet: the checkout example, the storm
 // demo, the crash fault matrix, stripe-mock request-shape conformance and
 // the reconciler (the intents' open states and an index on them are in
 // place for it).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -120,7 +121,9 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 	if err := c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey); err != nil {
 		return idempotency.Response{}, fmt.Errorf("payments: read refund intent: %w", err)
 	}
+	started := time.Now()
 	rres, rerr := prov.Refund(ctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
+	c.metrics.observe(ctx, "refund", prov.Name(), string(rres.Status), rerr, time.Since(started))
 	var decline *DeclineError
 	var invalid *InvalidRequestError
 	unreserve := func(tx pgx.Tx) error {

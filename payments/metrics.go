@@ -1,0 +1,82 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// Instrument names.
+const (
+	MetricCharges          = "payments.charges"
+	MetricRefunds          = "payments.refunds"
+	MetricUnknownOutcomes  = "payments.unknown_outcomes"
+	MetricProviderDuration = "payments.provider_call_duration_ms"
+)
+
+type instruments struct {
+	charges, refunds, unknown metric.Int64Counter
+	duration                  metric.Float64Histogram
+}
+
+func newInstruments(mp metric.MeterProvider) (*instruments, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m := mp.Meter("github.com/payonce/payonce/payments")
+	var in instruments
+	var err error
+	if in.charges, err = m.Int64Counter(MetricCharges, metric.WithDescription("Provider answers to charges, by provider and outcome (succeeded, declined, failed, requires_action, pending, unknown, not_sent, in_progress).")); err != nil {
+		return nil, err
+	}
+	if in.refunds, err = m.Int64Counter(MetricRefunds, metric.WithDescription("Provider answers to refunds, by provider and outcome.")); err != nil {
+		return nil, err
+	}
+	if in.unknown, err = m.Int64Counter(MetricUnknownOutcomes, metric.WithDescription("Provider calls whose outcome is unknown (timeout, reset, 5xx): intents left open for a retry or the reconciler.")); err != nil {
+		return nil, err
+	}
+	// The name carries the unit (no declared unit: see idempotency's metrics).
+	in.duration, err = m.Float64Histogram(MetricProviderDuration, metric.WithDescription("Provider call latency, by provider and operation."),
+		metric.WithExplicitBucketBoundaries(10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000))
+	if err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+// outcomeLabel names how a provider call ended.
+func outcomeLabel(status string, err error) string {
+	switch {
+	case err == nil:
+		return status
+	case errors.Is(err, ErrDeclined):
+		return "declined"
+	case errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrKeyMismatch):
+		return "failed"
+	case errors.Is(err, ErrNotSent):
+		return "not_sent"
+	case errors.Is(err, ErrInProgress):
+		return "in_progress"
+	}
+	return "unknown"
+}
+
+// observe records one provider call.
+func (in *instruments) observe(ctx context.Context, op, provider, status string, err error, took time.Duration) {
+	outcome := outcomeLabel(status, err)
+	attrs := metric.WithAttributes(attribute.String("provider", provider), attribute.String("outcome", outcome))
+	if op == "charge" {
+		in.charges.Add(ctx, 1, attrs)
+	} else {
+		in.refunds.Add(ctx, 1, attrs)
+	}
+	if outcome == "unknown" {
+		in.unknown.Add(ctx, 1, metric.WithAttributes(attribute.String("provider", provider), attribute.String("operation", op)))
+	}
+	in.duration.Record(ctx, float64(took)/float64(time.Millisecond),
+		metric.WithAttributes(attribute.String("provider", provider), attribute.String("operation", op)))
+}
