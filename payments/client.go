@@ -208,8 +208,11 @@ func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, e
 const insertIntentSQL = `INSERT INTO payment_intents
     (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method)
 VALUES ($1, $2, 'CHARGE', $3, $4, $5, $6, $7, $8)
-ON CONFLICT (idempotency_key, user_id) DO NOTHING`
+ON CONFLICT (idempotency_key, user_id) DO NOTHING
+RETURNING provider_key`
 
+// readIntentSQL reads the provider key of an intent recorded by an earlier
+// attempt (a retry after an unknown outcome): the same key must be sent.
 const readIntentSQL = `SELECT provider_key FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`
 
 const settleIntentSQL = `UPDATE payment_intents
@@ -226,12 +229,13 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	// The intent is recorded before the call (a retry finds it and reuses
 	// its provider key).
 	pkey := ProviderKey(req.Key, "charge", 0, 255)
-	if _, err := c.pool.Exec(ctx, insertIntentSQL, req.Key, req.Scope, p.Provider, pkey,
-		p.Amount.AmountString(), string(p.Amount.Currency()), p.Recipient, p.PaymentMethod); err != nil {
-		return idempotency.Response{}, fmt.Errorf("payments: record intent: %w", err)
+	err := c.pool.QueryRow(ctx, insertIntentSQL, req.Key, req.Scope, p.Provider, pkey,
+		p.Amount.AmountString(), string(p.Amount.Currency()), p.Recipient, p.PaymentMethod).Scan(&pkey)
+	if errors.Is(err, pgx.ErrNoRows) { // recorded by an earlier attempt: reuse its provider key
+		err = c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey)
 	}
-	if err := c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey); err != nil {
-		return idempotency.Response{}, fmt.Errorf("payments: read intent: %w", err)
+	if err != nil {
+		return idempotency.Response{}, fmt.Errorf("payments: record intent: %w", err)
 	}
 	started := time.Now()
 	pres, perr := prov.Charge(ctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,

@@ -42,7 +42,8 @@ const chargeForRefundSQL = `SELECT provider, provider_id, status, amount::text, 
 const insertRefundSQL = `INSERT INTO payment_intents
     (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method, charge_key)
 VALUES ($1, $2, 'REFUND', $3, $4, $5, $6, '', '', $7)
-ON CONFLICT (idempotency_key, user_id) DO NOTHING`
+ON CONFLICT (idempotency_key, user_id) DO NOTHING
+RETURNING provider_key`
 
 const reserveRefundSQL = `UPDATE payment_intents SET refund_reserved = refund_reserved + $3::numeric, updated_at = now()
  WHERE idempotency_key = $1 AND user_id = $2`
@@ -102,9 +103,13 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 	lease, _ := idempotency.LeaseFromContext(ctx)
 	pkey := ProviderKey(req.Key, "refund", 0, 255)
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, insertRefundSQL, req.Key, req.Scope, prov.Name(), pkey, amount.AmountString(), string(amount.Currency()), chargeKey)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err // already recorded (a retry): already reserved
+		err := tx.QueryRow(ctx, insertRefundSQL, req.Key, req.Scope, prov.Name(), pkey, amount.AmountString(), string(amount.Currency()), chargeKey).Scan(&pkey)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Recorded (and reserved) by an earlier attempt: reuse its key.
+			return tx.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey)
+		}
+		if err != nil {
+			return err
 		}
 		_, err = tx.Exec(ctx, reserveRefundSQL, chargeKey, req.Scope, amount.AmountString())
 		return err
@@ -117,9 +122,6 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 	}
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("payments: record refund intent: %w", err)
-	}
-	if err := c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey); err != nil {
-		return idempotency.Response{}, fmt.Errorf("payments: read refund intent: %w", err)
 	}
 	started := time.Now()
 	rres, rerr := prov.Refund(ctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})

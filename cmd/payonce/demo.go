@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"sort"
 	"sync"
@@ -14,13 +13,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/internal/localpg"
-	"github.com/payonce/payonce/migrations"
 )
 
 const demoUsage = `Usage: payonce demo [--database-url URL] [--keys N] [--clients N]
@@ -235,33 +232,17 @@ func demoFP(intent string) idempotency.Fingerprint {
 
 // demoSchema (re)creates the schema payonce_demo and returns a pool on it.
 func demoSchema(ctx context.Context, base string) (*pgxpool.Pool, error) {
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	_, err = conn.Exec(ctx, `DROP SCHEMA IF EXISTS payonce_demo CASCADE; CREATE SCHEMA payonce_demo`)
-	conn.Close(ctx)
+	u, err := localpg.FreshSchema(ctx, base, "payonce_demo")
 	if err != nil {
 		return nil, err
 	}
-	pu, err := url.Parse(base)
-	if err != nil {
-		return nil, err
-	}
-	q := pu.Query()
-	q.Set("search_path", "payonce_demo")
-	pu.RawQuery = q.Encode()
-	cfg, err := pgxpool.ParseConfig(pu.String())
+	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = 32
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := migrations.Migrate(ctx, pool); err != nil {
-		pool.Close()
 		return nil, err
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE demo_orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {

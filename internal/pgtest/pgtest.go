@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/payonce/payonce/internal/localpg"
 	"github.com/payonce/payonce/migrations"
 )
 
@@ -78,14 +78,11 @@ func SchemaURL(t testing.TB) string {
 			t.Logf("pgtest: drop schema %s: %v", schema, err)
 		}
 	})
-	u, err := url.Parse(BaseURL(t))
+	u, err := localpg.WithSearchPath(BaseURL(t), schema)
 	if err != nil {
-		t.Fatalf("pgtest: TEST_DATABASE_URL is not a URL: %v", err)
+		t.Fatalf("pgtest: %v", err)
 	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
+	return u
 }
 
 // Pool returns a pool on a fresh, migrated schema of its own, closed when

@@ -40,7 +40,6 @@ import (
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/internal/localpg"
 	"github.com/payonce/payonce/ledger/ledgerbench"
-	"github.com/payonce/payonce/migrations"
 )
 
 const (
@@ -240,36 +239,20 @@ func newPool(ctx context.Context, u string) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-// prepare creates a fresh schema "bench" (dropping an old one) and
-// migrates it; it returns a URL whose search_path selects it.
+// prepare creates a fresh, migrated schema payonce_bench with the table
+// the one-transaction action writes to; it returns a URL that selects it.
 func prepare(ctx context.Context, base string) (string, error) {
-	admin, err := pgx.Connect(ctx, base)
+	u, err := localpg.FreshSchema(ctx, base, "payonce_bench")
 	if err != nil {
 		return "", err
 	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, `DROP SCHEMA IF EXISTS payonce_bench CASCADE; CREATE SCHEMA payonce_bench`); err != nil {
-		return "", err
-	}
-	u, err := url.Parse(base)
+	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
 		return "", err
 	}
-	q := u.Query()
-	q.Set("search_path", "payonce_bench")
-	u.RawQuery = q.Encode()
-	p, err := pgxpool.New(ctx, u.String())
-	if err != nil {
-		return "", err
-	}
-	defer p.Close()
-	if _, err := migrations.Migrate(ctx, p); err != nil {
-		return "", err
-	}
-	if _, err := p.Exec(ctx, `CREATE TABLE bench_orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL, amount NUMERIC NOT NULL)`); err != nil {
-		return "", err
-	}
-	return u.String(), nil
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `CREATE TABLE bench_orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL, amount NUMERIC NOT NULL)`)
+	return u, err
 }
 
 // libpqURL turns pgx's search_path parameter into libpq's options.

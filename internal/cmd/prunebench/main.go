@@ -35,7 +35,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"runtime"
 	"slices"
@@ -50,7 +49,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/migrations"
+	"github.com/payonce/payonce/internal/localpg"
 )
 
 const (
@@ -310,33 +309,9 @@ func newPool(ctx context.Context, u string, n int32) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-// prepare creates a fresh schema (dropping an old one) and migrates it; it
-// returns a URL whose search_path selects it.
+// prepare creates a fresh, migrated schema and returns a URL selecting it.
 func prepare(ctx context.Context, base string) (string, error) {
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		return "", err
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE; CREATE SCHEMA `+schema); err != nil {
-		return "", err
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", err
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	p, err := pgxpool.New(ctx, u.String())
-	if err != nil {
-		return "", err
-	}
-	defer p.Close()
-	if _, err := migrations.Migrate(ctx, p); err != nil {
-		return "", err
-	}
-	return u.String(), nil
+	return localpg.FreshSchema(ctx, base, schema)
 }
 
 // fill loads the rows with the table's indexes dropped, then rebuilds
