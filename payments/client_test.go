@@ -222,8 +222,9 @@ func TestBadInputRecordsNothing(t *testing.T) {
 		}
 	}
 	var intents, records int
-	_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM payment_intents`).Scan(&intents)
-	_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_store`).Scan(&records)
+	if err := b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM payment_intents), (SELECT count(*) FROM idempotency_store)`).Scan(&intents, &records); err != nil {
+		t.Fatal(err)
+	}
 	if intents != 0 || records != 0 {
 		t.Fatalf("bad input left %d intents and %d records", intents, records)
 	}
