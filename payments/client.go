@@ -48,6 +48,7 @@ type Client struct {
 	exec      *pgstore.Executor
 	ledger    *ledger.Ledger
 	providers map[string]Provider
+	hooks     hooks
 }
 
 // ConfigError names a bad configuration field.
@@ -167,14 +168,45 @@ type stored struct {
 //   - idempotency.ErrFingerprintMismatch: the key was used for another
 //     amount, currency, recipient, method or provider.
 func (c *Client) Charge(ctx context.Context, p ChargeParams) (Outcome, error) {
+	return c.ChargeTx(ctx, p, nil)
+}
+
+// TxFunc is the caller's part of the transaction that records an outcome:
+// it runs inside that transaction, after the intent's outcome and the
+// ledger postings, before the idempotency record completes, so that the
+// caller's own rows (an order marked paid) commit with them or not at all.
+// It receives the outcome being recorded (Status SUCCEEDED, DECLINED,
+// FAILED, PENDING or REQUIRES_ACTION). An error rolls everything back: the
+// provider's answer is then unrecorded, the call returns an
+// *UnknownOutcomeError and a retry replays the provider's answer into a
+// new transaction (fn runs again then). fn is not called for replays
+// (their transaction committed long ago) nor for unknown outcomes.
+type TxFunc func(ctx context.Context, tx pgx.Tx, out Outcome) error
+
+// ChargeTx is [Client.Charge] with fn run inside the transaction that
+// records the charge's outcome (see [TxFunc]). No transaction is held open
+// across the provider call: the intent commits before it, the outcome
+// after.
+func (c *Client) ChargeTx(ctx context.Context, p ChargeParams, fn TxFunc) (Outcome, error) {
 	prov, req, err := c.chargeRequest(p)
 	if err != nil {
 		return Outcome{}, err
 	}
 	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
-		return c.charge(ctx, prov, req, p)
+		c.hooks.call(c.hooks.afterClaim, ctx, req.Key)
+		return c.charge(withTxFunc(ctx, fn), prov, req, p)
 	})
+	c.hooks.call(c.hooks.afterCommit, ctx, req.Key)
 	return c.outcome(res, err, p.Provider)
+}
+
+type txFuncKey struct{}
+
+func withTxFunc(ctx context.Context, fn TxFunc) context.Context {
+	if fn == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, txFuncKey{}, fn)
 }
 
 func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, error) {
@@ -191,9 +223,18 @@ func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, e
 	case len(p.Description) > 1000:
 		return nil, idempotency.Request{}, &ConfigError{"Description", "at most 1000 bytes"}
 	}
+	if err := checkMetadata(p.Metadata); err != nil {
+		return nil, idempotency.Request{}, err
+	}
 	key, err := idempotency.ComposeKey(p.Scope, "charge", p.Key)
 	if err != nil {
 		return nil, idempotency.Request{}, err
+	}
+	if v, ok := prov.(Validator); ok {
+		if err := v.ValidateCharge(ChargeRequest{Key: key, ProviderKey: ProviderKey(key, "charge", 0, MaxReferenceLen(prov)),
+			Amount: p.Amount, Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata}); err != nil {
+			return nil, idempotency.Request{}, err
+		}
 	}
 	fp, err := idempotency.NewFingerprint().
 		Decimal("amount", p.Amount.AmountString()).String("currency", string(p.Amount.Currency())).
@@ -205,6 +246,29 @@ func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, e
 	return prov, idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}, nil
 }
 
+// Metadata limits of every charge, whatever the provider (the strictest
+// common ground; a provider with tighter ones refuses through Validator).
+const (
+	MaxMetadataKeys     = 20
+	MaxMetadataKeyLen   = 40
+	MaxMetadataValueLen = 500
+)
+
+func checkMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataKeys {
+		return &ConfigError{"Metadata", fmt.Sprintf("%d entries, at most %d", len(md), MaxMetadataKeys)}
+	}
+	for k, v := range md {
+		switch {
+		case k == "" || len(k) > MaxMetadataKeyLen:
+			return &ConfigError{"Metadata", fmt.Sprintf("key %.50q: 1 to %d bytes", k, MaxMetadataKeyLen)}
+		case len(v) > MaxMetadataValueLen:
+			return &ConfigError{"Metadata", fmt.Sprintf("value of %q: %d bytes, at most %d", k, len(v), MaxMetadataValueLen)}
+		}
+	}
+	return nil
+}
+
 const insertIntentSQL = `INSERT INTO payment_intents
     (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method)
 VALUES ($1, $2, 'CHARGE', $3, $4, $5, $6, $7, $8)
@@ -213,7 +277,12 @@ RETURNING provider_key`
 
 // readIntentSQL reads the provider key of an intent recorded by an earlier
 // attempt (a retry after an unknown outcome): the same key must be sent.
-const readIntentSQL = `SELECT provider_key FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`
+const readIntentSQL = `SELECT provider_key, coalesce(provider_id, '') FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`
+
+// progressSQL records the provider's object as soon as a multi-step
+// adapter knows it (PayPal's order, before its capture).
+const progressSQL = `UPDATE payment_intents SET provider_id = $3, updated_at = now()
+ WHERE idempotency_key = $1 AND user_id = $2 AND provider_id IS DISTINCT FROM $3`
 
 const settleIntentSQL = `UPDATE payment_intents
    SET status = $3, provider_id = coalesce($4, provider_id), decline_code = $5, updated_at = now()
@@ -228,18 +297,26 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	}
 	// The intent is recorded before the call (a retry finds it and reuses
 	// its provider key).
-	pkey := ProviderKey(req.Key, "charge", 0, 255)
+	pkey := ProviderKey(req.Key, "charge", 0, MaxReferenceLen(prov))
+	var known string
 	err := c.pool.QueryRow(ctx, insertIntentSQL, req.Key, req.Scope, p.Provider, pkey,
 		p.Amount.AmountString(), string(p.Amount.Currency()), p.Recipient, p.PaymentMethod).Scan(&pkey)
 	if errors.Is(err, pgx.ErrNoRows) { // recorded by an earlier attempt: reuse its provider key
-		err = c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey)
+		err = c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey, &known)
 	}
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("payments: record intent: %w", err)
 	}
+	c.hooks.call(c.hooks.afterIntent, ctx, req.Key)
 	started := time.Now()
 	pres, perr := prov.Charge(ctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,
-		Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata})
+		Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata,
+		ProviderID: known,
+		Progress: func(ctx context.Context, id string) error {
+			_, err := c.pool.Exec(ctx, progressSQL, req.Key, req.Scope, id)
+			return err
+		}})
+	c.hooks.call(c.hooks.afterProvider, ctx, req.Key)
 	c.metrics.observe(ctx, "charge", p.Provider, string(pres.Status), perr, time.Since(started))
 
 	var decline *DeclineError
@@ -320,6 +397,15 @@ func (c *Client) settle(ctx context.Context, lease idempotency.Lease, req idempo
 		}
 		if post != nil {
 			if err := post(tx); err != nil {
+				return err
+			}
+		}
+		if fn, ok := ctx.Value(txFuncKey{}).(TxFunc); ok {
+			out := Outcome{Status: status, ProviderID: providerID}
+			if s.Result != nil {
+				out = *s.Result
+			}
+			if err := fn(ctx, tx, out); err != nil {
 				return err
 			}
 		}

@@ -3,11 +3,14 @@ package payments_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
@@ -206,14 +209,28 @@ func TestBadInputRecordsNothing(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	zero, _ := money.FromMinor(0, money.EUR)
-	cases := map[string]payments.ChargeParams{
-		"Provider":      {Scope: "cus_1", Key: "k", Provider: "nope", Amount: eur(t, "1"), Recipient: "r", PaymentMethod: "pm"},
-		"Amount":        {Scope: "cus_1", Key: "k", Provider: "stripe", Amount: zero, Recipient: "r", PaymentMethod: "pm"},
-		"Recipient":     {Scope: "cus_1", Key: "k", Provider: "stripe", Amount: eur(t, "1"), PaymentMethod: "pm"},
-		"PaymentMethod": {Scope: "cus_1", Key: "k", Provider: "stripe", Amount: eur(t, "1"), Recipient: "r"},
-		"scope":         {Scope: "", Key: "k", Provider: "stripe", Amount: eur(t, "1"), Recipient: "r", PaymentMethod: "pm"},
+	many := map[string]string{}
+	for i := 0; i <= payments.MaxMetadataKeys; i++ {
+		many[fmt.Sprintf("k%d", i)] = "v"
 	}
-	for field, p := range cases {
+	ok := payments.ChargeParams{Scope: "cus_1", Key: "k", Provider: "stripe", Amount: eur(t, "1"), Recipient: "r", PaymentMethod: "pm"}
+	with := func(f func(p *payments.ChargeParams)) payments.ChargeParams { p := ok; f(&p); return p }
+	cases := []struct {
+		field string
+		p     payments.ChargeParams
+	}{
+		{"Provider", with(func(p *payments.ChargeParams) { p.Provider = "nope" })},
+		{"Amount", with(func(p *payments.ChargeParams) { p.Amount = zero })},
+		{"Amount", with(func(p *payments.ChargeParams) { p.Amount = money.Money{} })}, // no currency
+		{"Recipient", with(func(p *payments.ChargeParams) { p.Recipient = "" })},
+		{"PaymentMethod", with(func(p *payments.ChargeParams) { p.PaymentMethod = "" })},
+		{"scope", with(func(p *payments.ChargeParams) { p.Scope = "" })},
+		{"Metadata", with(func(p *payments.ChargeParams) { p.Metadata = many })},
+		{"Metadata", with(func(p *payments.ChargeParams) { p.Metadata = map[string]string{"note": strings.Repeat("x", 501)} })},
+		{"Metadata", with(func(p *payments.ChargeParams) { p.Metadata = map[string]string{strings.Repeat("k", 41): "v"} })},
+	}
+	for _, c := range cases {
+		field, p := c.field, c.p
 		_, err := b.client.Charge(ctx, p)
 		var ce *payments.ConfigError
 		var ie *idempotency.InvalidError
@@ -323,5 +340,52 @@ func TestConcurrentRefundsNeverExceedTheCharge(t *testing.T) {
 	totals := b.fake.Totals()
 	if got := totals["eur"]; got.Refunded != 900 {
 		t.Fatalf("refunded at Stripe: %+v, want 900 minor units", got)
+	}
+}
+
+// ChargeTx: the caller's rows commit with the outcome or not at all, and a
+// failing caller part leaves an open intent that a retry resolves without
+// a second charge.
+func TestChargeTxCommitsTheCallersRowsWithTheOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.pool.Exec(ctx, `CREATE TABLE orders (id TEXT PRIMARY KEY, paid_by TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	markPaid := func(ctx context.Context, tx pgx.Tx, out payments.Outcome) error {
+		calls++
+		if calls == 1 {
+			return errors.New("orders table is locked")
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO orders VALUES ('o1', $1)`, out.ProviderID)
+		return err
+	}
+	p := params(t, "tx1", "12.00", stripetest.PaymentMethodVisa)
+	_, err := b.client.ChargeTx(ctx, p, markPaid)
+	if !payments.OutcomeUnknown(err) {
+		t.Fatalf("a failing caller part: err = %v, want an unknown outcome", err)
+	}
+	if in, err := b.client.Intent(ctx, "cus_1", "tx1"); err != nil || in.Status == payments.IntentSucceeded {
+		t.Fatalf("intent after a rolled-back outcome: %+v %v", in, err)
+	}
+	out, err := b.client.ChargeTx(ctx, p, markPaid)
+	if err != nil || out.Status != payments.IntentSucceeded {
+		t.Fatalf("retry: %+v %v", out, err)
+	}
+	again, err := b.client.ChargeTx(ctx, p, markPaid)
+	if err != nil || !again.Replayed || calls != 2 {
+		t.Fatalf("replay: %+v %v, fn called %d times, want 2", again, err, calls)
+	}
+	var paidBy string
+	if err := b.pool.QueryRow(ctx, `SELECT paid_by FROM orders WHERE id = 'o1'`).Scan(&paidBy); err != nil || paidBy != out.ProviderID {
+		t.Fatalf("order row: %q %v, want paid by %s", paidBy, err, out.ProviderID)
+	}
+	if n := pis(t, b, "tx1"); n != 1 {
+		t.Fatalf("%d PaymentIntents, want 1", n)
+	}
+	if got := balance(t, b); got != "12.00" {
+		t.Fatalf("provider cash %s, want 12.00", got)
 	}
 }

@@ -52,6 +52,44 @@ type ChargeRequest struct {
 	PaymentMethod string
 	Description   string
 	Metadata      map[string]string
+	// ProviderID is the provider's object for this attempt when an earlier
+	// call already learnt it (a PayPal order id recorded through
+	// Progress): a multi-step adapter resumes from it instead of creating
+	// anew. Empty on a first call.
+	ProviderID string
+	// Progress, when set, is called by a multi-step adapter as soon as the
+	// provider's object exists (PayPal's order, before its capture), so
+	// that the caller records it before the next step: a lost later
+	// response is then resolved by a read of that object. An error from
+	// Progress stops the charge before the next step (its outcome is then
+	// unknown, and a retry resumes).
+	Progress func(ctx context.Context, providerID string) error
+}
+
+// ReferenceLimiter is implemented by providers whose business reference
+// (the ProviderKey payonce sends) must be shorter than 255 bytes: Adyen's
+// reference is at most 80 characters. payments derives ProviderKey with
+// [ProviderKey] under that limit.
+type ReferenceLimiter interface {
+	MaxReferenceLen() int
+}
+
+// MaxReferenceLen is the length limit payments derives provider keys
+// under for p: its [ReferenceLimiter] limit, at most 255.
+func MaxReferenceLen(p Provider) int {
+	if l, ok := p.(ReferenceLimiter); ok && l.MaxReferenceLen() > 0 && l.MaxReferenceLen() < 255 {
+		return l.MaxReferenceLen()
+	}
+	return 255
+}
+
+// Validator is implemented by providers with input limits of their own
+// (metadata sizes, reference lengths): payments calls ValidateCharge
+// before anything is recorded, so that a request the provider would refuse
+// is refused up front and leaves no intent behind. It returns an
+// *InvalidRequestError naming the field.
+type Validator interface {
+	ValidateCharge(req ChargeRequest) error
 }
 
 // ChargeStatus is a charge's state at the provider.
@@ -107,6 +145,11 @@ type RefundResult struct {
 // LookupRequest asks what exists at the provider for a local key.
 type LookupRequest struct {
 	Key string
+	// ProviderKey is the reference payonce sent (Adyen's reference, the
+	// seed of PayPal's request ids).
+	ProviderKey string
+	// ProviderID is the provider's object when known (a PayPal order id).
+	ProviderID string
 	// From and To bound the creation time to search (the provider's clock).
 	From, To time.Time
 }

@@ -60,6 +60,12 @@ const unreserveRefundSQL = `UPDATE payment_intents SET refund_reserved = refund_
 // idempotency.ErrNotFound when the charge does not exist or has not
 // succeeded.
 func (c *Client) Refund(ctx context.Context, p RefundParams) (Outcome, error) {
+	return c.RefundTx(ctx, p, nil)
+}
+
+// RefundTx is [Client.Refund] with fn run inside the transaction that
+// records the refund's outcome (see [TxFunc]).
+func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (Outcome, error) {
 	chargeKey, err := idempotency.ComposeKey(p.Scope, "charge", p.ChargeKey)
 	if err != nil {
 		return Outcome{}, err
@@ -94,19 +100,20 @@ func (c *Client) Refund(ctx context.Context, p RefundParams) (Outcome, error) {
 	}
 	req := idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}
 	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
-		return c.refund(ctx, prov, req, chargeKey, *chargeID, p.Amount)
+		return c.refund(withTxFunc(ctx, fn), prov, req, chargeKey, *chargeID, p.Amount)
 	})
 	return c.outcome(res, err, provName)
 }
 
 func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Request, chargeKey, chargeID string, amount money.Money) (idempotency.Response, error) {
 	lease, _ := idempotency.LeaseFromContext(ctx)
-	pkey := ProviderKey(req.Key, "refund", 0, 255)
+	pkey := ProviderKey(req.Key, "refund", 0, MaxReferenceLen(prov))
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, insertRefundSQL, req.Key, req.Scope, prov.Name(), pkey, amount.AmountString(), string(amount.Currency()), chargeKey).Scan(&pkey)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Recorded (and reserved) by an earlier attempt: reuse its key.
-			return tx.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey)
+			var known string
+			return tx.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey, &known)
 		}
 		if err != nil {
 			return err

@@ -82,7 +82,7 @@ func req(t *testing.T, h Harness, method string) payments.ChargeRequest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return payments.ChargeRequest{Key: key, ProviderKey: payments.ProviderKey(key, "charge", 0, 255),
+	return payments.ChargeRequest{Key: key, ProviderKey: payments.ProviderKey(key, "charge", 0, payments.MaxReferenceLen(h.Provider)),
 		Amount: amount, Recipient: "acct_conf", PaymentMethod: method, Description: "conformance"}
 }
 
@@ -179,11 +179,11 @@ func testLookup(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	found, err := h.Provider.Lookup(ctxT(t), payments.LookupRequest{Key: r.Key, From: from, To: time.Now().Add(time.Hour)})
+	found, err := h.Provider.Lookup(ctxT(t), payments.LookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ProviderID: res.ProviderID, From: from, To: time.Now().Add(time.Hour)})
 	if err != nil || len(found.Charges) != 1 || found.Charges[0].ProviderID != res.ProviderID {
 		t.Fatalf("lookup of %s: %+v %v", res.ProviderID, found, err)
 	}
-	none, err := h.Provider.Lookup(ctxT(t), payments.LookupRequest{Key: r.Key + "_absent", From: from, To: time.Now().Add(time.Hour)})
+	none, err := h.Provider.Lookup(ctxT(t), payments.LookupRequest{Key: r.Key + "_absent", ProviderKey: r.ProviderKey + "_absent", From: from, To: time.Now().Add(time.Hour)})
 	if err != nil || len(none.Charges) != 0 {
 		t.Fatalf("lookup of an unknown key: %+v %v, want none", none, err)
 	}

@@ -1,0 +1,77 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/payonce/payonce/money"
+)
+
+// EventKind is what a provider notification means for payonce.
+type EventKind string
+
+const (
+	EventChargeSucceeded  EventKind = "charge_succeeded"
+	EventChargeFailed     EventKind = "charge_failed"
+	EventChargePending    EventKind = "charge_pending"
+	EventRefundSucceeded  EventKind = "refund_succeeded"
+	EventRefundFailed     EventKind = "refund_failed"
+	EventCaptureSucceeded EventKind = "capture_succeeded"
+	EventCaptureFailed    EventKind = "capture_failed"
+	// EventCancelled: a payment was voided (Adyen TECHNICAL_CANCEL).
+	EventCancelled EventKind = "cancelled"
+	// EventIgnored: a verified event payonce does not act on (it is
+	// acknowledged and recorded, so that the provider stops resending).
+	EventIgnored EventKind = "ignored"
+)
+
+// WebhookEvent is one verified provider notification in payonce's terms.
+type WebhookEvent struct {
+	// ID identifies the delivery's event at its provider, for
+	// deduplication: Stripe's event id, PayPal's event id, Adyen's
+	// "pspReference:eventCode:success".
+	ID string
+	// Type is the provider's own event type ("payment_intent.succeeded",
+	// "AUTHORISATION", "PAYMENT.CAPTURE.COMPLETED").
+	Type string
+	Kind EventKind
+	// Reference is the reference payonce sent (the ProviderKey: Adyen's
+	// merchantReference, PayPal's custom_id), when the event carries it.
+	Reference string
+	// Key is the local idempotency key, when the event carries it (Stripe
+	// metadata).
+	Key string
+	// ProviderID is the provider's object the event is about (a
+	// PaymentIntent, a pspReference, a PayPal capture or refund).
+	ProviderID string
+	// ChargeID is, for refund and capture events, the provider's id of the
+	// charge they belong to (Adyen originalReference).
+	ChargeID string
+	// Amount is the event's amount; the zero Money when absent.
+	Amount money.Money
+	// DeclineCode is the provider's reason for a failure.
+	DeclineCode string
+	// Body is the event's raw JSON, kept as evidence.
+	Body []byte
+}
+
+// WebhookVerifier is implemented by providers that receive notifications:
+// it authenticates one delivery (headers and body as received) and
+// returns its events (Adyen batches several in one delivery).
+//
+// Errors: wrapping [ErrWebhookSignature] when the signature is missing or
+// wrong, [ErrWebhookMalformed] when the body cannot be parsed; anything
+// else is a failure to verify (the provider's verification API was
+// unreachable) and the delivery should be answered 5xx so that it comes
+// again.
+type WebhookVerifier interface {
+	VerifyWebhook(ctx context.Context, header http.Header, body []byte) ([]WebhookEvent, error)
+}
+
+var (
+	// ErrWebhookSignature: a delivery's signature is missing or wrong.
+	ErrWebhookSignature = errors.New("payments: webhook signature missing or invalid")
+	// ErrWebhookMalformed: a delivery's body is not a valid event.
+	ErrWebhookMalformed = errors.New("payments: webhook body malformed")
+)
