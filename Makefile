@@ -4,6 +4,8 @@ GO ?= go
 # engine's own "context deadline exceeded" when a worker is slow to stop on
 # a loaded machine, which is not a finding.
 FUZZTIME ?= 30000x
+STRIPE_MOCK_VERSION := v0.203.0
+STRIPE_MOCK := .bin/stripe-mock-$(STRIPE_MOCK_VERSION)
 
 .PHONY: test vet unit fuzz monitoring demo bench prunebench
 
@@ -15,8 +17,15 @@ test: vet unit fuzz monitoring
 vet:
 	$(GO) vet ./...
 
-unit:
-	$(GO) run ./internal/cmd/withpg -- $(GO) test -race -count=1 -timeout 15m ./...
+unit: $(STRIPE_MOCK)
+	$(GO) run ./internal/cmd/withpg -stripe-mock $(STRIPE_MOCK) -- $(GO) test -race -count=1 -timeout 15m ./...
+
+# stripe-mock checks the Stripe adapter's requests against Stripe's OpenAPI
+# spec (providers/stripe/stripemock_test.go); installed from the module
+# proxy into .bin on first use.
+$(STRIPE_MOCK):
+	GOBIN=$(CURDIR)/.bin $(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
+	mv .bin/stripe-mock $@
 
 # Each fuzz target runs briefly beyond its seed corpus (which `go test`
 # already runs), so that none of them rots.

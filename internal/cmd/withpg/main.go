@@ -1,12 +1,16 @@
 // Command withpg runs a command with a throwaway PostgreSQL cluster.
 //
-//	go run ./internal/cmd/withpg [-var TEST_DATABASE_URL] [-durable] -- CMD ARGS...
+//	go run ./internal/cmd/withpg [-var TEST_DATABASE_URL] [-durable] [-stripe-mock BIN] -- CMD ARGS...
 //
 // When the variable named by -var is already set, the command runs against
 // that server and no cluster is started. Otherwise a cluster is started from
 // the local binaries, its URL is exported in that variable, and the cluster is
 // stopped when the command ends, also when it fails or withpg is interrupted.
 // The command's exit code is withpg's.
+//
+// With -stripe-mock, it also starts that stripe-mock binary on a free
+// loopback port and exports its URL in STRIPE_MOCK_URL (unless already
+// set), for the Stripe adapter's request-shape conformance tests.
 package main
 
 import (
@@ -14,10 +18,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/payonce/payonce/internal/localpg"
 )
@@ -25,16 +32,53 @@ import (
 func main() {
 	varName := flag.String("var", "TEST_DATABASE_URL", "environment variable that receives the database URL")
 	durable := flag.Bool("durable", false, "keep fsync and synchronous_commit on (benchmarks)")
+	stripeMock := flag.String("stripe-mock", "", "stripe-mock binary to start; its URL goes in STRIPE_MOCK_URL")
 	flag.Parse()
 	args := flag.Args()
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: withpg [-var NAME] [-durable] -- CMD ARGS...")
+		fmt.Fprintln(os.Stderr, "usage: withpg [-var NAME] [-durable] [-stripe-mock BIN] -- CMD ARGS...")
 		os.Exit(2)
 	}
-	os.Exit(run(*varName, *durable, args))
+	os.Exit(run(*varName, *durable, *stripeMock, args))
 }
 
-func run(varName string, durable bool, args []string) int {
+// startStripeMock starts bin on a free loopback port and waits until it
+// answers.
+func startStripeMock(bin string) (url string, stop func(), err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "-http-addr", addr)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return "http://" + addr, stop, nil
+		}
+	}
+	stop()
+	return "", nil, fmt.Errorf("stripe-mock did not listen on %s within 30s", addr)
+}
+
+func run(varName string, durable bool, stripeMock string, args []string) int {
+	if stripeMock != "" && os.Getenv("STRIPE_MOCK_URL") == "" {
+		url, stop, err := startStripeMock(stripeMock)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "withpg:", err)
+			return 1
+		}
+		defer stop()
+		os.Setenv("STRIPE_MOCK_URL", url)
+		fmt.Fprintf(os.Stderr, "withpg: stripe-mock on %s\n", url)
+	}
 	if os.Getenv(varName) == "" {
 		c, err := localpg.Start(context.Background(), localpg.Options{Fast: !durable})
 		if err != nil {

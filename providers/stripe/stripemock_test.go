@@ -1,0 +1,105 @@
+package stripe_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/payonce/payonce/payments"
+	paystripe "github.com/payonce/payonce/providers/stripe"
+)
+
+// Request-shape conformance: the adapter's calls also run against
+// stripe-mock, which validates every request against Stripe's OpenAPI spec
+// (and keeps no state, so only the shapes are checked here; the stateful
+// fake checks the semantics). `make test` starts stripe-mock and sets
+// STRIPE_MOCK_URL.
+func stripeMock(t *testing.T) *paystripe.Provider {
+	t.Helper()
+	url := os.Getenv("STRIPE_MOCK_URL")
+	if url == "" {
+		t.Fatal("STRIPE_MOCK_URL is not set. Run the suite with `make test`, which installs and starts stripe-mock " +
+			"(github.com/stripe/stripe-mock@v0.203.0), or start one yourself: stripe-mock -http-addr 127.0.0.1:12111 " +
+			"and STRIPE_MOCK_URL=http://127.0.0.1:12111")
+	}
+	p, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_123", BaseURL: url,
+		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// shapeOK fails the test when stripe-mock refused the request's shape; any
+// other answer (stripe-mock's canned objects do not follow our amounts or
+// statuses) is not this test's business.
+func shapeOK(t *testing.T, what string, err error) {
+	t.Helper()
+	var inv *payments.InvalidRequestError
+	if errors.As(err, &inv) {
+		t.Fatalf("%s: Stripe's OpenAPI spec refuses the request: %v", what, err)
+	}
+	if err != nil && !errors.Is(err, payments.ErrDeclined) {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func TestRequestShapesAgainstStripeMock(t *testing.T) {
+	t.Parallel()
+	p := stripeMock(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	r := chargeReq("usr_mock_charge_k1", "pm_card_visa")
+	r.Metadata = map[string]string{"order": "o-1", "cart": "c-9"}
+	res, err := p.Charge(ctx, r)
+	shapeOK(t, "charge (PaymentIntent create+confirm with metadata and Idempotency-Key)", err)
+	if res.ProviderID == "" {
+		t.Fatalf("charge: no PaymentIntent id in %+v", res)
+	}
+
+	_, err = p.Refund(ctx, payments.RefundRequest{Key: "usr_mock_refund_r1",
+		ProviderKey: payments.ProviderKey("usr_mock_refund_r1", "refund", 0, paystripe.MaxProviderKeyLen),
+		ChargeID:    res.ProviderID, Amount: eur("5.00")})
+	shapeOK(t, "refund (POST /v1/refunds with payment_intent, amount, metadata)", err)
+
+	now := time.Now()
+	_, err = p.Lookup(ctx, payments.LookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, From: now.Add(-time.Hour), To: now})
+	shapeOK(t, "lookup (GET /v1/payment_intents with created[gte|lte], limit)", err)
+}
+
+// The check above is only worth something if stripe-mock refuses a
+// request its spec does not allow: an unknown parameter next to valid ones
+// (what a drifted adapter would send) gets a 400.
+func TestStripeMockRefusesABadShape(t *testing.T) {
+	t.Parallel()
+	stripeMock(t)
+	form := url.Values{"amount": {"2000"}, "currency": {"eur"}, "confirm": {"true"}, "payment_method": {"pm_card_visa"}}
+	post := func(f url.Values) int {
+		req, err := http.NewRequest(http.MethodPost, os.Getenv("STRIPE_MOCK_URL")+"/v1/payment_intents", strings.NewReader(f.Encode()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer sk_test_123")
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Close = true
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(form); code != http.StatusOK {
+		t.Fatalf("a valid create: %d, want 200", code)
+	}
+	form.Set("payonce_not_a_param", "1")
+	if code := post(form); code != http.StatusBadRequest {
+		t.Fatalf("a create with an unknown parameter: %d, want 400", code)
+	}
+}
