@@ -617,3 +617,9 @@ func problem(w http.ResponseWriter, status int, typ, detail string, retryAfter t
 		"detail": detail,
 	})
 }
+
+// ParseKeyHeader reads an Idempotency-Key header's values as the
+// middleware does, for handlers that take the key themselves: exactly one
+// value, a bare token or a Structured Field string (the IETF draft's
+// quoted form). Errors: *InvalidError naming "key header".
+func ParseKeyHeader(values []string) (string, error) { return parseKeyHeader(values) }
