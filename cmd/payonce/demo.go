@@ -20,7 +20,7 @@ import (
 	"github.com/payonce/payonce/internal/localpg"
 )
 
-const demoUsage = `Usage: payonce demo [--database-url URL] [--keys N] [--clients N]
+const coreDemoUsage = `Usage: payonce demo core [--database-url URL] [--keys N] [--clients N]
 
 Storms the idempotency core with concurrent duplicate requests: for each
 key, many impatient clients send the same request at once and retry on
@@ -32,7 +32,7 @@ Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL.
 The demo works in its own schema, payonce_demo, dropped first.
 
 Example:
-  make demo
+  payonce demo core
 `
 
 type keyStats struct {
@@ -41,9 +41,9 @@ type keyStats struct {
 	flaky atomic.Bool
 }
 
-func runDemo(args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, demoUsage) }
+func runCoreDemo(args []string) error {
+	fs := flag.NewFlagSet("demo core", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, coreDemoUsage) }
 	dbURL := databaseURL(fs)
 	nKeys := fs.Int("keys", 8, "distinct idempotency keys")
 	clients := fs.Int("clients", 40, "concurrent clients per key")

@@ -1,11 +1,12 @@
 // Command payonce is the operator CLI of payonce.
 //
-//	payonce demo                      run the demonstration (make demo)
+//	payonce demo                      the checkout storm (make demo)
+//	payonce demo core                 the idempotency core alone
 //	payonce migrate up|status|print   apply, inspect or print the schema
 //	payonce fake stripe [--addr A]    a stateful fake of Stripe's API
 //
-// Exit codes: 0 success; 1 failure (the demo exits 1 when any key executed
-// more than once); 2 usage error.
+// Exit codes: 0 success; 1 failure (the demo exits 1 on any duplicate
+// charge or books that differ from the provider's); 2 usage error.
 package main
 
 import (
@@ -16,8 +17,10 @@ import (
 const usage = `payonce: the operator CLI of payonce
 
 Usage:
-  payonce demo                      concurrent duplicate requests through the
-                                    idempotency core; exits 1 on any double execution
+  payonce demo                      a checkout storm through payonce's payments API
+                                    against the Stripe fake, its worker killed midway;
+                                    exits 1 on any duplicate charge or unbalanced books
+  payonce demo core                 concurrent duplicates through the idempotency core
   payonce migrate up|status|print   apply, inspect or print the schema
   payonce fake stripe [--addr A]    a stateful fake of Stripe's API
 

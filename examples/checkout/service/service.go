@@ -84,6 +84,9 @@ type Config struct {
 	// connection breaks, which is safe (the provider deduplicates it);
 	// the demo turns them off so that lost responses reach payonce.
 	HTTPClient *http.Client
+	// LockTimeout is the lease of a payment in progress (payments.Config);
+	// after a crash, retries of its key wait this long. Default 30s.
+	LockTimeout time.Duration
 	// Logger receives the service's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -142,7 +145,7 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 	if err != nil {
 		return nil, err
 	}
-	client, err := payments.New(pool, store, l, []payments.Provider{stripe}, &payments.Config{Logger: cfg.Logger})
+	client, err := payments.New(pool, store, l, []payments.Provider{stripe}, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -343,6 +346,10 @@ func (s *Service) answer(w http.ResponseWriter, key string, out payments.Outcome
 		problem(w, http.StatusNotFound, "not-found", "No such charge for this caller.", 0, nil)
 	case errors.Is(err, idempotency.ErrExpired):
 		problem(w, http.StatusUnprocessableEntity, "idempotency-key-expired", "This Idempotency-Key is past its retention; use a new key for a new payment.", 0, nil)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// The client gave up (or the request's deadline passed): whatever
+		// was recorded stays recorded, and a retry with the key resolves it.
+		problem(w, http.StatusServiceUnavailable, "request-abandoned", "The request ended before its outcome was known; retry with the same Idempotency-Key.", time.Second, nil)
 	case payments.OutcomeUnknown(err) || payments.SafeToRetry(err):
 		status := payments.IntentUnknown
 		if errors.Is(err, payments.ErrNotSent) {

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/payonce/payonce/internal/pgtest"
+)
+
+// The test binary is the CLI when PAYONCE_CLI_MAIN=1, so that commands
+// (and the demo's worker processes, which re-execute it) run as real
+// processes.
+func TestMain(m *testing.M) {
+	if os.Getenv("PAYONCE_CLI_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// cli runs the CLI as a process and returns its output and exit code.
+func cli(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), "PAYONCE_CLI_MAIN=1"), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		}
+		t.Fatalf("payonce %v: %v", args, err)
+	}
+	return string(out), 0
+}
+
+// The storm, small: worker processes killed and restarted, lost and failed
+// provider responses, double clicks; zero duplicates and balanced books.
+func TestDemoStorm(t *testing.T) {
+	t.Parallel()
+	out, code := cli(t, nil, "demo", "--payments", "120", "--customers", "12", "--seed", "3",
+		"--database-url", pgtest.BaseURL(t))
+	if code != 0 {
+		t.Fatalf("demo exited %d:\n%s", code, out)
+	}
+	for _, want := range []string{"duplicates (payments with >1 PaymentIntent)  0", "worker killed (SIGKILL) and restarted        1",
+		"zero duplicates; the books balance and match the provider", "unresolved after retries                   0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the summary lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	t.Parallel()
+	if out, code := cli(t, nil, "demo", "--payments", "0"); code != 2 || !strings.Contains(out, "at least 1") {
+		t.Fatalf("demo --payments 0: exit %d\n%s", code, out)
+	}
+	if out, code := cli(t, nil, "nope"); code != 2 || !strings.Contains(out, "unknown command") {
+		t.Fatalf("unknown command: exit %d\n%s", code, out)
+	}
+}
