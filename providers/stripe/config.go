@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -12,6 +14,10 @@ const DefaultBaseURL = "https://api.stripe.com"
 
 // DefaultHTTPTimeout bounds one HTTP exchange of the default client.
 const DefaultHTTPTimeout = 30 * time.Second
+
+// DefaultLookupScanLimit is how many PaymentIntents [Provider.Lookup] lists
+// in a creation window before it turns to the Search API.
+const DefaultLookupScanLimit = 1000
 
 // Config configures a [Provider]. A nil *Config means all defaults, which
 // fails validation because SecretKey is required.
@@ -41,6 +47,27 @@ type Config struct {
 	// that another process is still executing the same key. Must not be
 	// negative.
 	MaxNetworkRetries int64
+
+	// WebhookSecrets are the webhook endpoint's signing secrets
+	// ("whsec_..."), which [Provider.VerifyWebhook] tries in order. During a
+	// rotation Stripe signs each delivery with the old and the new secret:
+	// list both until the old one expires. Entries must not be empty.
+	// Default: none, and VerifyWebhook fails with [ErrNoWebhookSecret]
+	// (a provider that only charges needs none).
+	WebhookSecrets []string
+
+	// WebhookTolerance is how old a delivery's signature timestamp may be
+	// (against this process's clock) before [Provider.VerifyWebhook]
+	// refuses it as a possible replay. Must not be negative. Default:
+	// [DefaultWebhookTolerance] (300 s, as Stripe's libraries).
+	WebhookTolerance time.Duration
+
+	// LookupScanLimit bounds how many PaymentIntents [Provider.Lookup]
+	// lists in the request's creation window (the consistent List API)
+	// before it gives the scan up and asks the eventually consistent
+	// Search API instead. Must not be negative. Default:
+	// [DefaultLookupScanLimit] (1000, ten List pages).
+	LookupScanLimit int
 }
 
 // ConfigError reports an invalid [Config] field.
@@ -75,6 +102,24 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxNetworkRetries < 0 {
 		return out, &ConfigError{Field: "MaxNetworkRetries", Reason: fmt.Sprintf("must not be negative, got %d", out.MaxNetworkRetries)}
+	}
+	out.WebhookSecrets = slices.Clone(out.WebhookSecrets)
+	for i, s := range out.WebhookSecrets {
+		if strings.TrimSpace(s) == "" {
+			return out, &ConfigError{Field: fmt.Sprintf("WebhookSecrets[%d]", i), Reason: "is empty or blank"}
+		}
+	}
+	switch {
+	case out.WebhookTolerance < 0:
+		return out, &ConfigError{Field: "WebhookTolerance", Reason: fmt.Sprintf("must not be negative, got %v", out.WebhookTolerance)}
+	case out.WebhookTolerance == 0:
+		out.WebhookTolerance = DefaultWebhookTolerance
+	}
+	switch {
+	case out.LookupScanLimit < 0:
+		return out, &ConfigError{Field: "LookupScanLimit", Reason: fmt.Sprintf("must not be negative, got %d", out.LookupScanLimit)}
+	case out.LookupScanLimit == 0:
+		out.LookupScanLimit = DefaultLookupScanLimit
 	}
 	return out, nil
 }

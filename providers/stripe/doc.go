@@ -24,8 +24,19 @@
 // in its metadata under [MetadataKey]. Stripe keeps keys at least 24 hours
 // ([Provider.DedupWindow]): a retry with the same key within that window is
 // answered from Stripe's cache, Replayed in the result. After it, only
-// [Provider.Lookup] (List API filtered by creation time, matched on
-// metadata) tells what exists.
+// [Provider.Lookup] tells what exists.
+//
+// # Lookup
+//
+// [Provider.Lookup] finds the PaymentIntents carrying a local key in their
+// metadata. With a creation window it lists the window's PaymentIntents
+// (List API: consistent) and matches the metadata. Without a window, or
+// when the window holds more than Config.LookupScanLimit PaymentIntents,
+// it asks the Search API (metadata['payonce_key']:'<key>'), which is
+// eventually consistent: usually less than a minute behind, up to an hour
+// during outages. Such answers are marked Consistent false, and a charge
+// missing from one may exist all the same: never treat it as proof that an
+// attempt left nothing at Stripe.
 //
 // # Retries
 //
@@ -65,6 +76,28 @@
 //
 // # Webhooks
 //
-// [VerifyWebhook] checks the Stripe-Signature header against one or more
-// endpoint secrets (rotation) and returns the event.
+// [Provider.VerifyWebhook] implements [payments.WebhookVerifier]: it checks
+// a delivery's Stripe-Signature header against Config.WebhookSecrets (all
+// of them, for a rotation) within Config.WebhookTolerance and maps the
+// event to a [payments.WebhookEvent] (charge succeeded, failed or pending;
+// refund succeeded or failed; everything else ignored). A bad signature is
+// [payments.ErrWebhookSignature], an unreadable body
+// [payments.ErrWebhookMalformed]:
+//
+//	func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+//		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+//		if err != nil { ... }
+//		events, err := h.stripe.VerifyWebhook(r.Context(), r.Header, body)
+//		switch {
+//		case errors.Is(err, payments.ErrWebhookSignature), errors.Is(err, payments.ErrWebhookMalformed):
+//			http.Error(w, "refused", http.StatusBadRequest)
+//		case err != nil:
+//			http.Error(w, "try again", http.StatusInternalServerError)
+//		default:
+//			// record events, deduplicated on their ID, then answer 2xx
+//		}
+//	}
+//
+// The package function [VerifyWebhook] checks a signature and returns
+// stripe-go's event as it is.
 package stripe

@@ -33,14 +33,17 @@ const (
 	maxMetadataKeyLen   = 40
 	maxMetadataValueLen = 500
 
-	// lookupPageSize is the List API's largest page.
+	// lookupPageSize is the List and Search APIs' largest page.
 	lookupPageSize = 100
 )
 
 // Provider is the Stripe adapter of [payments.Provider]. It holds no
 // globals; it is safe for concurrent use.
 type Provider struct {
-	api *client.API
+	api              *client.API
+	webhookSecrets   []string
+	webhookTolerance time.Duration
+	scanLimit        int
 }
 
 var _ payments.Provider = (*Provider)(nil)
@@ -60,7 +63,12 @@ func New(cfg *Config) (*Provider, error) {
 		// logging would only duplicate them (and print request details).
 		LeveledLogger: &stripego.LeveledLogger{Level: stripego.LevelNull},
 	})
-	return &Provider{api: client.New(c.SecretKey, &stripego.Backends{API: b, Connect: b, Uploads: b})}, nil
+	return &Provider{
+		api:              client.New(c.SecretKey, &stripego.Backends{API: b, Connect: b, Uploads: b}),
+		webhookSecrets:   c.WebhookSecrets,
+		webhookTolerance: c.WebhookTolerance,
+		scanLimit:        c.LookupScanLimit,
+	}, nil
 }
 
 // Name returns "stripe".
@@ -165,55 +173,6 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 		Status:     refundStatus(re.Status),
 		Amount:     amountOr(re.Amount, string(re.Currency), req.Amount),
 		Replayed:   replayed(re.LastResponse),
-	}
-	return res, nil
-}
-
-// Lookup lists the PaymentIntents created in [req.From, req.To] (Stripe's
-// clock, whole seconds; a zero bound is open) and returns those whose
-// metadata carries req.Key. The List API is consistent, so the result is
-// marked Consistent.
-//
-// TODO: Stripe's Search API (metadata['payonce_key']:'k') would avoid
-// scanning the window, but it is eventually consistent and the stripetest
-// fake does not serve it.
-//
-// Errors: *[payments.InvalidRequestError], *[payments.NotSentError],
-// *[payments.UnknownOutcomeError] (a read: retrying is harmless).
-func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
-	if req.Key == "" {
-		return payments.LookupResult{}, invalid("Key", "is required")
-	}
-	if !req.From.IsZero() && !req.To.IsZero() && req.To.Before(req.From) {
-		return payments.LookupResult{}, invalid("To", "is before From")
-	}
-	params := &stripego.PaymentIntentListParams{}
-	params.Limit = stripego.Int64(lookupPageSize)
-	if !req.From.IsZero() || !req.To.IsZero() {
-		params.CreatedRange = &stripego.RangeQueryParams{}
-		if !req.From.IsZero() {
-			params.CreatedRange.GreaterThanOrEqual = req.From.Unix()
-		}
-		if !req.To.IsZero() {
-			// created is in whole seconds: round To up so that a charge
-			// created within To's second is kept.
-			params.CreatedRange.LesserThanOrEqual = req.To.Add(time.Second - 1).Unix()
-		}
-	}
-	var sent sentTracker
-	params.Context = sent.trace(ctx)
-
-	res := payments.LookupResult{Charges: []payments.ChargeResult{}, Consistent: true}
-	it := p.api.PaymentIntents.List(params)
-	for it.Next() {
-		pi := it.PaymentIntent()
-		if pi.Metadata[MetadataKey] != req.Key {
-			continue
-		}
-		res.Charges = append(res.Charges, chargeResult(pi, money.Money{}))
-	}
-	if err := it.Err(); err != nil {
-		return payments.LookupResult{}, classify(err, &sent)
 	}
 	return res, nil
 }

@@ -22,7 +22,8 @@ var ErrNoWebhookSecret = errors.New("stripe: no webhook signing secret configure
 // tolerance bounds the signature's age; 0 means
 // [DefaultWebhookTolerance]. The event's API version is not checked
 // against stripe-go's. Stripe delivers at least once: dedupe on the
-// event's ID.
+// event's ID. [Provider.VerifyWebhook] does the same with the secrets of
+// its Config and maps the event to payonce's terms.
 //
 // Errors: [ErrNoWebhookSecret]; otherwise stripe-go's webhook errors,
 // wrapped: [webhook.ErrNoValidSignature] when no secret matches,

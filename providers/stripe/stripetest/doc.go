@@ -32,6 +32,17 @@
 //     requires_action.
 //   - GET /v1/payment_intents/{id}; GET /v1/payment_intents (newest first; created,
 //     created[gt|gte|lt|lte], limit, starting_after).
+//   - GET /v1/payment_intents/search (query, limit, page): Stripe's search_result envelope
+//     (object, data newest first, has_more, next_page, url). The query language is a subset of
+//     Stripe's: metadata['k']:'v' (values matched exactly but case-insensitively, as at
+//     Stripe), status:'...', currency:'...', amount and created with :, >, >=, <, <=; a
+//     leading '-' negates a clause; clauses are joined by AND, by OR (not both) or by a space
+//     (AND); a backslash escapes a quote or a backslash in a quoted value. Anything else is
+//     refused with Stripe's 400 invalid_request_error, param "query", and a message naming
+//     what is wrong. The index lags: a PaymentIntent is found only once it was created at
+//     least Config.SearchLag ago on Config.Clock (default 0), so that the eventual
+//     consistency of Stripe's Search (usually under a minute, up to an hour in outages) can
+//     be tested.
 //   - POST /v1/refunds (payment_intent or charge, amount, metadata[...]), bounded by the amount
 //     received: amount_too_large, charge_already_refunded. GET /v1/refunds/{id}.
 //

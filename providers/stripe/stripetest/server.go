@@ -52,6 +52,11 @@ type Config struct {
 	// WebhookClient sends the deliveries. Default: a client with a 5 s timeout, whose idle
 	// connections Close releases.
 	WebhookClient *http.Client
+
+	// SearchLag is how far GET /v1/payment_intents/search lags behind writes: a PaymentIntent
+	// is found only once it was created at least SearchLag ago on Clock (Stripe: usually under
+	// a minute, up to an hour during outages). Must not be negative. Default: 0, visible at once.
+	SearchLag time.Duration
 }
 
 // Server is a stateful fake of the Stripe API endpoints payonce's adapter uses. It is an
@@ -59,6 +64,7 @@ type Config struct {
 type Server struct {
 	clock     func() time.Time
 	retention time.Duration
+	searchLag time.Duration
 	rules     []Fault
 
 	ts      *httptest.Server
@@ -99,6 +105,7 @@ func NewUnstartedServer(cfg *Config) *Server {
 	s := &Server{
 		clock:     cfg.Clock,
 		retention: cfg.Retention,
+		searchLag: cfg.SearchLag,
 		rules:     append([]Fault(nil), cfg.Faults...),
 		closing:   make(chan struct{}),
 		keys:      make(map[scopedKey]*keyEntry),
@@ -131,6 +138,9 @@ func (c *Config) validate() error {
 		if err := f.validate(); err != nil {
 			return fmt.Errorf("Config.Faults[%d]: %w", i, err)
 		}
+	}
+	if err := c.validateSearch(); err != nil {
+		return err
 	}
 	return c.validateWebhooks()
 }
@@ -225,6 +235,8 @@ func (s *Server) route(r *http.Request) handler {
 		return s.createPaymentIntent
 	case r.Method == http.MethodGet && p == "/v1/payment_intents":
 		return s.listPaymentIntents
+	case r.Method == http.MethodGet && p == "/v1/payment_intents/search":
+		return s.searchPaymentIntents
 	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/payment_intents/") && strings.Count(p, "/") == 3:
 		return withID(p, s.getPaymentIntent)
 	case r.Method == http.MethodPost && p == "/v1/refunds":

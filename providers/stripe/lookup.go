@@ -1,0 +1,141 @@
+package stripe
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	stripego "github.com/stripe/stripe-go/v79"
+
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+)
+
+// Lookup returns the PaymentIntents whose metadata carries req.Key under
+// [MetadataKey] and that were created in [req.From, req.To] (Stripe's
+// clock, whole seconds; a zero To is open). req.ProviderKey and
+// req.ProviderID are not used: the metadata key marks every attempt.
+//
+// It answers from one of two Stripe APIs:
+//
+//   - List, consistent: when req.From is set, Lookup lists the
+//     PaymentIntents created in the window and keeps those carrying the
+//     key. The result is Consistent.
+//   - Search, eventually consistent: when req.From is zero (no creation
+//     window: a List scan would cover the account's whole history), or when
+//     the window holds more than Config.LookupScanLimit PaymentIntents,
+//     Lookup asks GET /v1/payment_intents/search for
+//     metadata['payonce_key']:'<key>' (the key escaped for Stripe's query
+//     language) and keeps the PaymentIntents whose key matches exactly
+//     (Search compares values case-insensitively) and that lie in the
+//     window, next to what the abandoned scan had found. The result is not
+//     Consistent.
+//
+// Stripe's search index lags behind its writes: usually by under a minute,
+// by up to an hour during outages. A PaymentIntent that Search returns
+// exists; one it does not return may exist all the same. An empty
+// inconsistent result is therefore no proof that an attempt left nothing
+// at Stripe: do not start a new attempt on it; ask again with a creation
+// window, or after the lag. (Search is also not offered to accounts in
+// India: there the fallback fails with an *[payments.InvalidRequestError].)
+//
+// Errors: *[payments.InvalidRequestError], *[payments.NotSentError],
+// *[payments.UnknownOutcomeError] (a read: retrying is harmless).
+func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
+	if req.Key == "" {
+		return payments.LookupResult{}, invalid("Key", "is required")
+	}
+	if !req.From.IsZero() && !req.To.IsZero() && req.To.Before(req.From) {
+		return payments.LookupResult{}, invalid("To", "is before From")
+	}
+	if req.From.IsZero() {
+		return p.search(ctx, req, nil)
+	}
+	found, complete, err := p.scan(ctx, req)
+	if err != nil {
+		return payments.LookupResult{}, err
+	}
+	if !complete {
+		return p.search(ctx, req, found)
+	}
+	return payments.LookupResult{Charges: found, Consistent: true}, nil
+}
+
+// scan lists the PaymentIntents created in req's window and returns those
+// carrying req.Key. complete is false when it gave up after
+// Config.LookupScanLimit PaymentIntents; found then holds what it saw.
+func (p *Provider) scan(ctx context.Context, req payments.LookupRequest) (found []payments.ChargeResult, complete bool, err error) {
+	params := &stripego.PaymentIntentListParams{}
+	// One more than the limit tells "exactly the limit" from "more".
+	params.Limit = stripego.Int64(int64(min(lookupPageSize, p.scanLimit+1)))
+	params.CreatedRange = &stripego.RangeQueryParams{GreaterThanOrEqual: req.From.Unix()}
+	if !req.To.IsZero() {
+		params.CreatedRange.LesserThanOrEqual = windowEnd(req.To)
+	}
+	var sent sentTracker
+	params.Context = sent.trace(ctx)
+
+	found = []payments.ChargeResult{}
+	seen := 0
+	it := p.api.PaymentIntents.List(params)
+	for it.Next() {
+		if seen++; seen > p.scanLimit {
+			return found, false, nil
+		}
+		if pi := it.PaymentIntent(); pi.Metadata[MetadataKey] == req.Key {
+			found = append(found, chargeResult(pi, money.Money{}))
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, false, classify(err, &sent)
+	}
+	return found, true, nil
+}
+
+// search asks the Search API for req.Key and returns its exact matches in
+// req's window after the charges already found by a scan.
+func (p *Provider) search(ctx context.Context, req payments.LookupRequest, found []payments.ChargeResult) (payments.LookupResult, error) {
+	params := &stripego.PaymentIntentSearchParams{}
+	params.Query = metadataQuery(MetadataKey, req.Key)
+	params.Limit = stripego.Int64(lookupPageSize)
+	var sent sentTracker
+	params.Context = sent.trace(ctx)
+
+	res := payments.LookupResult{Charges: append([]payments.ChargeResult{}, found...), Consistent: false}
+	known := make(map[string]bool, len(found))
+	for _, c := range found {
+		known[c.ProviderID] = true
+	}
+	it := p.api.PaymentIntents.Search(params)
+	for it.Next() {
+		pi := it.PaymentIntent()
+		if pi.Metadata[MetadataKey] != req.Key || !inWindow(pi.Created, req) || known[pi.ID] {
+			continue
+		}
+		known[pi.ID] = true
+		res.Charges = append(res.Charges, chargeResult(pi, money.Money{}))
+	}
+	if err := it.Err(); err != nil {
+		return payments.LookupResult{}, classify(err, &sent)
+	}
+	return res, nil
+}
+
+// windowEnd is the last whole second of a window ending at to: created is
+// in whole seconds, so a charge created within to's second is kept.
+func windowEnd(to time.Time) int64 { return to.Add(time.Second - 1).Unix() }
+
+func inWindow(created int64, req payments.LookupRequest) bool {
+	return (req.From.IsZero() || created >= req.From.Unix()) && (req.To.IsZero() || created <= windowEnd(req.To))
+}
+
+// queryEscaper escapes a string for a quoted value of Stripe's search query
+// language, where a backslash escapes the next character: without it, a
+// quote in a key would end the value and let the rest of the key add
+// clauses to the query.
+var queryEscaper = strings.NewReplacer(`\`, `\\`, `'`, `\'`)
+
+// metadataQuery is the search query metadata['key']:'value'.
+func metadataQuery(key, value string) string {
+	return "metadata['" + queryEscaper.Replace(key) + "']:'" + queryEscaper.Replace(value) + "'"
+}
