@@ -158,7 +158,10 @@ type LookupRequest struct {
 type LookupResult struct {
 	Charges []ChargeResult
 	// Consistent is false when the answer came from an eventually
-	// consistent index (a recent charge may be missing yet).
+	// consistent index (Stripe's Search, Adyen's webhooks): a recent
+	// charge may be missing yet. An empty result that is not Consistent
+	// is NOT proof of absence: never fail an intent or move to a new
+	// attempt on it.
 	Consistent bool
 }
 
