@@ -51,14 +51,23 @@ func startStripeMock(bin string) (url string, stop func(), err error) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(bin, "-http-addr", addr)
+	// stripe-mock also serves HTTPS, on :12112 unless told otherwise: a
+	// system-chosen loopback port keeps two runs from colliding.
+	cmd := exec.Command(bin, "-http-addr", addr, "-https-addr", "127.0.0.1:0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
 	}
-	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() { _ = cmd.Process.Kill(); <-exited }
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			return "", nil, fmt.Errorf("stripe-mock exited before listening: %v", err)
+		default:
+		}
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			c.Close()
 			return "http://" + addr, stop, nil
