@@ -48,6 +48,7 @@ type Client struct {
 	exec      *pgstore.Executor
 	ledger    *ledger.Ledger
 	providers map[string]Provider
+	log       *slog.Logger
 	hooks     hooks
 }
 
@@ -105,7 +106,11 @@ func New(pool *pgxpool.Pool, store *pgstore.Store, l *ledger.Ledger, providers [
 	if err != nil {
 		return nil, fmt.Errorf("payments: metrics: %w", err)
 	}
-	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, providers: byName}, nil
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, providers: byName, log: log}, nil
 }
 
 // ChargeParams describes one charge.
@@ -284,8 +289,14 @@ const readIntentSQL = `SELECT provider_key, coalesce(provider_id, '') FROM payme
 const progressSQL = `UPDATE payment_intents SET provider_id = $3, updated_at = now()
  WHERE idempotency_key = $1 AND user_id = $2 AND provider_id IS DISTINCT FROM $3`
 
+// settleIntentSQL records an outcome. A final status (SUCCEEDED, DECLINED,
+// FAILED) is never moved back to an open one: a webhook may have settled
+// the intent while the synchronous call was still running, and its late
+// "pending" or "unknown" must not undo that.
 const settleIntentSQL = `UPDATE payment_intents
-   SET status = $3, provider_id = coalesce($4, provider_id), decline_code = $5, updated_at = now()
+   SET status = CASE WHEN status IN ('SUCCEEDED', 'DECLINED', 'FAILED') AND $3 IN ('PENDING', 'UNKNOWN', 'REQUIRES_ACTION')
+                     THEN status ELSE $3 END,
+       provider_id = coalesce($4, provider_id), decline_code = coalesce($5, decline_code), updated_at = now()
  WHERE idempotency_key = $1 AND user_id = $2`
 
 // charge runs under the key's lease: intent first, then the provider,
@@ -337,7 +348,7 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 			Amount: p.Amount.AmountString(), Currency: string(p.Amount.Currency())}
 		var post func(pgx.Tx) error
 		if status == IntentSucceeded {
-			post = func(tx pgx.Tx) error { return c.postCharge(ctx, tx, req.Key, p) }
+			post = func(tx pgx.Tx) error { return c.postCharge(ctx, tx, req.Key, p.Provider, p.Amount) }
 		}
 		return c.settle(ctx, lease, req, idempotency.StatusCompleted, status, pres.ProviderID, "", stored{Result: &result}, post)
 	case errors.As(perr, &decline):
@@ -360,13 +371,13 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 }
 
 // postCharge records a succeeded charge in the ledger.
-func (c *Client) postCharge(ctx context.Context, tx pgx.Tx, key string, p ChargeParams) error {
-	for _, a := range ledger.ChartAccounts(p.Provider, p.Amount.Currency()) {
+func (c *Client) postCharge(ctx context.Context, tx pgx.Tx, key, provider string, amount money.Money) error {
+	for _, a := range ledger.ChartAccounts(provider, amount.Currency()) {
 		if _, err := c.ledger.EnsureAccountTx(ctx, tx, a); err != nil {
 			return err
 		}
 	}
-	entry, err := ledger.ChargeEntry(key, p.Provider, p.Amount)
+	entry, err := ledger.ChargeEntry(key, provider, amount)
 	if err != nil {
 		return err
 	}

@@ -16,11 +16,12 @@ const (
 	MetricRefunds          = "payments.refunds"
 	MetricUnknownOutcomes  = "payments.unknown_outcomes"
 	MetricProviderDuration = "payments.provider_call_duration_ms"
+	MetricWebhookEvents    = "payments.webhook_events"
 )
 
 type instruments struct {
-	charges, refunds, unknown metric.Int64Counter
-	duration                  metric.Float64Histogram
+	charges, refunds, unknown, webhooks metric.Int64Counter
+	duration                            metric.Float64Histogram
 }
 
 func newInstruments(mp metric.MeterProvider) (*instruments, error) {
@@ -37,6 +38,9 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 		return nil, err
 	}
 	if in.unknown, err = m.Int64Counter(MetricUnknownOutcomes, metric.WithDescription("Provider calls whose outcome is unknown (timeout, reset, 5xx): intents left open for a retry or the reconciler.")); err != nil {
+		return nil, err
+	}
+	if in.webhooks, err = m.Int64Counter(MetricWebhookEvents, metric.WithDescription("Verified webhook events stored, by provider and outcome (applied, confirmed, stale, conflict, unmatched, ignored, duplicate).")); err != nil {
 		return nil, err
 	}
 	// The name carries the unit (no declared unit: see idempotency's metrics).
@@ -79,4 +83,9 @@ func (in *instruments) observe(ctx context.Context, op, provider, status string,
 	}
 	in.duration.Record(ctx, float64(took)/float64(time.Millisecond),
 		metric.WithAttributes(attribute.String("provider", provider), attribute.String("operation", op)))
+}
+
+// webhook records one stored (or duplicate) webhook event.
+func (in *instruments) webhook(ctx context.Context, provider, outcome string) {
+	in.webhooks.Add(ctx, 1, metric.WithAttributes(attribute.String("provider", provider), attribute.String("outcome", outcome)))
 }

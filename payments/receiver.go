@@ -1,0 +1,418 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payonce/payonce/ledger"
+	"github.com/payonce/payonce/money"
+)
+
+// WebhookConfig configures a receiver made by [Client.WebhookHandler].
+type WebhookConfig struct {
+	// MaxBody bounds a delivery's body; a larger one gets 413 and is not
+	// stored. Default 1 MiB.
+	MaxBody int64
+	// Logger receives refusals and failures. Default: the Client's.
+	Logger *slog.Logger
+}
+
+// WebhookAcknowledger is implemented by providers that expect a particular
+// body in the 2xx answer to a delivery (Adyen: "[accepted]").
+type WebhookAcknowledger interface {
+	WebhookAck() (contentType string, body []byte)
+}
+
+// Webhook event outcomes, as stored in webhook_events.outcome.
+const (
+	// EventApplied: the event moved its intent (and the ledger).
+	EventApplied = "applied"
+	// EventConfirmed: the intent already said what the event says.
+	EventConfirmed = "confirmed"
+	// EventStale: the event would move a final intent backwards (a late
+	// "pending" after "succeeded"); ignored.
+	EventStale = "stale"
+	// EventConflict: the event contradicts a final local state (the
+	// provider says succeeded, payonce recorded declined, or amounts
+	// differ); nothing changes and the reconciler reports it.
+	EventConflict = "conflict"
+	// EventUnmatched: no local intent carries the event's references.
+	EventUnmatched = "unmatched"
+	// EventIgnoredOutcome: a type payonce does not act on.
+	EventIgnoredOutcome = "ignored"
+)
+
+// WebhookHandler returns the receiver of the named provider's
+// notifications, mountable under any path (POST only). For each delivery
+// it verifies the signature through the provider's [WebhookVerifier],
+// then, in ONE transaction per delivery, stores each event once in the
+// webhook_events inbox (keyed by provider and event id) together with its
+// effect on the intent it names (and the ledger postings where money
+// moved), and answers 2xx only after that commit. A redelivery of a
+// stored event is acknowledged and changes nothing. Events never move an
+// intent backwards.
+//
+// Answers: 200 stored (or already stored); 400 malformed body; 401 bad or
+// missing signature; 405 not POST; 413 body over the limit; 503 the
+// verification or the database failed (the provider will redeliver).
+// Nothing is stored for a refused delivery.
+//
+// Errors: *ConfigError when the provider is not configured or cannot
+// verify webhooks.
+func (c *Client) WebhookHandler(provider string, cfg *WebhookConfig) (http.Handler, error) {
+	p := c.providers[provider]
+	if p == nil {
+		return nil, &ConfigError{"provider", fmt.Sprintf("unknown provider %q", provider)}
+	}
+	v, ok := p.(WebhookVerifier)
+	if !ok {
+		return nil, &ConfigError{"provider", fmt.Sprintf("%q does not verify webhooks", provider)}
+	}
+	var wc WebhookConfig
+	if cfg != nil {
+		wc = *cfg
+	}
+	if wc.MaxBody == 0 {
+		wc.MaxBody = 1 << 20
+	}
+	if wc.MaxBody < 0 {
+		return nil, &ConfigError{"WebhookConfig.MaxBody", "negative"}
+	}
+	if wc.Logger == nil {
+		wc.Logger = c.log
+	}
+	return &receiver{c: c, provider: provider, verifier: v, cfg: wc}, nil
+}
+
+type receiver struct {
+	c        *Client
+	provider string
+	verifier WebhookVerifier
+	cfg      WebhookConfig
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.cfg.MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("body over %d bytes", rc.cfg.MaxBody), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "body unreadable", http.StatusBadRequest)
+		return
+	}
+	events, err := rc.verifier.VerifyWebhook(r.Context(), r.Header, body)
+	switch {
+	case errors.Is(err, ErrWebhookSignature):
+		rc.cfg.Logger.Warn("payments: webhook refused: signature", "provider", rc.provider, "err", err)
+		http.Error(w, "signature missing or invalid", http.StatusUnauthorized)
+		return
+	case errors.Is(err, ErrWebhookMalformed):
+		rc.cfg.Logger.Warn("payments: webhook refused: malformed", "provider", rc.provider, "err", err)
+		http.Error(w, "malformed event", http.StatusBadRequest)
+		return
+	case err != nil:
+		rc.cfg.Logger.Error("payments: webhook verification failed", "provider", rc.provider, "err", err)
+		http.Error(w, "verification unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	if _, err := rc.c.ApplyEvents(r.Context(), rc.provider, events); err != nil {
+		rc.cfg.Logger.Error("payments: webhook not stored", "provider", rc.provider, "err", err)
+		http.Error(w, "not stored", http.StatusServiceUnavailable)
+		return
+	}
+	if ack, ok := rc.verifier.(WebhookAcknowledger); ok {
+		ct, b := ack.WebhookAck()
+		w.Header().Set("Content-Type", ct)
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(`{"received":true}` + "\n"))
+}
+
+// AppliedEvent is what [Client.ApplyEvents] did with one event.
+type AppliedEvent struct {
+	ID string
+	// Outcome is one of EventApplied, EventConfirmed, EventStale,
+	// EventConflict, EventUnmatched, EventIgnoredOutcome, or "duplicate"
+	// when the event was stored before (nothing changed).
+	Outcome string
+	Detail  string
+}
+
+// ApplyEvents stores verified events of provider in the inbox and applies
+// them to their intents, all in one transaction (see
+// [Client.WebhookHandler]). It is what the receiver calls; use it for
+// events obtained another way (a provider's event list). Events must be
+// verified.
+func (c *Client) ApplyEvents(ctx context.Context, provider string, events []WebhookEvent) ([]AppliedEvent, error) {
+	var out []AppliedEvent
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		out = out[:0]
+		for _, ev := range events {
+			a, err := c.applyEvent(ctx, tx, provider, ev)
+			if err != nil {
+				return fmt.Errorf("event %s: %w", ev.ID, err)
+			}
+			out = append(out, a)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("payments: apply webhook events: %w", err)
+	}
+	for _, a := range out {
+		c.metrics.webhook(ctx, provider, a.Outcome)
+	}
+	return out, nil
+}
+
+const insertEventSQL = `INSERT INTO webhook_events
+    (provider, event_id, event_type, kind, reference, local_key, provider_id, charge_id, amount, currency, decline_code, outcome, body)
+VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), nullif($7, ''), nullif($8, ''), $9::numeric, $10, nullif($11, ''), 'ignored', $12)
+ON CONFLICT (provider, event_id) DO NOTHING
+RETURNING event_id`
+
+const eventOutcomeSQL = `UPDATE webhook_events SET outcome = $3, detail = $4, intent_key = $5, intent_user = $6
+ WHERE provider = $1 AND event_id = $2`
+
+// intentRow is an intent locked for an event.
+type intentRow struct {
+	key, user, kind, status, amount, currency string
+	providerID, chargeKey                     *string
+}
+
+const intentCols = `idempotency_key, user_id, kind, status, amount::text, currency, provider_id, charge_key`
+
+func (c *Client) applyEvent(ctx context.Context, tx pgx.Tx, provider string, ev WebhookEvent) (AppliedEvent, error) {
+	if ev.ID == "" {
+		return AppliedEvent{}, errors.New("event without an id")
+	}
+	var amount, currency any
+	if ev.Amount.Currency() != "" {
+		amount, currency = ev.Amount.AmountString(), string(ev.Amount.Currency())
+	}
+	body := ev.Body
+	if body == nil {
+		body = []byte{}
+	}
+	var id string
+	err := tx.QueryRow(ctx, insertEventSQL, provider, ev.ID, ev.Type, string(ev.Kind), ev.Reference, ev.Key,
+		ev.ProviderID, ev.ChargeID, amount, currency, ev.DeclineCode, body).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return AppliedEvent{ID: ev.ID, Outcome: "duplicate"}, nil
+	}
+	if err != nil {
+		return AppliedEvent{}, err
+	}
+	if ev.Kind == EventIgnored {
+		return AppliedEvent{ID: ev.ID, Outcome: EventIgnoredOutcome}, nil
+	}
+	kind := "CHARGE"
+	if ev.Kind == EventRefundSucceeded || ev.Kind == EventRefundFailed {
+		kind = "REFUND"
+	}
+	in, found, err := findIntent(ctx, tx, provider, kind, ev)
+	if err != nil {
+		return AppliedEvent{}, err
+	}
+	var outcome, detail string
+	if !found {
+		outcome, detail, err = c.unmatched(ctx, tx, provider, ev)
+	} else {
+		outcome, detail, err = c.transition(ctx, tx, provider, in, ev)
+	}
+	if err != nil {
+		return AppliedEvent{}, err
+	}
+	var ik, iu any
+	if found {
+		ik, iu = in.key, in.user
+	}
+	if _, err := tx.Exec(ctx, eventOutcomeSQL, provider, ev.ID, outcome, detail, ik, iu); err != nil {
+		return AppliedEvent{}, err
+	}
+	return AppliedEvent{ID: ev.ID, Outcome: outcome, Detail: detail}, nil
+}
+
+// findIntent locks the intent an event names: by the provider's object,
+// else by the reference payonce sent, else by the local key.
+func findIntent(ctx context.Context, tx pgx.Tx, provider, kind string, ev WebhookEvent) (intentRow, bool, error) {
+	probes := []struct{ col, val string }{{"provider_id", ev.ProviderID}, {"provider_key", ev.Reference}, {"idempotency_key", ev.Key}}
+	for _, p := range probes {
+		if p.val == "" {
+			continue
+		}
+		var in intentRow
+		err := tx.QueryRow(ctx, `SELECT `+intentCols+` FROM payment_intents
+			WHERE provider = $1 AND kind = $2 AND `+p.col+` = $3 ORDER BY created_at LIMIT 1 FOR UPDATE`, provider, kind, p.val).
+			Scan(&in.key, &in.user, &in.kind, &in.status, &in.amount, &in.currency, &in.providerID, &in.chargeKey)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return intentRow{}, false, err
+		}
+		return in, true, nil
+	}
+	return intentRow{}, false, nil
+}
+
+// unmatched classifies an event with no intent of its kind. A refund
+// event that names a known charge (Stripe's charge.refunded is about the
+// charge, not the refund) is confirmed when a refund intent of that charge
+// has its amount.
+func (c *Client) unmatched(ctx context.Context, tx pgx.Tx, provider string, ev WebhookEvent) (string, string, error) {
+	if (ev.Kind == EventRefundSucceeded || ev.Kind == EventRefundFailed) && ev.ChargeID != "" {
+		var n int
+		err := tx.QueryRow(ctx, `SELECT count(*) FROM payment_intents r JOIN payment_intents ch
+			ON ch.idempotency_key = r.charge_key AND ch.user_id = r.user_id
+			WHERE ch.provider = $1 AND ch.provider_id = $2 AND r.kind = 'REFUND' AND ($3::numeric IS NULL OR r.amount = $3::numeric)`,
+			provider, ev.ChargeID, nullAmount(ev.Amount)).Scan(&n)
+		if err != nil {
+			return "", "", err
+		}
+		if n > 0 {
+			return EventConfirmed, "a refund intent of this charge has this amount", nil
+		}
+		return EventUnmatched, "refund of charge " + ev.ChargeID + " with no matching refund intent", nil
+	}
+	return EventUnmatched, "no local intent carries this event's references", nil
+}
+
+func nullAmount(m money.Money) any {
+	if m.Currency() == "" {
+		return nil
+	}
+	return m.AmountString()
+}
+
+var openStatus = map[string]bool{string(IntentPending): true, string(IntentUnknown): true, string(IntentRequiresAction): true}
+
+// transition applies an event to its locked intent; it never moves a
+// final intent backwards.
+func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in intentRow, ev WebhookEvent) (string, string, error) {
+	moved := ev.Kind == EventChargeSucceeded || ev.Kind == EventRefundSucceeded || ev.Kind == EventCaptureSucceeded
+	if moved && ev.Amount.Currency() != "" && !sameAmount(ev.Amount, in.amount, in.currency) {
+		return EventConflict, fmt.Sprintf("the provider reports %s %s, the intent is %s %s",
+			ev.Amount.AmountString(), ev.Amount.Currency(), in.amount, in.currency), nil
+	}
+	open := openStatus[in.status]
+	set := func(status IntentStatus, declineCode string) error {
+		var pid, dc any
+		if ev.ProviderID != "" && in.providerID == nil {
+			pid = ev.ProviderID
+		}
+		if declineCode != "" {
+			dc = declineCode
+		}
+		_, err := tx.Exec(ctx, settleIntentSQL, in.key, in.user, string(status), pid, dc)
+		return err
+	}
+	amount, err := intentAmount(in)
+	if err != nil {
+		return "", "", err
+	}
+	switch ev.Kind {
+	case EventChargeSucceeded, EventCaptureSucceeded:
+		switch {
+		case open:
+			if err := set(IntentSucceeded, ""); err != nil {
+				return "", "", err
+			}
+			return EventApplied, "", c.postCharge(ctx, tx, in.key, provider, amount)
+		case in.status == string(IntentSucceeded):
+			return EventConfirmed, "", nil
+		default:
+			return EventConflict, "the provider reports success, the intent is " + in.status, nil
+		}
+	case EventChargeFailed, EventCancelled:
+		switch {
+		case open:
+			st := IntentDeclined
+			if ev.Kind == EventCancelled {
+				st = IntentFailed
+			}
+			return EventApplied, "", set(st, ev.DeclineCode)
+		case in.status == string(IntentSucceeded):
+			if ev.Kind == EventCancelled {
+				return EventConflict, "the provider reports the payment cancelled, the intent succeeded", nil
+			}
+			return EventStale, "a failure reported after the success", nil
+		default:
+			return EventConfirmed, "", nil
+		}
+	case EventChargePending:
+		if open {
+			return EventConfirmed, "", nil
+		}
+		return EventStale, "pending reported after " + in.status, nil
+	case EventCaptureFailed:
+		if in.status == string(IntentSucceeded) {
+			return EventConflict, "the provider reports the capture failed, the intent succeeded", nil
+		}
+		return EventConfirmed, "", nil
+	case EventRefundSucceeded:
+		switch {
+		case open:
+			if err := set(IntentSucceeded, ""); err != nil {
+				return "", "", err
+			}
+			entry, err := ledger.RefundEntry(in.key, provider, amount)
+			if err != nil {
+				return "", "", err
+			}
+			_, err = c.ledger.PostTx(ctx, tx, entry)
+			return EventApplied, "", err
+		case in.status == string(IntentSucceeded):
+			return EventConfirmed, "", nil
+		default:
+			return EventConflict, "the provider reports the refund succeeded, the intent is " + in.status, nil
+		}
+	case EventRefundFailed:
+		switch {
+		case open:
+			if err := set(IntentFailed, ev.DeclineCode); err != nil {
+				return "", "", err
+			}
+			if in.chargeKey == nil {
+				return "", "", errors.New("refund intent without its charge")
+			}
+			_, err := tx.Exec(ctx, unreserveRefundSQL, *in.chargeKey, in.user, in.amount)
+			return EventApplied, "", err
+		case in.status == string(IntentSucceeded):
+			return EventConflict, "the provider reports the refund failed after it succeeded", nil
+		default:
+			return EventConfirmed, "", nil
+		}
+	}
+	return EventIgnoredOutcome, "kind " + string(ev.Kind) + " not applied", nil
+}
+
+func intentAmount(in intentRow) (money.Money, error) {
+	cur, err := money.ParseCurrency(in.currency)
+	if err != nil {
+		return money.Money{}, err
+	}
+	return money.Parse(in.amount, cur)
+}
+
+func sameAmount(m money.Money, amount, currency string) bool {
+	other, err := intentAmount(intentRow{amount: amount, currency: currency})
+	return err == nil && other.Equal(m)
+}
