@@ -1,0 +1,945 @@
+package adyen_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/goleak"
+
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/adyen"
+	"github.com/payonce/payonce/providers/adyen/adyentest"
+	"github.com/payonce/payonce/providers/providertest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const merchant = "PayonceECOM"
+
+// inbox is a webhook endpoint: it verifies each delivery with the Provider and keeps the
+// events, as production's webhook inbox would. It feeds Config.Notifications.
+type inbox struct {
+	mu       sync.Mutex
+	p        *adyen.Provider
+	events   []payments.WebhookEvent
+	payloads [][]byte
+	refused  int
+}
+
+func (in *inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	in.mu.Lock()
+	p := in.p
+	in.mu.Unlock()
+	evs, err := p.VerifyWebhook(r.Context(), r.Header, body)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.payloads = append(in.payloads, body)
+	if err != nil {
+		in.refused++
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	in.events = append(in.events, evs...)
+	_, _ = io.WriteString(w, "[accepted]")
+}
+
+func (in *inbox) byReference(ref string) []payments.WebhookEvent {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var out []payments.WebhookEvent
+	for _, ev := range in.events {
+		if ev.Reference == ref {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func (in *inbox) all() []payments.WebhookEvent {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]payments.WebhookEvent(nil), in.events...)
+}
+
+type bundle struct {
+	srv   *adyentest.Server
+	p     *adyen.Provider
+	inbox *inbox
+}
+
+// setup starts a fake delivering webhooks to an inbox, and a Provider on both. Keep-alives are
+// off so that a lost response is seen as lost (net/http would otherwise resend a request
+// carrying an Idempotency-Key on a fresh connection).
+func setup(t *testing.T, cfg *adyentest.Config) bundle {
+	t.Helper()
+	in := &inbox{}
+	hs := httptest.NewServer(in)
+	t.Cleanup(hs.Close)
+	if cfg == nil {
+		cfg = &adyentest.Config{}
+	}
+	cfg.WebhookURL = hs.URL
+	srv := adyentest.NewServer(cfg)
+	t.Cleanup(srv.Close)
+	p, err := adyen.New(&adyen.Config{
+		APIKey:          "AQE_test_key",
+		MerchantAccount: merchant,
+		BaseURL:         srv.URL(),
+		HTTPClient:      &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		HMACKeys:        []string{adyentest.DefaultHMACKey},
+		ReturnURL:       "https://shop.example/return",
+		Notifications: func(ctx context.Context, reference string) ([]payments.WebhookEvent, error) {
+			if err := srv.WaitDeliveries(ctx); err != nil {
+				return nil, err
+			}
+			return in.byReference(reference), nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	in.mu.Lock()
+	in.p = p
+	in.mu.Unlock()
+	return bundle{srv: srv, p: p, inbox: in}
+}
+
+func (b bundle) wait(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.srv.WaitDeliveries(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eur(s string) money.Money { return money.MustParse(s, money.EUR) }
+
+func chargeReq(key, pm string) payments.ChargeRequest {
+	return payments.ChargeRequest{
+		Key:           key,
+		ProviderKey:   payments.ProviderKey(key, "charge", 0, adyen.MaxReferenceLen),
+		Amount:        eur("20.00"),
+		PaymentMethod: pm,
+		Metadata:      map[string]string{"order": key},
+	}
+}
+
+func must[T any](v T, err error) func(*testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return v
+	}
+}
+
+func errAs[E error](t *testing.T, err error) E {
+	t.Helper()
+	var target E
+	if !errors.As(err, &target) {
+		t.Fatalf("error %v (%T) is not a %T", err, err, target)
+	}
+	return target
+}
+
+func wantPayments(t *testing.T, b bundle, reference string, n int) {
+	t.Helper()
+	if got := b.srv.Counts(reference); got.Payments != n {
+		t.Fatalf("fake holds %+v for reference %q, want %d payments", got, reference, n)
+	}
+}
+
+func TestProvider(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	if b.p.Name() != "adyen" || b.p.DedupWindow() != 31*24*time.Hour || b.p.MaxReferenceLen() != 80 ||
+		payments.MaxReferenceLen(b.p) != 80 {
+		t.Fatalf("Name %q DedupWindow %v MaxReferenceLen %d", b.p.Name(), b.p.DedupWindow(), b.p.MaxReferenceLen())
+	}
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	ok := adyen.Config{APIKey: "k", MerchantAccount: "m", ReturnURL: "https://r.example"}
+	for _, tc := range []struct {
+		field string
+		edit  func(c *adyen.Config)
+	}{
+		{"APIKey", func(c *adyen.Config) { c.APIKey = "" }},
+		{"MerchantAccount", func(c *adyen.Config) { c.MerchantAccount = "" }},
+		{"ReturnURL", func(c *adyen.Config) { c.ReturnURL = "" }},
+		{"BaseURL", func(c *adyen.Config) { c.BaseURL = "checkout.example/v71" }},
+		{"Retention", func(c *adyen.Config) { c.Retention = 7*24*time.Hour - time.Second }},
+		{"Retention", func(c *adyen.Config) { c.Retention = -time.Hour }},
+		{"HMACKeys[1]", func(c *adyen.Config) { c.HMACKeys = []string{"00ff", "not-hex"} }},
+		{"HMACKeys[0]", func(c *adyen.Config) { c.HMACKeys = []string{""} }},
+	} {
+		c := ok
+		tc.edit(&c)
+		_, err := adyen.New(&c)
+		if ce := errAs[*adyen.ConfigError](t, err); ce.Field != tc.field || !strings.Contains(err.Error(), "Config."+tc.field) {
+			t.Fatalf("%s: %v", tc.field, err)
+		}
+	}
+	if _, err := adyen.New(nil); errAs[*adyen.ConfigError](t, err).Field != "APIKey" {
+		t.Fatalf("nil config: %v", err)
+	}
+	c := ok
+	c.Retention = 7 * 24 * time.Hour
+	if p := must(adyen.New(&c))(t); p.DedupWindow() != 7*24*time.Hour {
+		t.Fatalf("DedupWindow %v", p.DedupWindow())
+	}
+	if _, err := adyen.NewClient(&adyen.Config{APIKey: "k"}); errAs[*adyen.ConfigError](t, err).Field != "MerchantAccount" {
+		t.Fatalf("NewClient: %v", err)
+	}
+}
+
+func TestChargeSucceedsAndReplays(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	req := chargeReq("order-1", adyentest.PaymentMethodVisa)
+
+	res := must(b.p.Charge(ctx, req))(t)
+	if len(res.ProviderID) != 16 || res.Status != payments.ChargeSucceeded || !res.Amount.Equal(req.Amount) || res.Replayed {
+		t.Fatalf("first charge: %+v", res)
+	}
+	again := must(b.p.Charge(ctx, req))(t)
+	// Adyen sends no replay signal: Replayed stays false, the payment is the same.
+	if again.ProviderID != res.ProviderID || again.Status != payments.ChargeSucceeded || again.Replayed {
+		t.Fatalf("replay: %+v, first %+v", again, res)
+	}
+	wantPayments(t, b, req.ProviderKey, 1)
+	if c := b.srv.CountsByIdempotencyKey(adyen.IdempotencyKey(req.ProviderKey)); c.Payments != 1 {
+		t.Fatalf("by key: %+v", c)
+	}
+	if tot := b.srv.Totals()["EUR"]; tot.Authorised != 2000 || tot.Net != 2000 {
+		t.Fatalf("totals %+v", tot)
+	}
+	b.wait(t)
+	evs := b.inbox.byReference(req.ProviderKey)
+	if len(evs) != 1 || evs[0].Kind != payments.EventChargeSucceeded || evs[0].Key != "order-1" ||
+		evs[0].ID != res.ProviderID+":AUTHORISATION:true" || !evs[0].Amount.Equal(req.Amount) {
+		t.Fatalf("AUTHORISATION events: %+v", evs)
+	}
+}
+
+func TestChargeRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ pm, reason string }{
+		{adyentest.PaymentMethodDeclined, "Refused"},
+		{adyentest.PaymentMethodInsufficientFunds, "Not enough balance"},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			req := chargeReq("order-refused", tc.pm)
+			var ids []string
+			for i := 0; i < 2; i++ {
+				res, err := b.p.Charge(context.Background(), req)
+				de := errAs[*payments.DeclineError](t, err)
+				if de.DeclineCode != tc.reason || de.Code != "Refused" || de.Provider != "adyen" ||
+					!strings.Contains(de.Message, res.ProviderID) || payments.SafeToRetry(err) {
+					t.Fatalf("attempt %d: %+v (%+v)", i, de, res)
+				}
+				if res.Status != payments.ChargeFailed || res.ProviderID == "" {
+					t.Fatalf("attempt %d: result %+v", i, res)
+				}
+				ids = append(ids, res.ProviderID)
+			}
+			if ids[0] != ids[1] {
+				t.Fatalf("the replayed refusal names another payment: %v", ids)
+			}
+			wantPayments(t, b, req.ProviderKey, 1)
+			b.wait(t)
+			evs := b.inbox.byReference(req.ProviderKey)
+			if len(evs) != 1 || evs[0].Kind != payments.EventChargeFailed || evs[0].DeclineCode != tc.reason {
+				t.Fatalf("events %+v", evs)
+			}
+		})
+	}
+}
+
+func TestChargeRequiresAction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-3ds", adyentest.PaymentMethodAuthenticationRequired)
+	res := must(b.p.Charge(context.Background(), req))(t)
+	if res.Status != payments.ChargeRequiresAction || res.ProviderID == "" {
+		t.Fatalf("%+v", res)
+	}
+	// No AUTHORISATION until the shopper is back; then Lookup sees it.
+	if got := must(b.p.Lookup(context.Background(), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 {
+		t.Fatalf("lookup before authentication: %+v", got)
+	}
+	if err := b.srv.CompleteRedirect(res.ProviderID, true); err != nil {
+		t.Fatal(err)
+	}
+	got := must(b.p.Lookup(context.Background(), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	if len(got.Charges) != 1 || got.Charges[0].Status != payments.ChargeSucceeded || got.Charges[0].ProviderID != res.ProviderID {
+		t.Fatalf("lookup after authentication: %+v", got)
+	}
+}
+
+// stub serves one canned answer to every request.
+func stub(t *testing.T, status int, header http.Header, body string) *adyen.Provider {
+	t.Helper()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(hs.Close)
+	return must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: merchant, BaseURL: hs.URL, ReturnURL: "https://r.example",
+		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
+}
+
+// Every resultCode, from stubs (the fake produces only some of them).
+func TestChargeResultCodes(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]payments.ChargeStatus{
+		"Authorised":       payments.ChargeSucceeded,
+		"Pending":          payments.ChargePending,
+		"Received":         payments.ChargePending,
+		"RedirectShopper":  payments.ChargeRequiresAction,
+		"ChallengeShopper": payments.ChargeRequiresAction,
+		"IdentifyShopper":  payments.ChargeRequiresAction,
+		"PresentToShopper": payments.ChargeRequiresAction,
+		"Cancelled":        payments.ChargeFailed,
+	} {
+		t.Run(code, func(t *testing.T) {
+			t.Parallel()
+			p := stub(t, 200, nil, `{"pspReference":"PSP0000000000001","resultCode":"`+code+`","amount":{"currency":"EUR","value":2000}}`)
+			res := must(p.Charge(context.Background(), chargeReq("order-codes", "pm_x")))(t)
+			if res.Status != want || res.ProviderID != "PSP0000000000001" || !res.Amount.Equal(eur("20.00")) || res.Replayed {
+				t.Fatalf("%s: %+v, want %s", code, res, want)
+			}
+		})
+	}
+	for _, code := range []string{"Error", "PartiallyAuthorised", "AuthenticationFinished", ""} {
+		t.Run("unknown "+code, func(t *testing.T) {
+			t.Parallel()
+			p := stub(t, 200, nil, `{"pspReference":"PSP0000000000002","resultCode":"`+code+`"}`)
+			res, err := p.Charge(context.Background(), chargeReq("order-codes", "pm_x"))
+			if ue := errAs[*payments.UnknownOutcomeError](t, err); !payments.SafeToRetry(err) || ue.Status != 200 || res.ProviderID != "PSP0000000000002" {
+				t.Fatalf("%s: %+v %v", code, res, err)
+			}
+		})
+	}
+	t.Run("refused without reason", func(t *testing.T) {
+		t.Parallel()
+		p := stub(t, 200, nil, `{"pspReference":"PSP0000000000003","resultCode":"Refused"}`)
+		_, err := p.Charge(context.Background(), chargeReq("order-codes", "pm_x"))
+		if de := errAs[*payments.DeclineError](t, err); de.DeclineCode != "Refused" {
+			t.Fatalf("%+v", de)
+		}
+	})
+}
+
+// HTTP errors, from stubs.
+func TestErrorMapping(t *testing.T) {
+	t.Parallel()
+	transient := http.Header{"Transient-Error": {"true"}}
+	for _, tc := range []struct {
+		name   string
+		status int
+		header http.Header
+		body   string
+		check  func(t *testing.T, err error)
+	}{
+		{"in progress 409", 409, nil, `{"status":409,"errorCode":"704","message":"request already processed or in progress","errorType":"validation"}`,
+			func(t *testing.T, err error) { errAs[*payments.InProgressError](t, err) }},
+		{"in progress 422", 422, nil, `{"status":422,"errorCode":"704","message":"request already processed or in progress","errorType":"validation"}`,
+			func(t *testing.T, err error) { errAs[*payments.InProgressError](t, err) }},
+		{"validation", 422, nil, `{"status":422,"errorCode":"130","message":"Reference Missing","errorType":"validation"}`,
+			func(t *testing.T, err error) {
+				if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "130" || ie.Message != "Reference Missing" || payments.SafeToRetry(err) {
+					t.Fatalf("%+v", ie)
+				}
+			}},
+		{"key mismatch", 422, nil, `{"status":422,"errorCode":"idempotency_key_reused","message":"other body","errorType":"validation"}`,
+			func(t *testing.T, err error) { errAs[*payments.KeyMismatchError](t, err) }},
+		{"unauthorized", 401, nil, `{"status":401,"errorCode":"000","message":"HTTP Status Response - Unauthorized","errorType":"security"}`,
+			func(t *testing.T, err error) {
+				if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "000" {
+					t.Fatalf("%+v", ie)
+				}
+			}},
+		{"transient 503 703", 503, transient, `{"status":503,"errorCode":"703","message":"idempotency store unavailable","errorType":"internal"}`,
+			func(t *testing.T, err error) {
+				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 503 || !payments.SafeToRetry(err) {
+					t.Fatalf("%+v", ue)
+				}
+			}},
+		{"transient 422", 422, transient, `{"status":422,"errorCode":"999","message":"try again","errorType":"validation"}`,
+			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+		{"rate limited", 429, nil, `{"status":429,"errorCode":"429","message":"slow down"}`,
+			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+		{"server error", 500, nil, `{"status":500,"errorCode":"905","message":"internal","errorType":"internal"}`,
+			func(t *testing.T, err error) {
+				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 {
+					t.Fatalf("%+v", ue)
+				}
+			}},
+		{"proxy page", 502, nil, `<html>bad gateway</html>`,
+			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+		{"garbled success", 200, nil, `{"pspReference":`,
+			func(t *testing.T, err error) {
+				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 200 {
+					t.Fatalf("%+v", ue)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := stub(t, tc.status, tc.header, tc.body).Charge(context.Background(), chargeReq("order-err", "pm_x"))
+			tc.check(t, err)
+		})
+	}
+}
+
+func TestInProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-inflight", adyentest.PaymentMethodVisa)
+	b.srv.Inject(adyentest.Fault{Kind: adyentest.Latency, Delay: 500 * time.Millisecond, Path: "/payments"})
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.p.Charge(context.Background(), req)
+		done <- err
+	}()
+	time.Sleep(150 * time.Millisecond) // the first holds the key for 500 ms
+	_, err := b.p.Charge(context.Background(), req)
+	if !errors.Is(err, payments.ErrInProgress) || !payments.SafeToRetry(err) {
+		t.Fatalf("duplicate in flight: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	wantPayments(t, b, req.ProviderKey, 1)
+}
+
+// FailBefore is Adyen's transient error: not cached, so the retry with the same key executes,
+// and exactly one payment exists.
+func TestTransientErrorRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-transient", adyentest.PaymentMethodVisa)
+	b.srv.Inject(adyentest.Fault{Kind: adyentest.FailBefore, Path: "/payments"})
+	_, err := b.p.Charge(context.Background(), req)
+	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+		t.Fatalf("%+v", ue)
+	}
+	var ae *adyen.APIError
+	if !errors.As(err, &ae) || !ae.Transient {
+		t.Fatalf("cause %v: want a transient APIError", err)
+	}
+	wantPayments(t, b, req.ProviderKey, 0)
+	res := must(b.p.Charge(context.Background(), req))(t)
+	if res.Status != payments.ChargeSucceeded {
+		t.Fatalf("%+v", res)
+	}
+	must(b.p.Charge(context.Background(), req))(t)
+	wantPayments(t, b, req.ProviderKey, 1)
+}
+
+// FailAfter: a non-transient 500 after the payment was made is final for the key: the retry
+// replays the 500, and only the AUTHORISATION notification (Lookup) resolves it.
+func TestFailAfterResolvedByLookup(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-failafter", adyentest.PaymentMethodVisa)
+	b.srv.Inject(adyentest.Fault{Kind: adyentest.FailAfter, Path: "/payments"})
+	for i := 0; i < 2; i++ {
+		_, err := b.p.Charge(context.Background(), req)
+		if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 {
+			t.Fatalf("attempt %d: %+v", i, ue)
+		}
+	}
+	wantPayments(t, b, req.ProviderKey, 1)
+	got := must(b.p.Lookup(context.Background(), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	if got.Consistent || len(got.Charges) != 1 || got.Charges[0].Status != payments.ChargeSucceeded || !got.Charges[0].Amount.Equal(req.Amount) {
+		t.Fatalf("lookup: %+v", got)
+	}
+}
+
+func TestResetAfterAndTimeouts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-reset", adyentest.PaymentMethodVisa)
+	b.srv.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments"})
+	_, err := b.p.Charge(context.Background(), req)
+	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 0 || !payments.SafeToRetry(err) {
+		t.Fatalf("%+v", ue)
+	}
+	wantPayments(t, b, req.ProviderKey, 1)
+	res := must(b.p.Charge(context.Background(), req))(t)
+	if res.Status != payments.ChargeSucceeded {
+		t.Fatalf("%+v", res)
+	}
+	wantPayments(t, b, req.ProviderKey, 1)
+
+	// A hang past the caller's deadline: written, so unknown.
+	hung := chargeReq("order-hang", adyentest.PaymentMethodVisa)
+	b.srv.Inject(adyentest.Fault{Kind: adyentest.Hang, Path: "/payments"})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = b.p.Charge(ctx, hung)
+	errAs[*payments.UnknownOutcomeError](t, err)
+	wantPayments(t, b, hung.ProviderKey, 0)
+}
+
+func TestNotSent(t *testing.T) {
+	t.Parallel()
+	hs := httptest.NewServer(http.NotFoundHandler())
+	base := hs.URL
+	hs.Close() // nothing listens there any more
+	p := must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: merchant, BaseURL: base, ReturnURL: "https://r.example"}))(t)
+	_, err := p.Charge(context.Background(), chargeReq("order-notsent", "pm_x"))
+	if ne := errAs[*payments.NotSentError](t, err); !payments.SafeToRetry(err) || ne.Provider != "adyen" {
+		t.Fatalf("%+v", ne)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = p.Refund(ctx, payments.RefundRequest{Key: "k", ProviderKey: "k_refund_0", ChargeID: "PSP", Amount: eur("1.00")})
+	errAs[*payments.NotSentError](t, err)
+}
+
+func TestBadInputs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	good := chargeReq("order-bad", adyentest.PaymentMethodVisa)
+	many := map[string]string{}
+	for i := range 20 {
+		many[fmt.Sprintf("k%d", i)] = "v"
+	}
+	for _, tc := range []struct {
+		param string
+		edit  func(r *payments.ChargeRequest)
+	}{
+		{"Key", func(r *payments.ChargeRequest) { r.Key = "" }},
+		{"ProviderKey", func(r *payments.ChargeRequest) { r.ProviderKey = "" }},
+		{"ProviderKey", func(r *payments.ChargeRequest) { r.ProviderKey = strings.Repeat("r", 81) }},
+		{"Amount", func(r *payments.ChargeRequest) { r.Amount = money.Money{} }},
+		{"Amount", func(r *payments.ChargeRequest) { r.Amount = eur("0.00") }},
+		{"PaymentMethod", func(r *payments.ChargeRequest) { r.PaymentMethod = "" }},
+		{"Metadata[payonce_key]", func(r *payments.ChargeRequest) { r.Metadata = map[string]string{"payonce_key": "x"} }},
+		{"Metadata[a_key_over_twenty_chars]", func(r *payments.ChargeRequest) { r.Metadata = map[string]string{"a_key_over_twenty_chars": "x"} }},
+		{"Metadata[long]", func(r *payments.ChargeRequest) { r.Metadata = map[string]string{"long": strings.Repeat("v", 81)} }},
+		{"Metadata", func(r *payments.ChargeRequest) { r.Metadata = map[string]string{"": "x"} }},
+		{"Metadata", func(r *payments.ChargeRequest) { r.Metadata = many }},
+	} {
+		r := good
+		tc.edit(&r)
+		_, err := b.p.Charge(ctx, r)
+		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != tc.param || !strings.Contains(ie.Message, tc.param) {
+			t.Fatalf("%s: %+v", tc.param, ie)
+		}
+	}
+	for _, tc := range []struct {
+		param string
+		req   payments.RefundRequest
+	}{
+		{"Key", payments.RefundRequest{ProviderKey: "x", ChargeID: "P", Amount: eur("1.00")}},
+		{"ProviderKey", payments.RefundRequest{Key: "x", ChargeID: "P", Amount: eur("1.00")}},
+		{"ChargeID", payments.RefundRequest{Key: "x", ProviderKey: "x_refund_0", Amount: eur("1.00")}},
+		{"Amount", payments.RefundRequest{Key: "x", ProviderKey: "x_refund_0", ChargeID: "P"}},
+	} {
+		_, err := b.p.Refund(ctx, tc.req)
+		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != tc.param {
+			t.Fatalf("refund %s: %+v", tc.param, ie)
+		}
+	}
+	_, err := b.p.Lookup(ctx, payments.LookupRequest{Key: "x"})
+	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "ProviderKey" {
+		t.Fatalf("lookup: %+v", ie)
+	}
+	// The fake's own validation (an unknown card) is final too.
+	_, err = b.p.Charge(ctx, chargeReq("order-unknown-card", "pm_card_unknown"))
+	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "invalid_payment_method" || payments.SafeToRetry(err) {
+		t.Fatalf("%+v", ie)
+	}
+	// Nothing reached the fake for the refused requests.
+	if c := b.srv.Counts(good.ProviderKey); c != (adyentest.Counts{}) {
+		t.Fatalf("counts %+v", c)
+	}
+	p := must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: "m", ReturnURL: "https://r.example"}))(t)
+	if _, err := p.Lookup(ctx, payments.LookupRequest{Key: "x", ProviderKey: "x"}); !errors.Is(err, adyen.ErrNoNotificationSource) {
+		t.Fatalf("lookup without a source: %v", err)
+	}
+	if _, err := p.VerifyWebhook(ctx, nil, []byte(`{}`)); !errors.Is(err, adyen.ErrNoHMACKey) {
+		t.Fatalf("verify without a key: %v", err)
+	}
+}
+
+func TestLongReferences(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	key := "usr_" + strings.Repeat("x", 120) + "_createOrder_" + strings.Repeat("a1b2", 10)
+	req := chargeReq(key, adyentest.PaymentMethodVisa)
+	req.Metadata = nil
+	if n := utf8.RuneCountInString(req.ProviderKey); n != 80 {
+		t.Fatalf("ProviderKey %q has %d characters, want 80 (compacted)", req.ProviderKey, n)
+	}
+	ik := adyen.IdempotencyKey(req.ProviderKey)
+	if len(ik) != 64 || ik != adyen.IdempotencyKey(req.ProviderKey) || !strings.HasPrefix(ik, req.ProviderKey[:11]+"_") {
+		t.Fatalf("IdempotencyKey %q", ik)
+	}
+	other := payments.ProviderKey(key, "charge", 1, 80)
+	if adyen.IdempotencyKey(other) == ik {
+		t.Fatal("attempt 1 derives the same Idempotency-Key as attempt 0")
+	}
+	if short := "usr_1_charge_order42_charge_0"; adyen.IdempotencyKey(short) != short {
+		t.Fatal("a short reference is its own key")
+	}
+	if k := adyen.IdempotencyKey(strings.Repeat("é", 40)); !utf8.ValidString(k) || len(k) > 64 {
+		t.Fatalf("multibyte reference: %q", k)
+	}
+
+	res := must(b.p.Charge(context.Background(), req))(t)
+	must(b.p.Charge(context.Background(), req))(t)
+	wantPayments(t, b, req.ProviderKey, 1)
+	if c := b.srv.CountsByIdempotencyKey(ik); c.Payments != 1 {
+		t.Fatalf("by key: %+v", c)
+	}
+	// The local key is over 80 characters: not in the metadata; the reference is the link.
+	b.wait(t)
+	evs := b.inbox.byReference(req.ProviderKey)
+	if len(evs) != 1 || evs[0].Key != "" || evs[0].ProviderID != res.ProviderID {
+		t.Fatalf("events %+v", evs)
+	}
+}
+
+func TestRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	charge := must(b.p.Charge(ctx, chargeReq("order-r", adyentest.PaymentMethodVisa)))(t)
+
+	r1 := payments.RefundRequest{Key: "order-r", ProviderKey: payments.ProviderKey("order-r", "refund", 0, 80), ChargeID: charge.ProviderID, Amount: eur("15.00")}
+	res := must(b.p.Refund(ctx, r1))(t)
+	if res.Status != payments.RefundPending || res.ProviderID == "" || res.ProviderID == charge.ProviderID || !res.Amount.Equal(r1.Amount) || res.Replayed {
+		t.Fatalf("refund: %+v", res)
+	}
+	again := must(b.p.Refund(ctx, r1))(t)
+	if again.ProviderID != res.ProviderID {
+		t.Fatalf("replayed refund: %+v, first %+v", again, res)
+	}
+	// More than what is left: received, then REFUND success=false.
+	r2 := payments.RefundRequest{Key: "order-r2", ProviderKey: payments.ProviderKey("order-r2", "refund", 0, 80), ChargeID: charge.ProviderID, Amount: eur("10.00")}
+	res2 := must(b.p.Refund(ctx, r2))(t)
+	if res2.Status != payments.RefundPending {
+		t.Fatalf("%+v", res2)
+	}
+	if c := b.srv.Counts(r1.ProviderKey); c.Refunds != 1 {
+		t.Fatalf("refunds for %s: %+v", r1.ProviderKey, c)
+	}
+	b.wait(t)
+	ok := b.inbox.byReference(r1.ProviderKey)
+	if len(ok) != 1 || ok[0].Kind != payments.EventRefundSucceeded || ok[0].ChargeID != charge.ProviderID ||
+		ok[0].ProviderID != res.ProviderID || !ok[0].Amount.Equal(eur("15.00")) || ok[0].ID != res.ProviderID+":REFUND:true" {
+		t.Fatalf("REFUND events: %+v", ok)
+	}
+	bad := b.inbox.byReference(r2.ProviderKey)
+	if len(bad) != 1 || bad[0].Kind != payments.EventRefundFailed || bad[0].DeclineCode == "" || bad[0].ChargeID != charge.ProviderID {
+		t.Fatalf("REFUND failure events: %+v", bad)
+	}
+	if tot := b.srv.Totals()["EUR"]; tot.Authorised != 2000 || tot.Refunded != 1500 || tot.Net != 500 {
+		t.Fatalf("totals %+v", tot)
+	}
+	_, err := b.p.Refund(ctx, payments.RefundRequest{Key: "x", ProviderKey: "x_refund_0", ChargeID: "NOSUCHPSP0000000", Amount: eur("1.00")})
+	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "unknown_psp_reference" {
+		t.Fatalf("%+v", ie)
+	}
+}
+
+func TestCaptureAndTechnicalCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	c := b.p.Client()
+
+	paid := chargeReq("order-capture", adyentest.PaymentMethodVisa)
+	ch := must(b.p.Charge(ctx, paid))(t)
+	capRef := payments.ProviderKey("order-capture", "capture", 0, 80)
+	cr := must(c.Capture(ctx, ch.ProviderID, adyen.ModificationRequest{Amount: adyen.Amount{Currency: "EUR", Value: 2000}, Reference: capRef},
+		adyen.IdempotencyKey(capRef)))(t)
+	if cr.Status != "received" || cr.PaymentPSPReference != ch.ProviderID {
+		t.Fatalf("capture: %+v", cr)
+	}
+
+	// A payment whose outcome payonce lost: cancel it by reference.
+	lost := chargeReq("order-cancel", adyentest.PaymentMethodVisa)
+	b.srv.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments"})
+	if _, err := b.p.Charge(ctx, lost); !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost: %v", err)
+	}
+	cancelRef := payments.ProviderKey("order-cancel", "cancel", 0, 80)
+	resp := must(c.Cancel(ctx, lost.ProviderKey, cancelRef, adyen.IdempotencyKey(cancelRef)))(t)
+	if resp.Status != "received" || resp.PaymentReference != lost.ProviderKey {
+		t.Fatalf("cancel: %+v", resp)
+	}
+	// Cancelling a reference nothing has: received, TECHNICAL_CANCEL success=false (ignored).
+	none := payments.ProviderKey("order-none", "charge", 0, 80)
+	must(c.Cancel(ctx, none, none+"_c", adyen.IdempotencyKey(none+"_c")))(t)
+
+	b.wait(t)
+	capEv := b.inbox.byReference(capRef)
+	if len(capEv) != 1 || capEv[0].Kind != payments.EventCaptureSucceeded || capEv[0].ChargeID != ch.ProviderID {
+		t.Fatalf("CAPTURE events %+v", capEv)
+	}
+	var cancelled *payments.WebhookEvent
+	for _, ev := range b.inbox.byReference(lost.ProviderKey) {
+		if ev.Type == "TECHNICAL_CANCEL" {
+			cancelled = &ev
+		}
+	}
+	if cancelled == nil || cancelled.Kind != payments.EventCancelled || cancelled.ChargeID == "" {
+		t.Fatalf("TECHNICAL_CANCEL: %+v", cancelled)
+	}
+	got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: lost.Key, ProviderKey: lost.ProviderKey}))(t)
+	if len(got.Charges) != 1 || got.Charges[0].Status != payments.ChargeFailed || got.Charges[0].ProviderID != cancelled.ChargeID {
+		t.Fatalf("lookup of a cancelled payment: %+v", got)
+	}
+	if evs := b.inbox.byReference(none); len(evs) != 1 || evs[0].Kind != payments.EventIgnored || evs[0].DeclineCode == "" {
+		t.Fatalf("cancel of nothing: %+v", evs)
+	}
+	if tot := b.srv.Totals()["EUR"]; tot.Authorised != 2000 {
+		t.Fatalf("the cancelled payment still counts: %+v", tot)
+	}
+	if cnt := b.srv.Counts(lost.ProviderKey); cnt.Payments != 1 || cnt.Cancels != 1 {
+		t.Fatalf("counts %+v", cnt)
+	}
+}
+
+// Lookup keeps one result per payment, even with duplicate deliveries, and several payments
+// when a reference was (wrongly) used under two keys.
+func TestLookupDuplicates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &adyentest.Config{DuplicateWebhooks: 2})
+	ctx := context.Background()
+	req := chargeReq("order-dup", adyentest.PaymentMethodVisa)
+	res := must(b.p.Charge(ctx, req))(t)
+	got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	if len(got.Charges) != 1 || got.Charges[0].ProviderID != res.ProviderID {
+		t.Fatalf("lookup: %+v", got)
+	}
+	if n := len(b.inbox.byReference(req.ProviderKey)); n != 3 {
+		t.Fatalf("%d deliveries of the AUTHORISATION, want 3", n)
+	}
+	none := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "x", ProviderKey: "nothing_charge_0"}))(t)
+	if len(none.Charges) != 0 || none.Charges == nil {
+		t.Fatalf("lookup of nothing: %+v", none)
+	}
+}
+
+// signedDelivery returns a delivery of one item signed with hexKey.
+func signedDelivery(t *testing.T, it adyentest.NotificationItem, hexKey string) []byte {
+	t.Helper()
+	sig := must(adyentest.Sign(it, hexKey))(t)
+	it.AdditionalData = map[string]string{"hmacSignature": sig}
+	return must(json.Marshal(adyentest.Notification{Live: "false", NotificationItems: []adyentest.NotificationEntry{{NotificationRequestItem: it}}}))(t)
+}
+
+const (
+	oldKey = "00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF"
+	newKey = "FFEEDDCCBBAA99887766554433221100FFEEDDCCBBAA99887766554433221100"
+)
+
+func verifier(t *testing.T, keys ...string) *adyen.Provider {
+	return must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: merchant, ReturnURL: "https://r.example", HMACKeys: keys}))(t)
+}
+
+func refundItem() adyentest.NotificationItem {
+	return adyentest.NotificationItem{
+		Amount: adyentest.Amount{Currency: "EUR", Value: 1500}, EventCode: "REFUND", EventDate: "2026-03-01T12:00:00Z",
+		MerchantAccountCode: merchant, MerchantReference: "order-r_refund_0", OriginalReference: "PSP_PAYMENT_0001",
+		PSPReference: "PSP_REFUND_00001", Success: "true",
+	}
+}
+
+func TestVerifyWebhookRotationAndTampering(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	body := signedDelivery(t, refundItem(), newKey)
+
+	evs := must(verifier(t, oldKey, newKey).VerifyWebhook(ctx, nil, body))(t)
+	ev := evs[0]
+	if len(evs) != 1 || ev.ID != "PSP_REFUND_00001:REFUND:true" || ev.Type != "REFUND" || ev.Kind != payments.EventRefundSucceeded ||
+		ev.Reference != "order-r_refund_0" || ev.ProviderID != "PSP_REFUND_00001" || ev.ChargeID != "PSP_PAYMENT_0001" ||
+		!ev.Amount.Equal(eur("15.00")) || !strings.Contains(string(ev.Body), `"pspReference":"PSP_REFUND_00001"`) {
+		t.Fatalf("event %+v", ev)
+	}
+	must(verifier(t, newKey).VerifyWebhook(ctx, nil, body))(t)
+	if _, err := verifier(t, oldKey).VerifyWebhook(ctx, nil, body); !errors.Is(err, payments.ErrWebhookSignature) {
+		t.Fatalf("wrong key: %v", err)
+	}
+
+	p := verifier(t, newKey)
+	for field, edit := range map[string]func(it *adyentest.NotificationItem){
+		"pspReference":        func(it *adyentest.NotificationItem) { it.PSPReference = "PSP_FORGED_00001" },
+		"originalReference":   func(it *adyentest.NotificationItem) { it.OriginalReference = "PSP_OTHER_000001" },
+		"merchantAccountCode": func(it *adyentest.NotificationItem) { it.MerchantAccountCode = "OtherMerchant" },
+		"merchantReference":   func(it *adyentest.NotificationItem) { it.MerchantReference = "order-x_refund_0" },
+		"amount.value":        func(it *adyentest.NotificationItem) { it.Amount.Value = 150000 },
+		"amount.currency":     func(it *adyentest.NotificationItem) { it.Amount.Currency = "USD" },
+		"eventCode":           func(it *adyentest.NotificationItem) { it.EventCode = "CAPTURE" },
+		"success":             func(it *adyentest.NotificationItem) { it.Success = "false" },
+	} {
+		var n adyentest.Notification
+		if err := json.Unmarshal(body, &n); err != nil {
+			t.Fatal(err)
+		}
+		edit(&n.NotificationItems[0].NotificationRequestItem)
+		tampered := must(json.Marshal(n))(t)
+		if _, err := p.VerifyWebhook(ctx, nil, tampered); !errors.Is(err, payments.ErrWebhookSignature) {
+			t.Fatalf("tampered %s accepted: %v", field, err)
+		}
+	}
+
+	unsigned := refundItem()
+	noSig := must(json.Marshal(adyentest.Notification{Live: "false", NotificationItems: []adyentest.NotificationEntry{{NotificationRequestItem: unsigned}}}))(t)
+	if _, err := p.VerifyWebhook(ctx, nil, noSig); !errors.Is(err, payments.ErrWebhookSignature) {
+		t.Fatalf("unsigned: %v", err)
+	}
+	// One bad item refuses the whole batch.
+	good := refundItem()
+	good.AdditionalData = map[string]string{"hmacSignature": must(adyentest.Sign(good, newKey))(t)}
+	bad := refundItem()
+	bad.PSPReference = "PSP_REFUND_00002"
+	bad.AdditionalData = map[string]string{"hmacSignature": good.AdditionalData["hmacSignature"]}
+	batch := must(json.Marshal(adyentest.Notification{Live: "false", NotificationItems: []adyentest.NotificationEntry{{NotificationRequestItem: good}, {NotificationRequestItem: bad}}}))(t)
+	if _, err := p.VerifyWebhook(ctx, nil, batch); !errors.Is(err, payments.ErrWebhookSignature) || !strings.Contains(err.Error(), "notificationItems[1]") {
+		t.Fatalf("batch with a bad item: %v", err)
+	}
+}
+
+func TestVerifyWebhookMalformed(t *testing.T) {
+	t.Parallel()
+	p := verifier(t, newKey)
+	for name, body := range map[string]string{
+		"not json":         `notification`,
+		"no items":         `{"live":"false","notificationItems":[]}`,
+		"items missing":    `{"live":"false"}`,
+		"no request item":  `{"live":"false","notificationItems":[{}]}`,
+		"item not object":  `{"live":"false","notificationItems":[{"NotificationRequestItem":"x"}]}`,
+		"no pspReference":  `{"live":"false","notificationItems":[{"NotificationRequestItem":{"eventCode":"AUTHORISATION","success":"true"}}]}`,
+		"no eventCode":     `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"P","success":"true"}}]}`,
+		"no success":       `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"P","eventCode":"REFUND"}}]}`,
+		"bad success":      `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"P","eventCode":"REFUND","success":"maybe"}}]}`,
+		"bad amount value": `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"P","eventCode":"REFUND","success":"true","amount":{"currency":"EUR","value":"10"}}}]}`,
+	} {
+		if _, err := p.VerifyWebhook(context.Background(), nil, []byte(body)); !errors.Is(err, payments.ErrWebhookMalformed) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	// A signed item in a currency money does not know.
+	it := refundItem()
+	it.Amount.Currency = "XXZ"
+	if _, err := p.VerifyWebhook(context.Background(), nil, signedDelivery(t, it, newKey)); !errors.Is(err, payments.ErrWebhookMalformed) ||
+		!strings.Contains(err.Error(), "amount.currency") {
+		t.Fatalf("unknown currency: %v", err)
+	}
+}
+
+func TestWebhookEventKinds(t *testing.T) {
+	t.Parallel()
+	p := verifier(t, newKey)
+	for _, tc := range []struct {
+		code, success string
+		want          payments.EventKind
+	}{
+		{"AUTHORISATION", "true", payments.EventChargeSucceeded},
+		{"AUTHORISATION", "false", payments.EventChargeFailed},
+		{"REFUND", "true", payments.EventRefundSucceeded},
+		{"REFUND", "false", payments.EventRefundFailed},
+		{"REFUND_FAILED", "true", payments.EventRefundFailed},
+		{"CAPTURE", "true", payments.EventCaptureSucceeded},
+		{"CAPTURE", "false", payments.EventCaptureFailed},
+		{"CAPTURE_FAILED", "true", payments.EventCaptureFailed},
+		{"TECHNICAL_CANCEL", "true", payments.EventCancelled},
+		{"TECHNICAL_CANCEL", "false", payments.EventIgnored},
+		{"CANCELLATION", "true", payments.EventCancelled},
+		{"REPORT_AVAILABLE", "true", payments.EventIgnored},
+	} {
+		it := refundItem()
+		it.EventCode, it.Success, it.Reason = tc.code, tc.success, "some reason"
+		evs := must(p.VerifyWebhook(context.Background(), nil, signedDelivery(t, it, newKey)))(t)
+		if evs[0].Kind != tc.want || evs[0].ID != it.PSPReference+":"+tc.code+":"+tc.success {
+			t.Fatalf("%s %s: %+v", tc.code, tc.success, evs[0])
+		}
+		if (tc.success == "false" || strings.HasSuffix(tc.code, "_FAILED")) != (evs[0].DeclineCode == "some reason") {
+			t.Fatalf("%s %s: DeclineCode %q", tc.code, tc.success, evs[0].DeclineCode)
+		}
+	}
+	// A boolean success (some integrations re-encode) verifies as its string.
+	it := refundItem()
+	body := string(signedDelivery(t, it, newKey))
+	body = strings.Replace(body, `"success":"true"`, `"success":true`, 1)
+	must(p.VerifyWebhook(context.Background(), nil, []byte(body)))(t)
+}
+
+// The fake's webhooks are refused by the inbox when signed with another key.
+func TestFakeDeliveriesWrongKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &adyentest.Config{HMACKey: oldKey})
+	must(b.p.Charge(context.Background(), chargeReq("order-wrongkey", adyentest.PaymentMethodVisa)))(t)
+	b.wait(t)
+	ev := b.srv.Events()
+	b.inbox.mu.Lock()
+	refused := b.inbox.refused
+	b.inbox.mu.Unlock()
+	if len(ev) != 1 || ev[0].Delivered != 0 || ev[0].Failed != 1 || refused < 2 || len(b.inbox.all()) != 0 {
+		t.Fatalf("events %+v, refused %d", ev, refused)
+	}
+}
+
+// TestConformance runs providertest.Exercise. Adyen has no replay signal:
+// the replay check asserts the same payment and one charge instead.
+func TestConformance(t *testing.T) {
+	providertest.Exercise(t, func(t *testing.T) providertest.Harness {
+		b := setup(t, nil)
+		return providertest.Harness{
+			Provider:       b.p,
+			NoReplaySignal: true,
+			Succeeds:       adyentest.PaymentMethodVisa,
+			Declines:       adyentest.PaymentMethodDeclined,
+			Charges: func(key string) int {
+				return b.srv.Counts(payments.ProviderKey(key, "charge", 0, payments.MaxReferenceLen(b.p))).Payments
+			},
+			LoseNextResponse: func() {
+				b.srv.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments"})
+			},
+			SlowNext: func(d time.Duration) {
+				b.srv.Inject(adyentest.Fault{Kind: adyentest.Latency, Delay: d})
+			},
+			Webhook: func(t *testing.T) (good, bad error) {
+				must(b.p.Charge(context.Background(), chargeReq("order-wh", adyentest.PaymentMethodVisa)))(t)
+				b.wait(t)
+				b.inbox.mu.Lock()
+				payload := b.inbox.payloads[0]
+				b.inbox.mu.Unlock()
+				_, good = b.p.VerifyWebhook(context.Background(), nil, payload)
+				_, bad = verifier(t, oldKey).VerifyWebhook(context.Background(), nil, payload)
+				return good, bad
+			},
+		}
+	})
+}

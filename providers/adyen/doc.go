@@ -1,0 +1,100 @@
+// Package adyen is payonce's Adyen adapter: a [payments.Provider] and
+// [payments.WebhookVerifier] over Adyen's Checkout API v71, through a small typed REST
+// [Client] (the official Go library is not available to this module): POST /payments,
+// /payments/{pspReference}/refunds and /captures, and /cancels.
+//
+//	p, err := adyen.New(&adyen.Config{
+//		APIKey:          os.Getenv("ADYEN_API_KEY"),
+//		MerchantAccount: "ShopECOM",
+//		ReturnURL:       "https://shop.example/checkout/return",
+//		HMACKeys:        []string{os.Getenv("ADYEN_HMAC_KEY")},
+//		Notifications:   inbox.ByReference, // what the webhook receiver stored
+//	})
+//
+// # References and keys
+//
+// Adyen takes two identifiers, and payonce derives both from the local key, the step and the
+// attempt, never at random:
+//
+//   - reference (at most 80 characters; [MaxReferenceLen], which [Provider.MaxReferenceLen]
+//     reports so that payments compacts it): the request's ProviderKey as payments derives it,
+//     "<key>_<step>_<attempt>" or, when longer, a prefix and a SHA-256. A longer ProviderKey is
+//     refused, not cut.
+//   - Idempotency-Key (at most 64): [IdempotencyKey] of the reference, the reference itself
+//     when it fits, else its first 11 characters, "_" and the base32 SHA-256 of the whole.
+//
+// Adyen does not deduplicate references: only the Idempotency-Key prevents a second payment,
+// so it must follow from the reference, and the reference must be the same on every retry.
+// The local key also travels in metadata[payonce_key] ([MetadataKey]) when it fits Adyen's
+// 80-character values; it is omitted otherwise (the reference is the link).
+//
+// # Retention
+//
+// Adyen's idempotency page says keys are valid for at least 31 days; PROVIDERS.md asks to
+// design for 7. [Provider.DedupWindow] reports Config.Retention, 31 days by default, and a
+// configuration under 7 days is refused: payonce keeps a key at least as long as Adyen might
+// replay it.
+//
+// # Outcomes
+//
+// Payments are card-on-file (shopperInteraction ContAuth, recurringProcessingModel
+// UnscheduledCardOnFile) and assumed to be captured automatically, the merchant account's
+// default, so Authorised means the money moved:
+//
+//	resultCode                                   ChargeResult / error
+//	Authorised                                   ChargeSucceeded
+//	Refused                                      ChargeFailed + *DeclineError (DeclineCode = refusalReason)
+//	Pending, Received                            ChargePending (the AUTHORISATION webhook decides)
+//	RedirectShopper, ChallengeShopper,           ChargeRequiresAction
+//	  IdentifyShopper, PresentToShopper
+//	Cancelled                                    ChargeFailed
+//	Error, any other code                        *UnknownOutcomeError (never guessed)
+//
+//	HTTP answer                                  payments error            final?
+//	409 or 422 errorCode "704"                   *InProgressError          retry later, same key
+//	Transient-Error: true (any status)           *UnknownOutcomeError      retry, same key
+//	422 idempotency_key_reused (adyentest only)  *KeyMismatchError         a bug: report
+//	other 4xx (validation, 401, 403)             *InvalidRequestError      yes
+//	429, 5xx                                     *UnknownOutcomeError      same key replays a 5xx
+//	2xx that does not decode                     *UnknownOutcomeError      retry, same key
+//	transport error before any byte was written  *NotSentError             retry
+//	transport error after (timeout, reset)       *UnknownOutcomeError      retry, same key
+//
+// "Written" is observed with [net/http/httptrace] across net/http's own attempts. A response
+// with Transient-Error: true was not kept by Adyen for the key and may be retried with it;
+// it is reported as unknown rather than not-sent because the request did reach Adyen and
+// nothing proves it did nothing, and both classes are equally safe to retry. A 5xx without
+// that header is final for the key at Adyen: a retry replays it, and only the AUTHORISATION
+// notification ([Provider.Lookup]) or a technical cancel ([Client.Cancel]) resolves it.
+//
+// Replayed is always false: Adyen answers a replay with the first response, byte for byte,
+// and no marker (the echoed Idempotency-Key header is on every keyed response).
+//
+// Refunds are only acknowledged ("received"): [Provider.Refund] returns RefundPending with the
+// refund's pspReference, and the REFUND notification says whether it succeeded (a refund over
+// what is left fails there).
+//
+// # Lookup
+//
+// Adyen has no read by reference. [Provider.Lookup] asks Config.Notifications for the events
+// stored under the reference and reports one charge per pspReference with an AUTHORISATION
+// (failed when a later TECHNICAL_CANCEL or CANCELLATION voided it). Notifications can lag, so
+// the answer is never Consistent, and "nothing" is no proof of absence: within the dedup
+// window, resend with the same key; otherwise a technical cancel by reference voids whatever
+// may exist and its TECHNICAL_CANCEL notification reports what it found.
+//
+// # Retries
+//
+// The adapter never retries, and neither does Adyen on its side: payonce retries with the same
+// reference and so the same Idempotency-Key, which Adyen deduplicates for the dedup window.
+// Adyen's webhook deliveries are retried by Adyen until acknowledged with 2xx, and may come
+// more than once: dedupe on [payments.WebhookEvent].ID ("pspReference:eventCode:success").
+// net/http resends a keyed POST on a fresh connection when a reused keep-alive connection fails
+// before the response: harmless (same key), but it can hide a lost response in tests, which
+// therefore disable keep-alives.
+//
+// # Webhooks
+//
+// [Provider.VerifyWebhook] verifies each item's HMAC signature against every Config.HMACKeys
+// entry (rotation) and maps event codes to [payments.EventKind]; see its documentation.
+package adyen

@@ -1,0 +1,57 @@
+package adyen
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/payonce/payonce/payments"
+)
+
+// ErrorCodeInProgress is Adyen's errorCode for a request whose Idempotency-Key is still being
+// processed ("request already processed or in progress"), with HTTP 409 or 422.
+const ErrorCodeInProgress = "704"
+
+// errorCodeKeyMismatch is what adyentest answers (422) for a key reused with another body.
+// Adyen documents no answer for that case; payments enforces the match locally anyway.
+const errorCodeKeyMismatch = "idempotency_key_reused"
+
+// classify maps a Client error to payments' outcome classes; see the table in the package
+// documentation.
+func classify(err error) error {
+	var te *TransportError
+	if errors.As(err, &te) {
+		if !te.Sent {
+			return &payments.NotSentError{Provider: providerName, Err: err}
+		}
+		return &payments.UnknownOutcomeError{Provider: providerName, Status: te.StatusCode, Err: err}
+	}
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return &payments.UnknownOutcomeError{Provider: providerName, Err: err}
+	}
+	status := ae.StatusCode
+	switch {
+	case ae.ErrorCode == ErrorCodeInProgress && (status == http.StatusConflict || status == http.StatusUnprocessableEntity):
+		return &payments.InProgressError{Provider: providerName}
+	case ae.Transient:
+		// Adyen did not keep this answer for the key and says the same key may be retried.
+		// The request did reach Adyen, so "not sent" would be a claim we cannot prove (and
+		// NotSentError may be read as "nothing exists there"); unknown is as retryable and
+		// never assumed failed.
+		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+	case status == http.StatusUnprocessableEntity && ae.ErrorCode == errorCodeKeyMismatch:
+		return &payments.KeyMismatchError{Provider: providerName, Message: ae.Message}
+	case status == http.StatusTooManyRequests, status >= 500:
+		// A non-transient 5xx is final for the key at Adyen: a retry replays it, and only the
+		// AUTHORISATION webhook (Lookup) or a technical cancel resolves the outcome.
+		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+	case status >= 400:
+		code := ae.ErrorCode
+		if code == "" {
+			code = http.StatusText(status)
+		}
+		return &payments.InvalidRequestError{Provider: providerName, Code: code, Message: ae.Message}
+	default:
+		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+	}
+}
