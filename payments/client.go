@@ -282,7 +282,48 @@ RETURNING provider_key`
 
 // readIntentSQL reads the provider key of an intent recorded by an earlier
 // attempt (a retry after an unknown outcome): the same key must be sent.
-const readIntentSQL = `SELECT provider_key, coalesce(provider_id, '') FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`
+const readIntentSQL = `SELECT provider_key, coalesce(provider_id, ''), status, coalesce(decline_code, '')
+  FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`
+
+// priorIntent is what an earlier attempt recorded of an intent.
+type priorIntent struct {
+	providerKey, providerID, status, declineCode string
+}
+
+func (pi *priorIntent) scan(row pgx.Row) error {
+	return row.Scan(&pi.providerKey, &pi.providerID, &pi.status, &pi.declineCode)
+}
+
+// final reports whether a webhook or the reconciler settled the intent
+// while no call held its key: a retry then records that state instead of
+// calling the provider again.
+func (pi priorIntent) final() bool {
+	switch IntentStatus(pi.status) {
+	case IntentSucceeded, IntentDeclined, IntentFailed:
+		return true
+	}
+	return false
+}
+
+// settled completes the idempotency record from an intent already settled
+// by a webhook or the reconciler; post re-posts idempotently (the ledger
+// replays an existing entry).
+func (c *Client) settled(ctx context.Context, lease idempotency.Lease, req idempotency.Request, provider string,
+	prior priorIntent, amount money.Money, post func(pgx.Tx) error) (idempotency.Response, error) {
+	switch IntentStatus(prior.status) {
+	case IntentSucceeded:
+		out := Outcome{Status: IntentSucceeded, Provider: provider, ProviderID: prior.providerID,
+			Amount: amount.AmountString(), Currency: string(amount.Currency())}
+		return c.settle(ctx, lease, req, idempotency.StatusCompleted, IntentSucceeded, prior.providerID, "", stored{Result: &out}, post)
+	case IntentDeclined:
+		d := &DeclineError{Provider: provider, Code: "declined", DeclineCode: prior.declineCode,
+			Message: "declined, as the provider notified"}
+		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentDeclined, "", prior.declineCode, stored{Decline: d}, nil)
+	default:
+		inv := &InvalidRequestError{Provider: provider, Code: "payment_failed", Message: "failed or voided at the provider: " + prior.declineCode}
+		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentFailed, "", prior.declineCode, stored{Invalid: inv}, nil)
+	}
+}
 
 // progressSQL records the provider's object as soon as a multi-step
 // adapter knows it (PayPal's order, before its capture).
@@ -309,15 +350,21 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	// The intent is recorded before the call (a retry finds it and reuses
 	// its provider key).
 	pkey := ProviderKey(req.Key, "charge", 0, MaxReferenceLen(prov))
-	var known string
+	var prior priorIntent
 	err := c.pool.QueryRow(ctx, insertIntentSQL, req.Key, req.Scope, p.Provider, pkey,
 		p.Amount.AmountString(), string(p.Amount.Currency()), p.Recipient, p.PaymentMethod).Scan(&pkey)
 	if errors.Is(err, pgx.ErrNoRows) { // recorded by an earlier attempt: reuse its provider key
-		err = c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey, &known)
+		err = prior.scan(c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope))
+		pkey = prior.providerKey
 	}
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("payments: record intent: %w", err)
 	}
+	if prior.final() {
+		return c.settled(ctx, lease, req, p.Provider, prior, p.Amount,
+			func(tx pgx.Tx) error { return c.postCharge(ctx, tx, req.Key, p.Provider, p.Amount) })
+	}
+	known := prior.providerID
 	c.hooks.call(c.hooks.afterIntent, ctx, req.Key)
 	started := time.Now()
 	pres, perr := prov.Charge(ctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,

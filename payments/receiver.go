@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 )
 
@@ -373,12 +372,7 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 			if err := set(IntentSucceeded, ""); err != nil {
 				return "", "", err
 			}
-			entry, err := ledger.RefundEntry(in.key, provider, amount)
-			if err != nil {
-				return "", "", err
-			}
-			_, err = c.ledger.PostTx(ctx, tx, entry)
-			return EventApplied, "", err
+			return EventApplied, "", c.postRefund(ctx, tx, in.key, provider, amount)
 		case in.status == string(IntentSucceeded):
 			return EventConfirmed, "", nil
 		default:

@@ -295,3 +295,43 @@ func TestWebhookBadInput(t *testing.T) {
 		t.Fatalf("outcomes %v, want one ignored and one unmatched", got)
 	}
 }
+
+// Stripe caches a 500 produced after the charge: every retry with the key
+// gets it again. Once the webhook settled the intent, a retry records that
+// state and answers it, without asking the provider.
+func TestRetryAfterTheWebhookSettledACached500(t *testing.T) {
+	t.Parallel()
+	b := setupWebhooks(t, 0)
+	ctx := context.Background()
+	b.drop.Store(true)
+	b.fake.Inject(stripetest.Fault{Kind: stripetest.FailAfter, Method: "POST", Path: "/v1/payment_intents"})
+	p := params(t, "w5", "15.00", stripetest.PaymentMethodVisa)
+	if _, err := b.client.Charge(ctx, p); !payments.OutcomeUnknown(err) {
+		t.Fatalf("500 after the charge: %v", err)
+	}
+	b.waitDeliveries(t)
+	if _, err := b.client.Charge(ctx, p); !payments.OutcomeUnknown(err) {
+		t.Fatalf("retry of a cached 500 before any webhook: %v, want still unknown", err)
+	}
+	// The provider redelivers the event; this time it is handled.
+	b.drop.Store(false)
+	ev := b.fake.Events()[0]
+	req, _ := http.NewRequest(http.MethodPost, b.recv.URL, strings.NewReader(string(ev.Payload)))
+	req.Header.Set("Stripe-Signature", stripetest.Sign(ev.Payload, stripetest.DefaultWebhookSecret, time.Now()))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	out, err := b.client.Charge(ctx, p)
+	if err != nil || out.Status != payments.IntentSucceeded || out.ProviderID != ev.ObjectID {
+		t.Fatalf("retry after the webhook: %+v %v", out, err)
+	}
+	again, err := b.client.Charge(ctx, p)
+	if err != nil || !again.Replayed || again.ProviderID != ev.ObjectID {
+		t.Fatalf("replay: %+v %v", again, err)
+	}
+	if n := entries(t, b.bundle, "w5"); n != 1 || pis(t, b.bundle, "w5") != 1 || balance(t, b.bundle) != "15.00" {
+		t.Fatalf("%d entries, %d PaymentIntents, cash %s", n, pis(t, b.bundle, "w5"), balance(t, b.bundle))
+	}
+}

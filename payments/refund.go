@@ -108,12 +108,14 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (Outco
 func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Request, chargeKey, chargeID string, amount money.Money) (idempotency.Response, error) {
 	lease, _ := idempotency.LeaseFromContext(ctx)
 	pkey := ProviderKey(req.Key, "refund", 0, MaxReferenceLen(prov))
+	var prior priorIntent
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, insertRefundSQL, req.Key, req.Scope, prov.Name(), pkey, amount.AmountString(), string(amount.Currency()), chargeKey).Scan(&pkey)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Recorded (and reserved) by an earlier attempt: reuse its key.
-			var known string
-			return tx.QueryRow(ctx, readIntentSQL, req.Key, req.Scope).Scan(&pkey, &known)
+			err = prior.scan(tx.QueryRow(ctx, readIntentSQL, req.Key, req.Scope))
+			pkey = prior.providerKey
+			return err
 		}
 		if err != nil {
 			return err
@@ -129,6 +131,9 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 	}
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("payments: record refund intent: %w", err)
+	}
+	if prior.final() {
+		return c.settled(ctx, lease, req, prov.Name(), prior, amount, func(tx pgx.Tx) error { return c.postRefund(ctx, tx, req.Key, prov.Name(), amount) })
 	}
 	started := time.Now()
 	rres, rerr := prov.Refund(ctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
@@ -146,14 +151,7 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 		switch rres.Status {
 		case RefundSucceeded:
 			status = IntentSucceeded
-			post = func(tx pgx.Tx) error {
-				entry, err := ledger.RefundEntry(req.Key, prov.Name(), amount)
-				if err != nil {
-					return err
-				}
-				_, err = c.ledger.PostTx(ctx, tx, entry)
-				return err
-			}
+			post = func(tx pgx.Tx) error { return c.postRefund(ctx, tx, req.Key, prov.Name(), amount) }
 		case RefundFailed:
 			status, post = IntentFailed, unreserve
 		}
@@ -198,4 +196,14 @@ func (c *Client) outcome(res idempotency.Result, err error, provider string) (Ou
 		}
 	}
 	return Outcome{}, err
+}
+
+// postRefund records a succeeded refund in the ledger.
+func (c *Client) postRefund(ctx context.Context, tx pgx.Tx, key, provider string, amount money.Money) error {
+	entry, err := ledger.RefundEntry(key, provider, amount)
+	if err != nil {
+		return err
+	}
+	_, err = c.ledger.PostTx(ctx, tx, entry)
+	return err
 }
