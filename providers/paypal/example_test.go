@@ -1,0 +1,59 @@
+package paypal_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/paypal"
+	"github.com/payonce/payonce/providers/paypal/paypaltest"
+)
+
+// A charge whose capture response is lost after PayPal committed it: the outcome is unknown,
+// the retry with the same ProviderKey replays both steps, and exactly one order and one capture
+// exist.
+func Example() {
+	srv := paypaltest.NewServer(nil)
+	defer srv.Close()
+
+	p, err := paypal.New(&paypal.Config{
+		ClientID: paypaltest.DefaultClientID,
+		Secret:   paypaltest.DefaultSecret,
+		BaseURL:  srv.URL(),
+		// Keep-alives off, so that the lost response is seen as lost.
+		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	req := payments.ChargeRequest{
+		Key:           "order-42",
+		ProviderKey:   payments.ProviderKey("order-42", "charge", 0, paypal.MaxProviderKeyLen),
+		Amount:        money.MustParse("20.00", money.EUR),
+		PaymentMethod: paypaltest.PaymentMethodVisa,
+		Progress: func(ctx context.Context, orderID string) error {
+			fmt.Println("order recorded before its capture")
+			return nil
+		},
+	}
+
+	srv.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Path: "/v2/checkout/orders/*/capture"})
+	_, err = p.Charge(context.Background(), req)
+	fmt.Println("outcome unknown:", payments.OutcomeUnknown(err), "safe to retry:", payments.SafeToRetry(err))
+
+	res, err := p.Charge(context.Background(), req)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.Status, res.Amount, "replayed:", res.Replayed)
+	fmt.Printf("%+v\n", srv.CountsByCustomID(req.ProviderKey))
+	// Output:
+	// order recorded before its capture
+	// outcome unknown: true safe to retry: true
+	// order recorded before its capture
+	// succeeded 20.00 EUR replayed: true
+	// {Orders:1 Captures:1 Refunds:0}
+}

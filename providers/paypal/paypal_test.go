@@ -1,0 +1,189 @@
+package paypal_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/paypal"
+	"github.com/payonce/payonce/providers/paypal/paypaltest"
+	"github.com/payonce/payonce/providers/providertest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+type bundle struct {
+	srv   *paypaltest.Server
+	p     *paypal.Provider
+	clock *paypaltest.ManualClock
+}
+
+// setup starts a fake on a manual clock and a Provider on it sharing that clock. Keep-alives are
+// off so that a lost response is seen as lost.
+func setup(t *testing.T, cfg *paypaltest.Config) bundle {
+	t.Helper()
+	if cfg == nil {
+		cfg = &paypaltest.Config{}
+	}
+	clock := paypaltest.NewManualClock(t0)
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Now
+	}
+	srv := paypaltest.NewServer(cfg)
+	t.Cleanup(srv.Close)
+	p, err := paypal.New(&paypal.Config{
+		ClientID:   paypaltest.DefaultClientID,
+		Secret:     paypaltest.DefaultSecret,
+		BaseURL:    srv.URL(),
+		HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		WebhookID:  paypaltest.DefaultWebhookID,
+		Clock:      clock.Now,
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return bundle{srv: srv, p: p, clock: clock}
+}
+
+// sink is a webhook endpoint recording deliveries.
+type sink struct {
+	mu         sync.Mutex
+	deliveries []delivery
+}
+
+type delivery struct {
+	header http.Header
+	body   []byte
+}
+
+func newSink(t *testing.T) (*sink, string) {
+	s := &sink{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.deliveries = append(s.deliveries, delivery{r.Header.Clone(), b})
+		s.mu.Unlock()
+	}))
+	t.Cleanup(ts.Close)
+	return s, ts.URL
+}
+
+func (s *sink) all() []delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]delivery(nil), s.deliveries...)
+}
+
+func setupWithSink(t *testing.T, cfg *paypaltest.Config) (bundle, *sink) {
+	s, u := newSink(t)
+	if cfg == nil {
+		cfg = &paypaltest.Config{}
+	}
+	cfg.WebhookURL = u
+	return setup(t, cfg), s
+}
+
+func eur(s string) money.Money { return money.MustParse(s, money.EUR) }
+
+func chargeReq(key, pm string) payments.ChargeRequest {
+	return payments.ChargeRequest{
+		Key:           key,
+		ProviderKey:   payments.ProviderKey(key, "charge", 0, paypal.MaxProviderKeyLen),
+		Amount:        eur("20.00"),
+		PaymentMethod: pm,
+		Description:   "order " + key,
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// must(call())(t) fails t if call returned an error.
+func must[T any](v T, err error) func(*testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return v
+	}
+}
+
+func errAs[E error](t *testing.T, err error) E {
+	t.Helper()
+	var target E
+	if !errors.As(err, &target) {
+		t.Fatalf("error %v (%T) is not a %T", err, err, target)
+	}
+	return target
+}
+
+func wantCounts(t *testing.T, b bundle, customID string, want paypaltest.Counts) {
+	t.Helper()
+	if got := b.srv.CountsByCustomID(customID); got != want {
+		t.Fatalf("fake holds %+v for custom_id %q, want %+v", got, customID, want)
+	}
+}
+
+// firstDelivery charges once and returns the first webhook delivery.
+func firstDelivery(t *testing.T, b bundle, s *sink) delivery {
+	t.Helper()
+	must(b.p.Charge(ctxT(t), chargeReq("wh-"+t.Name(), paypaltest.PaymentMethodVisa)))(t)
+	if err := b.srv.WaitDeliveries(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	d := s.all()
+	if len(d) == 0 {
+		t.Fatal("no webhook delivered")
+	}
+	return d[0]
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	providertest.Exercise(t, func(t *testing.T) providertest.Harness {
+		b, s := setupWithSink(t, nil)
+		return providertest.Harness{
+			Provider: b.p,
+			Succeeds: paypaltest.PaymentMethodVisa,
+			Declines: paypaltest.PaymentMethodDeclined,
+			Charges: func(key string) int {
+				return b.srv.CountsByCustomID(payments.ProviderKey(key, "charge", 0, payments.MaxReferenceLen(b.p))).Captures
+			},
+			LoseNextResponse: func() {
+				b.srv.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/checkout/orders/*/capture"})
+			},
+			SlowNext: func(d time.Duration) {
+				b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: d, Method: "POST", Path: "/v2/checkout/orders"})
+			},
+			Webhook: func(t *testing.T) (good, bad error) {
+				d := firstDelivery(t, b, s)
+				_, good = b.p.VerifyWebhook(ctxT(t), d.header, d.body)
+				forged := d.header.Clone()
+				forged.Set(paypal.HeaderTransmissionSig, strings.Repeat("A", 44))
+				_, bad = b.p.VerifyWebhook(ctxT(t), forged, d.body)
+				return good, bad
+			},
+		}
+	})
+}
+
+func jpy(t *testing.T, s string) money.Money {
+	t.Helper()
+	return money.MustParse(s, money.JPY)
+}

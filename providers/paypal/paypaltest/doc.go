@@ -1,0 +1,100 @@
+// Package paypaltest is a stateful fake of the PayPal REST endpoints payonce's PayPal adapter
+// uses (OAuth2, Orders v2, Payments v2, webhook verification), with PayPal's PayPal-Request-Id
+// semantics and deterministic fault injection. Use it in tests (it is an [http.Handler];
+// [NewServer] starts it on a loopback port like [net/http/httptest.NewServer]) or standalone:
+//
+//	srv := paypaltest.NewUnstartedServer(nil)
+//	log.Fatal(http.ListenAndServe("127.0.0.1:12112", srv))
+//
+// # Authentication
+//
+// POST /v1/oauth2/token takes Basic auth with Config.ClientID and Config.Secret
+// ([DefaultClientID], [DefaultSecret]) and grant_type=client_credentials, and answers
+// {access_token, token_type "Bearer", expires_in} (Config.TokenLifetime, 9 h by default, on
+// Config.Clock). Every other endpoint needs "Authorization: Bearer <token>" with a token that
+// is issued, unexpired and not revoked ([Server.RevokeTokens]); otherwise 401
+// AUTHENTICATION_FAILURE. [Server.TokenRequests] counts the tokens issued.
+//
+// # Endpoints
+//
+//   - POST /v2/checkout/orders {intent "CAPTURE", one purchase unit {reference_id, custom_id
+//     (<= 127), invoice_id, description, amount {currency_code, value}}, payment_source.card.
+//     vault_id}. The value must have at most the currency's minor digits (422
+//     DECIMAL_PRECISION). Without a payment source the order is CREATED (and can never be
+//     approved: the fake has no payer); with one it needs a PayPal-Request-Id (400
+//     PAYPAL_REQUEST_ID_REQUIRED) and the vault id is a test payment method:
+//     [PaymentMethodVisa], [PaymentMethodDeclined] and [PaymentMethodInsufficientFunds] give
+//     APPROVED, [PaymentMethodAuthenticationRequired] PAYER_ACTION_REQUIRED (see
+//     [Server.CompletePayerAction]); any other is 422 PAYMENT_SOURCE_CANNOT_BE_USED.
+//   - GET /v2/checkout/orders/{id}: purchase_units[].payments.captures and .refunds.
+//   - POST /v2/checkout/orders/{id}/capture: one capture, COMPLETED, or DECLINED with
+//     processor_response.response_code [ResponseCodeGenericDecline] ("0005") or
+//     [ResponseCodeInsufficientFunds] ("0051"). The order becomes COMPLETED either way (as
+//     PayPal shows for card declines), and a second capture is 422 ORDER_ALREADY_CAPTURED. An
+//     order not APPROVED is 422 ORDER_NOT_APPROVED.
+//   - GET /v2/payments/captures/{id}; POST /v2/payments/captures/{id}/refund {amount?,
+//     custom_id, invoice_id, note_to_payer}, bounded by what is left of the capture (422
+//     REFUND_AMOUNT_EXCEEDED, CAPTURE_FULLY_REFUNDED, REFUND_CAPTURE_CURRENCY_MISMATCH);
+//     GET /v2/payments/refunds/{id}. Refunds complete at once.
+//   - POST /v1/notifications/verify-webhook-signature (see Webhooks).
+//
+// Errors are PayPal's shape: {name, message, debug_id, details[{field, location, issue,
+// description}]}.
+//
+// # Request ids
+//
+// A create, capture or refund carrying a PayPal-Request-Id (at most 108 characters) is
+// remembered per client id for Config.OrderRetention (creates, 6 h) or Config.CaptureRetention
+// (captures and refunds, 45 days), measured on Config.Clock; after that the id starts a new
+// request. A request id seen before is answered 200 with the latest status of the resource it
+// created or changed (the order for creates and captures, the refund for refunds), where the
+// first answer was 201. PayPal does not document what a known request id with other parameters
+// does beyond "latest status"; the fake returns the original resource's latest status as well,
+// whatever the body or endpoint, and counts such replays ([Server.MismatchedReplays]): detecting
+// the mismatch is the client's job. While the first request still executes, a duplicate gets
+// 409 RESOURCE_CONFLICT / PREVIOUS_REQUEST_IN_PROGRESS. Requests that change nothing
+// (validation errors, ORDER_ALREADY_CAPTURED) are not remembered. Reads ignore the header.
+//
+// # Faults
+//
+// [Server.Inject] queues a one-shot [Fault] for the next matching request; Config.Faults apply
+// by probability, drawn from Config.Seed, so the same seed and request sequence give the same
+// faults. Kinds: [Latency], [FailBefore], [FailAfter], [ResetAfter], [Hang]. After FailAfter or
+// ResetAfter the request id is remembered, so the retry is a 200 replay.
+//
+// net/http resends by itself a request on a reused keep-alive connection that failed before any
+// response when the request is idempotent for it (GET, or a POST with an Idempotency-Key
+// header) or was never written. Disable keep-alives in the test's HTTP client to observe lost
+// responses exactly once.
+//
+// # Webhooks
+//
+// With Config.WebhookURL set, the fake POSTs PayPal events there: PAYMENT.CAPTURE.COMPLETED or
+// PAYMENT.CAPTURE.DECLINED on a capture (resource: the capture, with custom_id and
+// supplementary_data.related_ids.order_id), PAYMENT.CAPTURE.REFUNDED on a refund (resource: the
+// refund). Each delivery attempt carries PAYPAL-AUTH-ALGO ([AuthAlgo]), PAYPAL-CERT-URL
+// ([CertURL]), a new PAYPAL-TRANSMISSION-ID, PAYPAL-TRANSMISSION-TIME and
+// PAYPAL-TRANSMISSION-SIG. Real PayPal signs "<transmission id>|<time>|<webhook id>|<crc32 of
+// the body>" with a certificate's RSA key; the fake signs the same string with a private HMAC
+// key, so only its own verification endpoint can check it: POST
+// /v1/notifications/verify-webhook-signature answers SUCCESS only when the transmission is one
+// the fake sent, with that signature and time, for that event body (compared after JSON
+// compaction) and webhook_id is Config.WebhookID ([DefaultWebhookID]); FAILURE otherwise.
+//
+// One goroutine owned by the Server delivers events in the order they happened, each
+// 1+Config.DuplicateWebhooks times with the same event id; a delivery that errs or answers
+// non-2xx is retried a few times with a short backoff, then abandoned. [Server.Events] lists
+// what was emitted and how its deliveries went; [Server.WaitDeliveries] waits for the queue to
+// drain. Close stops delivery and waits for the goroutine. Replays emit nothing.
+//
+// # Ground truth
+//
+// [Server.CountsByCustomID], [Server.CountsByRequestID] and [Server.Totals] report what really
+// exists at the fake; the same is served over HTTP without authentication:
+//
+//	GET  /_fake/counts?custom_id=K    -> {"orders":n,"captures":n,"refunds":n}
+//	GET  /_fake/counts?request_id=R   -> {"orders":n,"captures":n,"refunds":n}
+//	GET  /_fake/totals                -> {"EUR":{"captured":n,"refunded":n,"net":n}} (minor units)
+//	GET  /_fake/tokens                -> {"issued":n}
+//	POST /_fake/tokens/revoke         -> 204
+package paypaltest

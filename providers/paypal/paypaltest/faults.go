@@ -1,0 +1,134 @@
+package paypaltest
+
+import (
+	"errors"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+)
+
+// FaultKind is what goes wrong with a request.
+type FaultKind int
+
+const (
+	// NoFault is the zero FaultKind: the request is served normally.
+	NoFault FaultKind = iota
+
+	// Latency delays the request by Fault.Delay before it executes. Its PayPal-Request-Id stays
+	// in use meanwhile: a duplicate gets 409 PREVIOUS_REQUEST_IN_PROGRESS.
+	Latency
+
+	// FailBefore answers 500 INTERNAL_SERVER_ERROR before doing anything. Nothing changes and
+	// the request id is not remembered: a retry with it executes.
+	FailBefore
+
+	// FailAfter executes the request (the order, capture or refund exists) and then answers 500.
+	// The request id is remembered: as at PayPal, a retry with it returns the latest status of
+	// the resource with 200 (unlike Stripe, which replays the 500).
+	FailAfter
+
+	// ResetAfter executes the request, remembers its request id, and drops the connection (TCP
+	// RST) without answering: the response is lost. A retry with the same request id returns the
+	// latest status of the resource with 200.
+	ResetAfter
+
+	// Hang blocks the request until the client gives up (its context ends) or the Server is
+	// closed. Nothing executes; the request id is in use while it hangs, then forgotten.
+	Hang
+)
+
+var kindNames = [...]string{"NoFault", "Latency", "FailBefore", "FailAfter", "ResetAfter", "Hang"}
+
+func (k FaultKind) String() string {
+	if k >= 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "FaultKind(?)"
+}
+
+// Fault describes a failure and the requests it applies to. The matching fields are ANDed; an
+// empty field matches any request. Faults never apply to /_fake/ admin requests nor to requests
+// refused before execution (authentication, request ids in progress); they do apply to the
+// OAuth token endpoint, to reads and to replays.
+type Fault struct {
+	Kind FaultKind
+
+	// Delay is the added latency for Kind Latency.
+	Delay time.Duration
+
+	// Method matches the HTTP method ("POST", "GET"); "" matches any.
+	Method string
+
+	// Path matches the request path exactly, or as a [path.Match] pattern where "*" stands for
+	// one segment: "/v2/checkout/orders" is the create only, "/v2/checkout/orders/*/capture"
+	// any capture. "" matches any.
+	Path string
+
+	// RequestID matches the PayPal-Request-Id header exactly; "" matches any.
+	RequestID string
+
+	// Probability is the chance, in (0, 1], that a matching request gets this fault. Used only in
+	// Config.Faults; one-shot faults from Server.Inject always apply.
+	Probability float64
+}
+
+func (f Fault) validate() error {
+	if f.Kind <= NoFault || f.Kind > Hang {
+		return errors.New("Kind is not a known FaultKind")
+	}
+	if f.Kind == Latency && f.Delay <= 0 {
+		return errors.New("Delay must be positive for Latency")
+	}
+	if f.Path != "" {
+		if _, err := path.Match(f.Path, "/"); err != nil {
+			return errors.New("Path is not a valid pattern: " + err.Error())
+		}
+	}
+	return nil
+}
+
+func (f Fault) matches(r *http.Request, requestID string) bool {
+	if f.Method != "" && !strings.EqualFold(f.Method, r.Method) {
+		return false
+	}
+	if f.RequestID != "" && f.RequestID != requestID {
+		return false
+	}
+	if f.Path == "" {
+		return true
+	}
+	ok, _ := path.Match(f.Path, strings.TrimSuffix(r.URL.Path, "/"))
+	return ok
+}
+
+// Inject queues a one-shot fault for the next matching request; queued faults are matched in the
+// order they were injected and each applies once. It panics if f is invalid.
+func (s *Server) Inject(f Fault) {
+	if err := f.validate(); err != nil {
+		panic("paypaltest: Inject: " + err.Error())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.injected = append(s.injected, f)
+}
+
+// pickFault chooses the fault for a request about to execute or replay: the first matching
+// injected fault, else the first Config.Faults rule whose draw hits. Draws happen only for
+// matching rules, so a seed and a request sequence fix the outcome.
+func (s *Server) pickFault(r *http.Request, requestID string) Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, f := range s.injected {
+		if f.matches(r, requestID) {
+			s.injected = append(s.injected[:i:i], s.injected[i+1:]...)
+			return f
+		}
+	}
+	for _, f := range s.rules {
+		if f.matches(r, requestID) && s.rng.Float64() < f.Probability {
+			return f
+		}
+	}
+	return Fault{}
+}

@@ -1,0 +1,215 @@
+package paypaltest
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// opKind tells how an endpoint treats PayPal-Request-Id.
+type opKind int
+
+const (
+	opRead        opKind = iota // no request id semantics (GETs, signature verification)
+	opCreateOrder               // POST /v2/checkout/orders: request id kept OrderRetention
+	opCapture                   // POST .../capture: request id kept CaptureRetention
+	opRefund                    // POST .../refund: request id kept CaptureRetention
+)
+
+// requestScope is a request id in its scope, the REST app (client id) that sent it.
+type requestScope struct {
+	clientID  string
+	requestID string
+}
+
+// resourceRef names the resource a request created or changed: what a replay of its request id
+// shows the latest status of.
+type resourceRef struct {
+	kind string // "order" or "refund"
+	id   string
+}
+
+// requestEntry is what the fake remembers about a request id.
+type requestEntry struct {
+	scope       requestScope
+	created     time.Time
+	retention   time.Duration
+	fingerprint string // endpoint and compacted body of the first use
+	done        bool
+	resource    resourceRef
+}
+
+// call is one API request being executed.
+type call struct {
+	r         *http.Request
+	body      []byte
+	requestID string // PayPal-Request-Id, "" if none
+	clientID  string
+}
+
+// handler runs one API operation with s.mu held. It returns the response and the resource it
+// created or changed; a zero resourceRef means nothing changed (validation errors, reads), and
+// the request id, if any, is then not remembered.
+type handler func(c *call) (*response, resourceRef)
+
+// api wraps a handler with authentication, PayPal-Request-Id semantics and faults.
+func (s *Server) api(kind opKind, h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		clientID, errResp := s.authenticate(r)
+		if errResp != nil {
+			errResp.write(w)
+			return
+		}
+		body, errResp := readBody(r)
+		if errResp != nil {
+			errResp.write(w)
+			return
+		}
+		c := &call{r: r, body: body, clientID: clientID, requestID: r.Header.Get("PayPal-Request-Id")}
+		var entry *requestEntry
+		if kind != opRead && c.requestID != "" {
+			if len(c.requestID) > MaxRequestIDLen {
+				apiError(http.StatusBadRequest, "INVALID_REQUEST", "Request is not well-formed, syntactically incorrect, or violates schema.",
+					detail{Field: "PayPal-Request-Id", Location: "header", Issue: "INVALID_PARAMETER_SYNTAX",
+						Description: "PayPal-Request-Id must be at most 108 characters."}).write(w)
+				return
+			}
+			var replay *requestEntry
+			entry, replay, errResp = s.claim(kind, c)
+			if errResp != nil {
+				errResp.write(w)
+				return
+			}
+			if replay != nil {
+				s.replay(w, r, c.requestID, replay)
+				return
+			}
+		}
+		s.execute(w, c, h, entry)
+	})
+}
+
+func (s *Server) retentionOf(kind opKind) time.Duration {
+	if kind == opCreateOrder {
+		return s.orderRetention
+	}
+	return s.captureRetention
+}
+
+func fingerprint(r *http.Request, body []byte) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, body) != nil {
+		buf.Reset()
+		buf.Write(body)
+	}
+	return r.Method + " " + r.URL.Path + "\n" + buf.String()
+}
+
+// claim looks the request id up. It returns the new entry to execute under, or the completed
+// entry to replay, or 409 PREVIOUS_REQUEST_IN_PROGRESS. Ids older than their retention are
+// forgotten first; an entry still executing is never forgotten.
+func (s *Server) claim(kind opKind, c *call) (claimed, replay *requestEntry, _ *response) {
+	k := requestScope{c.clientID, c.requestID}
+	fp := fingerprint(c.r, c.body)
+	now := s.clock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.requestIDs[k]
+	if ok && e.done && !now.Before(e.created.Add(e.retention)) {
+		delete(s.requestIDs, k)
+		ok = false
+	}
+	if !ok {
+		e = &requestEntry{scope: k, created: now, retention: s.retentionOf(kind), fingerprint: fp}
+		s.requestIDs[k] = e
+		return e, nil, nil
+	}
+	if !e.done {
+		return nil, nil, apiError(http.StatusConflict, "RESOURCE_CONFLICT",
+			"The server has detected a conflict while processing this request.",
+			detail{Issue: "PREVIOUS_REQUEST_IN_PROGRESS", Location: "header", Field: "PayPal-Request-Id",
+				Description: "A previous request with the same PayPal-Request-Id is still in progress. Retry after it completes."})
+	}
+	if e.fingerprint != fp {
+		s.mismatches++
+	}
+	return nil, e, nil
+}
+
+// release forgets a claimed request id whose request changed nothing.
+func (s *Server) release(e *requestEntry) {
+	if e == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.requestIDs[e.scope] == e {
+		delete(s.requestIDs, e.scope)
+	}
+}
+
+// execute runs h under the fault chosen for the request. entry is the claimed request id, or nil.
+func (s *Server) execute(w http.ResponseWriter, c *call, h handler, entry *requestEntry) {
+	fault := s.pickFault(c.r, c.requestID)
+	if !s.before(c.r.Context(), fault) {
+		s.release(entry)
+		if fault.Kind == FailBefore {
+			internalError("injected FailBefore").write(w)
+		}
+		return // hung request abandoned
+	}
+
+	s.mu.Lock()
+	resp, ref := h(c)
+	if entry != nil && ref != (resourceRef{}) {
+		entry.done = true
+		entry.resource = ref
+	}
+	s.mu.Unlock()
+
+	if ref == (resourceRef{}) {
+		s.release(entry)
+		resp.write(w)
+		return
+	}
+	switch fault.Kind {
+	case FailAfter:
+		internalError("injected FailAfter: the request was executed").write(w)
+		return
+	case ResetAfter:
+		resetConnection(w)
+		return
+	}
+	resp.write(w)
+}
+
+// replay answers a request id seen before with the latest status of its resource, 200.
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, requestID string, e *requestEntry) {
+	fault := s.pickFault(r, requestID)
+	if !s.before(r.Context(), fault) {
+		if fault.Kind == FailBefore {
+			internalError("injected FailBefore").write(w)
+		}
+		return
+	}
+	switch fault.Kind {
+	case FailAfter:
+		internalError("injected FailAfter on a replay").write(w)
+		return
+	case ResetAfter:
+		resetConnection(w)
+		return
+	}
+	s.mu.Lock()
+	var resp *response
+	switch e.resource.kind {
+	case "order":
+		resp = jsonResponse(http.StatusOK, s.orders[e.resource.id].view(s))
+	default:
+		resp = jsonResponse(http.StatusOK, s.refunds[e.resource.id].view())
+	}
+	s.mu.Unlock()
+	resp.write(w)
+}

@@ -1,0 +1,475 @@
+package paypaltest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of [Config].
+const (
+	// DefaultClientID and DefaultSecret are the REST app credentials the fake accepts.
+	DefaultClientID = "client_test"
+	DefaultSecret   = "secret_test"
+
+	// DefaultTokenLifetime is the expires_in of issued access tokens: PayPal's usual 9 hours.
+	DefaultTokenLifetime = 9 * time.Hour
+
+	// DefaultOrderRetention is how long a PayPal-Request-Id of an order create is remembered:
+	// PayPal's documented 6 hours (72 hours on request).
+	DefaultOrderRetention = 6 * time.Hour
+
+	// DefaultCaptureRetention is how long a PayPal-Request-Id of a capture or a refund is
+	// remembered: Payments v2's documented 45 days.
+	DefaultCaptureRetention = 45 * 24 * time.Hour
+
+	// DefaultWebhookID is the id of the fake's webhook subscription.
+	DefaultWebhookID = "WH-FAKE-PAYONCE"
+
+	// MaxRequestIDLen is the Orders API's limit on PayPal-Request-Id.
+	MaxRequestIDLen = 108
+)
+
+// Config configures a Server. A nil *Config means all defaults.
+type Config struct {
+	// Clock returns the fake's current time. It stamps create_time, expires tokens and decides
+	// when a request id has outlived its retention. Default: time.Now. See [ManualClock].
+	Clock func() time.Time
+
+	// ClientID and Secret are the credentials POST /v1/oauth2/token accepts (Basic auth).
+	// Default: [DefaultClientID], [DefaultSecret].
+	ClientID, Secret string
+
+	// TokenLifetime is the expires_in of the access tokens the fake issues, measured on Clock;
+	// an expired token gets 401. Default: [DefaultTokenLifetime] (9h). See also
+	// [Server.RevokeTokens].
+	TokenLifetime time.Duration
+
+	// OrderRetention is how long the request id of an order create is remembered; a create
+	// reusing it later makes a new order. Default: [DefaultOrderRetention] (6h).
+	OrderRetention time.Duration
+
+	// CaptureRetention is how long the request id of a capture or a refund is remembered.
+	// Default: [DefaultCaptureRetention] (45 days).
+	CaptureRetention time.Duration
+
+	// Seed seeds the random source that decides the probabilistic Faults. Default: 1.
+	Seed int64
+
+	// Faults are applied by probability to every matching request, in order; the first one drawn
+	// wins. One-shot faults from [Server.Inject] take precedence. Default: none.
+	Faults []Fault
+
+	// WebhookURL is the endpoint the fake POSTs webhook events to. Default: "", no delivery
+	// (events are still recorded, see [Server.Events]).
+	WebhookURL string
+
+	// WebhookID is the id of the webhook subscription: deliveries are signed for it, and
+	// POST /v1/notifications/verify-webhook-signature answers SUCCESS only for it.
+	// Default: [DefaultWebhookID].
+	WebhookID string
+
+	// DuplicateWebhooks is how many extra times every event is delivered, with the same event id
+	// (and a new transmission id), as PayPal's at-least-once delivery may do. Default: 0.
+	DuplicateWebhooks int
+
+	// WebhookClient sends the deliveries. Default: a client with a 5 s timeout, whose idle
+	// connections Close releases.
+	WebhookClient *http.Client
+}
+
+// Server is a stateful fake of the PayPal REST endpoints payonce's adapter uses. It is an
+// [http.Handler]; [NewServer] also starts it on a loopback port. It is safe for concurrent use.
+type Server struct {
+	clock            func() time.Time
+	clientID, secret string
+	tokenLifetime    time.Duration
+	orderRetention   time.Duration
+	captureRetention time.Duration
+	webhookID        string
+	rules            []Fault
+	mux              *http.ServeMux
+
+	ts      *httptest.Server
+	closing chan struct{}
+	once    sync.Once
+
+	mu          sync.Mutex
+	rng         *rand.Rand
+	injected    []Fault
+	seq         int64
+	tokens      map[string]*token
+	tokenCount  int
+	requestIDs  map[requestScope]*requestEntry
+	mismatches  int
+	orders      map[string]*order
+	orderList   []*order // creation order
+	captures    map[string]*capture
+	refunds     map[string]*refund
+	refundList  []*refund
+	transmitted map[string]transmission // PAYPAL-TRANSMISSION-ID -> what was sent
+
+	wh *webhooks // event log and delivery queue; has its own lock, taken after mu
+}
+
+type token struct {
+	clientID string
+	expires  time.Time
+	revoked  bool
+}
+
+// NewServer returns a started Server listening on a loopback port, like [httptest.NewServer].
+// Callers must Close it. It panics if cfg is invalid, naming the bad field.
+func NewServer(cfg *Config) *Server {
+	s := NewUnstartedServer(cfg)
+	s.Start()
+	return s
+}
+
+// NewUnstartedServer returns a Server that is not listening: serve it with your own
+// [http.Server], or call Start. It panics if cfg is invalid, naming the bad field.
+func NewUnstartedServer(cfg *Config) *Server {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	if err := cfg.validate(); err != nil {
+		panic("paypaltest: " + err.Error())
+	}
+	s := &Server{
+		clock:            cfg.Clock,
+		clientID:         or(cfg.ClientID, DefaultClientID),
+		secret:           or(cfg.Secret, DefaultSecret),
+		tokenLifetime:    orDur(cfg.TokenLifetime, DefaultTokenLifetime),
+		orderRetention:   orDur(cfg.OrderRetention, DefaultOrderRetention),
+		captureRetention: orDur(cfg.CaptureRetention, DefaultCaptureRetention),
+		webhookID:        or(cfg.WebhookID, DefaultWebhookID),
+		rules:            append([]Fault(nil), cfg.Faults...),
+		closing:          make(chan struct{}),
+		tokens:           make(map[string]*token),
+		requestIDs:       make(map[requestScope]*requestEntry),
+		orders:           make(map[string]*order),
+		captures:         make(map[string]*capture),
+		refunds:          make(map[string]*refund),
+		transmitted:      make(map[string]transmission),
+	}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = 1
+	}
+	s.rng = rand.New(rand.NewPCG(uint64(seed), 0x50415950414c5445)) // "PAYPALTE"
+	s.wh = newWebhooks(cfg, s)
+	s.routes()
+	return s
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func orDur(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func (c *Config) validate() error {
+	for name, d := range map[string]time.Duration{"TokenLifetime": c.TokenLifetime,
+		"OrderRetention": c.OrderRetention, "CaptureRetention": c.CaptureRetention} {
+		if d < 0 {
+			return fmt.Errorf("Config.%s must not be negative, got %v", name, d)
+		}
+	}
+	if c.TokenLifetime != 0 && c.TokenLifetime < time.Second {
+		return fmt.Errorf("Config.TokenLifetime must be at least 1s (expires_in is in seconds), got %v", c.TokenLifetime)
+	}
+	for i, f := range c.Faults {
+		if f.Probability <= 0 || f.Probability > 1 {
+			return fmt.Errorf("Config.Faults[%d].Probability must be in (0, 1], got %v", i, f.Probability)
+		}
+		if err := f.validate(); err != nil {
+			return fmt.Errorf("Config.Faults[%d]: %w", i, err)
+		}
+	}
+	return c.validateWebhooks()
+}
+
+// Start starts listening on a loopback port. It panics if the server was already started.
+func (s *Server) Start() {
+	if s.ts != nil {
+		panic("paypaltest: Server already started")
+	}
+	s.ts = httptest.NewServer(s)
+}
+
+// URL returns the base URL (for the adapter's Config.BaseURL), or "" if the server is not
+// started.
+func (s *Server) URL() string {
+	if s.ts == nil {
+		return ""
+	}
+	return s.ts.URL
+}
+
+// Close releases hung requests, stops webhook delivery (undelivered events are dropped) and
+// waits for the delivery goroutine, and, if the server was started, shuts it down and waits for
+// outstanding requests.
+func (s *Server) Close() {
+	s.once.Do(func() { close(s.closing) })
+	s.wh.close()
+	if s.ts != nil {
+		s.ts.Close()
+	}
+}
+
+// RevokeTokens invalidates every access token issued so far: the next API call with one gets
+// 401, as after a revocation or an expiry PayPal did not announce.
+func (s *Server) RevokeTokens() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tokens {
+		t.revoked = true
+	}
+}
+
+// TokenRequests counts the access tokens issued by POST /v1/oauth2/token.
+func (s *Server) TokenRequests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokenCount
+}
+
+// MismatchedReplays counts replays whose request id came with other parameters (another body or
+// endpoint) than its first use. PayPal answers them with the original resource's latest status,
+// silently; the fake does too, and counts them so that tests can assert there were none.
+func (s *Server) MismatchedReplays() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mismatches
+}
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("POST /v1/oauth2/token", s.serveToken)
+	m.Handle("POST /v2/checkout/orders", s.api(opCreateOrder, s.createOrder))
+	m.Handle("GET /v2/checkout/orders/{id}", s.api(opRead, s.getOrder))
+	m.Handle("POST /v2/checkout/orders/{id}/capture", s.api(opCapture, s.captureOrder))
+	m.Handle("GET /v2/payments/captures/{id}", s.api(opRead, s.getCapture))
+	m.Handle("POST /v2/payments/captures/{id}/refund", s.api(opRefund, s.refundCapture))
+	m.Handle("GET /v2/payments/refunds/{id}", s.api(opRead, s.getRefund))
+	m.Handle("POST /v1/notifications/verify-webhook-signature", s.api(opRead, s.verifyWebhookSignature))
+	m.HandleFunc(adminPrefix, s.serveAdmin)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		apiError(http.StatusNotFound, "RESOURCE_NOT_FOUND", "The specified resource does not exist.",
+			detail{Issue: "INVALID_RESOURCE_ID", Description: fmt.Sprintf("No endpoint %s %s in paypaltest.", r.Method, r.URL.Path)}).write(w)
+	})
+	s.mux = m
+}
+
+// ServeHTTP implements [http.Handler].
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+}
+
+// serveToken is POST /v1/oauth2/token: client credentials in Basic auth, form
+// grant_type=client_credentials.
+func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
+	if !s.applyFault(w, r, "") {
+		return
+	}
+	id, secret, ok := r.BasicAuth()
+	if !ok || id != s.clientID || secret != s.secret {
+		oauthError(w, http.StatusUnauthorized, "invalid_client", "Client Authentication failed")
+		return
+	}
+	if err := r.ParseForm(); err != nil || r.PostForm.Get("grant_type") != "client_credentials" {
+		oauthError(w, http.StatusBadRequest, "unsupported_grant_type", "Grant Type is NULL or not client_credentials")
+		return
+	}
+	s.mu.Lock()
+	s.seq++
+	tok := fmt.Sprintf("A21AAfake%014d", s.seq)
+	s.tokens[tok] = &token{clientID: id, expires: s.clock().Add(s.tokenLifetime)}
+	s.tokenCount++
+	s.mu.Unlock()
+	jsonResponse(http.StatusOK, map[string]any{
+		"scope":        "https://uri.paypal.com/services/payments/payment",
+		"access_token": tok,
+		"token_type":   "Bearer",
+		"app_id":       "APP-FAKE",
+		"expires_in":   int64(s.tokenLifetime / time.Second),
+		"nonce":        fmt.Sprintf("%s#fake%d", s.clock().UTC().Format(time.RFC3339), s.seq),
+	}).write(w)
+}
+
+// applyFault applies a fault to a request that has no request id semantics (the token
+// endpoint). It reports whether the request should be served; ResetAfter and FailAfter act after
+// serving and are not meaningful here beyond losing or failing the answer, which the token
+// endpoint does by serving first and then dropping the response: they are treated as FailBefore.
+func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, requestID string) bool {
+	f := s.pickFault(r, requestID)
+	if !s.before(r.Context(), f) {
+		if f.Kind == FailBefore {
+			internalError("injected FailBefore").write(w)
+		}
+		return false
+	}
+	switch f.Kind {
+	case FailAfter:
+		internalError("injected FailAfter").write(w)
+		return false
+	case ResetAfter:
+		resetConnection(w)
+		return false
+	}
+	return true
+}
+
+// authenticate checks "Authorization: Bearer <token>" against the issued tokens. It returns the
+// client id the token was issued to.
+func (s *Server) authenticate(r *http.Request) (string, *response) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tokens[tok]
+	if !ok || t == nil || t.revoked || !s.clock().Before(t.expires) {
+		return "", apiError(http.StatusUnauthorized, "AUTHENTICATION_FAILURE",
+			"Authentication failed due to invalid authentication credentials or a missing Authorization header.")
+	}
+	return t.clientID, nil
+}
+
+// before applies the part of a fault that happens before execution. It reports whether the
+// request should go on.
+func (s *Server) before(ctx context.Context, f Fault) bool {
+	switch f.Kind {
+	case Latency:
+		t := time.NewTimer(f.Delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		case <-s.closing:
+			return false
+		}
+	case Hang:
+		select {
+		case <-ctx.Done():
+		case <-s.closing:
+		}
+		return false
+	case FailBefore:
+		return false
+	}
+	return true
+}
+
+// resetConnection drops the connection without a response, with a TCP RST where possible.
+func resetConnection(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic(http.ErrAbortHandler)
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
+	_ = conn.Close()
+}
+
+func (s *Server) newIDLocked(prefix string) string {
+	s.seq++
+	return fmt.Sprintf("%s%014d", prefix, s.seq)
+}
+
+// response is a status and a JSON body.
+type response struct {
+	status int
+	body   []byte
+}
+
+func (r *response) write(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(r.status)
+	_, _ = w.Write(r.body)
+}
+
+func jsonResponse(status int, v any) *response {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own types are encoded
+	}
+	return &response{status: status, body: append(b, '\n')}
+}
+
+// detail is one entry of an error's details, as PayPal sends them.
+type detail struct {
+	Field       string `json:"field,omitempty"`
+	Value       string `json:"value,omitempty"`
+	Location    string `json:"location,omitempty"`
+	Issue       string `json:"issue"`
+	Description string `json:"description,omitempty"`
+}
+
+// apiError is PayPal's error body: {name, message, debug_id, details[]}.
+func apiError(status int, name, message string, details ...detail) *response {
+	return jsonResponse(status, struct {
+		Name    string   `json:"name"`
+		Message string   `json:"message"`
+		DebugID string   `json:"debug_id"`
+		Details []detail `json:"details,omitempty"`
+	}{name, message, "fakedebug", details})
+}
+
+func unprocessable(issue, description string) *response {
+	return apiError(http.StatusUnprocessableEntity, "UNPROCESSABLE_ENTITY",
+		"The requested action could not be performed, semantically incorrect, or failed business validation.",
+		detail{Issue: issue, Description: description})
+}
+
+func invalidRequest(field, issue, description string) *response {
+	return apiError(http.StatusBadRequest, "INVALID_REQUEST",
+		"Request is not well-formed, syntactically incorrect, or violates schema.",
+		detail{Field: field, Location: "body", Issue: issue, Description: description})
+}
+
+func notFound(what, id string) *response {
+	return apiError(http.StatusNotFound, "RESOURCE_NOT_FOUND", "The specified resource does not exist.",
+		detail{Issue: "INVALID_RESOURCE_ID", Description: fmt.Sprintf("Specified resource ID (%s %q) does not exist. Please check the resource ID and try again.", what, id)})
+}
+
+func internalError(why string) *response {
+	return apiError(http.StatusInternalServerError, "INTERNAL_SERVER_ERROR",
+		"An internal server error has occurred (paypaltest: "+why+").")
+}
+
+func oauthError(w http.ResponseWriter, status int, code, desc string) {
+	jsonResponse(status, map[string]string{"error": code, "error_description": desc}).write(w)
+}
+
+// readBody reads a JSON request body (at most 1 MiB).
+func readBody(r *http.Request) ([]byte, *response) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return nil, invalidRequest("", "MALFORMED_REQUEST_JSON", "reading the body: "+err.Error())
+	}
+	return b, nil
+}

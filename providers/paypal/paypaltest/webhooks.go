@@ -1,0 +1,384 @@
+package paypaltest
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Headers of a webhook delivery, as PayPal sends them.
+const (
+	HeaderAuthAlgo         = "PAYPAL-AUTH-ALGO"
+	HeaderCertURL          = "PAYPAL-CERT-URL"
+	HeaderTransmissionID   = "PAYPAL-TRANSMISSION-ID"
+	HeaderTransmissionSig  = "PAYPAL-TRANSMISSION-SIG"
+	HeaderTransmissionTime = "PAYPAL-TRANSMISSION-TIME"
+)
+
+// AuthAlgo and CertURL are the values of PAYPAL-AUTH-ALGO and PAYPAL-CERT-URL on the fake's
+// deliveries. The fake does not sign with a certificate (see "Webhooks" in the package
+// documentation); the URL is never fetched.
+const (
+	AuthAlgo = "SHA256withRSA"
+	CertURL  = "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-paypaltest"
+)
+
+// signingKey is the fake's private HMAC key standing in for PayPal's certificate.
+var signingKey = []byte("paypaltest private signing key: not PayPal's scheme")
+
+// Delivery retry policy: a delivery that errs or answers non-2xx is tried webhookAttempts times
+// in all, waiting webhookBackoff, then twice that, and so on, between attempts.
+const (
+	webhookAttempts = 4
+	webhookBackoff  = 25 * time.Millisecond
+	webhookTimeout  = 5 * time.Second
+)
+
+// ErrClosed is returned by [Server.WaitDeliveries] when the Server is closed with deliveries
+// still pending.
+var ErrClosed = errors.New("paypaltest: server closed")
+
+// Event is an event the fake emitted, in emission order, with what happened to its deliveries.
+type Event struct {
+	ID         string    // "WH-..."
+	Type       string    // event_type, e.g. "PAYMENT.CAPTURE.COMPLETED"
+	CreateTime time.Time // on Config.Clock
+	ResourceID string    // id of the resource: a capture or a refund
+	Payload    []byte    // the JSON body POSTed to Config.WebhookURL
+
+	// Delivered counts deliveries answered 2xx; Failed counts deliveries abandoned after retries,
+	// or cut short by Close. Both stay 0 without a WebhookURL.
+	Delivered int
+	Failed    int
+}
+
+// transmission is what the fake signed and sent in one delivery attempt.
+type transmission struct {
+	sig, time, webhookID string
+	body                 []byte // compacted
+}
+
+func (c *Config) validateWebhooks() error {
+	if c.DuplicateWebhooks < 0 {
+		return fmt.Errorf("Config.DuplicateWebhooks must not be negative, got %d", c.DuplicateWebhooks)
+	}
+	if c.WebhookURL != "" {
+		u, err := url.Parse(c.WebhookURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("Config.WebhookURL must be an absolute http(s) URL, got %q", c.WebhookURL)
+		}
+	}
+	return nil
+}
+
+// webhooks records events and delivers them, in emission order, from one goroutine that the
+// first delivered event starts and Close stops. Its lock is taken after Server.mu, never before.
+type webhooks struct {
+	s         *Server
+	url       string
+	copies    int // deliveries per event: 1 + DuplicateWebhooks
+	client    *http.Client
+	ownClient bool
+
+	ctx    context.Context // canceled by close; bounds every delivery
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	wake   chan struct{} // buffered(1): the queue grew
+
+	mu      sync.Mutex
+	seq     int64
+	events  []*Event
+	queue   []*Event
+	idle    chan struct{} // non-nil while deliveries are pending; closed when the queue drains
+	started bool
+	closed  bool
+}
+
+func newWebhooks(cfg *Config, s *Server) *webhooks {
+	w := &webhooks{
+		s:      s,
+		url:    cfg.WebhookURL,
+		copies: 1 + cfg.DuplicateWebhooks,
+		client: cfg.WebhookClient,
+		wake:   make(chan struct{}, 1),
+	}
+	if w.client == nil {
+		w.client = &http.Client{Timeout: webhookTimeout}
+		w.ownClient = true
+	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	return w
+}
+
+// PayPal's event envelope.
+type eventJSON struct {
+	ID              string `json:"id"`
+	EventVersion    string `json:"event_version"`
+	CreateTime      string `json:"create_time"`
+	ResourceType    string `json:"resource_type"`
+	ResourceVersion string `json:"resource_version"`
+	EventType       string `json:"event_type"`
+	Summary         string `json:"summary"`
+	Resource        any    `json:"resource"`
+	Links           []link `json:"links"`
+}
+
+var summaries = map[string]string{
+	"PAYMENT.CAPTURE.COMPLETED": "Payment completed",
+	"PAYMENT.CAPTURE.DECLINED":  "Payment declined",
+	"PAYMENT.CAPTURE.PENDING":   "Payment pending",
+	"PAYMENT.CAPTURE.REFUNDED":  "A payment was refunded",
+}
+
+// emitLocked records an event about resource as it is now and queues it for delivery. It is
+// called with s.mu held, so events are queued in the order they happen.
+func (s *Server) emitLocked(eventType, resourceType, resourceID string, resource any) {
+	w := s.wh
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seq++
+	now := s.clock()
+	id := fmt.Sprintf("WH-FAKE%014d", w.seq)
+	payload, err := json.Marshal(eventJSON{
+		ID: id, EventVersion: "1.0", CreateTime: stamp(now), ResourceType: resourceType, ResourceVersion: "2.0",
+		EventType: eventType, Summary: summaries[eventType], Resource: resource,
+		Links: []link{{Href: "/v1/notifications/webhooks-events/" + id, Rel: "self", Method: "GET"}},
+	})
+	if err != nil {
+		panic(err) // only our own types are encoded
+	}
+	ev := &Event{ID: id, Type: eventType, CreateTime: now, ResourceID: resourceID, Payload: payload}
+	w.events = append(w.events, ev)
+	if w.url == "" || w.closed {
+		return
+	}
+	w.queue = append(w.queue, ev)
+	if w.idle == nil {
+		w.idle = make(chan struct{})
+	}
+	if !w.started {
+		w.started = true
+		w.wg.Add(1)
+		go w.run()
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Events returns copies of the events emitted so far, in emission order.
+func (s *Server) Events() []Event {
+	w := s.wh
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]Event, len(w.events))
+	for i, ev := range w.events {
+		out[i] = *ev
+		out[i].Payload = slices.Clone(ev.Payload)
+	}
+	return out
+}
+
+// WaitDeliveries waits until every event emitted so far has been delivered or abandoned. It
+// returns ctx's error if ctx ends first, and [ErrClosed] if the Server is closed first. It
+// returns nil at once when there is nothing to deliver (or no Config.WebhookURL).
+func (s *Server) WaitDeliveries(ctx context.Context) error {
+	w := s.wh
+	for {
+		w.mu.Lock()
+		idle := w.idle
+		w.mu.Unlock()
+		if idle == nil {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.ctx.Done():
+			return ErrClosed
+		}
+	}
+}
+
+func (w *webhooks) run() {
+	defer w.wg.Done()
+	for {
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			if w.idle != nil {
+				close(w.idle)
+				w.idle = nil
+			}
+			w.mu.Unlock()
+			select {
+			case <-w.wake:
+				continue
+			case <-w.ctx.Done():
+				return
+			}
+		}
+		ev := w.queue[0]
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+		w.mu.Unlock()
+
+		for range w.copies {
+			ok := w.deliver(ev)
+			w.mu.Lock()
+			if ok {
+				ev.Delivered++
+			} else {
+				ev.Failed++
+			}
+			w.mu.Unlock()
+		}
+		if w.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// deliver POSTs ev once, retrying failures with backoff. It reports whether a 2xx came back.
+func (w *webhooks) deliver(ev *Event) bool {
+	backoff := webhookBackoff
+	for attempt := 0; attempt < webhookAttempts; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-w.ctx.Done():
+				t.Stop()
+				return false
+			}
+			backoff *= 2
+		}
+		if w.post(ev.Payload) == nil {
+			return true
+		}
+		if w.ctx.Err() != nil {
+			return false
+		}
+	}
+	return false
+}
+
+func (w *webhooks) post(payload []byte) error {
+	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, w.url, bytes.NewReader(payload))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "PayPal/AUHD-214.0-58843217 (paypaltest)")
+	for k, v := range w.s.transmit(payload) {
+		req.Header[k] = v
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("webhook endpoint answered %s", resp.Status)
+	}
+	return nil
+}
+
+// transmit signs one delivery attempt of payload under a new transmission id, records it for
+// verify-webhook-signature, and returns its PAYPAL-* headers.
+func (s *Server) transmit(payload []byte) http.Header {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	id := fmt.Sprintf("00000000-0000-4000-8000-%012d", s.seq)
+	at := stamp(s.clock())
+	body := compact(payload)
+	sig := sign(id, at, s.webhookID, body)
+	s.transmitted[id] = transmission{sig: sig, time: at, webhookID: s.webhookID, body: body}
+	h := http.Header{}
+	h.Set(HeaderAuthAlgo, AuthAlgo)
+	h.Set(HeaderCertURL, CertURL)
+	h.Set(HeaderTransmissionID, id)
+	h.Set(HeaderTransmissionSig, sig)
+	h.Set(HeaderTransmissionTime, at)
+	return h
+}
+
+// sign is the fake's stand-in for PayPal's certificate signature: base64 HMAC-SHA256 over
+// PayPal's signed string "<transmission id>|<time>|<webhook id>|<crc32 of the body>".
+func sign(id, at, webhookID string, body []byte) string {
+	mac := hmac.New(sha256.New, signingKey)
+	mac.Write([]byte(id + "|" + at + "|" + webhookID + "|" + strconv.FormatUint(uint64(crc32.ChecksumIEEE(body)), 10)))
+	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+func compact(b []byte) []byte {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return slices.Clone(b)
+	}
+	return buf.Bytes()
+}
+
+// verifyWebhookSignature is POST /v1/notifications/verify-webhook-signature.
+func (s *Server) verifyWebhookSignature(c *call) (*response, resourceRef) {
+	var req struct {
+		AuthAlgo         string          `json:"auth_algo"`
+		CertURL          string          `json:"cert_url"`
+		TransmissionID   string          `json:"transmission_id"`
+		TransmissionSig  string          `json:"transmission_sig"`
+		TransmissionTime string          `json:"transmission_time"`
+		WebhookID        string          `json:"webhook_id"`
+		WebhookEvent     json.RawMessage `json:"webhook_event"`
+	}
+	if err := json.Unmarshal(c.body, &req); err != nil {
+		return invalidRequest("", "MALFORMED_REQUEST_JSON", "The request JSON is not well formed: "+err.Error()), resourceRef{}
+	}
+	for _, f := range []struct{ name, v string }{
+		{"auth_algo", req.AuthAlgo}, {"cert_url", req.CertURL}, {"transmission_id", req.TransmissionID},
+		{"transmission_sig", req.TransmissionSig}, {"transmission_time", req.TransmissionTime},
+		{"webhook_id", req.WebhookID}, {"webhook_event", string(req.WebhookEvent)},
+	} {
+		if f.v == "" || f.v == "null" {
+			return invalidRequest("/"+f.name, "MISSING_REQUIRED_PARAMETER", "A required field / parameter is missing."), resourceRef{}
+		}
+	}
+	body := compact(req.WebhookEvent)
+	tx, sent := s.transmitted[req.TransmissionID]
+	ok := sent && req.WebhookID == s.webhookID && req.AuthAlgo == AuthAlgo && req.CertURL == CertURL &&
+		hmac.Equal([]byte(req.TransmissionSig), []byte(tx.sig)) && req.TransmissionTime == tx.time &&
+		bytes.Equal(body, tx.body) && hmac.Equal([]byte(req.TransmissionSig), []byte(sign(req.TransmissionID, req.TransmissionTime, req.WebhookID, body)))
+	status := "FAILURE"
+	if ok {
+		status = "SUCCESS"
+	}
+	return jsonResponse(http.StatusOK, map[string]string{"verification_status": status}), resourceRef{}
+}
+
+// close stops delivery, waits for the delivery goroutine and releases the default client's idle
+// connections. Events emitted afterwards are recorded but not delivered.
+func (w *webhooks) close() {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.cancel()
+	w.wg.Wait()
+	if w.ownClient {
+		w.client.CloseIdleConnections()
+	}
+}
