@@ -488,7 +488,16 @@ type Intent struct {
 
 // Intent reads the intent of a charge by the client's key.
 func (c *Client) Intent(ctx context.Context, scope, key string) (Intent, error) {
-	k, err := idempotency.ComposeKey(scope, "charge", key)
+	return c.intent(ctx, scope, "charge", key)
+}
+
+// RefundIntent reads the intent of a refund by the client's key.
+func (c *Client) RefundIntent(ctx context.Context, scope, key string) (Intent, error) {
+	return c.intent(ctx, scope, "refund", key)
+}
+
+func (c *Client) intent(ctx context.Context, scope, action, key string) (Intent, error) {
+	k, err := idempotency.ComposeKey(scope, action, key)
 	if err != nil {
 		return Intent{}, err
 	}

@@ -410,3 +410,44 @@ func sameAmount(m money.Money, amount, currency string) bool {
 	other, err := intentAmount(intentRow{amount: amount, currency: currency})
 	return err == nil && other.Equal(m)
 }
+
+// StoredEvents returns the verified events of provider stored for a
+// reference (the ProviderKey payonce sent), oldest first, as the inbox
+// holds them. It is the notification source of adapters whose provider
+// has no lookup by reference (Adyen's Lookup reads its AUTHORISATION
+// notifications from here). Body, Reference, ProviderID, ChargeID, Key,
+// Kind, Type, DeclineCode and Amount are restored.
+func (c *Client) StoredEvents(ctx context.Context, provider, reference string) ([]WebhookEvent, error) {
+	rows, err := c.pool.Query(ctx, `SELECT event_id, event_type, kind, coalesce(reference, ''), coalesce(local_key, ''),
+		coalesce(provider_id, ''), coalesce(charge_id, ''), coalesce(amount::text, ''), coalesce(currency, ''),
+		coalesce(decline_code, ''), body
+		FROM webhook_events WHERE provider = $1 AND reference = $2 ORDER BY received_at, event_id`, provider, reference)
+	if err != nil {
+		return nil, fmt.Errorf("payments: stored events: %w", err)
+	}
+	defer rows.Close()
+	var out []WebhookEvent
+	for rows.Next() {
+		var ev WebhookEvent
+		var kind, amount, currency string
+		if err := rows.Scan(&ev.ID, &ev.Type, &kind, &ev.Reference, &ev.Key, &ev.ProviderID, &ev.ChargeID,
+			&amount, &currency, &ev.DeclineCode, &ev.Body); err != nil {
+			return nil, fmt.Errorf("payments: stored events: %w", err)
+		}
+		ev.Kind = EventKind(kind)
+		if amount != "" {
+			cur, err := money.ParseCurrency(currency)
+			if err == nil {
+				ev.Amount, err = money.Parse(amount, cur)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("payments: stored event %s: amount: %w", ev.ID, err)
+			}
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("payments: stored events: %w", err)
+	}
+	return out, nil
+}

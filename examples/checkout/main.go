@@ -5,13 +5,16 @@
 //
 // Configuration, by environment only:
 //
-//	ADDR               listen address (default 127.0.0.1:8080)
-//	DATABASE_URL       PostgreSQL (default: a throwaway local cluster)
-//	STRIPE_API_BASE    Stripe's API base URL, e.g. https://api.stripe.com;
-//	                   when unset, a stateful Stripe fake starts in-process
-//	                   and its URL is logged
-//	STRIPE_SECRET_KEY  the secret key (sk_test_... for test mode); required
-//	                   with STRIPE_API_BASE
+//	ADDR                   listen address (default 127.0.0.1:8080)
+//	DATABASE_URL           PostgreSQL (default: a throwaway local cluster)
+//	STRIPE_API_BASE        Stripe's API base URL, e.g. https://api.stripe.com
+//	STRIPE_SECRET_KEY      its secret key (sk_test_... for test mode)
+//	STRIPE_WEBHOOK_SECRET  the signing secret of the endpoint /webhooks/stripe
+//	ADYEN_API_BASE         e.g. https://checkout-test.adyen.com/v71
+//	ADYEN_API_KEY, ADYEN_MERCHANT_ACCOUNT, ADYEN_HMAC_KEY (hex)
+//
+// For each provider whose API base is unset, a stateful fake of it starts
+// in-process (its URL is logged) and posts its webhooks to this service.
 //
 // Try it:
 //
@@ -34,8 +37,8 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/examples/checkout/service"
+	"github.com/payonce/payonce/internal/fakes"
 	"github.com/payonce/payonce/internal/localpg"
-	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
 func main() {
@@ -50,18 +53,27 @@ func run() error {
 	if addr == "" {
 		addr = "127.0.0.1:8080"
 	}
-	cfg := service.Config{DatabaseURL: os.Getenv("DATABASE_URL"),
-		StripeAPIBase: os.Getenv("STRIPE_API_BASE"), StripeSecretKey: os.Getenv("STRIPE_SECRET_KEY")}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
 
-	if cfg.StripeAPIBase == "" {
-		fake := stripetest.NewServer(nil)
-		defer fake.Close()
-		cfg.StripeAPIBase, cfg.StripeSecretKey = fake.URL(), "sk_test_checkout"
-		slog.Info("STRIPE_API_BASE is unset: started the Stripe fake in-process", "url", fake.URL())
-	} else if cfg.StripeSecretKey == "" {
-		return errors.New("STRIPE_SECRET_KEY is required with STRIPE_API_BASE")
+	// Fakes for the providers not configured, posting webhooks here.
+	fk := fakes.Start(fakes.Options{Stripe: os.Getenv("STRIPE_API_BASE") == "", Adyen: os.Getenv("ADYEN_API_BASE") == "",
+		WebhookBase: "http://" + l.Addr().String()})
+	defer fk.Close()
+	env := fk.Env()
+	for _, name := range []string{"STRIPE_API_BASE", "ADYEN_API_BASE"} {
+		if env[name] != "" {
+			slog.Info(name+" is unset: started the provider's fake in-process", "url", env[name])
+		}
+	}
+	cfg, err := service.ConfigFrom(fakes.Getenv(env))
+	if err != nil {
+		return err
 	}
 	if cfg.DatabaseURL == "" {
 		c, err := localpg.Start(ctx, localpg.Options{Fast: true})
@@ -77,10 +89,6 @@ func run() error {
 		return err
 	}
 	defer svc.Close()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
 	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 func TestStartsWithNothingConfigured(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "CHECKOUT_SERVE=1", "ADDR=127.0.0.1:0", "DATABASE_URL=", "STRIPE_API_BASE=", "STRIPE_SECRET_KEY=")
+	cmd.Env = append(os.Environ(), "CHECKOUT_SERVE=1", "ADDR=127.0.0.1:0", "DATABASE_URL=", "STRIPE_API_BASE=", "STRIPE_SECRET_KEY=", "ADYEN_API_BASE=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -77,7 +77,7 @@ func TestStartsWithNothingConfigured(t *testing.T) {
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("charge: %d; logs:\n%s", resp.StatusCode, logs.String())
 	}
-	if !strings.Contains(logs.String(), "started the Stripe fake in-process") || !strings.Contains(logs.String(), "url=http://127.0.0.1:") {
+	if !strings.Contains(logs.String(), "STRIPE_API_BASE is unset: started the provider's fake in-process") || !strings.Contains(logs.String(), "url=http://127.0.0.1:") {
 		t.Fatalf("the fake's URL is not logged:\n%s", logs.String())
 	}
 }

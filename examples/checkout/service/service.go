@@ -16,7 +16,9 @@
 //	                "payment_method": "pm_card_visa", "provider": "stripe",
 //	                "description": "...", "metadata": {"order": "o-1"}}
 //	POST /refunds  {"charge_key": "<the charge's Idempotency-Key>", "amount": "10.00"}
-//	GET  /charges/{key}
+//	GET  /charges/{key}, GET /refunds/{key}: the intent's current state
+//	POST /webhooks/stripe, /webhooks/adyen, /webhooks/paypal: the providers'
+//	     notifications, verified, stored once and applied to the intents
 //
 // A charge or refund answers its outcome as JSON ({"key", "status",
 // "provider", "provider_id", "amount", "currency"}), with
@@ -54,6 +56,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +69,7 @@ import (
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/adyen"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 )
 
@@ -74,8 +78,15 @@ type Config struct {
 	// DatabaseURL is the PostgreSQL the service records into; it is
 	// migrated on Open.
 	DatabaseURL string
-	// StripeAPIBase and StripeSecretKey reach Stripe (or a fake of it).
-	StripeAPIBase, StripeSecretKey string
+	// StripeAPIBase and StripeSecretKey reach Stripe (or a fake of it);
+	// StripeWebhookSecret verifies its webhooks. Stripe is configured when
+	// StripeAPIBase is set.
+	StripeAPIBase, StripeSecretKey, StripeWebhookSecret string
+	// AdyenAPIBase (e.g. https://checkout-test.adyen.com/v71), AdyenAPIKey,
+	// AdyenMerchantAccount and AdyenHMACKey (hex) configure Adyen.
+	// AdyenReturnURL is where a shopper returns after a redirect (3-D
+	// Secure); default http://localhost/checkout/return.
+	AdyenAPIBase, AdyenAPIKey, AdyenMerchantAccount, AdyenHMACKey, AdyenReturnURL string
 	// ProviderTimeout bounds one provider call. Default 10s.
 	ProviderTimeout time.Duration
 	// HTTPClient, when set, makes the provider calls (its Timeout wins
@@ -93,9 +104,15 @@ type Config struct {
 
 // Service is the checkout service.
 type Service struct {
-	pool   *pgxpool.Pool
-	client *payments.Client
-	log    *slog.Logger
+	pool     *pgxpool.Pool
+	client   *payments.Client
+	log      *slog.Logger
+	webhooks []namedHandler
+}
+
+type namedHandler struct {
+	name string
+	h    http.Handler
 }
 
 // Open connects, migrates and wires payments with the configured
@@ -104,14 +121,14 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("checkout: DatabaseURL is required")
 	}
-	if cfg.StripeAPIBase == "" || cfg.StripeSecretKey == "" {
-		return nil, errors.New("checkout: StripeAPIBase and StripeSecretKey are required")
-	}
 	if cfg.ProviderTimeout == 0 {
 		cfg.ProviderTimeout = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.AdyenReturnURL == "" {
+		cfg.AdyenReturnURL = "http://localhost/checkout/return"
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.ProviderTimeout}
@@ -140,16 +157,56 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 	if err != nil {
 		return nil, err
 	}
-	stripe, err := paystripe.New(&paystripe.Config{SecretKey: cfg.StripeSecretKey, BaseURL: cfg.StripeAPIBase,
-		HTTPClient: cfg.HTTPClient})
+	s := &Service{pool: pool, log: cfg.Logger}
+	var provs []payments.Provider
+	if cfg.StripeAPIBase != "" {
+		var secrets []string
+		if cfg.StripeWebhookSecret != "" {
+			secrets = []string{cfg.StripeWebhookSecret}
+		}
+		p, err := paystripe.New(&paystripe.Config{SecretKey: cfg.StripeSecretKey, BaseURL: cfg.StripeAPIBase,
+			HTTPClient: cfg.HTTPClient, WebhookSecrets: secrets})
+		if err != nil {
+			return nil, err
+		}
+		provs = append(provs, p)
+	}
+	if cfg.AdyenAPIBase != "" {
+		var keys []string
+		if cfg.AdyenHMACKey != "" {
+			keys = []string{cfg.AdyenHMACKey}
+		}
+		p, err := adyen.New(&adyen.Config{APIKey: cfg.AdyenAPIKey, MerchantAccount: cfg.AdyenMerchantAccount,
+			BaseURL: cfg.AdyenAPIBase, HTTPClient: cfg.HTTPClient, HMACKeys: keys, ReturnURL: cfg.AdyenReturnURL,
+			// Adyen has no lookup by reference: its notifications, as the
+			// receiver stored them, are the lookup.
+			Notifications: func(ctx context.Context, reference string) ([]payments.WebhookEvent, error) {
+				return s.client.StoredEvents(ctx, "adyen", reference)
+			}})
+		if err != nil {
+			return nil, err
+		}
+		provs = append(provs, p)
+	}
+	if len(provs) == 0 {
+		return nil, errors.New("checkout: no provider configured (set StripeAPIBase, AdyenAPIBase or PayPalAPIBase)")
+	}
+	client, err := payments.New(pool, store, l, provs, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout})
 	if err != nil {
 		return nil, err
 	}
-	client, err := payments.New(pool, store, l, []payments.Provider{stripe}, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout})
-	if err != nil {
-		return nil, err
+	s.client = client
+	for _, p := range provs {
+		if _, ok := p.(payments.WebhookVerifier); !ok {
+			continue
+		}
+		h, err := client.WebhookHandler(p.Name(), &payments.WebhookConfig{Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		s.webhooks = append(s.webhooks, namedHandler{p.Name(), h})
 	}
-	return &Service{pool: pool, client: client, log: cfg.Logger}, nil
+	return s, nil
 }
 
 // Close releases the database pool.
@@ -163,7 +220,11 @@ func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /charges", s.charge)
 	mux.HandleFunc("POST /refunds", s.refund)
-	mux.HandleFunc("GET /charges/{key}", s.getCharge)
+	mux.HandleFunc("GET /charges/{key}", s.getIntent(s.client.Intent))
+	mux.HandleFunc("GET /refunds/{key}", s.getIntent(s.client.RefundIntent))
+	for _, w := range s.webhooks {
+		mux.Handle("POST /webhooks/"+w.name, w.h)
+	}
 	return mux
 }
 
@@ -270,20 +331,22 @@ func (s *Service) refund(w http.ResponseWriter, r *http.Request) {
 	s.answer(w, key, out, err)
 }
 
-func (s *Service) getCharge(w http.ResponseWriter, r *http.Request) {
-	scope := bearer(r)
-	if scope == "" {
-		problem(w, http.StatusUnauthorized, "unauthenticated", "Send Authorization: Bearer <user>.", 0, nil)
-		return
+func (s *Service) getIntent(read func(ctx context.Context, scope, key string) (payments.Intent, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		scope := bearer(r)
+		if scope == "" {
+			problem(w, http.StatusUnauthorized, "unauthenticated", "Send Authorization: Bearer <user>.", 0, nil)
+			return
+		}
+		key := r.PathValue("key")
+		in, err := read(r.Context(), scope, key)
+		if err != nil {
+			s.answer(w, key, payments.Outcome{}, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, outcomeOut{Key: key, Status: string(in.Status), Provider: in.Provider,
+			ProviderID: in.ProviderID, Amount: in.Amount, Currency: in.Currency})
 	}
-	key := r.PathValue("key")
-	in, err := s.client.Intent(r.Context(), scope, key)
-	if err != nil {
-		s.answer(w, key, payments.Outcome{}, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, outcomeOut{Key: key, Status: string(in.Status), Provider: in.Provider,
-		ProviderID: in.ProviderID, Amount: in.Amount, Currency: in.Currency})
 }
 
 // caller authenticates and reads the Idempotency-Key.
@@ -428,4 +491,30 @@ func problem(w http.ResponseWriter, status int, typ, detail string, retryAfter t
 		body[k] = v
 	}
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// ConfigFromEnv reads the service's environment: DATABASE_URL,
+// STRIPE_API_BASE, STRIPE_SECRET_KEY, STRIPE_WEBHOOK_SECRET,
+// ADYEN_API_BASE, ADYEN_API_KEY, ADYEN_MERCHANT_ACCOUNT, ADYEN_HMAC_KEY,
+// ADYEN_RETURN_URL,
+// PAYPAL_API_BASE, PAYPAL_CLIENT_ID, PAYPAL_SECRET, PAYPAL_WEBHOOK_ID.
+// It refuses a provider base URL without its credentials.
+func ConfigFromEnv() (Config, error) { return ConfigFrom(os.Getenv) }
+
+// ConfigFrom is ConfigFromEnv reading the variables through getenv.
+func ConfigFrom(getenv func(string) string) (Config, error) {
+	c := Config{DatabaseURL: getenv("DATABASE_URL"),
+		StripeAPIBase: getenv("STRIPE_API_BASE"), StripeSecretKey: getenv("STRIPE_SECRET_KEY"),
+		StripeWebhookSecret: getenv("STRIPE_WEBHOOK_SECRET"),
+		AdyenAPIBase:        getenv("ADYEN_API_BASE"), AdyenAPIKey: getenv("ADYEN_API_KEY"),
+		AdyenMerchantAccount: getenv("ADYEN_MERCHANT_ACCOUNT"), AdyenHMACKey: getenv("ADYEN_HMAC_KEY"),
+		AdyenReturnURL: getenv("ADYEN_RETURN_URL"),
+	}
+	switch {
+	case c.StripeAPIBase != "" && c.StripeSecretKey == "":
+		return c, errors.New("STRIPE_SECRET_KEY is required with STRIPE_API_BASE")
+	case c.AdyenAPIBase != "" && (c.AdyenAPIKey == "" || c.AdyenMerchantAccount == ""):
+		return c, errors.New("ADYEN_API_KEY and ADYEN_MERCHANT_ACCOUNT are required with ADYEN_API_BASE")
+	}
+	return c, nil
 }

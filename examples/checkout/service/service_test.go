@@ -7,37 +7,50 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/payonce/payonce/examples/checkout/service"
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/internal/fakes"
 	"github.com/payonce/payonce/internal/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
 type env struct {
-	fake *stripetest.Server
-	url  string
+	fake  *stripetest.Server
+	fakes *fakes.Set
+	url   string
 }
 
+// start runs the service with every provider's fake, their webhooks
+// posted to it.
 func start(t *testing.T) env {
 	t.Helper()
-	fake := stripetest.NewServer(nil)
-	t.Cleanup(fake.Close)
-	svc, err := service.Open(context.Background(), service.Config{DatabaseURL: pgtest.SchemaURL(t),
-		StripeAPIBase: fake.URL(), StripeSecretKey: "sk_test_checkout",
-		// No keep-alives: a response lost after the fake committed must
-		// reach payonce, not be resent by net/http on its own.
-		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}})
+	var h atomic.Pointer[http.Handler]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*h.Load()).ServeHTTP(w, r) }))
+	t.Cleanup(srv.Close)
+	fk := fakes.Start(fakes.Options{Stripe: true, Adyen: true, WebhookBase: srv.URL})
+	t.Cleanup(fk.Close)
+	vars := fk.Env()
+	vars["DATABASE_URL"] = pgtest.SchemaURL(t)
+	cfg, err := service.ConfigFrom(func(k string) string { return vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No keep-alives: a response lost after the fake committed must
+	// reach payonce, not be resent by net/http on its own.
+	cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	svc, err := service.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Close)
-	srv := httptest.NewServer(svc.Handler())
-	t.Cleanup(srv.Close)
-	return env{fake: fake, url: srv.URL}
+	handler := svc.Handler()
+	h.Store(&handler)
+	return env{fake: fk.Stripe, fakes: fk, url: srv.URL}
 }
 
 type answer struct {
@@ -132,14 +145,17 @@ func TestLostResponseAnswers503ThenResolves(t *testing.T) {
 	if lost.code != 503 || lost.header.Get("Retry-After") == "" || lost.body["status"] != "UNKNOWN" {
 		t.Fatalf("lost response: %d %v %v", lost.code, lost.header, lost.body)
 	}
-	if got := e.do(t, "GET", "/charges/order-l", "carol", "", ""); got.body["status"] != "UNKNOWN" {
-		t.Fatalf("read while unknown: %v", got.body)
+	// Stripe cached the 500 for this key: a retry would get it again. The
+	// payment_intent.succeeded webhook settles the intent; the retry then
+	// answers from it, without a second charge.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.fake.WaitDeliveries(ctx); err != nil {
+		t.Fatal(err)
 	}
-	// Stripe cached the 500 for this key: the retry gets it again. The
-	// outcome stays unknown (never failed, never charged again).
 	again := e.do(t, "POST", "/charges", "carol", "order-l", visa49)
-	if again.code != 503 {
-		t.Fatalf("retry of a cached 500: %d %v", again.code, again.body)
+	if again.code != 201 || again.body["status"] != "SUCCEEDED" {
+		t.Fatalf("retry after the webhook: %d %v", again.code, again.body)
 	}
 	if n := e.pis(t, "carol", "order-l"); n != 1 {
 		t.Fatalf("%d PaymentIntents, want 1", n)
@@ -214,5 +230,32 @@ func TestBadInputIsNamedAndRecordsNothing(t *testing.T) {
 	}
 	if got := e.do(t, "GET", "/charges/k", "eve", "", ""); got.code != 404 {
 		t.Fatalf("bad input left an intent: %d %v", got.code, got.body)
+	}
+}
+
+// Adyen: refunds answer "received" and settle by the REFUND webhook,
+// received on /webhooks/adyen.
+func TestAdyenChargeAndRefundSettledByWebhook(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	body := strings.Replace(visa49, `"stripe"`, `"adyen"`, 1)
+	c := e.do(t, "POST", "/charges", "fay", "order-a", body)
+	if c.code != 201 || c.body["status"] != "SUCCEEDED" || c.body["provider"] != "adyen" {
+		t.Fatalf("charge: %d %v", c.code, c.body)
+	}
+	r := e.do(t, "POST", "/refunds", "fay", "refund-a", `{"charge_key": "order-a", "amount": "20.00"}`)
+	if r.code != 202 || r.body["status"] != "PENDING" {
+		t.Fatalf("refund: %d %v, want 202 PENDING until Adyen's webhook", r.code, r.body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.fakes.Adyen.WaitDeliveries(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.do(t, "GET", "/refunds/refund-a", "fay", "", ""); got.code != 200 || got.body["status"] != "SUCCEEDED" {
+		t.Fatalf("refund after the REFUND webhook: %d %v", got.code, got.body)
+	}
+	if tot := e.fakes.Adyen.Totals()["EUR"]; tot.Net != 2999 {
+		t.Fatalf("Adyen totals: %+v, want net 2999", tot)
 	}
 }
