@@ -27,10 +27,10 @@ import (
 
 	"github.com/payonce/payonce/examples/checkout/service"
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/internal/fakes"
 	"github.com/payonce/payonce/internal/localpg"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
-	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
@@ -104,14 +104,15 @@ func runDemo(args []string) error {
 func runDemoWorker() error {
 	ctx, stop := signalContext()
 	defer stop()
-	svc, err := service.Open(ctx, service.Config{
-		DatabaseURL:   os.Getenv("DATABASE_URL"),
-		StripeAPIBase: os.Getenv("STRIPE_API_BASE"), StripeSecretKey: os.Getenv("STRIPE_SECRET_KEY"),
-		LockTimeout: 2 * time.Second,
-		// Lost responses must reach payonce: no keep-alive resends.
-		HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+	cfg, err := service.ConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	cfg.LockTimeout = 2 * time.Second
+	// Lost responses must reach payonce: no keep-alive resends.
+	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	svc, err := service.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -209,6 +210,7 @@ func (w *worker) stop() {
 
 // payment is one customer's payment and what its clients saw.
 type payment struct {
+	provider            string
 	customer, key       string
 	amount, currency    string
 	method              string
@@ -267,35 +269,37 @@ func storm(ctx context.Context, c stormConfig) error {
 	}
 	defer pool.Close()
 
-	// The provider: loses 10% of responses after committing (a reset once
-	// the PaymentIntent exists), fails 5% before doing anything.
-	fake := stripetest.NewServer(&stripetest.Config{Seed: int64(c.seed), Faults: []stripetest.Fault{
-		{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/", Probability: 0.10},
-		{Kind: stripetest.FailBefore, Method: "POST", Path: "/v1/", Probability: 0.05 / 0.90},
-	}})
-	defer fake.Close()
-
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	addr := l.Addr().String()
 	l.Close()
+	base := "http://" + addr
+
+	// The providers: each loses 10% of responses after committing (a
+	// reset once the payment exists) and fails 5% of requests before
+	// doing anything; their webhooks go to the worker.
+	fk := fakes.Start(fakes.Options{Stripe: true, Adyen: true, PayPal: true, WebhookBase: base,
+		LoseAfter: 0.10, FailBefore: 0.05, Seed: int64(c.seed)})
+	defer fk.Close()
 	sep := "?"
 	if strings.Contains(u, "?") {
 		sep = "&"
 	}
-	w := &worker{addr: addr, env: []string{"DATABASE_URL=" + u + sep + "pool_max_conns=24",
-		"STRIPE_API_BASE=" + fake.URL(), "STRIPE_SECRET_KEY=sk_test_storm"}}
+	env := []string{"DATABASE_URL=" + u + sep + "pool_max_conns=24"}
+	for k, v := range fk.Env() {
+		env = append(env, k+"="+v)
+	}
+	w := &worker{addr: addr, env: env}
 	if err := w.start(); err != nil {
 		return err
 	}
 	defer w.stop()
-	base := "http://" + addr
 
-	pays := makePayments(c, rng)
-	fmt.Printf("storm: %d payments by %d customers against the checkout worker on %s (Stripe fake %s; seed %d)\n",
-		len(pays), c.customers, base, fake.URL(), c.seed)
+	pays := makePayments(c, rng, fk.Providers())
+	fmt.Printf("storm: %d payments by %d customers through %s, to the checkout worker on %s (seed %d)\n",
+		len(pays), c.customers, strings.Join(fk.Providers(), ", "), base, c.seed)
 
 	var st stormStats
 	stopBar := progress(&st, int64(len(pays)))
@@ -362,12 +366,18 @@ func storm(ctx context.Context, c stormConfig) error {
 			}
 		}
 	}
+	// Let the providers' last webhooks (Adyen's refund outcomes) land.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := fk.WaitDeliveries(wctx); err != nil {
+		return err
+	}
 	stopBar()
-	return report(ctx, stormReport{pays: pays, st: &st, fake: fake, pool: pool, w: w, unresolved: unresolved.Load(),
+	return report(ctx, stormReport{pays: pays, st: &st, fakes: fk, pool: pool, w: w, unresolved: unresolved.Load(),
 		refunds: refunds, elapsed: time.Since(began)})
 }
 
-func makePayments(c stormConfig, rng *rand.Rand) []*payment {
+func makePayments(c stormConfig, rng *rand.Rand, providers []string) []*payment {
 	currencies := []string{"EUR", "USD", "GBP"}
 	var pays []*payment
 	for i := 0; i < c.payments; i++ {
@@ -382,6 +392,7 @@ func makePayments(c stormConfig, rng *rand.Rand) []*payment {
 		}
 		cents := 100 + rng.IntN(20000)
 		pays = append(pays, &payment{
+			provider: providers[i%len(providers)],
 			customer: fmt.Sprintf("cus_%03d", i%c.customers),
 			key:      fmt.Sprintf("order-%05d", i),
 			amount:   fmt.Sprintf("%d.%02d", cents/100, cents%100),
@@ -395,8 +406,8 @@ func makePayments(c stormConfig, rng *rand.Rand) []*payment {
 }
 
 func (p *payment) body() string {
-	return fmt.Sprintf(`{"amount": %q, "currency": %q, "recipient": "acct_shop", "payment_method": %q, "provider": "stripe"}`,
-		p.amount, p.currency, p.method)
+	return fmt.Sprintf(`{"amount": %q, "currency": %q, "recipient": "acct_shop", "payment_method": %q, "provider": %q}`,
+		p.amount, p.currency, p.method, p.provider)
 }
 
 // send posts path once; timeout 0 means a patient client.
@@ -510,10 +521,10 @@ func refund(hc *http.Client, base string, p *payment) bool {
 	wg.Wait()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		code, out, err := send(hc, base+"/refunds", p.customer, p.refundKey, body, 0)
-		if err == nil && code == 201 {
+		code, _, err := send(hc, base+"/refunds", p.customer, p.refundKey, body, 0)
+		if err == nil && (code == 201 || code == 202) { // 202: Adyen settles it by webhook
 			p.refunded = half.AmountString()
-			return out["status"] == "SUCCEEDED"
+			return true
 		}
 		if err == nil && code != 503 && code != 409 {
 			return false
@@ -561,7 +572,7 @@ func progress(st *stormStats, total int64) (stop func()) {
 type stormReport struct {
 	pays       []*payment
 	st         *stormStats
-	fake       *stripetest.Server
+	fakes      *fakes.Set
 	pool       *pgxpool.Pool
 	w          *worker
 	unresolved int64
@@ -571,24 +582,26 @@ type stormReport struct {
 
 func report(ctx context.Context, r stormReport) error {
 	var pis, dups, missing, inconsistent, succeeded, declined, action, unknownResolved int
+	perProvider := map[string]int{}
 	var problems []string
 	for _, p := range r.pays {
 		key, err := idempotency.ComposeKey(p.customer, "charge", p.key)
 		if err != nil {
 			return err
 		}
-		n := r.fake.CountsByMetadata(paystripe.MetadataKey, key).PaymentIntents
+		n := r.fakes.Charges(p.provider, key)
 		pis += n
+		perProvider[p.provider] += n
 		if n > 1 {
 			dups++
-			problems = append(problems, fmt.Sprintf("%s/%s: %d PaymentIntents", p.customer, p.key, n))
+			problems = append(problems, fmt.Sprintf("%s %s/%s: %d charges at the provider", p.provider, p.customer, p.key, n))
 		}
 		switch p.status {
 		case "SUCCEEDED":
 			succeeded++
 			if n == 0 {
 				missing++
-				problems = append(problems, fmt.Sprintf("%s/%s: succeeded without a PaymentIntent", p.customer, p.key))
+				problems = append(problems, fmt.Sprintf("%s %s/%s: succeeded without a charge at the provider", p.provider, p.customer, p.key))
 			}
 		case "DECLINED":
 			declined++
@@ -597,7 +610,7 @@ func report(ctx context.Context, r stormReport) error {
 		}
 		if len(p.providerIDs) > 1 {
 			inconsistent++
-			problems = append(problems, fmt.Sprintf("%s/%s: answers named %d different PaymentIntents", p.customer, p.key, len(p.providerIDs)))
+			problems = append(problems, fmt.Sprintf("%s/%s: answers named %d different provider objects", p.customer, p.key, len(p.providerIDs)))
 		}
 		if p.unknownSeen && p.final != 0 {
 			unknownResolved++
@@ -612,66 +625,84 @@ func report(ctx context.Context, r stormReport) error {
 	row("  unresolved after retries", r.unresolved)
 	row("requests sent", fmt.Sprintf("%d (%d connection errors, %d given up by impatient clients)", r.st.requests.Load(), r.st.connErrors.Load(), r.st.gaveUp.Load()))
 	row("worker killed (SIGKILL) and restarted", r.w.restarts)
-	row("provider PaymentIntents", pis)
-	row("duplicates (payments with >1 PaymentIntent)", dups)
+	var per []string
+	for _, name := range r.fakes.Providers() {
+		per = append(per, fmt.Sprintf("%s %d", name, perProvider[name]))
+	}
+	row("charges at the providers", fmt.Sprintf("%d (%s)", pis, strings.Join(per, ", ")))
+	row("duplicates (payments charged more than once)", dups)
 	row("unknown outcomes resolved by retry", unknownResolved)
 	row("partial refunds", r.refunds)
 	tw.Flush()
 
-	// The books: payonce's ledger against the provider's totals, per
+	// The books: payonce's ledger against each provider's totals, per
 	// currency, and every currency's postings summing to zero.
 	fmt.Println("\n  ledger vs provider")
 	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  currency\tledger stripe cash\tprovider net\tpostings sum\t")
+	fmt.Fprintln(tw, "  provider\tcurrency\tledger cash\tprovider net\t")
 	l, err := ledger.New(r.pool, nil)
 	if err != nil {
 		return err
 	}
-	totals := r.fake.Totals()
-	var currencies []string
-	for c := range totals {
-		currencies = append(currencies, strings.ToUpper(c))
-	}
-	sort.Strings(currencies)
 	books := 0
-	for _, code := range currencies {
-		cur, err := money.ParseCurrency(code)
-		if err != nil {
-			return err
+	for _, name := range r.fakes.Providers() {
+		net := r.fakes.Net(name)
+		var currencies []string
+		for c := range net {
+			currencies = append(currencies, c)
 		}
-		bal, err := l.Balance(ctx, ledger.ProviderCash("stripe"), cur)
-		if errors.Is(err, ledger.ErrUnknownAccount) {
-			bal, _ = money.FromMinor(0, cur)
-		} else if err != nil {
-			return err
+		sort.Strings(currencies)
+		for _, code := range currencies {
+			cur, err := money.ParseCurrency(code)
+			if err != nil {
+				return err
+			}
+			bal, err := l.Balance(ctx, ledger.ProviderCash(name), cur)
+			if errors.Is(err, ledger.ErrUnknownAccount) {
+				bal, _ = money.FromMinor(0, cur)
+			} else if err != nil {
+				return err
+			}
+			held, err := money.FromMinor(net[code], cur)
+			if err != nil {
+				return err
+			}
+			mark := "ok"
+			if !bal.Equal(held) {
+				mark = "DIFFERS"
+				books++
+				problems = append(problems, fmt.Sprintf("%s %s: ledger %s, provider %s", name, code, bal.AmountString(), held.AmountString()))
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", name, code, bal.AmountString(), held.AmountString(), mark)
 		}
-		net, err := money.FromMinor(totals[strings.ToLower(code)].Net, cur)
-		if err != nil {
-			return err
-		}
-		var sum string
-		if err := r.pool.QueryRow(ctx, `SELECT coalesce(sum(amount), 0)::text FROM ledger_postings WHERE currency = $1`, code).Scan(&sum); err != nil {
-			return err
-		}
-		mark := "ok"
-		if !bal.Equal(net) || (sum != "0" && strings.Trim(sum, "0.") != "") {
-			mark = "DIFFERS"
-			books++
-			problems = append(problems, fmt.Sprintf("%s: ledger %s, provider %s, postings sum %s", code, bal.AmountString(), net.AmountString(), sum))
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", code, bal.AmountString(), net.AmountString(), sum, mark)
 	}
 	tw.Flush()
+	rows, err := r.pool.Query(ctx, `SELECT currency, sum(amount)::text FROM ledger_postings GROUP BY currency HAVING sum(amount) <> 0`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var code, sum string
+		if err := rows.Scan(&code, &sum); err != nil {
+			return err
+		}
+		books++
+		problems = append(problems, fmt.Sprintf("ledger %s: postings sum to %s, not 0", code, sum))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
 	fmt.Printf("\n  wall time %s\n", r.elapsed.Round(time.Millisecond))
 
 	if len(problems) > 0 || r.unresolved > 0 {
 		for _, p := range problems {
 			fmt.Println("  PROBLEM:", p)
 		}
-		return fmt.Errorf("demo failed: %d duplicate(s), %d succeeded without a charge, %d inconsistent answer(s), %d currency(ies) off the books, %d unresolved",
+		return fmt.Errorf("demo failed: %d duplicate(s), %d succeeded without a charge, %d inconsistent answer(s), %d book problem(s), %d unresolved",
 			dups, missing, inconsistent, books, r.unresolved)
 	}
-	fmt.Println("  zero duplicates; the books balance and match the provider")
+	fmt.Println("  zero duplicates; the books balance and match every provider")
 	return nil
 }
 

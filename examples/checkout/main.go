@@ -11,7 +11,9 @@
 //	STRIPE_SECRET_KEY      its secret key (sk_test_... for test mode)
 //	STRIPE_WEBHOOK_SECRET  the signing secret of the endpoint /webhooks/stripe
 //	ADYEN_API_BASE         e.g. https://checkout-test.adyen.com/v71
-//	ADYEN_API_KEY, ADYEN_MERCHANT_ACCOUNT, ADYEN_HMAC_KEY (hex)
+//	ADYEN_API_KEY, ADYEN_MERCHANT_ACCOUNT, ADYEN_HMAC_KEY (hex), ADYEN_RETURN_URL
+//	PAYPAL_API_BASE        e.g. https://api-m.sandbox.paypal.com
+//	PAYPAL_CLIENT_ID, PAYPAL_SECRET, PAYPAL_WEBHOOK_ID
 //
 // For each provider whose API base is unset, a stateful fake of it starts
 // in-process (its URL is logged) and posts its webhooks to this service.
@@ -63,10 +65,11 @@ func run() error {
 
 	// Fakes for the providers not configured, posting webhooks here.
 	fk := fakes.Start(fakes.Options{Stripe: os.Getenv("STRIPE_API_BASE") == "", Adyen: os.Getenv("ADYEN_API_BASE") == "",
+		PayPal:      os.Getenv("PAYPAL_API_BASE") == "",
 		WebhookBase: "http://" + l.Addr().String()})
 	defer fk.Close()
 	env := fk.Env()
-	for _, name := range []string{"STRIPE_API_BASE", "ADYEN_API_BASE"} {
+	for _, name := range []string{"STRIPE_API_BASE", "ADYEN_API_BASE", "PAYPAL_API_BASE"} {
 		if env[name] != "" {
 			slog.Info(name+" is unset: started the provider's fake in-process", "url", env[name])
 		}

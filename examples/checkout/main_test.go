@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 func TestStartsWithNothingConfigured(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "CHECKOUT_SERVE=1", "ADDR=127.0.0.1:0", "DATABASE_URL=", "STRIPE_API_BASE=", "STRIPE_SECRET_KEY=", "ADYEN_API_BASE=")
+	cmd.Env = append(os.Environ(), "CHECKOUT_SERVE=1", "ADDR=127.0.0.1:0", "DATABASE_URL=", "STRIPE_API_BASE=", "STRIPE_SECRET_KEY=", "ADYEN_API_BASE=", "PAYPAL_API_BASE=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -3,9 +3,17 @@
 package fakes
 
 import (
+	"context"
+	"errors"
 	"os"
+	"strings"
 
+	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
+	"github.com/payonce/payonce/providers/paypal"
+	"github.com/payonce/payonce/providers/paypal/paypaltest"
+	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
@@ -16,6 +24,9 @@ const (
 	AdyenAPIKey          = "adyen_test_payonce_fake"
 	AdyenMerchantAccount = "PayonceFakeECOM"
 	AdyenHMACKey         = adyentest.DefaultHMACKey
+	PayPalClientID       = paypaltest.DefaultClientID
+	PayPalSecret         = paypaltest.DefaultSecret
+	PayPalWebhookID      = paypaltest.DefaultWebhookID
 )
 
 // Options chooses the fakes and their faults.
@@ -37,6 +48,7 @@ type Options struct {
 type Set struct {
 	Stripe *stripetest.Server
 	Adyen  *adyentest.Server
+	PayPal *paypaltest.Server
 }
 
 func hook(base, provider string) string {
@@ -70,6 +82,16 @@ func Start(o Options) *Set {
 		s.Adyen = adyentest.NewServer(&adyentest.Config{Seed: o.Seed + 1, Faults: faults, APIKey: AdyenAPIKey,
 			MerchantAccount: AdyenMerchantAccount, WebhookURL: hook(o.WebhookBase, "adyen")})
 	}
+	if o.PayPal {
+		var faults []paypaltest.Fault
+		if o.LoseAfter > 0 {
+			faults = append(faults, paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/*", Probability: o.LoseAfter})
+		}
+		if o.FailBefore > 0 {
+			faults = append(faults, paypaltest.Fault{Kind: paypaltest.FailBefore, Method: "POST", Path: "/v2/*", Probability: o.FailBefore / (1 - o.LoseAfter)})
+		}
+		s.PayPal = paypaltest.NewServer(&paypaltest.Config{Seed: o.Seed + 2, Faults: faults, WebhookURL: hook(o.WebhookBase, "paypal")})
+	}
 	return s
 }
 
@@ -83,6 +105,10 @@ func (s *Set) Env() map[string]string {
 	if s.Adyen != nil {
 		env["ADYEN_API_BASE"], env["ADYEN_API_KEY"] = s.Adyen.URL(), AdyenAPIKey
 		env["ADYEN_MERCHANT_ACCOUNT"], env["ADYEN_HMAC_KEY"] = AdyenMerchantAccount, AdyenHMACKey
+	}
+	if s.PayPal != nil {
+		env["PAYPAL_API_BASE"], env["PAYPAL_CLIENT_ID"] = s.PayPal.URL(), PayPalClientID
+		env["PAYPAL_SECRET"], env["PAYPAL_WEBHOOK_ID"] = PayPalSecret, PayPalWebhookID
 	}
 	return env
 }
@@ -105,6 +131,77 @@ func (s *Set) Close() {
 	if s.Adyen != nil {
 		s.Adyen.Close()
 	}
+	if s.PayPal != nil {
+		s.PayPal.Close()
+	}
 }
 
 var getenv = os.Getenv
+
+// Providers lists the running fakes' provider names.
+func (s *Set) Providers() []string {
+	var out []string
+	if s.Stripe != nil {
+		out = append(out, "stripe")
+	}
+	if s.Adyen != nil {
+		out = append(out, "adyen")
+	}
+	if s.PayPal != nil {
+		out = append(out, "paypal")
+	}
+	return out
+}
+
+// Charges counts the charges that really exist at provider's fake for a
+// local key (payonce's composed key): PaymentIntents carrying it in their
+// metadata (Stripe), payments with its reference (Adyen), captures of
+// orders with its custom_id (PayPal). Attempt 0's references.
+func (s *Set) Charges(provider, key string) int {
+	switch provider {
+	case "stripe":
+		return s.Stripe.CountsByMetadata(paystripe.MetadataKey, key).PaymentIntents
+	case "adyen":
+		return s.Adyen.Counts(payments.ProviderKey(key, "charge", 0, adyen.MaxReferenceLen)).Payments
+	case "paypal":
+		return s.PayPal.CountsByCustomID(payments.ProviderKey(key, "charge", 0, paypal.MaxProviderKeyLen)).Captures
+	}
+	return 0
+}
+
+// Net returns, per uppercase currency code, the money provider's fake
+// holds in minor units: charged minus refunded.
+func (s *Set) Net(provider string) map[string]int64 {
+	out := map[string]int64{}
+	switch provider {
+	case "stripe":
+		for c, t := range s.Stripe.Totals() {
+			out[strings.ToUpper(c)] = t.Net
+		}
+	case "adyen":
+		for c, t := range s.Adyen.Totals() {
+			out[strings.ToUpper(c)] = t.Net
+		}
+	case "paypal":
+		for c, t := range s.PayPal.Totals() {
+			out[strings.ToUpper(c)] = t.Net
+		}
+	}
+	return out
+}
+
+// WaitDeliveries waits until every fake has delivered (or given up on)
+// its webhooks.
+func (s *Set) WaitDeliveries(ctx context.Context) error {
+	var errs []error
+	if s.Stripe != nil {
+		errs = append(errs, s.Stripe.WaitDeliveries(ctx))
+	}
+	if s.Adyen != nil {
+		errs = append(errs, s.Adyen.WaitDeliveries(ctx))
+	}
+	if s.PayPal != nil {
+		errs = append(errs, s.PayPal.WaitDeliveries(ctx))
+	}
+	return errors.Join(errs...)
+}

@@ -70,6 +70,7 @@ import (
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/adyen"
+	"github.com/payonce/payonce/providers/paypal"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 )
 
@@ -87,6 +88,10 @@ type Config struct {
 	// AdyenReturnURL is where a shopper returns after a redirect (3-D
 	// Secure); default http://localhost/checkout/return.
 	AdyenAPIBase, AdyenAPIKey, AdyenMerchantAccount, AdyenHMACKey, AdyenReturnURL string
+	// PayPalAPIBase (e.g. https://api-m.sandbox.paypal.com), PayPalClientID,
+	// PayPalSecret and PayPalWebhookID (for webhook verification)
+	// configure PayPal.
+	PayPalAPIBase, PayPalClientID, PayPalSecret, PayPalWebhookID string
 	// ProviderTimeout bounds one provider call. Default 10s.
 	ProviderTimeout time.Duration
 	// HTTPClient, when set, makes the provider calls (its Timeout wins
@@ -183,6 +188,14 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 			Notifications: func(ctx context.Context, reference string) ([]payments.WebhookEvent, error) {
 				return s.client.StoredEvents(ctx, "adyen", reference)
 			}})
+		if err != nil {
+			return nil, err
+		}
+		provs = append(provs, p)
+	}
+	if cfg.PayPalAPIBase != "" {
+		p, err := paypal.New(&paypal.Config{ClientID: cfg.PayPalClientID, Secret: cfg.PayPalSecret,
+			BaseURL: cfg.PayPalAPIBase, HTTPClient: cfg.HTTPClient, WebhookID: cfg.PayPalWebhookID})
 		if err != nil {
 			return nil, err
 		}
@@ -509,12 +522,16 @@ func ConfigFrom(getenv func(string) string) (Config, error) {
 		AdyenAPIBase:        getenv("ADYEN_API_BASE"), AdyenAPIKey: getenv("ADYEN_API_KEY"),
 		AdyenMerchantAccount: getenv("ADYEN_MERCHANT_ACCOUNT"), AdyenHMACKey: getenv("ADYEN_HMAC_KEY"),
 		AdyenReturnURL: getenv("ADYEN_RETURN_URL"),
+		PayPalAPIBase:  getenv("PAYPAL_API_BASE"), PayPalClientID: getenv("PAYPAL_CLIENT_ID"),
+		PayPalSecret: getenv("PAYPAL_SECRET"), PayPalWebhookID: getenv("PAYPAL_WEBHOOK_ID"),
 	}
 	switch {
 	case c.StripeAPIBase != "" && c.StripeSecretKey == "":
 		return c, errors.New("STRIPE_SECRET_KEY is required with STRIPE_API_BASE")
 	case c.AdyenAPIBase != "" && (c.AdyenAPIKey == "" || c.AdyenMerchantAccount == ""):
 		return c, errors.New("ADYEN_API_KEY and ADYEN_MERCHANT_ACCOUNT are required with ADYEN_API_BASE")
+	case c.PayPalAPIBase != "" && (c.PayPalClientID == "" || c.PayPalSecret == ""):
+		return c, errors.New("PAYPAL_CLIENT_ID and PAYPAL_SECRET are required with PAYPAL_API_BASE")
 	}
 	return c, nil
 }

@@ -32,7 +32,7 @@ func start(t *testing.T) env {
 	var h atomic.Pointer[http.Handler]
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*h.Load()).ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
-	fk := fakes.Start(fakes.Options{Stripe: true, Adyen: true, WebhookBase: srv.URL})
+	fk := fakes.Start(fakes.Options{Stripe: true, Adyen: true, PayPal: true, WebhookBase: srv.URL})
 	t.Cleanup(fk.Close)
 	vars := fk.Env()
 	vars["DATABASE_URL"] = pgtest.SchemaURL(t)
@@ -257,5 +257,27 @@ func TestAdyenChargeAndRefundSettledByWebhook(t *testing.T) {
 	}
 	if tot := e.fakes.Adyen.Totals()["EUR"]; tot.Net != 2999 {
 		t.Fatalf("Adyen totals: %+v, want net 2999", tot)
+	}
+}
+
+// PayPal: create + capture, refund of the capture; the three providers'
+// money stays apart in the ledger and at each fake.
+func TestPayPalChargeAndRefund(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	body := strings.Replace(visa49, `"stripe"`, `"paypal"`, 1)
+	c := e.do(t, "POST", "/charges", "gus", "order-p", body)
+	if c.code != 201 || c.body["status"] != "SUCCEEDED" || c.body["provider"] != "paypal" {
+		t.Fatalf("charge: %d %v", c.code, c.body)
+	}
+	if again := e.do(t, "POST", "/charges", "gus", "order-p", body); again.code != 201 || again.body["provider_id"] != c.body["provider_id"] {
+		t.Fatalf("replay: %d %v", again.code, again.body)
+	}
+	r := e.do(t, "POST", "/refunds", "gus", "refund-p", `{"charge_key": "order-p", "amount": "9.99"}`)
+	if r.code != 201 || r.body["status"] != "SUCCEEDED" {
+		t.Fatalf("refund: %d %v", r.code, r.body)
+	}
+	if tot := e.fakes.PayPal.Totals()["EUR"]; tot.Net != 4000 {
+		t.Fatalf("PayPal totals: %+v, want net 4000", tot)
 	}
 }
