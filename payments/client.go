@@ -113,6 +113,9 @@ func New(pool *pgxpool.Pool, store *pgstore.Store, l *ledger.Ledger, providers [
 	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, providers: byName, log: log}, nil
 }
 
+// Provider returns the configured provider named name, or nil.
+func (c *Client) Provider(name string) Provider { return c.providers[name] }
+
 // ChargeParams describes one charge.
 type ChargeParams struct {
 	// Scope is the authenticated customer or tenant.
@@ -137,6 +140,9 @@ const (
 	IntentSucceeded      IntentStatus = "SUCCEEDED"
 	IntentDeclined       IntentStatus = "DECLINED"
 	IntentFailed         IntentStatus = "FAILED"
+	// IntentNeedsReview: the reconciler could not prove the outcome; a
+	// human decides. Retries get a *NeedsReviewError and never re-drive.
+	IntentNeedsReview IntentStatus = "NEEDS_REVIEW"
 )
 
 // Outcome is the result of [Client.Charge] and [Client.Refund].
@@ -198,10 +204,10 @@ func (c *Client) ChargeTx(ctx context.Context, p ChargeParams, fn TxFunc) (Outco
 		return Outcome{}, err
 	}
 	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
-		c.hooks.call(c.hooks.afterClaim, ctx, req.Key)
+		c.hooks.call(pointAfterClaim, c.hooks.afterClaim, ctx, req.Key)
 		return c.charge(withTxFunc(ctx, fn), prov, req, p)
 	})
-	c.hooks.call(c.hooks.afterCommit, ctx, req.Key)
+	c.hooks.call(pointAfterCommit, c.hooks.afterCommit, ctx, req.Key)
 	return c.outcome(res, err, p.Provider)
 }
 
@@ -241,14 +247,25 @@ func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, e
 			return nil, idempotency.Request{}, err
 		}
 	}
-	fp, err := idempotency.NewFingerprint().
-		Decimal("amount", p.Amount.AmountString()).String("currency", string(p.Amount.Currency())).
-		String("recipient", p.Recipient).String("payment_method", p.PaymentMethod).
-		String("provider", p.Provider).Sum()
+	fp, err := chargeFingerprint(p.Amount, p.Recipient, p.PaymentMethod, p.Provider)
 	if err != nil {
 		return nil, idempotency.Request{}, err
 	}
 	return prov, idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}, nil
+}
+
+// chargeFingerprint is what a charge's key is bound to.
+func chargeFingerprint(amount money.Money, recipient, method, provider string) (idempotency.Fingerprint, error) {
+	return idempotency.NewFingerprint().
+		Decimal("amount", amount.AmountString()).String("currency", string(amount.Currency())).
+		String("recipient", recipient).String("payment_method", method).
+		String("provider", provider).Sum()
+}
+
+// refundFingerprint is what a refund's key is bound to.
+func refundFingerprint(chargeKey string, amount money.Money) (idempotency.Fingerprint, error) {
+	return idempotency.NewFingerprint().String("charge", chargeKey).
+		Decimal("amount", amount.AmountString()).String("currency", string(amount.Currency())).Sum()
 }
 
 // Metadata limits of every charge, whatever the provider (the strictest
@@ -282,16 +299,16 @@ RETURNING provider_key`
 
 // readIntentSQL reads the provider key of an intent recorded by an earlier
 // attempt (a retry after an unknown outcome): the same key must be sent.
-const readIntentSQL = `SELECT provider_key, coalesce(provider_id, ''), status, coalesce(decline_code, '')
+const readIntentSQL = `SELECT provider_key, coalesce(provider_id, ''), status, coalesce(decline_code, ''), coalesce(review_reason, '')
   FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`
 
 // priorIntent is what an earlier attempt recorded of an intent.
 type priorIntent struct {
-	providerKey, providerID, status, declineCode string
+	providerKey, providerID, status, declineCode, reviewReason string
 }
 
 func (pi *priorIntent) scan(row pgx.Row) error {
-	return row.Scan(&pi.providerKey, &pi.providerID, &pi.status, &pi.declineCode)
+	return row.Scan(&pi.providerKey, &pi.providerID, &pi.status, &pi.declineCode, &pi.reviewReason)
 }
 
 // final reports whether a webhook or the reconciler settled the intent
@@ -364,8 +381,11 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 		return c.settled(ctx, lease, req, p.Provider, prior, p.Amount,
 			func(tx pgx.Tx) error { return c.postCharge(ctx, tx, req.Key, p.Provider, p.Amount) })
 	}
+	if prior.status == string(IntentNeedsReview) {
+		return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
+	}
 	known := prior.providerID
-	c.hooks.call(c.hooks.afterIntent, ctx, req.Key)
+	c.hooks.call(pointAfterIntent, c.hooks.afterIntent, ctx, req.Key)
 	started := time.Now()
 	pres, perr := prov.Charge(ctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,
 		Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata,
@@ -374,7 +394,7 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 			_, err := c.pool.Exec(ctx, progressSQL, req.Key, req.Scope, id)
 			return err
 		}})
-	c.hooks.call(c.hooks.afterProvider, ctx, req.Key)
+	c.hooks.call(pointAfterProvider, c.hooks.afterProvider, ctx, req.Key)
 	c.metrics.observe(ctx, "charge", p.Provider, string(pres.Status), perr, time.Since(started))
 
 	var decline *DeclineError
@@ -518,3 +538,6 @@ func (c *Client) intent(ctx context.Context, scope, action, key string) (Intent,
 	in.Scope, in.Key = scope, key
 	return in, nil
 }
+
+// encodeStored is the idempotency record's body for an outcome.
+func encodeStored(s stored) ([]byte, error) { return json.Marshal(s) }

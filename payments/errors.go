@@ -14,7 +14,20 @@ var (
 	ErrOutcomeUnknown = errors.New("payments: outcome unknown")
 	ErrInProgress     = errors.New("payments: provider still processing this key")
 	ErrKeyMismatch    = errors.New("payments: provider saw this key with other parameters")
+	// ErrNeedsReview: the reconciler could not prove the payment's outcome
+	// and flagged it for a human; retrying does not help.
+	ErrNeedsReview = errors.New("payments: payment under review")
 )
+
+// NeedsReviewError is returned for a key whose intent the reconciler
+// flagged NEEDS_REVIEW: payonce will not call the provider again for it
+// until a human resolves it.
+type NeedsReviewError struct{ Reason string }
+
+func (e *NeedsReviewError) Error() string { return "payments: payment under review: " + e.Reason }
+
+// Is reports ErrNeedsReview.
+func (e *NeedsReviewError) Is(target error) bool { return target == ErrNeedsReview }
 
 // DeclineError is a definite, permanent refusal by the provider (or the
 // card's issuer). It is replayed to every retry of the key.
@@ -42,8 +55,11 @@ func (e *InvalidRequestError) Error() string {
 	return fmt.Sprintf("payments: %s refused the request: %s %s: %s", e.Provider, e.Code, e.Param, e.Message)
 }
 
-// Is reports ErrInvalidRequest.
-func (e *InvalidRequestError) Is(target error) bool { return target == ErrInvalidRequest }
+// Is reports ErrInvalidRequest, and ErrRefundExceedsCharge for Code
+// "refund_exceeds_charge".
+func (e *InvalidRequestError) Is(target error) bool {
+	return target == ErrInvalidRequest || (target == ErrRefundExceedsCharge && e.Code == "refund_exceeds_charge")
+}
 
 // NotSentError: the request provably never reached the provider (no
 // connection, refused before writing).

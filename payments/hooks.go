@@ -1,10 +1,15 @@
 package payments
 
-import "context"
+import (
+	"context"
+
+	"github.com/payonce/payonce/internal/crashpoint"
+)
 
 // hooks are points in a charge where tests stop the process (the crash
 // fault matrix kills a child process at each of them). All nil outside
-// tests; see export_test.go.
+// tests; see export_test.go. Each point is also an internal/crashpoint of
+// the same name, for the tests of other packages (the reconciler's).
 type hooks struct {
 	// afterClaim: the key is claimed, nothing else is recorded.
 	afterClaim func(ctx context.Context, key string)
@@ -16,8 +21,17 @@ type hooks struct {
 	afterCommit func(ctx context.Context, key string)
 }
 
-func (h hooks) call(f func(context.Context, string), ctx context.Context, key string) {
+// Crash points, as internal/crashpoint names them.
+const (
+	pointAfterClaim    = "after_claim"
+	pointAfterIntent   = "after_intent"
+	pointAfterProvider = "after_provider"
+	pointAfterCommit   = "after_commit"
+)
+
+func (h hooks) call(point string, f func(context.Context, string), ctx context.Context, key string) {
 	if f != nil {
 		f(ctx, key)
 	}
+	crashpoint.Hit(point, key)
 }

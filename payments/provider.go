@@ -92,6 +92,22 @@ type Validator interface {
 	ValidateCharge(req ChargeRequest) error
 }
 
+// Voider is implemented by providers that can make an attempt whose
+// outcome is unknown provably void by its reference (Adyen's technical
+// cancel): whatever the provider did or will do with that reference is
+// cancelled. The outcome arrives later by webhook (Adyen:
+// TECHNICAL_CANCEL), which settles the intent.
+type Voider interface {
+	Void(ctx context.Context, req VoidRequest) error
+}
+
+// VoidRequest names the attempt to void.
+type VoidRequest struct {
+	// Key is payonce's key of the action; ProviderKey the attempt's
+	// reference.
+	Key, ProviderKey string
+}
+
 // ChargeStatus is a charge's state at the provider.
 type ChargeStatus string
 

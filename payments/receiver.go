@@ -219,7 +219,7 @@ func (c *Client) applyEvent(ctx context.Context, tx pgx.Tx, provider string, ev 
 	if err != nil {
 		return AppliedEvent{}, err
 	}
-	if ev.Kind == EventIgnored {
+	if ev.Kind == EventIgnored || ev.Kind == EventCancelFailed {
 		return AppliedEvent{ID: ev.ID, Outcome: EventIgnoredOutcome}, nil
 	}
 	kind := "CHARGE"
@@ -277,7 +277,12 @@ func findIntent(ctx context.Context, tx pgx.Tx, provider, kind string, ev Webhoo
 // charge, not the refund) is confirmed when a refund intent of that charge
 // has its amount.
 func (c *Client) unmatched(ctx context.Context, tx pgx.Tx, provider string, ev WebhookEvent) (string, string, error) {
-	if (ev.Kind == EventRefundSucceeded || ev.Kind == EventRefundFailed) && ev.ChargeID != "" {
+	// Only for events about the charge rather than one refund (Stripe's
+	// charge.refunded names the PaymentIntent): an event naming its own
+	// refund object that no intent carries is a refund made outside
+	// payonce.
+	aboutCharge := ev.ProviderID == "" || ev.ProviderID == ev.ChargeID
+	if (ev.Kind == EventRefundSucceeded || ev.Kind == EventRefundFailed) && ev.ChargeID != "" && aboutCharge {
 		var n int
 		err := tx.QueryRow(ctx, `SELECT count(*) FROM payment_intents r JOIN payment_intents ch
 			ON ch.idempotency_key = r.charge_key AND ch.user_id = r.user_id

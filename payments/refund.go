@@ -93,8 +93,7 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (Outco
 	if prov == nil {
 		return Outcome{}, &ConfigError{"Provider", fmt.Sprintf("the charge's provider %q is not configured", provName)}
 	}
-	fp, err := idempotency.NewFingerprint().String("charge", chargeKey).
-		Decimal("amount", p.Amount.AmountString()).String("currency", currency).Sum()
+	fp, err := refundFingerprint(chargeKey, p.Amount)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -134,6 +133,9 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 	}
 	if prior.final() {
 		return c.settled(ctx, lease, req, prov.Name(), prior, amount, func(tx pgx.Tx) error { return c.postRefund(ctx, tx, req.Key, prov.Name(), amount) })
+	}
+	if prior.status == string(IntentNeedsReview) {
+		return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
 	}
 	started := time.Now()
 	rres, rerr := prov.Refund(ctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})

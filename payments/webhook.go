@@ -21,6 +21,10 @@ const (
 	EventCaptureFailed    EventKind = "capture_failed"
 	// EventCancelled: a payment was voided (Adyen TECHNICAL_CANCEL).
 	EventCancelled EventKind = "cancelled"
+	// EventCancelFailed: a void by reference cancelled nothing (Adyen
+	// TECHNICAL_CANCEL success=false: no cancellable payment with that
+	// reference). Recorded without effect; the reconciler reads it.
+	EventCancelFailed EventKind = "cancel_failed"
 	// EventIgnored: a verified event payonce does not act on (it is
 	// acknowledged and recorded, so that the provider stops resending).
 	EventIgnored EventKind = "ignored"

@@ -718,7 +718,7 @@ func TestCaptureAndTechnicalCancel(t *testing.T) {
 	if len(got.Charges) != 1 || got.Charges[0].Status != payments.ChargeFailed || got.Charges[0].ProviderID != cancelled.ChargeID {
 		t.Fatalf("lookup of a cancelled payment: %+v", got)
 	}
-	if evs := b.inbox.byReference(none); len(evs) != 1 || evs[0].Kind != payments.EventIgnored || evs[0].DeclineCode == "" {
+	if evs := b.inbox.byReference(none); len(evs) != 1 || evs[0].Kind != payments.EventCancelFailed || evs[0].DeclineCode == "" {
 		t.Fatalf("cancel of nothing: %+v", evs)
 	}
 	if tot := b.srv.Totals()["EUR"]; tot.Authorised != 2000 {
@@ -875,7 +875,7 @@ func TestWebhookEventKinds(t *testing.T) {
 		{"CAPTURE", "false", payments.EventCaptureFailed},
 		{"CAPTURE_FAILED", "true", payments.EventCaptureFailed},
 		{"TECHNICAL_CANCEL", "true", payments.EventCancelled},
-		{"TECHNICAL_CANCEL", "false", payments.EventIgnored},
+		{"TECHNICAL_CANCEL", "false", payments.EventCancelFailed},
 		{"CANCELLATION", "true", payments.EventCancelled},
 		{"REPORT_AVAILABLE", "true", payments.EventIgnored},
 	} {

@@ -90,7 +90,8 @@ func (it *notificationItem) signingString() string {
 //	CAPTURE success / failure             EventCaptureSucceeded / EventCaptureFailed
 //	CAPTURE_FAILED                        EventCaptureFailed
 //	TECHNICAL_CANCEL, CANCELLATION ok     EventCancelled
-//	anything else (failed cancels too)    EventIgnored
+//	TECHNICAL_CANCEL, CANCELLATION failed EventCancelFailed (DeclineCode = reason)
+//	anything else                         EventIgnored
 //
 // Errors: wrapping [payments.ErrWebhookSignature] when an item's signature is missing or
 // matches no key; wrapping [payments.ErrWebhookMalformed] when the body is not a delivery of
@@ -195,7 +196,10 @@ func event(it *notificationItem, raw json.RawMessage) (payments.WebhookEvent, er
 	case "CAPTURE_FAILED":
 		ev.Kind, ev.DeclineCode = payments.EventCaptureFailed, it.Reason
 	case "TECHNICAL_CANCEL", "CANCELLATION":
-		ev.Kind = pick(ok, payments.EventCancelled, payments.EventIgnored)
+		ev.Kind = pick(ok, payments.EventCancelled, payments.EventCancelFailed)
+		if !ok {
+			ev.DeclineCode = it.Reason
+		}
 	default:
 		ev.Kind = payments.EventIgnored
 	}
@@ -215,4 +219,25 @@ var _ payments.WebhookAcknowledger = (*Provider)(nil)
 // delivery with, once it has stored it: "[accepted]".
 func (p *Provider) WebhookAck() (contentType string, body []byte) {
 	return "text/plain", []byte("[accepted]")
+}
+
+var _ payments.Voider = (*Provider)(nil)
+
+// Void sends a technical cancel (POST /cancels) for the payment with
+// reference req.ProviderKey, with a deterministic Idempotency-Key: Adyen
+// cancels the payment if it exists and is cancellable. The outcome comes
+// by the TECHNICAL_CANCEL notification (success true: the payment is void;
+// false: nothing was cancelled, which proves nothing about a request still
+// in flight). Errors: as [Provider.Charge]'s transport and API errors.
+func (p *Provider) Void(ctx context.Context, req payments.VoidRequest) error {
+	if req.ProviderKey == "" || len(req.ProviderKey) > MaxReferenceLen {
+		return &payments.InvalidRequestError{Provider: providerName, Code: "invalid_reference", Param: "ProviderKey",
+			Message: fmt.Sprintf("1 to %d characters", MaxReferenceLen)}
+	}
+	ref := payments.ProviderKey(req.ProviderKey, "cancel", 0, MaxReferenceLen)
+	_, err := p.c.Cancel(ctx, req.ProviderKey, ref, IdempotencyKey(ref))
+	if err != nil {
+		return classify(err)
+	}
+	return nil
 }

@@ -1,0 +1,197 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/money"
+)
+
+// Examined is an intent as the reconciler reads it (see [Client.Resolve]).
+type Examined struct {
+	Scope string
+	// Key is payonce's key of the action ("<scope>_charge_<client key>").
+	Key string
+	// Kind is "CHARGE" or "REFUND".
+	Kind                     string
+	Provider                 string
+	ProviderKey, ProviderID  string
+	Attempt                  int
+	Status                   IntentStatus
+	Amount                   money.Money
+	Recipient, PaymentMethod string
+	// ChargeKey and ChargeID name a refund's charge (payonce's key and the
+	// provider's id).
+	ChargeKey, ChargeID  string
+	CreatedAt, UpdatedAt time.Time
+}
+
+// Proof is what the provider showed about an intent's outcome.
+type Proof struct {
+	// Status is IntentSucceeded, IntentDeclined, IntentFailed (the attempt
+	// provably left no payment: voided, or never created per a consistent
+	// lookup) or IntentNeedsReview (no proof either way).
+	Status      IntentStatus
+	ProviderID  string
+	DeclineCode string
+	// Reason says what proves it, or why a human must look.
+	Reason string
+	// NextAttempt, with IntentFailed, reopens the intent under the next
+	// attempt number instead of failing it: the next retry of the key
+	// calls the provider with new derived references (the old ones are
+	// proven void and must never be reused).
+	NextAttempt bool
+}
+
+// ErrNotOpen is returned by [Client.Resolve] when the intent was settled
+// meanwhile (by a webhook, a retry or another reconciler): nothing done.
+var ErrNotOpen = errors.New("payments: intent no longer open")
+
+// Resolve applies proof to an open intent: it claims the intent's key (a
+// live call holding it gives idempotency.ErrInProgress: look again
+// later), then in ONE transaction sets the intent's outcome, posts to the
+// ledger where money moved, completes the idempotency record with the
+// response a replay will serve (a retry then gets the outcome, never a
+// new charge), and runs audit in the same transaction. An intent settled
+// meanwhile gives ErrNotOpen and changes nothing.
+func (c *Client) Resolve(ctx context.Context, in Examined, p Proof, audit func(ctx context.Context, tx pgx.Tx) error) error {
+	prov := c.providers[in.Provider]
+	if prov == nil {
+		return &ConfigError{"Provider", fmt.Sprintf("the intent's provider %q is not configured", in.Provider)}
+	}
+	switch p.Status {
+	case IntentSucceeded, IntentDeclined, IntentFailed, IntentNeedsReview:
+	default:
+		return &ConfigError{"Proof.Status", fmt.Sprintf("%q is not an outcome", p.Status)}
+	}
+	var fp idempotency.Fingerprint
+	var err error
+	if in.Kind == "REFUND" {
+		fp, err = refundFingerprint(in.ChargeKey, in.Amount)
+	} else {
+		fp, err = chargeFingerprint(in.Amount, in.Recipient, in.PaymentMethod, in.Provider)
+	}
+	if err != nil {
+		return err
+	}
+	cfg := c.exec.Config()
+	claim, err := c.store.Claim(ctx, idempotency.ClaimParams{Scope: in.Scope, Key: in.Key, Fingerprint: fp,
+		LockTimeout: cfg.LockTimeout, Retention: cfg.Retention})
+	if err != nil {
+		return err
+	}
+	var lease *idempotency.Lease
+	switch claim.State {
+	case idempotency.ClaimAcquired, idempotency.ClaimReclaimed:
+		lease = &claim.Lease
+	case idempotency.ClaimReplay:
+		// The record is complete (a PENDING or REQUIRES_ACTION answer was
+		// served): replays keep serving it; the intent still settles.
+	case idempotency.ClaimInProgress:
+		return &idempotency.InProgressError{RetryAfter: claim.RetryAfter}
+	default:
+		return fmt.Errorf("payments: resolve: claim state %v", claim.State)
+	}
+	release := lease != nil
+	defer func() {
+		if release {
+			_ = c.store.Release(context.WithoutCancel(ctx), *lease)
+		}
+	}()
+	step := "charge"
+	if in.Kind == "REFUND" {
+		step = "refund"
+	}
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var status string
+		var attempt int
+		err := tx.QueryRow(ctx, `SELECT status, attempt FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2 FOR UPDATE`,
+			in.Key, in.Scope).Scan(&status, &attempt)
+		if err != nil {
+			return err
+		}
+		if !openStatus[status] {
+			return ErrNotOpen
+		}
+		var rec idempotency.Status
+		var s stored
+		var post func(pgx.Tx) error
+		switch {
+		case p.Status == IntentSucceeded:
+			out := Outcome{Status: IntentSucceeded, Provider: in.Provider, ProviderID: p.ProviderID,
+				Amount: in.Amount.AmountString(), Currency: string(in.Amount.Currency())}
+			rec, s = idempotency.StatusCompleted, stored{Result: &out}
+			post = func(tx pgx.Tx) error { return c.postCharge(ctx, tx, in.Key, in.Provider, in.Amount) }
+			if in.Kind == "REFUND" {
+				post = func(tx pgx.Tx) error { return c.postRefund(ctx, tx, in.Key, in.Provider, in.Amount) }
+			}
+		case p.Status == IntentDeclined:
+			rec, s = idempotency.StatusFailed, stored{Decline: &DeclineError{Provider: in.Provider, Code: "declined",
+				DeclineCode: p.DeclineCode, Message: p.Reason}}
+		case p.Status == IntentFailed && p.NextAttempt:
+			next := attempt + 1
+			_, err := tx.Exec(ctx, `UPDATE payment_intents SET attempt = $3, provider_key = $4, provider_id = NULL,
+				status = 'PENDING', updated_at = now() WHERE idempotency_key = $1 AND user_id = $2`,
+				in.Key, in.Scope, next, ProviderKey(in.Key, step, next, MaxReferenceLen(prov)))
+			if err != nil {
+				return err
+			}
+			return audit(ctx, tx)
+		case p.Status == IntentFailed:
+			rec, s = idempotency.StatusFailed, stored{Invalid: &InvalidRequestError{Provider: in.Provider, Code: "payment_void",
+				Message: "no payment at the provider: " + p.Reason}}
+		case p.Status == IntentNeedsReview:
+			_, err := tx.Exec(ctx, `UPDATE payment_intents SET status = 'NEEDS_REVIEW', review_reason = $3, updated_at = now()
+				WHERE idempotency_key = $1 AND user_id = $2`, in.Key, in.Scope, p.Reason)
+			if err != nil {
+				return err
+			}
+			return audit(ctx, tx)
+		}
+		var pid, dc any
+		if p.ProviderID != "" {
+			pid = p.ProviderID
+		}
+		if p.DeclineCode != "" {
+			dc = p.DeclineCode
+		}
+		if _, err := tx.Exec(ctx, settleIntentSQL, in.Key, in.Scope, string(p.Status), pid, dc); err != nil {
+			return err
+		}
+		if post != nil {
+			if err := post(tx); err != nil {
+				return err
+			}
+		}
+		if in.Kind == "REFUND" && p.Status != IntentSucceeded {
+			if _, err := tx.Exec(ctx, unreserveRefundSQL, in.ChargeKey, in.Scope, in.Amount.AmountString()); err != nil {
+				return err
+			}
+		}
+		if err := audit(ctx, tx); err != nil {
+			return err
+		}
+		if lease == nil {
+			return nil
+		}
+		body, err := encodeStored(s)
+		if err != nil {
+			return err
+		}
+		if err := c.store.CompleteTx(ctx, tx, *lease, idempotency.Completion{Status: rec,
+			Response: idempotency.Response{Code: 200, Body: body}, Retention: cfg.Retention}); err != nil {
+			return err
+		}
+		release = false
+		return nil
+	})
+	if err != nil {
+		release = lease != nil
+	}
+	return err
+}

@@ -1,0 +1,484 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/payonce/payonce/examples/checkout/service"
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/internal/crashpoint"
+	"github.com/payonce/payonce/internal/fakes"
+	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/paypal/paypaltest"
+	"github.com/payonce/payonce/providers/stripe/stripetest"
+	"github.com/payonce/payonce/reconcile"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) != "" {
+		crashChild()
+		return
+	}
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
+}
+
+// world is a checkout service (payments client with the three providers'
+// fakes, webhooks received) on its own schema.
+type world struct {
+	url    string
+	env    map[string]string
+	pool   *pgxpool.Pool
+	fakes  *fakes.Set
+	client *payments.Client
+	drop   *atomic.Bool // webhooks answered 200 and dropped: "the webhook that never came"
+}
+
+func newWorld(t *testing.T) world {
+	t.Helper()
+	var h atomic.Pointer[http.Handler]
+	drop := new(atomic.Bool)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if drop.Load() {
+			return
+		}
+		(*h.Load()).ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	fk := fakes.Start(fakes.Options{Stripe: true, Adyen: true, PayPal: true, WebhookBase: srv.URL})
+	t.Cleanup(fk.Close)
+	env := fk.Env()
+	env["DATABASE_URL"] = pgtest.MigratedURL(t)
+	svc := openService(t, env)
+	handler := svc.Handler()
+	h.Store(&handler)
+	return world{url: env["DATABASE_URL"], env: env, pool: pgtest.PoolURL(t, env["DATABASE_URL"]), fakes: fk, client: svc.Client(), drop: drop}
+}
+
+func openService(t testing.TB, env map[string]string) *service.Service {
+	cfg, err := service.ConfigFrom(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.LockTimeout = 500 * time.Millisecond
+	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	svc, err := service.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc
+}
+
+func (w world) reconciler(t *testing.T, cfg *reconcile.Config) *reconcile.Reconciler {
+	t.Helper()
+	c := reconcile.Config{Grace: time.Millisecond, VoidAfter: time.Millisecond, Schedule: []time.Duration{time.Millisecond}, MaxChecks: 4}
+	if cfg != nil {
+		c = *cfg
+	}
+	r, err := reconcile.New(w.pool, w.client, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func params(provider, key string) payments.ChargeParams {
+	return payments.ChargeParams{Scope: "cus_r", Key: key, Provider: provider, Amount: money.MustParse("12.34", money.EUR),
+		Recipient: "acct_r", PaymentMethod: "pm_card_visa"}
+}
+
+func composed(key string) string {
+	k, _ := idempotency.ComposeKey("cus_r", "charge", key)
+	return k
+}
+
+func (w world) intent(t *testing.T, key string) payments.Intent {
+	t.Helper()
+	in, err := w.client.Intent(context.Background(), "cus_r", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func (w world) entries(t *testing.T, key string) int {
+	t.Helper()
+	var n int
+	if err := w.pool.QueryRow(context.Background(), `SELECT count(*) FROM ledger_entries WHERE key = $1`, composed(key)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// settle runs the reconciler until the intent is no longer open (or gives
+// up), waiting for webhooks in between (Adyen's void is answered by one).
+func (w world) settle(t *testing.T, r *reconcile.Reconciler, key string) payments.Intent {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if _, err := r.RunOnce(ctx); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := w.fakes.WaitDeliveries(wctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := w.intent(t, key)
+		switch in.Status {
+		case payments.IntentSucceeded, payments.IntentFailed, payments.IntentDeclined, payments.IntentNeedsReview:
+			return in
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return w.intent(t, key)
+}
+
+// The crash matrix with the client giving up: a child process charges
+// and is SIGKILLed at a point; nobody retries; the reconciler alone brings
+// the intent to its true final state: one charge and one ledger entry if
+// the provider charged, none and a failed intent if the request never got
+// there.
+const (
+	envChild    = "PAYONCE_RECONCILE_CHILD"
+	envPoint    = "PAYONCE_RECONCILE_POINT"
+	envProvider = "PAYONCE_RECONCILE_PROVIDER"
+)
+
+func crashChild() {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				env[kv[:i]] = kv[i+1:]
+				break
+			}
+		}
+	}
+	cfg, err := service.ConfigFrom(func(k string) string { return env[k] })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	cfg.LockTimeout = 500 * time.Millisecond
+	svc, err := service.Open(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	point := os.Getenv(envPoint)
+	crashpoint.Set(func(p, _ string) {
+		if p == point {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	})
+	_, err = svc.Client().Charge(context.Background(), params(os.Getenv(envProvider), "order-"+point))
+	fmt.Fprintf(os.Stderr, "the child survived %s: %v\n", point, err)
+	os.Exit(4)
+}
+
+func TestCrashMatrixResolvedByTheReconcilerAlone(t *testing.T) {
+	t.Parallel()
+	for _, provider := range []string{"stripe", "adyen", "paypal"} {
+		for _, point := range []string{"after_claim", "after_intent", "after_provider", "after_commit"} {
+			t.Run(provider+"/"+point, func(t *testing.T) {
+				t.Parallel()
+				w := newWorld(t)
+				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd.Env = append(os.Environ(), envChild+"=1", envPoint+"="+point, envProvider+"="+provider)
+				for k, v := range w.env {
+					cmd.Env = append(cmd.Env, k+"="+v)
+				}
+				out, err := cmd.CombinedOutput()
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
+					t.Fatalf("the child was not killed at %s: %v\n%s", point, err, out)
+				}
+				// Let the provider's own webhooks land first (they may
+				// settle the intent; the reconciler must agree with them).
+				wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := w.fakes.WaitDeliveries(wctx); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(600 * time.Millisecond) // the dead child's lease ends
+				r := w.reconciler(t, nil)
+				key := "order-" + point
+				charges := w.fakes.Charges(provider, composed(key))
+				switch point {
+				case "after_claim":
+					// Nothing was recorded beyond the claim: no intent, no
+					// charge; the stuck record is reported.
+					rep, err := r.RunOnce(context.Background())
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := w.client.Intent(context.Background(), "cus_r", key); !errors.Is(err, idempotency.ErrNotFound) || charges != 0 {
+						t.Fatalf("after the claim: intent %v, %d charges", err, charges)
+					}
+					_ = rep
+					return
+				case "after_intent":
+					if charges != 0 {
+						t.Fatalf("the provider was called before the crash: %d charges", charges)
+					}
+				default:
+					if charges != 1 {
+						t.Fatalf("%d charges at the provider after the crash, want 1", charges)
+					}
+				}
+				in := w.settle(t, r, key)
+				after := w.fakes.Charges(provider, composed(key))
+				switch point {
+				case "after_intent":
+					if in.Status != payments.IntentFailed || after != 0 || w.entries(t, key) != 0 {
+						t.Fatalf("a request that never reached %s: intent %s, %d charges, %d entries; want FAILED, 0, 0",
+							provider, in.Status, after, w.entries(t, key))
+					}
+				default:
+					if in.Status != payments.IntentSucceeded || after != 1 || w.entries(t, key) != 1 {
+						t.Fatalf("a charge made before the crash: intent %s, %d charges, %d entries; want SUCCEEDED, 1, 1",
+							in.Status, after, w.entries(t, key))
+					}
+				}
+				// The key now answers the final state, without a new charge.
+				res, err := w.client.Charge(context.Background(), params(provider, key))
+				switch {
+				case in.Status == payments.IntentSucceeded && (err != nil || res.ProviderID != in.ProviderID):
+					t.Fatalf("a retry after the repair: %+v %v", res, err)
+				case in.Status == payments.IntentFailed && !errors.Is(err, payments.ErrInvalidRequest):
+					t.Fatalf("a retry after a proven void: %+v %v, want the recorded failure", res, err)
+				}
+				if got := w.fakes.Charges(provider, composed(key)); got != after {
+					t.Fatalf("the retry charged: %d -> %d", after, got)
+				}
+			})
+		}
+	}
+}
+
+// Two reconcilers at once never repair an intent twice.
+func TestTwoReconcilersNeverDoubleRepair(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.drop.Store(true) // no webhooks: only the reconcilers settle
+	ctx := context.Background()
+	const n = 12
+	for i := 0; i < n; i++ {
+		provider := []string{"stripe", "paypal"}[i%2]
+		switch provider {
+		case "stripe":
+			w.fakes.Stripe.Inject(stripeReset())
+		case "paypal":
+			w.fakes.PayPal.Inject(paypalReset())
+		}
+		if _, err := w.client.Charge(ctx, params(provider, fmt.Sprintf("two-%d", i))); !payments.OutcomeUnknown(err) {
+			t.Fatalf("charge %d: %v, want a lost response", i, err)
+		}
+	}
+	a := w.reconciler(t, &reconcile.Config{Instance: "a", Grace: time.Millisecond, Batch: 5})
+	b := w.reconciler(t, &reconcile.Config{Instance: "b", Grace: time.Millisecond, Batch: 5})
+	var wg sync.WaitGroup
+	var repaired atomic.Int64
+	for _, r := range []*reconcile.Reconciler{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 4; i++ {
+				rep, err := r.RunOnce(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				repaired.Add(int64(rep.Repaired))
+			}
+		}()
+	}
+	wg.Wait()
+	if repaired.Load() != n {
+		t.Fatalf("repaired %d intents in all, want %d (each exactly once)", repaired.Load(), n)
+	}
+	var rows int
+	if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM reconcile_items WHERE action = $1`, reconcile.ActionCompleted).Scan(&rows); err != nil || rows != n {
+		t.Fatalf("%d repair rows (%v), want %d", rows, err, n)
+	}
+	for i := 0; i < n; i++ {
+		key := fmt.Sprintf("two-%d", i)
+		if in := w.intent(t, key); in.Status != payments.IntentSucceeded || w.entries(t, key) != 1 {
+			t.Fatalf("%s: %s with %d entries", key, in.Status, w.entries(t, key))
+		}
+	}
+}
+
+// A provider outage leaves items scheduled for later, never failed.
+func TestProviderOutageReschedules(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	w.drop.Store(true)
+	ctx := context.Background()
+	w.fakes.Stripe.Inject(stripeReset())
+	if _, err := w.client.Charge(ctx, params("stripe", "out-1")); !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost response: %v", err)
+	}
+	w.fakes.Stripe.Close() // the outage
+	r := w.reconciler(t, &reconcile.Config{Grace: time.Millisecond, Schedule: []time.Duration{time.Hour}, MaxChecks: 1})
+	for i := 0; i < 2; i++ {
+		rep, err := r.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 && (rep.Rescheduled != 1 || rep.NeedsReview != 0 || rep.FailedWithProof != 0 || len(rep.Items) == 0 ||
+			rep.Items[0].Kind != reconcile.KindProviderUnavailable) {
+			t.Fatalf("run during an outage: %+v", rep)
+		}
+		if i == 1 && rep.Examined != 0 {
+			t.Fatalf("a rescheduled item was examined again before its time: %+v", rep)
+		}
+	}
+	if in := w.intent(t, "out-1"); in.Status != payments.IntentUnknown {
+		t.Fatalf("intent after an outage: %s, want still UNKNOWN", in.Status)
+	}
+}
+
+func stripeReset() stripetest.Fault {
+	return stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"}
+}
+
+func paypalReset() paypaltest.Fault {
+	return paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/checkout/orders/*/capture"}
+}
+
+// Injected divergences of every kind appear in the report, classified.
+func TestDivergencesAreClassified(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	stripe := w.client.Provider("stripe")
+	direct := func(localKey, attemptKey, amount string) {
+		t.Helper()
+		_, err := stripe.Charge(ctx, payments.ChargeRequest{Key: localKey, ProviderKey: attemptKey,
+			Amount: money.MustParse(amount, money.EUR), Recipient: "acct_r", PaymentMethod: "pm_card_visa"})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A provider object carrying our metadata with no local intent.
+	direct(composed("ghost"), "ghost-attempt", "5.00")
+	// The provider charged another amount for this key.
+	direct(composed("amount"), payments.ProviderKey(composed("amount"), "charge", 0, 255), "20.00")
+	if _, err := w.client.Charge(ctx, params("stripe", "amount")); err == nil {
+		t.Fatal("a charge whose provider key was used with another amount succeeded")
+	}
+	// Two charges at the provider for one key.
+	direct(composed("dup"), "dup-a", "12.34")
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.fakes.WaitDeliveries(wctx); err != nil { // its webhook finds no intent yet
+		t.Fatal(err)
+	}
+	w.drop.Store(true)
+	w.fakes.Stripe.Inject(stripeReset())
+	if _, err := w.client.Charge(ctx, params("stripe", "dup")); !payments.OutcomeUnknown(err) {
+		t.Fatalf("dup: %v", err)
+	}
+	// Failed before the provider did anything: missing there.
+	w.fakes.Stripe.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Method: "POST", Path: "/v1/payment_intents"})
+	if _, err := w.client.Charge(ctx, params("stripe", "missing")); !payments.OutcomeUnknown(err) {
+		t.Fatalf("missing: %v", err)
+	}
+	// An Adyen refund whose REFUND notification never comes.
+	w.drop.Store(false)
+	if _, err := w.client.Charge(ctx, params("adyen", "refunded")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.fakes.WaitDeliveries(wctx); err != nil {
+		t.Fatal(err)
+	}
+	w.drop.Store(true)
+	if out, err := w.client.Refund(ctx, payments.RefundParams{Scope: "cus_r", Key: "r1", ChargeKey: "refunded",
+		Amount: money.MustParse("2.00", money.EUR)}); err != nil || out.Status != payments.IntentPending {
+		t.Fatalf("adyen refund: %+v %v", out, err)
+	}
+	if err := w.fakes.WaitDeliveries(wctx); err != nil {
+		t.Fatal(err)
+	}
+	w.drop.Store(false)
+	// The provider contradicts a final local state.
+	if _, err := w.client.Charge(ctx, payments.ChargeParams{Scope: "cus_r", Key: "declined", Provider: "stripe",
+		Amount: money.MustParse("3.00", money.EUR), Recipient: "acct_r", PaymentMethod: "pm_card_chargeDeclined"}); !errors.Is(err, payments.ErrDeclined) {
+		t.Fatalf("declined: %v", err)
+	}
+	if _, err := w.client.ApplyEvents(ctx, "stripe", []payments.WebhookEvent{{ID: "evt_contradiction", Type: "payment_intent.succeeded",
+		Kind: payments.EventChargeSucceeded, Key: composed("declined"), Body: []byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	// A record stuck PROCESSING (its holder died before recording anything).
+	if _, err := w.pool.Exec(ctx, `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, locked_until, expires_at)
+		VALUES ('cus_r_orders_stuck', 'cus_r', repeat('a', 64), 'PROCESSING', now() - interval '1 hour', now() + interval '1 day')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.fakes.WaitDeliveries(wctx); err != nil {
+		t.Fatal(err)
+	}
+
+	r := w.reconciler(t, &reconcile.Config{Grace: time.Millisecond, StuckAfter: time.Minute,
+		Schedule: []time.Duration{time.Millisecond}, MaxChecks: 2})
+	kinds := map[string]string{}
+	for i := 0; i < 3; i++ {
+		rep, err := r.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range rep.Items {
+			kinds[x.Kind] = x.Action
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	want := map[string]string{
+		reconcile.KindUnmatchedProviderObject:  reconcile.ActionReported,
+		reconcile.KindAmountDiffers:            reconcile.ActionNeedsReview,
+		reconcile.KindDuplicateAtProvider:      reconcile.ActionNeedsReview,
+		reconcile.KindPendingMissingAtProvider: reconcile.ActionFailedWithProof,
+		reconcile.KindRefundOutcomeMissing:     reconcile.ActionNeedsReview,
+		reconcile.KindWebhookConflict:          reconcile.ActionReported,
+		reconcile.KindStuckRecord:              reconcile.ActionReported,
+	}
+	for k, a := range want {
+		if kinds[k] != a {
+			t.Errorf("divergence %q: last action %q, want %q (all: %v)", k, kinds[k], a, kinds)
+		}
+	}
+	// The report is stored and readable later, filterable by kind.
+	items, err := reconcile.Items(ctx, w.pool, reconcile.Filter{Kind: reconcile.KindDuplicateAtProvider})
+	if err != nil || len(items) == 0 || items[0].Scope != "cus_r" || items[0].IntentKey != composed("dup") {
+		t.Fatalf("stored items of one kind: %+v %v", items, err)
+	}
+	if in := w.intent(t, "dup"); in.Status != payments.IntentNeedsReview {
+		t.Fatalf("dup intent: %s", in.Status)
+	}
+	// A retry of a key under review never calls the provider again.
+	before := w.fakes.Charges("stripe", composed("dup"))
+	if _, err := w.client.Charge(ctx, params("stripe", "dup")); !errors.Is(err, payments.ErrNeedsReview) {
+		t.Fatalf("retry under review: %v", err)
+	}
+	if after := w.fakes.Charges("stripe", composed("dup")); after != before {
+		t.Fatalf("a retry under review charged: %d -> %d", before, after)
+	}
+}

@@ -1,0 +1,139 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Report is one run's outcome: counts and one Item per divergence found
+// or repair made.
+type Report struct {
+	RunID           int64
+	Instance        string
+	Started         time.Time
+	Finished        time.Time
+	Examined        int
+	Repaired        int
+	FailedWithProof int
+	NeedsReview     int
+	Rescheduled     int
+	Items           []Item
+	Error           string
+}
+
+// Item is one row of a report: what payonce said, what the provider
+// said, what was done.
+type Item struct {
+	Kind          string        `json:"kind"`
+	Provider      string        `json:"provider"`
+	Scope         string        `json:"scope"`
+	IntentKey     string        `json:"intent_key"`
+	IntentKind    string        `json:"intent_kind"`
+	Currency      string        `json:"currency"`
+	LocalState    string        `json:"local_state"`
+	ProviderState string        `json:"provider_state"`
+	Action        string        `json:"action"`
+	Detail        string        `json:"detail"`
+	Age           time.Duration `json:"age_seconds"`
+	At            time.Time     `json:"at"`
+	RunID         int64         `json:"run_id"`
+}
+
+func (r *Report) add(x Item) {
+	x.RunID = r.RunID
+	if x.At.IsZero() {
+		x.At = time.Now()
+	}
+	r.Items = append(r.Items, x)
+}
+
+// Filter selects past report items.
+type Filter struct {
+	// RunID selects one run; 0 any.
+	RunID int64
+	// Kind, Provider select by exact value; empty any.
+	Kind, Provider string
+	// MinAge keeps items whose intent was at least this old.
+	MinAge time.Duration
+	// Since keeps items recorded after it; zero: any.
+	Since time.Time
+	// Limit bounds the rows; 0 means 1000.
+	Limit int
+}
+
+// Runs lists the latest runs, newest first.
+func Runs(ctx context.Context, pool *pgxpool.Pool, limit int) ([]Report, error) {
+	if limit <= 0 {
+		limit = 20
+	}
+	rows, err := pool.Query(ctx, `SELECT id, instance, started_at, coalesce(finished_at, started_at), examined, repaired,
+		failed_with_proof, needs_review, rescheduled, coalesce(error, '') FROM reconcile_runs ORDER BY id DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: runs: %w", err)
+	}
+	defer rows.Close()
+	var out []Report
+	for rows.Next() {
+		var r Report
+		if err := rows.Scan(&r.RunID, &r.Instance, &r.Started, &r.Finished, &r.Examined, &r.Repaired,
+			&r.FailedWithProof, &r.NeedsReview, &r.Rescheduled, &r.Error); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Items lists stored report items, newest first.
+func Items(ctx context.Context, pool *pgxpool.Pool, f Filter) ([]Item, error) {
+	if f.Limit <= 0 {
+		f.Limit = 1000
+	}
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if f.RunID != 0 {
+		add("run_id = $%d", f.RunID)
+	}
+	if f.Kind != "" {
+		add("kind = $%d", f.Kind)
+	}
+	if f.Provider != "" {
+		add("provider = $%d", f.Provider)
+	}
+	if f.MinAge > 0 {
+		add("age >= $%d::interval", f.MinAge)
+	}
+	if !f.Since.IsZero() {
+		add("created_at >= $%d", f.Since)
+	}
+	q := `SELECT run_id, kind, provider, scope, intent_key, intent_kind, currency, local_state, provider_state, action, detail,
+		coalesce(age, '0'::interval), created_at FROM reconcile_items`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, f.Limit)
+	q += fmt.Sprintf(" ORDER BY id DESC LIMIT $%d", len(args))
+	rows, err := pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: items: %w", err)
+	}
+	defer rows.Close()
+	var out []Item
+	for rows.Next() {
+		var x Item
+		if err := rows.Scan(&x.RunID, &x.Kind, &x.Provider, &x.Scope, &x.IntentKey, &x.IntentKind, &x.Currency,
+			&x.LocalState, &x.ProviderState, &x.Action, &x.Detail, &x.Age, &x.At); err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
