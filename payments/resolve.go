@@ -35,7 +35,8 @@ type Examined struct {
 type Proof struct {
 	// Status is IntentSucceeded, IntentDeclined, IntentFailed (the attempt
 	// provably left no payment: voided, or never created per a consistent
-	// lookup) or IntentNeedsReview (no proof either way).
+	// lookup), IntentRequiresAction (the provider waits for the customer)
+	// or IntentNeedsReview (no proof either way).
 	Status      IntentStatus
 	ProviderID  string
 	DeclineCode string
@@ -65,7 +66,7 @@ func (c *Client) Resolve(ctx context.Context, in Examined, p Proof, audit func(c
 		return &ConfigError{"Provider", fmt.Sprintf("the intent's provider %q is not configured", in.Provider)}
 	}
 	switch p.Status {
-	case IntentSucceeded, IntentDeclined, IntentFailed, IntentNeedsReview:
+	case IntentSucceeded, IntentDeclined, IntentFailed, IntentNeedsReview, IntentRequiresAction:
 	default:
 		return &ConfigError{"Proof.Status", fmt.Sprintf("%q is not an outcome", p.Status)}
 	}
@@ -130,6 +131,12 @@ func (c *Client) Resolve(ctx context.Context, in Examined, p Proof, audit func(c
 			if in.Kind == "REFUND" {
 				post = func(tx pgx.Tx) error { return c.postRefund(ctx, tx, in.Key, in.Provider, in.Amount) }
 			}
+		case p.Status == IntentRequiresAction:
+			// Not final: the customer must act; the record serves this
+			// answer, as the synchronous call would have.
+			out := Outcome{Status: IntentRequiresAction, Provider: in.Provider, ProviderID: p.ProviderID,
+				Amount: in.Amount.AmountString(), Currency: string(in.Amount.Currency())}
+			rec, s = idempotency.StatusCompleted, stored{Result: &out}
 		case p.Status == IntentDeclined:
 			rec, s = idempotency.StatusFailed, stored{Decline: &DeclineError{Provider: in.Provider, Code: "declined",
 				DeclineCode: p.DeclineCode, Message: p.Reason}}

@@ -29,6 +29,10 @@ type Config struct {
 	// Grace is how long an open intent is left to its caller (and its
 	// retries) before the reconciler looks at it. Default 2m.
 	Grace time.Duration
+	// ActionGrace is how long an intent waiting for the customer
+	// (REQUIRES_ACTION: 3-D Secure) is left alone before the reconciler
+	// looks at it. Default 24h.
+	ActionGrace time.Duration
 	// Schedule is the delay before each next check of an intent without a
 	// conclusive answer (backoff): the n-th check waits Schedule[n]
 	// (the last entry repeats). Default 1m, 5m, 1h, 6h, 24h.
@@ -93,7 +97,8 @@ func (c *Config) withDefaults() (Config, error) {
 		v    time.Duration
 		name string
 	}{{&out.Grace, 2 * time.Minute, "Grace"}, {&out.ClaimTTL, 5 * time.Minute, "ClaimTTL"},
-		{&out.StuckAfter, 5 * time.Minute, "StuckAfter"}, {&out.VoidAfter, 30 * time.Minute, "VoidAfter"}} {
+		{&out.StuckAfter, 5 * time.Minute, "StuckAfter"}, {&out.VoidAfter, 30 * time.Minute, "VoidAfter"},
+		{&out.ActionGrace, 24 * time.Hour, "ActionGrace"}} {
 		if err := def(f.d, f.v, f.name); err != nil {
 			return out, err
 		}
@@ -188,6 +193,7 @@ const claimSQL = `WITH due AS (
     SELECT idempotency_key, user_id FROM payment_intents
      WHERE status IN ('PENDING', 'UNKNOWN', 'REQUIRES_ACTION')
        AND updated_at < now() - $1::interval
+       AND (status <> 'REQUIRES_ACTION' OR updated_at < now() - $5::interval)
        AND (reconcile_next_at IS NULL OR reconcile_next_at <= now())
        AND (reconcile_claimed_until IS NULL OR reconcile_claimed_until < now())
      ORDER BY coalesce(reconcile_next_at, updated_at)
@@ -203,7 +209,7 @@ RETURNING p.idempotency_key, p.user_id, p.kind, p.provider, p.provider_key, coal
           p.created_at, p.updated_at, p.reconcile_checks, now() - p.created_at`
 
 func (r *Reconciler) claim(ctx context.Context) ([]item, error) {
-	rows, err := r.pool.Query(ctx, claimSQL, r.cfg.Grace, r.cfg.Batch, r.cfg.ClaimTTL, r.cfg.Instance)
+	rows, err := r.pool.Query(ctx, claimSQL, r.cfg.Grace, r.cfg.Batch, r.cfg.ClaimTTL, r.cfg.Instance, r.cfg.ActionGrace)
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +354,17 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 			base.Kind, base.Action = KindPendingFailedAtProvider, ActionFailedWithProof
 			return r.resolve(ctx, rep, it, base, payments.Proof{Status: payments.IntentDeclined, ProviderID: ch.ProviderID,
 				DeclineCode: "declined", Reason: "the provider reports the charge failed"})
-		default: // pending or requires action at the provider: still open there
+		case payments.ChargeRequiresAction:
+			if it.Status != payments.IntentRequiresAction {
+				// Record what the provider waits for; ActionGrace later,
+				// the intent is looked at again.
+				base.Kind, base.Action = KindPendingUnknownAtProvider, ActionCompleted
+				return r.resolve(ctx, rep, it, base, payments.Proof{Status: payments.IntentRequiresAction, ProviderID: ch.ProviderID,
+					Reason: "the provider waits for the customer's action"})
+			}
+			base.Kind = KindPendingUnknownAtProvider
+			return r.inconclusive(ctx, rep, it, base, "still waiting for the customer at the provider")
+		default: // pending at the provider: still open there
 			base.Kind = KindPendingUnknownAtProvider
 			return r.inconclusive(ctx, rep, it, base, "still "+string(ch.Status)+" at the provider")
 		}
@@ -468,10 +484,10 @@ func (r *Reconciler) resolve(ctx context.Context, rep *Report, it item, base Ite
 	})
 	switch {
 	case err == nil:
-		switch {
-		case p.Status == payments.IntentNeedsReview:
+		switch p.Status {
+		case payments.IntentNeedsReview:
 			rep.NeedsReview++
-		case p.Status == payments.IntentSucceeded:
+		case payments.IntentSucceeded, payments.IntentRequiresAction:
 			rep.Repaired++
 		default:
 			rep.FailedWithProof++

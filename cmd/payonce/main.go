@@ -3,13 +3,22 @@
 //	payonce demo                      the checkout storm (make demo)
 //	payonce demo core                 the idempotency core alone
 //	payonce migrate up|status|print   apply, inspect or print the schema
-//	payonce fake stripe [--addr A]    a stateful fake of Stripe's API
+//	payonce stuck                     records stuck PROCESSING
+//	payonce release SCOPE KEY         release a stuck record's lease (audited)
+//	payonce prune                     delete expired records now
+//	payonce reconcile                 one reconciler run now, its report printed
+//	payonce report                    past reconciler runs and their divergences
+//	payonce fake stripe|adyen|paypal  a stateful fake of a provider's API
 //
-// Exit codes: 0 success; 1 failure (the demo exits 1 on any duplicate
-// charge or books that differ from the provider's); 2 usage error.
+// Every command takes --help (usage and an example). Exit codes: 0
+// success; 1 failure (the demo exits 1 on any duplicate charge or books
+// that differ from the provider's); 2 usage error (including no database
+// given); 3 release refused by the record's state, nothing changed.
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 )
@@ -22,17 +31,42 @@ Usage:
                                     exits 1 on any duplicate charge or unbalanced books
   payonce demo core                 concurrent duplicates through the idempotency core
   payonce migrate up|status|print   apply, inspect or print the schema
-  payonce fake stripe [--addr A]    a stateful fake of Stripe's API
+  payonce stuck                     list idempotency records stuck PROCESSING (lease
+                                    ended, never reclaimed), keys hashed unless --show-keys
+  payonce release SCOPE KEY         release one stuck record's lease after confirmation,
+                                    fenced by its lock version, audited in operator_audit
+  payonce prune                     one pass deleting expired records, in batches
+  payonce reconcile                 run the reconciler once now: repair what the providers
+                                    prove, flag the rest; --format table|json|csv
+  payonce report                    past reconciler runs and their divergences, filtered
+                                    by --kind, --provider, --min-age, --run
+  payonce fake stripe|adyen|paypal  a stateful fake of the provider's API
+
+Run payonce COMMAND --help (or payonce help COMMAND) for a command's flags and
+examples.
 
 The database is DATABASE_URL or --database-url (demo starts a throwaway
-PostgreSQL when neither is given).
+PostgreSQL when neither is given; the other commands refuse with exit 2).
 
 Examples:
   make demo
   DATABASE_URL=postgres://app@db/app payonce migrate up
   payonce migrate print > payonce.sql
+  payonce stuck --older-than 10m
+  payonce release usr_7fQ9x usr_7fQ9x_charge_order42 --reason INC-1234
+  payonce prune --batch 5000
+  payonce reconcile --format table
+  payonce report --kind "several charges at provider" --format csv
+  payonce fake adyen --addr 127.0.0.1:0
 
-Exit codes: 0 success, 1 failure, 2 usage error.
+Exit codes:
+  0  success (stuck: whether or not it finds records)
+  1  failure (the demo: a duplicate charge or books that differ from the
+     provider's; release: no such record, not confirmed)
+  2  usage error: bad command, flag or argument, no database given, release
+     without --yes when stdin is not a terminal
+  3  release refused: the record is not PROCESSING, its lease is live (without
+     --force) or it changed after it was shown; nothing changed
 `
 
 func main() {
@@ -48,7 +82,25 @@ func main() {
 		err = runMigrate(os.Args[2:])
 	case "fake":
 		err = runFake(os.Args[2:])
+	case "stuck":
+		err = runStuck(os.Args[2:])
+	case "release":
+		err = runRelease(os.Args[2:])
+	case "prune":
+		err = runPrune(os.Args[2:])
+	case "reconcile":
+		err = runReconcile(os.Args[2:])
+	case "report":
+		err = runReport(os.Args[2:])
 	case "-h", "--help", "help":
+		if len(os.Args) > 2 && os.Args[1] == "help" {
+			if u, ok := commandUsage[os.Args[2]]; ok {
+				fmt.Print(u)
+				return
+			}
+			fmt.Fprintf(os.Stderr, "payonce: no help for %q\n\n%s", os.Args[2], usage)
+			os.Exit(2)
+		}
 		fmt.Print(usage)
 		return
 	default:
@@ -56,15 +108,46 @@ func main() {
 		os.Exit(2)
 	}
 	if err != nil {
-		var u usageError
-		if asUsage(err, &u) {
-			fmt.Fprintln(os.Stderr, "payonce:", err)
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "payonce:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
+
+// commandUsage is what payonce help COMMAND prints.
+var commandUsage = map[string]string{
+	"demo": demoUsage, "migrate": migrateUsage, "fake": fakeUsage,
+	"stuck": stuckUsage, "release": releaseUsage, "prune": pruneUsage,
+	"reconcile": reconcileUsage, "report": reportUsage,
+}
+
+// exitCode prints err and returns the exit code it calls for.
+func exitCode(err error) int {
+	var u usageError
+	var x exitError
+	switch {
+	case errors.Is(err, errHelp):
+		return 0 // the usage is printed
+	case asUsage(err, &u) && u.msg == flag.ErrHelp.Error():
+		return 0 // a command whose flag set printed its usage for -h
+	case asUsage(err, &u):
+		fmt.Fprintln(os.Stderr, "payonce:", err)
+		return 2
+	case errors.As(err, &x):
+		fmt.Fprintln(os.Stderr, "payonce:", err)
+		return x.code
+	}
+	fmt.Fprintln(os.Stderr, "payonce:", err)
+	return 1
+}
+
+// exitError ends the process with its own code (see the exit codes in
+// the usage).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
 
 type usageError struct{ msg string }
 

@@ -50,6 +50,8 @@ func TestDemoStorm(t *testing.T) {
 		regexp.MustCompile(`worker killed \(SIGKILL\) and restarted\s+1\n`),
 		regexp.MustCompile(`unresolved after retries\s+0\n`),
 		regexp.MustCompile(`charges at the providers\s+\d+ \(stripe [1-9]\d*, adyen [1-9]\d*, paypal [1-9]\d*\)`),
+		regexp.MustCompile(`intents needing review\s+0\n`),
+		regexp.MustCompile(`intents still open\s+0\n`),
 		regexp.MustCompile(`zero duplicates; the books balance and match every provider`),
 	} {
 		if !want.MatchString(out) {

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,7 @@ import (
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
+	"github.com/payonce/payonce/reconcile"
 )
 
 const demoUsage = `Usage: payonce demo [--payments N] [--customers N] [--seed N] [--no-kill] [--database-url URL]
@@ -121,7 +123,33 @@ func runDemoWorker() error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// A flaky receiver: the demo refuses a share of the providers'
+	// notifications with 503, as a receiver briefly unable to store them
+	// would; the providers redeliver (a few times, in the fakes).
+	handler := svc.Handler()
+	if v := os.Getenv("PAYONCE_DEMO_LOSE_WEBHOOKS"); v != "" {
+		share, err := strconv.ParseFloat(v, 64)
+		if err != nil || share < 0 || share > 1 {
+			return fmt.Errorf("PAYONCE_DEMO_LOSE_WEBHOOKS=%q: a share between 0 and 1", v)
+		}
+		var mu sync.Mutex
+		rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 7))
+		inner := handler
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, "/webhooks/") {
+				mu.Lock()
+				lose := rng.Float64() < share
+				mu.Unlock()
+				if lose {
+					_, _ = io.Copy(io.Discard, r.Body)
+					http.Error(w, "receiver unavailable (demo)", http.StatusServiceUnavailable)
+					return
+				}
+			}
+			inner.ServeHTTP(w, r)
+		})
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
@@ -195,7 +223,7 @@ func (w *worker) crash() error {
 	}
 	_ = cmd.Wait()
 	w.restarts++
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(time.Second) // down for a second: requests and webhooks meanwhile fail
 	return w.start()
 }
 
@@ -211,6 +239,9 @@ func (w *worker) stop() {
 // payment is one customer's payment and what its clients saw.
 type payment struct {
 	provider            string
+	// abandoned: the client sends once and never retries, whatever the
+	// answer (the reconciler resolves it).
+	abandoned bool
 	customer, key       string
 	amount, currency    string
 	method              string
@@ -287,7 +318,7 @@ func storm(ctx context.Context, c stormConfig) error {
 	if strings.Contains(u, "?") {
 		sep = "&"
 	}
-	env := []string{"DATABASE_URL=" + u + sep + "pool_max_conns=24"}
+	env := []string{"DATABASE_URL=" + u + sep + "pool_max_conns=24", "PAYONCE_DEMO_LOSE_WEBHOOKS=0.3"}
 	for k, v := range fk.Env() {
 		env = append(env, k+"="+v)
 	}
@@ -348,6 +379,9 @@ func storm(ctx context.Context, c stormConfig) error {
 		go func() {
 			defer wg2.Done()
 			for _, p := range ps {
+				if p.abandoned {
+					continue // the reconciler's
+				}
 				if !resolve(hc, base, p, &st) {
 					unresolved.Add(1)
 				}
@@ -360,7 +394,7 @@ func storm(ctx context.Context, c stormConfig) error {
 	// twice at once and retried until resolved.
 	refunds := 0
 	for i, p := range pays {
-		if p.status == "SUCCEEDED" && i%10 == 3 {
+		if p.status == "SUCCEEDED" && i%10 == 3 && !p.abandoned {
 			if refund(hc, base, p) {
 				refunds++
 			}
@@ -373,8 +407,91 @@ func storm(ctx context.Context, c stormConfig) error {
 		return err
 	}
 	stopBar()
+
+	// Phase 4: the payments whose clients gave up after one send are the
+	// reconciler's: it runs until none is open (the killed worker's leases
+	// end after its 2s lock timeout).
+	rec, err := reconcileAll(ctx, pool, fk, pays)
+	if err != nil {
+		return err
+	}
 	return report(ctx, stormReport{pays: pays, st: &st, fakes: fk, pool: pool, w: w, unresolved: unresolved.Load(),
-		refunds: refunds, elapsed: time.Since(began)})
+		refunds: refunds, rec: rec, elapsed: time.Since(began)})
+}
+
+// reconciled is what the reconciler did in the demo.
+type reconciled struct {
+	runs, repaired, failedWithProof, needsReview int
+	review                                       []string
+	open                                         int
+}
+
+func reconcileAll(ctx context.Context, pool *pgxpool.Pool, fk *fakes.Set, pays []*payment) (reconciled, error) {
+	var out reconciled
+	env := fk.Env()
+	cfg, err := service.ConfigFrom(func(k string) string { return env[k] })
+	if err != nil {
+		return out, err
+	}
+	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	client, err := service.NewClient(pool, cfg)
+	if err != nil {
+		return out, err
+	}
+	r, err := reconcile.New(pool, client, &reconcile.Config{Instance: "demo", Grace: time.Millisecond, VoidAfter: time.Millisecond,
+		Schedule: []time.Duration{200 * time.Millisecond}, MaxChecks: 20, Batch: 1000})
+	if err != nil {
+		return out, err
+	}
+	for out.runs < 40 {
+		rep, err := r.RunOnce(ctx)
+		out.runs++
+		if err != nil {
+			return out, fmt.Errorf("reconciler run: %w", err)
+		}
+		out.repaired += rep.Repaired
+		out.failedWithProof += rep.FailedWithProof
+		out.needsReview += rep.NeedsReview
+		for _, x := range rep.Items {
+			if x.Action == reconcile.ActionNeedsReview {
+				out.review = append(out.review, x.IntentKey+": "+x.Detail)
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = fk.WaitDeliveries(wctx) // Adyen answers a void by webhook
+		cancel()
+		if err != nil {
+			return out, err
+		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM payment_intents WHERE status IN ('PENDING', 'UNKNOWN')`).Scan(&out.open); err != nil {
+			return out, err
+		}
+		if out.open == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The abandoned payments' final states, as payonce recorded them.
+	for _, p := range pays {
+		if !p.abandoned {
+			continue
+		}
+		var status string
+		err := pool.QueryRow(ctx, `SELECT status FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`,
+			mustCompose(p.customer, p.key), p.customer).Scan(&status)
+		if err == nil {
+			p.status = status
+		}
+	}
+	return out, nil
+}
+
+func mustCompose(scope, key string) string {
+	k, err := idempotency.ComposeKey(scope, "charge", key)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 func makePayments(c stormConfig, rng *rand.Rand, providers []string) []*payment {
@@ -399,6 +516,8 @@ func makePayments(c stormConfig, rng *rand.Rand, providers []string) []*payment 
 			currency: currencies[rng.IntN(len(currencies))],
 			method:   method,
 			sends:    2 + rng.IntN(4),
+			// One payment in ten: a single send, never retried.
+			abandoned: i%10 == 7,
 			codes:    map[int]int{}, providerIDs: map[string]bool{},
 		})
 	}
@@ -444,7 +563,11 @@ func send(hc *http.Client, url, user, key, body string, timeout time.Duration) (
 // that give up after a few milliseconds.
 func impatient(hc *http.Client, base string, p *payment, r *rand.Rand, st *stormStats) {
 	var wg sync.WaitGroup
-	for i := 0; i < p.sends; i++ {
+	sends := p.sends
+	if p.abandoned {
+		sends = 1
+	}
+	for i := 0; i < sends; i++ {
 		timeout := time.Duration(0)
 		if r.IntN(4) == 0 {
 			timeout = time.Duration(5+r.IntN(60)) * time.Millisecond
@@ -577,11 +700,22 @@ type stormReport struct {
 	w          *worker
 	unresolved int64
 	refunds    int
+	rec        reconciled
 	elapsed    time.Duration
 }
 
+func countAbandoned(pays []*payment) int {
+	n := 0
+	for _, p := range pays {
+		if p.abandoned {
+			n++
+		}
+	}
+	return n
+}
+
 func report(ctx context.Context, r stormReport) error {
-	var pis, dups, missing, inconsistent, succeeded, declined, action, unknownResolved int
+	var pis, dups, missing, inconsistent, succeeded, declined, failed, action, unknownResolved int
 	perProvider := map[string]int{}
 	var problems []string
 	for _, p := range r.pays {
@@ -607,6 +741,8 @@ func report(ctx context.Context, r stormReport) error {
 			declined++
 		case "REQUIRES_ACTION":
 			action++
+		case "FAILED":
+			failed++
 		}
 		if len(p.providerIDs) > 1 {
 			inconsistent++
@@ -621,7 +757,7 @@ func report(ctx context.Context, r stormReport) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
 	row("payments", len(r.pays))
-	row("  succeeded / declined / requires action", fmt.Sprintf("%d / %d / %d", succeeded, declined, action))
+	row("  succeeded / declined / failed (nothing charged) / requires action", fmt.Sprintf("%d / %d / %d / %d", succeeded, declined, failed, action))
 	row("  unresolved after retries", r.unresolved)
 	row("requests sent", fmt.Sprintf("%d (%d connection errors, %d given up by impatient clients)", r.st.requests.Load(), r.st.connErrors.Load(), r.st.gaveUp.Load()))
 	row("worker killed (SIGKILL) and restarted", r.w.restarts)
@@ -633,7 +769,19 @@ func report(ctx context.Context, r stormReport) error {
 	row("duplicates (payments charged more than once)", dups)
 	row("unknown outcomes resolved by retry", unknownResolved)
 	row("partial refunds", r.refunds)
+	row("abandoned after one send (the reconciler's)", fmt.Sprintf("%d", countAbandoned(r.pays)))
+	row("reconciler runs", r.rec.runs)
+	row("  intents repaired (completed from provider proof)", r.rec.repaired)
+	row("  intents failed with proof (nothing charged)", r.rec.failedWithProof)
+	row("  intents needing review", r.rec.needsReview)
+	row("  intents still open", r.rec.open)
 	tw.Flush()
+	for _, why := range r.rec.review {
+		fmt.Println("  REVIEW:", why)
+	}
+	if r.rec.open > 0 {
+		problems = append(problems, fmt.Sprintf("%d intents still open after the reconciler", r.rec.open))
+	}
 
 	// The books: payonce's ledger against each provider's totals, per
 	// currency, and every currency's postings summing to zero.

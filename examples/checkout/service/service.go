@@ -34,7 +34,8 @@
 //	402  declined by the provider (decline_code); final for the key
 //	404  no such charge for this caller
 //	409  the key is still being processed (Retry-After), or was used with
-//	     another amount, currency, recipient, payment method or provider
+//	     another amount, currency, recipient, payment method or provider,
+//	     or the payment is under review (NEEDS_REVIEW: never re-charged)
 //	422  refused by the provider as invalid, or a refund beyond the charge
 //	503  outcome unknown (the provider's answer was lost), not sent, or
 //	     payonce's database unavailable: Retry-After; retry with the SAME
@@ -132,9 +133,6 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.AdyenReturnURL == "" {
-		cfg.AdyenReturnURL = "http://localhost/checkout/return"
-	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: cfg.ProviderTimeout}
 	}
@@ -154,6 +152,34 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 	if _, err := migrations.Migrate(ctx, pool); err != nil {
 		return nil, err
 	}
+	client, err := NewClient(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{pool: pool, log: cfg.Logger, client: client}
+	for _, name := range []string{"stripe", "adyen", "paypal"} {
+		if _, ok := client.Provider(name).(payments.WebhookVerifier); !ok {
+			continue
+		}
+		h, err := client.WebhookHandler(name, &payments.WebhookConfig{Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		s.webhooks = append(s.webhooks, namedHandler{name, h})
+	}
+	return s, nil
+}
+
+// NewClient wires a payments client on a migrated database with the
+// providers cfg configures (the service's, and the operator CLI's for the
+// reconciler).
+func NewClient(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	if cfg.AdyenReturnURL == "" {
+		cfg.AdyenReturnURL = "http://localhost/checkout/return"
+	}
 	store, err := pgstore.New(pool, nil)
 	if err != nil {
 		return nil, err
@@ -162,7 +188,7 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{pool: pool, log: cfg.Logger}
+	var client *payments.Client
 	var provs []payments.Provider
 	if cfg.StripeAPIBase != "" {
 		var secrets []string
@@ -186,7 +212,7 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 			// Adyen has no lookup by reference: its notifications, as the
 			// receiver stored them, are the lookup.
 			Notifications: func(ctx context.Context, reference string) ([]payments.WebhookEvent, error) {
-				return s.client.StoredEvents(ctx, "adyen", reference)
+				return client.StoredEvents(ctx, "adyen", reference)
 			}})
 		if err != nil {
 			return nil, err
@@ -202,24 +228,10 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 		provs = append(provs, p)
 	}
 	if len(provs) == 0 {
-		return nil, errors.New("checkout: no provider configured (set StripeAPIBase, AdyenAPIBase or PayPalAPIBase)")
+		return nil, errors.New("checkout: no provider configured (set STRIPE_API_BASE, ADYEN_API_BASE or PAYPAL_API_BASE)")
 	}
-	client, err := payments.New(pool, store, l, provs, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout})
-	if err != nil {
-		return nil, err
-	}
-	s.client = client
-	for _, p := range provs {
-		if _, ok := p.(payments.WebhookVerifier); !ok {
-			continue
-		}
-		h, err := client.WebhookHandler(p.Name(), &payments.WebhookConfig{Logger: cfg.Logger})
-		if err != nil {
-			return nil, err
-		}
-		s.webhooks = append(s.webhooks, namedHandler{p.Name(), h})
-	}
-	return s, nil
+	client, err = payments.New(pool, store, l, provs, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout})
+	return client, err
 }
 
 // Close releases the database pool.
@@ -422,6 +434,9 @@ func (s *Service) answer(w http.ResponseWriter, key string, out payments.Outcome
 		problem(w, http.StatusNotFound, "not-found", "No such charge for this caller.", 0, nil)
 	case errors.Is(err, idempotency.ErrExpired):
 		problem(w, http.StatusUnprocessableEntity, "idempotency-key-expired", "This Idempotency-Key is past its retention; use a new key for a new payment.", 0, nil)
+	case errors.Is(err, payments.ErrNeedsReview):
+		problem(w, http.StatusConflict, "payment-under-review", "This payment's outcome could not be proven and is being reviewed; it will not be charged again with this key.", 0,
+			map[string]any{"status": string(payments.IntentNeedsReview)})
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		// The client gave up (or the request's deadline passed): whatever
 		// was recorded stays recorded, and a retry with the key resolves it.

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/idempotency/pgstore"
+)
+
+const pruneUsage = `Usage: payonce prune [--batch 1000] [--limit N] [--pause 10ms] [--database-url URL]
+
+Runs one cleanup pass over the idempotency store: deletes records whose
+retention ended (expires_at on the database clock), never PROCESSING ones,
+in batches of --batch records, each its own short transaction, with a pause
+between batches that leaves the database to the claim path. The pass ends
+when a batch finds fewer records than it may delete, or after --limit
+records. It is what idempotency.Pruner does on a schedule, and safe to run
+beside it or on several hosts at once: batches skip the rows another pruner
+holds.
+
+On a terminal it draws a progress bar (records deleted of the expired
+records counted at the start); otherwise it prints one summary line.
+Interrupted (Ctrl-C), it stops after the current batch is rolled back and
+reports what was deleted; the next pass picks up the rest.
+
+Flags:
+  --batch N         records per batch, 1 to 50000 (default 1000)
+  --limit N         delete at most N records in this pass (default 0: no bound)
+  --pause D         wait between batches (default 10ms; 0: none)
+  --database-url U  PostgreSQL URL (default $DATABASE_URL)
+
+Examples:
+  payonce prune
+  payonce prune --batch 5000 --limit 1000000
+`
+
+// maxPruneBatch mirrors idempotency.PrunerConfig.BatchSize's bound: a batch
+// holds its row locks until it commits.
+const maxPruneBatch = 50_000
+
+// countExpiredSQL counts what a pass may delete, for the progress bar's
+// total, through the expiry partial index.
+const countExpiredSQL = `SELECT count(*) FROM idempotency_store WHERE status <> 'PROCESSING' AND expires_at <= now()`
+
+// pruneResult says what one pass of payonce prune did.
+type pruneResult struct {
+	deleted, batches int
+	drained          bool // the last batch was short: nothing left to take
+	duration         time.Duration
+}
+
+func runPrune(args []string) error {
+	fs := flag.NewFlagSet("prune", flag.ContinueOnError)
+	dbURL := databaseURL(fs)
+	batch := fs.Int("batch", 1000, "")
+	limit := fs.Int("limit", 0, "")
+	pause := fs.Duration("pause", 10*time.Millisecond, "")
+	pos, err := parseFlags(fs, pruneUsage, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return usageError{fmt.Sprintf("prune: unexpected argument %q (see payonce prune --help)", pos[0])}
+	case *batch < 1 || *batch > maxPruneBatch:
+		return usageError{fmt.Sprintf("prune: --batch must be between 1 and %d, got %d", maxPruneBatch, *batch)}
+	case *limit < 0:
+		return usageError{fmt.Sprintf("prune: --limit must not be negative, got %d", *limit)}
+	case *pause < 0:
+		return usageError{fmt.Sprintf("prune: --pause must not be negative, got %s", *pause)}
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	pool, err := openPool(ctx, *dbURL, "prune", "idempotency_store")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		return err
+	}
+
+	var bar *progressBar
+	if isTerminal(os.Stdout) {
+		bar = newProgressBar(os.Stdout, "records deleted", expiredEstimate(ctx, pool, *limit))
+		bar.update(0, "")
+	}
+	res, err := prunePass(ctx, store, *batch, *limit, *pause, func(r pruneResult) {
+		if bar != nil {
+			bar.update(int64(r.deleted), fmt.Sprintf("%d batch(es)", r.batches))
+		}
+	})
+	if bar != nil {
+		bar.finish()
+	}
+	printPruneSummary(os.Stdout, res, *limit)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("prune: interrupted after deleting %d record(s); the rest waits for the next pass", res.deleted)
+		}
+		return fmt.Errorf("prune: %w", err)
+	}
+	return nil
+}
+
+// expiredEstimate is the bar's total: the expired records now, bounded by
+// limit; 0 (unknown: a plain counter) when counting takes too long.
+func expiredEstimate(ctx context.Context, pool *pgxpool.Pool, limit int) int64 {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var n int64
+	if err := pool.QueryRow(cctx, countExpiredSQL).Scan(&n); err != nil {
+		return 0
+	}
+	if limit > 0 {
+		n = min(n, int64(limit))
+	}
+	return n
+}
+
+// pruneStore is the part of the store a pass uses.
+type pruneStore interface {
+	Prune(ctx context.Context, limit int) (int, error)
+}
+
+// prunePass deletes expired records in batches until a batch is short or
+// limit records are deleted (0: no bound), calling progress after each
+// batch. The result counts what was deleted even when it fails.
+func prunePass(ctx context.Context, store pruneStore, batch, limit int, pause time.Duration, progress func(pruneResult)) (pruneResult, error) {
+	start := time.Now()
+	var res pruneResult
+	for limit == 0 || res.deleted < limit {
+		n := batch
+		if limit > 0 {
+			n = min(batch, limit-res.deleted)
+		}
+		got, err := store.Prune(ctx, n)
+		if err != nil {
+			res.duration = time.Since(start)
+			return res, err
+		}
+		res.batches++
+		res.deleted += got
+		progress(res)
+		if got < n {
+			res.drained = true
+			break
+		}
+		if limit > 0 && res.deleted >= limit {
+			break
+		}
+		if pause > 0 {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				res.duration = time.Since(start)
+				return res, ctx.Err()
+			case <-t.C:
+			}
+		} else if err := ctx.Err(); err != nil {
+			res.duration = time.Since(start)
+			return res, err
+		}
+	}
+	res.duration = time.Since(start)
+	return res, nil
+}
+
+func printPruneSummary(w io.Writer, res pruneResult, limit int) {
+	end := "nothing expired is left"
+	switch {
+	case !res.drained && limit > 0 && res.deleted >= limit:
+		end = fmt.Sprintf("stopped at --limit %d; more may be left", limit)
+	case !res.drained:
+		end = "stopped early"
+	}
+	fmt.Fprintf(w, "pruned %d expired record(s) in %d batch(es), %s; %s\n",
+		res.deleted, res.batches, res.duration.Round(time.Millisecond), end)
+}
+
+var _ pruneStore = (*pgstore.Store)(nil)

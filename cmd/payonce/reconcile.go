@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/payonce/payonce/examples/checkout/service"
+	"github.com/payonce/payonce/reconcile"
+)
+
+const reconcileUsage = `Usage: payonce reconcile [--format table|json|csv] [--grace 2m] [--batch 100] [--database-url URL]
+
+Runs the reconciler once now: examines the open intents past the grace
+period, asks their providers what exists, repairs what the providers prove
+(completing locally, failing with proof) and flags the rest for review; also
+reports records stuck PROCESSING and webhook events that named no intent or
+contradicted one. Prints the run's report; it is also stored (payonce report).
+
+The providers are configured like the checkout service, by environment:
+STRIPE_API_BASE and STRIPE_SECRET_KEY; ADYEN_API_BASE, ADYEN_API_KEY,
+ADYEN_MERCHANT_ACCOUNT; PAYPAL_API_BASE, PAYPAL_CLIENT_ID, PAYPAL_SECRET.
+
+Exit codes: 0 the run completed (divergences are in the report), 1 the run
+failed, 2 usage error.
+
+Example:
+  DATABASE_URL=postgres://app@db/app STRIPE_API_BASE=https://api.stripe.com \
+    STRIPE_SECRET_KEY=sk_live_... payonce reconcile --format table
+`
+
+const reportUsage = `Usage: payonce report [--runs N] [--run ID] [--kind K] [--provider P] [--min-age 1h]
+                      [--since 2026-12-01T00:00:00Z] [--limit N] [--format table|json|csv] [--database-url URL]
+
+Prints past reconciler runs (newest first) and the divergences and repairs
+they recorded, filtered by run, kind, provider and the intent's age.
+Kinds: the "kind" column of a report, e.g. "stuck record",
+"pending locally, succeeded at provider", "several charges at provider".
+
+Exit codes: 0 success, 1 failure, 2 usage error.
+
+Example:
+  payonce report --kind "several charges at provider" --min-age 1h --format csv > review.csv
+`
+
+func runReconcile(args []string) error {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	dbURL := databaseURL(fs)
+	format := fs.String("format", "table", "table, json or csv")
+	grace := fs.Duration("grace", 2*time.Minute, "leave intents younger than this to their callers")
+	batch := fs.Int("batch", 100, "intents examined at most")
+	if pos, err := parseFlags(fs, reconcileUsage, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usageError{fmt.Sprintf("reconcile: unexpected argument %q", pos[0])}
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	cfg, err := service.ConfigFromEnv()
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	pool, err := openPool(ctx, *dbURL, "reconcile", "payment_intents", "reconcile_runs", "reconcile_items")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	client, err := service.NewClient(pool, cfg)
+	if err != nil {
+		return err
+	}
+	r, err := reconcile.New(pool, client, &reconcile.Config{Grace: *grace, Batch: *batch})
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	rep, err := r.RunOnce(ctx)
+	if rep != nil {
+		if *format == "table" {
+			fmt.Printf("run %d by %s: examined %d, repaired %d, failed with proof %d, needs review %d, rescheduled %d, %s\n\n",
+				rep.RunID, rep.Instance, rep.Examined, rep.Repaired, rep.FailedWithProof, rep.NeedsReview, rep.Rescheduled,
+				rep.Finished.Sub(rep.Started).Round(time.Millisecond))
+		}
+		if werr := writeItems(os.Stdout, *format, rep.Items); werr != nil {
+			return werr
+		}
+	}
+	return err
+}
+
+func runReport(args []string) error {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	dbURL := databaseURL(fs)
+	format := fs.String("format", "table", "table, json or csv")
+	runs := fs.Int("runs", 10, "past runs to list")
+	var f reconcile.Filter
+	fs.Int64Var(&f.RunID, "run", 0, "only this run's items")
+	fs.StringVar(&f.Kind, "kind", "", "only items of this kind")
+	fs.StringVar(&f.Provider, "provider", "", "only items of this provider")
+	fs.DurationVar(&f.MinAge, "min-age", 0, "only items whose intent was at least this old")
+	since := fs.String("since", "", "only items recorded after this RFC 3339 time")
+	fs.IntVar(&f.Limit, "limit", 200, "items at most")
+	if pos, err := parseFlags(fs, reportUsage, args); err != nil {
+		return err
+	} else if len(pos) > 0 {
+		return usageError{fmt.Sprintf("report: unexpected argument %q", pos[0])}
+	}
+	if err := checkFormat(*format); err != nil {
+		return err
+	}
+	if *since != "" {
+		t, err := time.Parse(time.RFC3339, *since)
+		if err != nil {
+			return usageError{"--since: " + err.Error()}
+		}
+		f.Since = t
+	}
+	ctx := context.Background()
+	pool, err := openPool(ctx, *dbURL, "report", "reconcile_runs", "reconcile_items")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if *format == "table" {
+		list, err := reconcile.Runs(ctx, pool, *runs)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "RUN\tSTARTED\tINSTANCE\tEXAMINED\tREPAIRED\tFAILED\tREVIEW\tRESCHEDULED\tERROR")
+		for _, r := range list {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", r.RunID, r.Started.UTC().Format(time.RFC3339), r.Instance,
+				r.Examined, r.Repaired, r.FailedWithProof, r.NeedsReview, r.Rescheduled, r.Error)
+		}
+		tw.Flush()
+		fmt.Println()
+	}
+	items, err := reconcile.Items(ctx, pool, f)
+	if err != nil {
+		return err
+	}
+	return writeItems(os.Stdout, *format, items)
+}
+
+func checkFormat(f string) error {
+	switch f {
+	case "table", "json", "csv":
+		return nil
+	}
+	return usageError{fmt.Sprintf("--format %q: table, json or csv", f)}
+}
+
+// writeItems prints report items. Keys are shown as stored (payonce's
+// composed keys carry the scope and the action, not card data).
+func writeItems(w io.Writer, format string, items []reconcile.Item) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if items == nil {
+			items = []reconcile.Item{}
+		}
+		return enc.Encode(items)
+	case "csv":
+		cw := csv.NewWriter(w)
+		_ = cw.Write([]string{"run", "at", "kind", "provider", "scope", "intent_key", "intent_kind", "currency",
+			"local_state", "provider_state", "action", "detail", "age_seconds"})
+		for _, x := range items {
+			_ = cw.Write([]string{strconv.FormatInt(x.RunID, 10), x.At.UTC().Format(time.RFC3339), x.Kind, x.Provider, x.Scope,
+				x.IntentKey, x.IntentKind, x.Currency, x.LocalState, x.ProviderState, x.Action, x.Detail,
+				strconv.FormatFloat(x.Age.Seconds(), 'f', 0, 64)})
+		}
+		cw.Flush()
+		return cw.Error()
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(w, "no divergences")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tKIND\tPROVIDER\tINTENT\tAGE\tLOCAL\tPROVIDER SAYS\tACTION\tDETAIL")
+	for _, x := range items {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.RunID, x.Kind, x.Provider, x.IntentKey,
+			x.Age.Round(time.Second), x.LocalState, x.ProviderState, x.Action, x.Detail)
+	}
+	return tw.Flush()
+}

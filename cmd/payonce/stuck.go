@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/idempotency"
+)
+
+const stuckUsage = `Usage: payonce stuck [--older-than 1m] [--limit 50] [--show-keys] [--format table|json] [--database-url URL]
+
+Lists the idempotency records stuck PROCESSING: their holder's lease ended
+more than --older-than ago, measured on the database clock, and no retry has
+reclaimed them since. Longest-stuck first, with how long ago the lease ended,
+the record's age, scope, action, lock version (the fencing token of its last
+holder) and, for a payment, its intent's provider, status and attempt.
+
+Keys are shown as a short hash (the first 12 hex digits of their SHA-256, as
+payonce's logs print them), not in full, unless --show-keys: keys can carry
+customer identifiers. Fingerprints and responses are never shown.
+
+A stuck record is not an error in itself: the next retry of its key reclaims
+it, and the reconciler resolves a payment's open intent. For a record that
+needs a human, see payonce release --help.
+
+stuck exits 0 whether or not it finds records, 1 when the database fails.
+
+Flags:
+  --older-than D    the lease ended at least D ago (default 1m; 0: every ended lease)
+  --limit N         list at most N records, 1 to 10000 (default 50); the total is printed
+  --show-keys       print full keys, as payonce release takes them
+  --format F        table (default) or json
+  --database-url U  PostgreSQL URL (default $DATABASE_URL)
+
+Examples:
+  payonce stuck
+  payonce stuck --older-than 15m --format json | jq -r '.records[].key_hash'
+  payonce stuck --show-keys --limit 5
+`
+
+// stuckSQL lists PROCESSING records whose lease ended at least $1 seconds
+// ago, through the orphan-lock partial index, with the payment intent of
+// the same (key, scope) when there is one. total counts every match, not
+// only the $2 returned.
+const stuckSQL = `SELECT s.idempotency_key, s.user_id, s.lock_version, s.created_at, s.locked_until, now(),
+       i.provider, i.status, i.attempt, count(*) OVER ()
+  FROM idempotency_store s
+  LEFT JOIN payment_intents i ON i.idempotency_key = s.idempotency_key AND i.user_id = s.user_id
+ WHERE s.status = 'PROCESSING'
+   AND (s.locked_until IS NULL OR s.locked_until <= now() - make_interval(secs => $1))
+ ORDER BY s.locked_until NULLS FIRST, s.created_at
+ LIMIT $2`
+
+const maxStuckLimit = 10000
+
+// stuckRecord is one line of payonce stuck, and its JSON form.
+type stuckRecord struct {
+	Scope       string     `json:"scope"`
+	Action      string     `json:"action"`
+	KeyHash     string     `json:"key_hash"`
+	Key         string     `json:"key,omitempty"`
+	LockVersion int64      `json:"lock_version"`
+	CreatedAt   time.Time  `json:"created_at"`
+	LockedUntil *time.Time `json:"locked_until"`
+	AgeSeconds  float64    `json:"age_seconds"`
+	// LeaseEndedSecondsAgo is how long ago the lease ended (since
+	// created_at when the record has no lease end).
+	LeaseEndedSecondsAgo float64      `json:"lease_ended_seconds_ago"`
+	Intent               *stuckIntent `json:"intent"`
+}
+
+type stuckIntent struct {
+	Provider string `json:"provider"`
+	Status   string `json:"status"`
+	Attempt  int32  `json:"attempt"`
+}
+
+type stuckReport struct {
+	DatabaseNow      time.Time     `json:"database_now"`
+	OlderThanSeconds float64       `json:"older_than_seconds"`
+	Total            int64         `json:"total"`
+	Records          []stuckRecord `json:"records"`
+}
+
+func runStuck(args []string) error {
+	fs := flag.NewFlagSet("stuck", flag.ContinueOnError)
+	dbURL := databaseURL(fs)
+	olderThan := fs.Duration("older-than", time.Minute, "")
+	limit := fs.Int("limit", 50, "")
+	showKeys := fs.Bool("show-keys", false, "")
+	format := fs.String("format", "table", "")
+	pos, err := parseFlags(fs, stuckUsage, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return usageError{fmt.Sprintf("stuck: unexpected argument %q (see payonce stuck --help)", pos[0])}
+	case *olderThan < 0:
+		return usageError{fmt.Sprintf("stuck: --older-than must not be negative, got %s", *olderThan)}
+	case *limit < 1 || *limit > maxStuckLimit:
+		return usageError{fmt.Sprintf("stuck: --limit must be between 1 and %d, got %d", maxStuckLimit, *limit)}
+	case *format != "table" && *format != "json":
+		return usageError{fmt.Sprintf("stuck: --format must be table or json, got %q", *format)}
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	pool, err := openPool(ctx, *dbURL, "stuck", "idempotency_store", "payment_intents")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rep, err := listStuck(ctx, pool, *olderThan, *limit, *showKeys)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return printStuck(os.Stdout, rep, *olderThan, *showKeys)
+}
+
+func listStuck(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, limit int, showKeys bool) (stuckReport, error) {
+	rep := stuckReport{OlderThanSeconds: olderThan.Seconds(), Records: []stuckRecord{}}
+	rows, err := pool.Query(ctx, stuckSQL, olderThan.Seconds(), limit)
+	if err != nil {
+		return rep, fmt.Errorf("stuck: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			r                stuckRecord
+			key              string
+			provider, status *string
+			attempt          *int32
+		)
+		if err := rows.Scan(&key, &r.Scope, &r.LockVersion, &r.CreatedAt, &r.LockedUntil, &rep.DatabaseNow,
+			&provider, &status, &attempt, &rep.Total); err != nil {
+			return rep, fmt.Errorf("stuck: %w", err)
+		}
+		r.KeyHash = idempotency.ShortHash(key)
+		if showKeys {
+			r.Key = key
+		}
+		r.Action = "?"
+		if action, _, ok := idempotency.SplitKey(r.Scope, key); ok {
+			r.Action = action
+		}
+		r.AgeSeconds = rep.DatabaseNow.Sub(r.CreatedAt).Seconds()
+		ended := r.CreatedAt
+		if r.LockedUntil != nil {
+			ended = *r.LockedUntil
+		}
+		r.LeaseEndedSecondsAgo = rep.DatabaseNow.Sub(ended).Seconds()
+		if provider != nil {
+			r.Intent = &stuckIntent{Provider: *provider, Status: *status, Attempt: *attempt}
+		}
+		rep.Records = append(rep.Records, r)
+	}
+	if err := rows.Err(); err != nil {
+		return rep, fmt.Errorf("stuck: %w", err)
+	}
+	if len(rep.Records) == 0 {
+		if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&rep.DatabaseNow); err != nil {
+			return rep, fmt.Errorf("stuck: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+func printStuck(w io.Writer, rep stuckReport, olderThan time.Duration, showKeys bool) error {
+	if rep.Total == 0 {
+		_, err := fmt.Fprintf(w, "no record stuck PROCESSING with a lease that ended more than %s ago (database clock %s)\n",
+			shortDuration(olderThan), rep.DatabaseNow.UTC().Format(time.RFC3339))
+		return err
+	}
+	fmt.Fprintf(w, "%d record(s) stuck PROCESSING with a lease that ended more than %s ago (database clock %s)",
+		rep.Total, shortDuration(olderThan), rep.DatabaseNow.UTC().Format(time.RFC3339))
+	if int64(len(rep.Records)) < rep.Total {
+		fmt.Fprintf(w, "; the %d stuck longest", len(rep.Records))
+	}
+	fmt.Fprintln(w, ":")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	keyCol := "KEY HASH"
+	if showKeys {
+		keyCol = "KEY"
+	}
+	fmt.Fprintf(tw, "LEASE ENDED\tAGE\tSCOPE\tACTION\t%s\tLOCK VERSION\tINTENT\n", keyCol)
+	for _, r := range rep.Records {
+		key := r.KeyHash
+		if showKeys {
+			key = r.Key
+		}
+		intent := "-"
+		if r.Intent != nil {
+			intent = fmt.Sprintf("%s %s, attempt %d", r.Intent.Provider, r.Intent.Status, r.Intent.Attempt)
+		}
+		fmt.Fprintf(tw, "%s ago\t%s\t%s\t%s\t%s\t%d\t%s\n",
+			formatAge(secs(r.LeaseEndedSecondsAgo)), formatAge(secs(r.AgeSeconds)), r.Scope, r.Action, key, r.LockVersion, intent)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if showKeys {
+		_, err := fmt.Fprintln(w, "\nRelease one that no retry will reclaim: payonce release <scope> <key>")
+		return err
+	}
+	_, err := fmt.Fprintln(w, "\nFull keys (for payonce release): payonce stuck --show-keys")
+	return err
+}
+
+// shortDuration writes a flag's duration without zero trailing units:
+// 1m, 1h30m, 100ms.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// formatAge writes d with its two leading units: 42s, 4m05s, 3h12m, 2d03h.
+func formatAge(d time.Duration) string {
+	if d < 0 {
+		return "-" + formatAge(-d)
+	}
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%02dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}
+
+// errHelp is returned after a command printed its usage for --help: the
+// process exits 0.
+var errHelp = errors.New("help requested")
+
+// parseFlags parses args, whose flags may come before, between or after
+// the positional arguments (a "--" ends the flags), and returns the
+// positional arguments. For -h or --help it prints usage to stdout and
+// returns errHelp; a bad flag is a usageError that names it.
+func parseFlags(fs *flag.FlagSet, usage string, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(usage)
+			return nil, errHelp
+		}
+		if err != nil {
+			return nil, usageError{fmt.Sprintf("%s: %v (see payonce %s --help)", fs.Name(), err, fs.Name())}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// openPool connects to the database that --database-url or DATABASE_URL
+// names, and checks that the tables the command reads exist, so that an
+// unmigrated database gets a clear error rather than a failed query.
+func openPool(ctx context.Context, flagURL, command string, tables ...string) (*pgxpool.Pool, error) {
+	u, err := resolveURL(flagURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("database URL: %v", err)}
+	}
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["application_name"] = "payonce " + command
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	var schema string
+	var missing []string
+	err = pool.QueryRow(ctx, `SELECT coalesce(current_schema(), '(none: check search_path)'), array(SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NULL)`,
+		tables).Scan(&schema, &missing)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	if len(missing) > 0 {
+		pool.Close()
+		return nil, fmt.Errorf("database: schema %q has no table %s: apply payonce's schema first (payonce migrate up)",
+			schema, strings.Join(missing, ", "))
+	}
+	return pool, nil
+}
