@@ -238,10 +238,10 @@ func (w *worker) stop() {
 
 // payment is one customer's payment and what its clients saw.
 type payment struct {
-	provider            string
+	provider string
 	// abandoned: the client sends once and never retries, whatever the
 	// answer (the reconciler resolves it).
-	abandoned bool
+	abandoned           bool
 	customer, key       string
 	amount, currency    string
 	method              string
@@ -518,7 +518,7 @@ func makePayments(c stormConfig, rng *rand.Rand, providers []string) []*payment 
 			sends:    2 + rng.IntN(4),
 			// One payment in ten: a single send, never retried.
 			abandoned: i%10 == 7,
-			codes:    map[int]int{}, providerIDs: map[string]bool{},
+			codes:     map[int]int{}, providerIDs: map[string]bool{},
 		})
 	}
 	return pays
