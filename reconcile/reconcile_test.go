@@ -482,3 +482,53 @@ func TestDivergencesAreClassified(t *testing.T) {
 		t.Fatalf("a retry under review charged: %d -> %d", before, after)
 	}
 }
+
+// Start runs the reconciler on its cron spec until stopped.
+func TestStartRunsOnSchedule(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	r := w.reconciler(t, &reconcile.Config{Spec: "@every 1s", Grace: time.Millisecond})
+	stop := r.Start(context.Background())
+	deadline := time.Now().Add(10 * time.Second)
+	var runs int
+	for time.Now().Before(deadline) {
+		if err := w.pool.QueryRow(context.Background(), `SELECT count(*) FROM reconcile_runs WHERE finished_at IS NOT NULL`).Scan(&runs); err != nil {
+			t.Fatal(err)
+		}
+		if runs >= 2 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	stop() // idempotent
+	if runs < 2 {
+		t.Fatalf("%d scheduled runs in 10s, want at least 2", runs)
+	}
+	var after int
+	time.Sleep(1500 * time.Millisecond)
+	if err := w.pool.QueryRow(context.Background(), `SELECT count(*) FROM reconcile_runs`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after > runs+1 {
+		t.Fatalf("runs went on after stop: %d -> %d", runs, after)
+	}
+}
+
+func TestConfigRefusals(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	for field, cfg := range map[string]reconcile.Config{
+		"Grace":       {Grace: -time.Second},
+		"Schedule[1]": {Schedule: []time.Duration{time.Minute, 0}},
+		"MaxChecks":   {MaxChecks: -1},
+		"Batch":       {Batch: -5},
+		"Spec":        {Spec: "every minute"},
+	} {
+		_, err := reconcile.New(w.pool, w.client, &cfg)
+		var ce *reconcile.ConfigError
+		if !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("%s: err = %v, want a ConfigError naming it", field, err)
+		}
+	}
+}
