@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -115,6 +116,16 @@ func New(pool *pgxpool.Pool, store *pgstore.Store, l *ledger.Ledger, providers [
 
 // Provider returns the configured provider named name, or nil.
 func (c *Client) Provider(name string) Provider { return c.providers[name] }
+
+// ProviderNames lists the configured providers' names, sorted.
+func (c *Client) ProviderNames() []string {
+	names := make([]string, 0, len(c.providers))
+	for n := range c.providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
 
 // ChargeParams describes one charge.
 type ChargeParams struct {

@@ -144,10 +144,13 @@ type Reconciler struct {
 }
 
 // New returns a Reconciler over the payments client's database and
-// providers. Errors: *ConfigError naming a bad field.
+// providers. It examines only intents of the client's providers. With a
+// nil client it only reports (stuck records, webhook divergences): an
+// operator without provider credentials can still run it. Errors:
+// *ConfigError naming a bad field.
 func New(pool *pgxpool.Pool, client *payments.Client, cfg *Config) (*Reconciler, error) {
-	if pool == nil || client == nil {
-		return nil, &ConfigError{"pool/client", "nil"}
+	if pool == nil {
+		return nil, &ConfigError{"pool", "nil"}
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -196,6 +199,7 @@ const claimSQL = `WITH due AS (
        AND (status <> 'REQUIRES_ACTION' OR updated_at < now() - $5::interval)
        AND (reconcile_next_at IS NULL OR reconcile_next_at <= now())
        AND (reconcile_claimed_until IS NULL OR reconcile_claimed_until < now())
+       AND provider = ANY($6)
      ORDER BY coalesce(reconcile_next_at, updated_at)
      LIMIT $2
      FOR UPDATE SKIP LOCKED)
@@ -209,7 +213,11 @@ RETURNING p.idempotency_key, p.user_id, p.kind, p.provider, p.provider_key, coal
           p.created_at, p.updated_at, p.reconcile_checks, now() - p.created_at`
 
 func (r *Reconciler) claim(ctx context.Context) ([]item, error) {
-	rows, err := r.pool.Query(ctx, claimSQL, r.cfg.Grace, r.cfg.Batch, r.cfg.ClaimTTL, r.cfg.Instance, r.cfg.ActionGrace)
+	if r.client == nil {
+		return nil, nil // report only
+	}
+	rows, err := r.pool.Query(ctx, claimSQL, r.cfg.Grace, r.cfg.Batch, r.cfg.ClaimTTL, r.cfg.Instance, r.cfg.ActionGrace,
+		r.client.ProviderNames())
 	if err != nil {
 		return nil, err
 	}

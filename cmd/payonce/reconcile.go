@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/examples/checkout/service"
+	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/reconcile"
 )
 
@@ -27,6 +28,8 @@ contradicted one. Prints the run's report; it is also stored (payonce report).
 The providers are configured like the checkout service, by environment:
 STRIPE_API_BASE and STRIPE_SECRET_KEY; ADYEN_API_BASE, ADYEN_API_KEY,
 ADYEN_MERCHANT_ACCOUNT; PAYPAL_API_BASE, PAYPAL_CLIENT_ID, PAYPAL_SECRET.
+Only the configured providers' intents are examined; with none, the run
+only reports stuck records and webhook divergences.
 
 Exit codes: 0 the run completed (divergences are in the report), 1 the run
 failed, 2 usage error.
@@ -75,8 +78,11 @@ func runReconcile(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	client, err := service.NewClient(pool, cfg)
-	if err != nil {
+	var client *payments.Client
+	if cfg.StripeAPIBase == "" && cfg.AdyenAPIBase == "" && cfg.PayPalAPIBase == "" {
+		fmt.Fprintln(os.Stderr, "payonce: no provider configured (STRIPE_API_BASE, ADYEN_API_BASE, PAYPAL_API_BASE): "+
+			"open intents are not examined; reporting stuck records and webhook divergences only")
+	} else if client, err = service.NewClient(pool, cfg); err != nil {
 		return err
 	}
 	r, err := reconcile.New(pool, client, &reconcile.Config{Grace: *grace, Batch: *batch})

@@ -281,6 +281,7 @@ type stormStats struct {
 func storm(ctx context.Context, c stormConfig) error {
 	began := time.Now()
 	rng := rand.New(rand.NewPCG(c.seed, c.seed^0x5eed))
+	kept := c.dbURL != "" // the user's database: the demo's schema stays for inspection
 	if c.dbURL == "" {
 		fmt.Println("starting a throwaway PostgreSQL ...")
 		pg, err := localpg.Start(ctx, localpg.Options{Fast: true})
@@ -415,8 +416,12 @@ func storm(ctx context.Context, c stormConfig) error {
 	if err != nil {
 		return err
 	}
-	return report(ctx, stormReport{pays: pays, st: &st, fakes: fk, pool: pool, w: w, unresolved: unresolved.Load(),
+	err = report(ctx, stormReport{pays: pays, st: &st, fakes: fk, pool: pool, w: w, unresolved: unresolved.Load(),
 		refunds: refunds, rec: rec, elapsed: time.Since(began)})
+	if kept {
+		fmt.Printf("\n  the demo's schema stays: payonce report --database-url '%s'\n", u)
+	}
+	return err
 }
 
 // reconciled is what the reconciler did in the demo.
