@@ -566,14 +566,7 @@ func (r *Reconciler) stuckRecords(ctx context.Context, rep *Report) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, x := range found {
-		if err := insertItem(ctx, r.pool, rep.RunID, x); err != nil {
-			return err
-		}
-		rep.add(x)
-		r.metrics.divergence(ctx, x)
-	}
-	return nil
+	return r.reportAll(ctx, rep, found)
 }
 
 // webhookDivergences reports events stored since the previous run that
@@ -607,7 +600,12 @@ func (r *Reconciler) webhookDivergences(ctx context.Context, rep *Report) error 
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, x := range found {
+	return r.reportAll(ctx, rep, found)
+}
+
+// reportAll stores items that need no repair and adds them to the report.
+func (r *Reconciler) reportAll(ctx context.Context, rep *Report, items []Item) error {
+	for _, x := range items {
 		if err := insertItem(ctx, r.pool, rep.RunID, x); err != nil {
 			return err
 		}
