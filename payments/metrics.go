@@ -17,10 +17,11 @@ const (
 	MetricUnknownOutcomes  = "payments.unknown_outcomes"
 	MetricProviderDuration = "payments.provider_call_duration_ms"
 	MetricWebhookEvents    = "payments.webhook_events"
+	MetricWebhookRefusals  = "payments.webhook_refusals"
 )
 
 type instruments struct {
-	charges, refunds, unknown, webhooks metric.Int64Counter
+	charges, refunds, unknown, webhooks, refusals metric.Int64Counter
 	duration                            metric.Float64Histogram
 }
 
@@ -41,6 +42,9 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 		return nil, err
 	}
 	if in.webhooks, err = m.Int64Counter(MetricWebhookEvents, metric.WithDescription("Verified webhook events stored, by provider and outcome (applied, confirmed, stale, conflict, unmatched, ignored, duplicate).")); err != nil {
+		return nil, err
+	}
+	if in.refusals, err = m.Int64Counter(MetricWebhookRefusals, metric.WithDescription("Webhook deliveries refused or not stored, by provider and reason (signature, malformed, too_large, method, verify_failed, store_failed).")); err != nil {
 		return nil, err
 	}
 	// The name carries the unit (no declared unit: see idempotency's metrics).
@@ -88,4 +92,9 @@ func (in *instruments) observe(ctx context.Context, op, provider, status string,
 // webhook records one stored (or duplicate) webhook event.
 func (in *instruments) webhook(ctx context.Context, provider, outcome string) {
 	in.webhooks.Add(ctx, 1, metric.WithAttributes(attribute.String("provider", provider), attribute.String("outcome", outcome)))
+}
+
+// refused records one webhook delivery refused or not stored.
+func (in *instruments) refused(ctx context.Context, provider, reason string) {
+	in.refusals.Add(ctx, 1, metric.WithAttributes(attribute.String("provider", provider), attribute.String("reason", reason)))
 }

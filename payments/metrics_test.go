@@ -2,13 +2,21 @@ package payments_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/payments"
+	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
@@ -72,5 +80,69 @@ func TestMetricsScenario(t *testing.T) {
 	}
 	if calls != 5 {
 		t.Errorf("provider calls timed = %d, want 5", calls)
+	}
+}
+
+// Webhook deliveries: stored events by outcome, refusals by reason.
+func TestWebhookMetrics(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	pool := pgtest.Pool(t)
+	fake := stripetest.NewServer(nil)
+	t.Cleanup(fake.Close)
+	prov, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_m", BaseURL: fake.URL(), WebhookSecrets: []string{"whsec_m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, _ := pgstore.New(pool, nil)
+	l, _ := ledger.New(pool, nil)
+	c, err := payments.New(pool, store, l, []payments.Provider{prov},
+		&payments.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.WebhookHandler("stripe", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(body, secret string) {
+		req := httptest.NewRequest(http.MethodPost, "/webhooks/stripe", strings.NewReader(body))
+		req.Header.Set("Stripe-Signature", stripetest.Sign([]byte(body), secret, time.Now()))
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	ev := piEvent("evt_m1", "payment_intent.succeeded", "pi_m", "cus_1_charge_none", 100, "succeeded")
+	post(ev, "whsec_m")
+	post(ev, "whsec_m")
+	post(ev, "whsec_wrong")
+	post(`{"id": "evt_m2", "object": "event", "type": `, "whsec_m")
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, p := range d.DataPoints {
+					for _, k := range []attribute.Key{"outcome", "reason"} {
+						if v, ok := p.Attributes.Value(k); ok {
+							got[m.Name+"{"+v.AsString()+"}"] += p.Value
+						}
+					}
+				}
+			}
+		}
+	}
+	want := map[string]int64{
+		payments.MetricWebhookEvents + "{unmatched}":   1,
+		payments.MetricWebhookEvents + "{duplicate}":   1,
+		payments.MetricWebhookRefusals + "{signature}": 1,
+		payments.MetricWebhookRefusals + "{malformed}": 1,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %d, want %d (all: %v)", k, got[k], v, got)
+		}
 	}
 }

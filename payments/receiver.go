@@ -97,7 +97,10 @@ type receiver struct {
 }
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	refuse := func(reason string) { rc.c.metrics.refused(ctx, rc.provider, reason) }
 	if r.Method != http.MethodPost {
+		refuse("method")
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "POST only", http.StatusMethodNotAllowed)
 		return
@@ -106,28 +109,34 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
+			refuse("too_large")
 			http.Error(w, fmt.Sprintf("body over %d bytes", rc.cfg.MaxBody), http.StatusRequestEntityTooLarge)
 			return
 		}
+		refuse("malformed")
 		http.Error(w, "body unreadable", http.StatusBadRequest)
 		return
 	}
 	events, err := rc.verifier.VerifyWebhook(r.Context(), r.Header, body)
 	switch {
 	case errors.Is(err, ErrWebhookSignature):
+		refuse("signature")
 		rc.cfg.Logger.Warn("payments: webhook refused: signature", "provider", rc.provider, "err", err)
 		http.Error(w, "signature missing or invalid", http.StatusUnauthorized)
 		return
 	case errors.Is(err, ErrWebhookMalformed):
+		refuse("malformed")
 		rc.cfg.Logger.Warn("payments: webhook refused: malformed", "provider", rc.provider, "err", err)
 		http.Error(w, "malformed event", http.StatusBadRequest)
 		return
 	case err != nil:
+		refuse("verify_failed")
 		rc.cfg.Logger.Error("payments: webhook verification failed", "provider", rc.provider, "err", err)
 		http.Error(w, "verification unavailable", http.StatusServiceUnavailable)
 		return
 	}
 	if _, err := rc.c.ApplyEvents(r.Context(), rc.provider, events); err != nil {
+		refuse("store_failed")
 		rc.cfg.Logger.Error("payments: webhook not stored", "provider", rc.provider, "err", err)
 		http.Error(w, "not stored", http.StatusServiceUnavailable)
 		return
