@@ -720,7 +720,7 @@ func countAbandoned(pays []*payment) int {
 }
 
 func report(ctx context.Context, r stormReport) error {
-	var pis, dups, missing, inconsistent, succeeded, declined, failed, action, unknownResolved int
+	var pis, dups, missing, inconsistent, succeeded, declined, failed, action, neverArrived, unknownResolved int
 	perProvider := map[string]int{}
 	var problems []string
 	for _, p := range r.pays {
@@ -748,6 +748,8 @@ func report(ctx context.Context, r stormReport) error {
 			action++
 		case "FAILED":
 			failed++
+		case "":
+			neverArrived++
 		}
 		if len(p.providerIDs) > 1 {
 			inconsistent++
@@ -763,6 +765,7 @@ func report(ctx context.Context, r stormReport) error {
 	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
 	row("payments", len(r.pays))
 	row("  succeeded / declined / failed (nothing charged) / requires action", fmt.Sprintf("%d / %d / %d / %d", succeeded, declined, failed, action))
+	row("  never recorded (an abandoned client's only send did not arrive)", neverArrived)
 	row("  unresolved after retries", r.unresolved)
 	row("requests sent", fmt.Sprintf("%d (%d connection errors, %d given up by impatient clients)", r.st.requests.Load(), r.st.connErrors.Load(), r.st.gaveUp.Load()))
 	row("worker killed (SIGKILL) and restarted", r.w.restarts)
