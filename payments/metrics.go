@@ -22,7 +22,7 @@ const (
 
 type instruments struct {
 	charges, refunds, unknown, webhooks, refusals metric.Int64Counter
-	duration                            metric.Float64Histogram
+	duration                                      metric.Float64Histogram
 }
 
 func newInstruments(mp metric.MeterProvider) (*instruments, error) {
