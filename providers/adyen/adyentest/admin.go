@@ -1,11 +1,12 @@
 package adyentest
 
 import (
-	"encoding/json"
+	"errors"
 	"net/http"
-)
+	"net/url"
 
-const adminPrefix = "/_fake/"
+	"github.com/payonce/payonce/providers/internal/fakekit"
+)
 
 // Counts is how many objects really exist at the fake for a reference or an idempotency key:
 // the ground truth for exactly-once assertions. Every payment counts, whatever its resultCode;
@@ -109,29 +110,16 @@ func (s *Server) Totals() map[string]Total {
 //	GET /_fake/counts?idempotency_key=K    -> Counts
 //	GET /_fake/totals                      -> map[currency]Total
 func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	q := r.URL.Query()
-	var v any
-	switch r.URL.Path {
-	case adminPrefix + "counts":
-		switch {
-		case q.Has("reference"):
-			v = s.Counts(q.Get("reference"))
-		case q.Has("idempotency_key"):
-			v = s.CountsByIdempotencyKey(q.Get("idempotency_key"))
-		default:
-			http.Error(w, "counts needs reference or idempotency_key", http.StatusBadRequest)
-			return
-		}
-	case adminPrefix + "totals":
-		v = s.Totals()
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
+	fakekit.ServeAdmin(w, r, map[string]fakekit.AdminGet{
+		"counts": func(q url.Values) (any, error) {
+			switch {
+			case q.Has("reference"):
+				return s.Counts(q.Get("reference")), nil
+			case q.Has("idempotency_key"):
+				return s.CountsByIdempotencyKey(q.Get("idempotency_key")), nil
+			}
+			return nil, errors.New("counts needs reference or idempotency_key")
+		},
+		"totals": func(url.Values) (any, error) { return s.Totals(), nil },
+	})
 }

@@ -1,35 +1,20 @@
 package adyentest
 
 import (
-	"sync"
 	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
-// ManualClock is a clock that moves only when told to, for Config.Clock:
+// ManualClock is a clock that moves only when told to, for Config.Clock: Now returns its time
+// and Advance(d) moves it forward by d. It is safe for concurrent use.
 //
 //	clock := adyentest.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 //	srv := adyentest.NewServer(&adyentest.Config{Clock: clock.Now})
 //	clock.Advance(8 * 24 * time.Hour) // idempotency keys are now forgotten
-type ManualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type ManualClock = fakekit.ManualClock
 
 // NewManualClock returns a ManualClock reading start.
 func NewManualClock(start time.Time) *ManualClock {
-	return &ManualClock{now: start}
-}
-
-// Now returns the clock's time.
-func (c *ManualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *ManualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+	return fakekit.NewManualClock(start)
 }

@@ -5,48 +5,41 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
-// FaultKind is what goes wrong with a request.
-type FaultKind int
+// FaultKind is what goes wrong with a request. Its String method names the kind ("Latency").
+type FaultKind = fakekit.FaultKind
 
 const (
 	// NoFault is the zero FaultKind: the request is served normally.
-	NoFault FaultKind = iota
+	NoFault = fakekit.NoFault
 
 	// Latency delays the request by Fault.Delay before it executes. Its idempotency key stays
 	// in use meanwhile, so a concurrent request with the same key gets 422 errorCode "704".
-	Latency
+	Latency = fakekit.Latency
 
 	// FailBefore answers 500 with "Transient-Error: true" before doing anything: nothing is
 	// created and nothing is cached for the key, so a retry with the same key executes. This is
 	// Adyen's transient error: the one answer its documentation says to retry with the same key.
-	FailBefore
+	FailBefore = fakekit.FailBefore
 
 	// FailAfter executes the request (objects are created, webhooks emitted) and then answers
 	// 500 without Transient-Error. A non-transient error is final for its key at Adyen, so the
 	// 500 is cached: a retry with the same key replays the 500 and never reveals the payment;
 	// only the AUTHORISATION webhook (or a technical cancel) tells what happened.
-	FailAfter
+	FailAfter = fakekit.FailAfter
 
 	// ResetAfter executes the request, caches its real response for the key, and then drops
 	// the connection (TCP RST) without answering: the response is lost. A retry with the same
 	// key replays the real response.
-	ResetAfter
+	ResetAfter = fakekit.ResetAfter
 
 	// Hang blocks the request until the client gives up (its context ends) or the Server is
 	// closed. Nothing executes and nothing is cached; the key is in use while it hangs.
-	Hang
+	Hang = fakekit.Hang
 )
-
-var kindNames = [...]string{"NoFault", "Latency", "FailBefore", "FailAfter", "ResetAfter", "Hang"}
-
-func (k FaultKind) String() string {
-	if k >= 0 && int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "FaultKind(?)"
-}
 
 // Fault describes a failure and the requests it applies to. The matching fields are ANDed; an
 // empty field matches any request. Faults never apply to /_fake/ admin requests nor to requests
@@ -70,13 +63,15 @@ type Fault struct {
 	Probability float64
 }
 
-func (f Fault) validate() error {
-	if f.Kind <= NoFault || f.Kind > Hang {
-		return errors.New("Kind is not a known FaultKind")
-	}
-	if f.Kind == Latency && f.Delay <= 0 {
-		return errors.New("Delay must be positive for Latency")
-	}
+// faultType is how fakekit reads and checks a Fault.
+var faultType = fakekit.FaultType[Fault]{
+	Spec: func(f Fault) fakekit.Spec {
+		return fakekit.Spec{Kind: f.Kind, Delay: f.Delay, Probability: f.Probability}
+	},
+	Check: Fault.checkPath,
+}
+
+func (f Fault) checkPath() error {
 	if f.Path != "" {
 		if _, err := path.Match(f.Path, "/"); err != nil {
 			return errors.New("Path is not a valid pattern: " + err.Error())
@@ -102,30 +97,14 @@ func (f Fault) matches(apiPath, key string) bool {
 // Inject queues a one-shot fault for the next matching request; queued faults are matched in
 // the order they were injected and each applies once. It panics if f is invalid.
 func (s *Server) Inject(f Fault) {
-	if err := f.validate(); err != nil {
+	if err := s.faults.Inject(f); err != nil {
 		panic("adyentest: Inject: " + err.Error())
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.injected = append(s.injected, f)
 }
 
 // pickFault chooses the fault for a request about to execute or replay: the first matching
 // injected fault, else the first Config.Faults rule whose draw hits. Draws happen only for
 // matching rules, so a seed and a request sequence fix the outcome.
 func (s *Server) pickFault(apiPath, key string) Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, f := range s.injected {
-		if f.matches(apiPath, key) {
-			s.injected = append(s.injected[:i:i], s.injected[i+1:]...)
-			return f
-		}
-	}
-	for _, f := range s.rules {
-		if f.matches(apiPath, key) && s.rng.Float64() < f.Probability {
-			return f
-		}
-	}
-	return Fault{}
+	return s.faults.Pick(func(f Fault) bool { return f.matches(apiPath, key) })
 }

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
 // scopedKey is an idempotency key in its scope, the API key that sent it (Adyen scopes keys to
@@ -16,18 +17,13 @@ type scopedKey struct {
 }
 
 // keyEntry is what the fake remembers about an idempotency key: the request it was first used
-// with and, once that request executed, its response.
-type keyEntry struct {
-	scope       scopedKey
-	created     time.Time
-	fingerprint string
-	done        bool
-	resp        *response
-}
+// with (Endpoint "POST /payments", Params its canonical body) and, once that request executed,
+// its response.
+type keyEntry = fakekit.KeyEntry[scopedKey, *response]
 
-// fingerprint is the request's method, path and body in a canonical form (keys sorted, numbers
-// exact, insignificant whitespace dropped). It fails on a body that is not one JSON value.
-func fingerprint(method, path string, body []byte) (string, error) {
+// canonicalBody is the request body in a canonical form (keys sorted, numbers exact,
+// insignificant whitespace dropped). It fails on a body that is not one JSON value.
+func canonicalBody(body []byte) (string, error) {
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -41,31 +37,21 @@ func fingerprint(method, path string, body []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return method + " " + path + " " + string(canon), nil
+	return string(canon), nil
 }
 
 // claim looks the request's key up. It returns the new entry to execute under, or the completed
 // entry to replay, or an idempotency error response. Keys older than the retention are forgotten
 // first; an entry still executing is never forgotten.
-func (s *Server) claim(k scopedKey, fp string) (claimed, replay *keyEntry, _ *response) {
-	now := s.clock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.keys[k]
-	if ok && e.done && !now.Before(e.created.Add(s.retention)) {
-		delete(s.keys, k)
-		ok = false
-	}
-	if !ok {
-		e = &keyEntry{scope: k, created: now, fingerprint: fp}
-		s.keys[k] = e
+func (s *Server) claim(k scopedKey, endpoint, params string) (claimed, replay *keyEntry, _ *response) {
+	e, state := s.keys.Claim(k, s.clock(), s.retention, endpoint, params)
+	switch {
+	case state == fakekit.KeyNew:
 		return e, nil, nil
-	}
-	if e.fingerprint != fp {
+	case !e.Matches(endpoint, params):
 		return nil, nil, validation(codeKeyMismatch,
 			"Idempotency-Key was first used with another request (endpoint or body); use another key for another request")
-	}
-	if !e.done {
+	case state == fakekit.KeyInProgress:
 		return nil, nil, apiError(http.StatusUnprocessableEntity, codeInProgress, "validation",
 			"Request already processed or in progress")
 	}
@@ -74,24 +60,7 @@ func (s *Server) claim(k scopedKey, fp string) (claimed, replay *keyEntry, _ *re
 
 // release forgets a claimed key whose request did not complete (a transient error, a hung or
 // abandoned request): Adyen keeps nothing for those.
-func (s *Server) release(e *keyEntry) {
-	if e == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.keys[e.scope] == e {
-		delete(s.keys, e.scope)
-	}
-}
+func (s *Server) release(e *keyEntry) { s.keys.Release(e) }
 
 // complete saves the response of an executed request for its key.
-func (s *Server) complete(e *keyEntry, resp *response) {
-	if e == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e.done = true
-	e.resp = resp
-}
+func (s *Server) complete(e *keyEntry, resp *response) { s.keys.Complete(e, resp) }

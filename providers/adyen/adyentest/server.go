@@ -2,19 +2,16 @@ package adyentest
 
 import (
 	"bytes"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
 // DefaultRetention is how long the fake remembers an idempotency key: PROVIDERS.md tells
@@ -84,22 +81,19 @@ type Server struct {
 	retention time.Duration
 	apiKey    string
 	merchant  string
-	rules     []Fault
+	hmacKey   string // hex
 
-	ts      *httptest.Server
-	closing chan struct{}
-	once    sync.Once
+	life   *fakekit.Lifecycle
+	faults *fakekit.Faults[Fault]
+	keys   *fakekit.Keys[scopedKey, *response]
 
 	mu       sync.Mutex
-	rng      *rand.Rand
-	injected []Fault
-	keys     map[scopedKey]*keyEntry
 	seq      int64
 	payments map[string]*payment // by pspReference
 	porder   []*payment          // creation order
 	mods     []*modification     // refunds, captures and cancels, in creation order
 
-	wh *webhooks // notification log and delivery queue; its own lock is taken after mu
+	wh *fakekit.Deliveries[Event] // notification log and delivery queue; its own lock is taken after mu
 }
 
 // NewServer returns a started Server listening on a loopback port, like [httptest.NewServer].
@@ -125,9 +119,10 @@ func NewUnstartedServer(cfg *Config) *Server {
 		retention: cfg.Retention,
 		apiKey:    cfg.APIKey,
 		merchant:  cfg.MerchantAccount,
-		rules:     append([]Fault(nil), cfg.Faults...),
-		closing:   make(chan struct{}),
-		keys:      make(map[scopedKey]*keyEntry),
+		hmacKey:   cfg.HMACKey,
+		life:      fakekit.NewLifecycle("adyentest"),
+		faults:    fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x414459454e544553), // "ADYENTES"
+		keys:      fakekit.NewKeys[scopedKey, *response](),
 		payments:  make(map[string]*payment),
 	}
 	if s.clock == nil {
@@ -136,12 +131,10 @@ func NewUnstartedServer(cfg *Config) *Server {
 	if s.retention == 0 {
 		s.retention = DefaultRetention
 	}
-	seed := cfg.Seed
-	if seed == 0 {
-		seed = 1
+	if s.hmacKey == "" {
+		s.hmacKey = DefaultHMACKey
 	}
-	s.rng = rand.New(rand.NewPCG(uint64(seed), 0x414459454e544553)) // "ADYENTES"
-	s.wh = newWebhooks(cfg, s.clock)
+	s.wh = newWebhooks(cfg)
 	return s
 }
 
@@ -149,22 +142,11 @@ func (c *Config) validate() error {
 	if c.Retention < 0 {
 		return fmt.Errorf("Config.Retention must not be negative, got %v", c.Retention)
 	}
-	for i, f := range c.Faults {
-		if f.Probability <= 0 || f.Probability > 1 {
-			return fmt.Errorf("Config.Faults[%d].Probability must be in (0, 1], got %v", i, f.Probability)
-		}
-		if err := f.validate(); err != nil {
-			return fmt.Errorf("Config.Faults[%d]: %w", i, err)
-		}
+	if err := faultType.ValidateRules(c.Faults); err != nil {
+		return err
 	}
-	if c.DuplicateWebhooks < 0 {
-		return fmt.Errorf("Config.DuplicateWebhooks must not be negative, got %d", c.DuplicateWebhooks)
-	}
-	if c.WebhookURL != "" {
-		u, err := url.Parse(c.WebhookURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("Config.WebhookURL must be an absolute http(s) URL, got %q", c.WebhookURL)
-		}
+	if err := fakekit.ValidateWebhooks(c.WebhookURL, c.DuplicateWebhooks); err != nil {
+		return err
 	}
 	if c.HMACKey != "" {
 		if k, err := hex.DecodeString(c.HMACKey); err != nil || len(k) == 0 {
@@ -175,33 +157,22 @@ func (c *Config) validate() error {
 }
 
 // Start starts listening on a loopback port. It panics if the server was already started.
-func (s *Server) Start() {
-	if s.ts != nil {
-		panic("adyentest: Server already started")
-	}
-	s.ts = httptest.NewServer(s)
-}
+func (s *Server) Start() { s.life.Start(s) }
 
 // URL returns the Checkout API base URL, "http://127.0.0.1:port/v71" (for the adapter's
 // Config.BaseURL), or "" if the server is not started. The admin endpoints are at the root:
 // strip "/v71" and add "/_fake/...".
 func (s *Server) URL() string {
-	if s.ts == nil {
+	if s.life.URL() == "" {
 		return ""
 	}
-	return s.ts.URL + "/" + APIVersion
+	return s.life.URL() + "/" + APIVersion
 }
 
 // Close releases hung requests, stops webhook delivery (undelivered notifications are dropped)
 // and waits for the delivery goroutine, and, if the server was started, shuts it down and waits
 // for outstanding requests.
-func (s *Server) Close() {
-	s.once.Do(func() { close(s.closing) })
-	s.wh.close()
-	if s.ts != nil {
-		s.ts.Close()
-	}
-}
+func (s *Server) Close() { s.life.Close(s.wh.Close) }
 
 // handler runs one API operation. It is called with s.mu held. Every response it returns is
 // cached for the request's idempotency key, unless it is transient.
@@ -217,7 +188,7 @@ type call struct {
 
 // ServeHTTP implements [http.Handler].
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if strings.HasPrefix(r.URL.Path, adminPrefix) {
+	if fakekit.IsAdmin(r) {
 		s.serveAdmin(w, r)
 		return
 	}
@@ -242,7 +213,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiError(http.StatusBadRequest, codeMalformed, "validation", "Request body unreadable or over 1 MiB").write(w)
 		return
 	}
-	fp, err := fingerprint(r.Method, apiPath, body)
+	params, err := canonicalBody(body)
 	if err != nil {
 		apiError(http.StatusBadRequest, codeMalformed, "validation", "Malformed JSON: "+err.Error()).write(w)
 		return
@@ -257,7 +228,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("Idempotency-Key is %d characters; at most %d are allowed", len(c.key), MaxIdempotencyKeyLen)).write(w)
 		return
 	}
-	entry, replay, errResp := s.claim(scopedKey{apiKey, c.key}, fp)
+	entry, replay, errResp := s.claim(scopedKey{apiKey, c.key}, r.Method+" "+apiPath, params)
 	if errResp != nil {
 		errResp.write(w)
 		return
@@ -295,7 +266,7 @@ func (s *Server) route(method, p string) (handler, string) {
 // or nil for a request without one.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, c *call, h handler, entry *keyEntry) {
 	fault := s.pickFault(c.path, c.key)
-	if !s.before(r.Context(), fault) {
+	if !s.life.Before(r.Context(), fault.Kind, fault.Delay) {
 		s.release(entry)
 		if fault.Kind == FailBefore {
 			transientError("injected FailBefore: nothing was executed").write(w)
@@ -316,7 +287,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, c *call, h hand
 		s.complete(entry, resp)
 	}
 	if fault.Kind == ResetAfter {
-		resetConnection(w)
+		fakekit.ResetConnection(w)
 		return
 	}
 	if c.key != "" {
@@ -329,65 +300,12 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, c *call, h hand
 // response is the first one, byte for byte, with the key echoed as on every keyed response.
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, c *call, e *keyEntry) {
 	fault := s.pickFault(c.path, c.key)
-	if !s.before(r.Context(), fault) {
-		if fault.Kind == FailBefore {
-			transientError("injected FailBefore on a replay").write(w)
-		}
-		return
-	}
-	switch fault.Kind {
-	case FailAfter:
-		apiError(http.StatusInternalServerError, "905", "internal", "Internal error (adyentest: injected FailAfter on a replay)").write(w)
-		return
-	case ResetAfter:
-		resetConnection(w)
+	if !s.life.Apply(w, r, fault.Kind, fault.Delay, transientError("injected FailBefore on a replay").write,
+		apiError(http.StatusInternalServerError, "905", "internal", "Internal error (adyentest: injected FailAfter on a replay)").write) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", c.key)
-	e.resp.write(w)
-}
-
-// before applies the part of a fault that happens before execution. It reports whether the
-// request should go on.
-func (s *Server) before(ctx context.Context, f Fault) bool {
-	switch f.Kind {
-	case Latency:
-		t := time.NewTimer(f.Delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return false
-		case <-s.closing:
-			return false
-		}
-	case Hang:
-		select {
-		case <-ctx.Done():
-		case <-s.closing:
-		}
-		return false
-	case FailBefore:
-		return false
-	}
-	return true
-}
-
-// resetConnection drops the connection without a response, with a TCP RST where possible, so
-// the client sees the response as lost.
-func resetConnection(w http.ResponseWriter) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		panic(http.ErrAbortHandler)
-	}
-	conn, _, err := hj.Hijack()
-	if err != nil {
-		panic(http.ErrAbortHandler)
-	}
-	if tcp, ok := conn.(*net.TCPConn); ok {
-		_ = tcp.SetLinger(0)
-	}
-	_ = conn.Close()
+	e.Result().write(w)
 }
 
 // newPSPLocked returns a fresh 16-character pspReference. Called with s.mu held.

@@ -1,11 +1,12 @@
 package paypaltest
 
 import (
-	"encoding/json"
+	"errors"
 	"net/http"
-)
+	"net/url"
 
-const adminPrefix = "/_fake/"
+	"github.com/payonce/payonce/providers/internal/fakekit"
+)
 
 // Counts is how many objects really exist at the fake for a custom_id or a request id: the
 // ground truth for exactly-once assertions.
@@ -102,36 +103,22 @@ func (s *Server) Totals() map[string]Total {
 //	GET  /_fake/tokens                -> {"issued": n}
 //	POST /_fake/tokens/revoke         -> 204, see Server.RevokeTokens
 func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodPost && r.URL.Path == adminPrefix+"tokens/revoke" {
+	if r.Method == http.MethodPost && r.URL.Path == fakekit.AdminPrefix+"tokens/revoke" {
 		s.RevokeTokens()
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if r.Method != http.MethodGet {
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	q := r.URL.Query()
-	var v any
-	switch r.URL.Path {
-	case adminPrefix + "counts":
-		switch {
-		case q.Has("custom_id"):
-			v = s.CountsByCustomID(q.Get("custom_id"))
-		case q.Has("request_id"):
-			v = s.CountsByRequestID(q.Get("request_id"))
-		default:
-			http.Error(w, "counts needs custom_id or request_id", http.StatusBadRequest)
-			return
-		}
-	case adminPrefix + "totals":
-		v = s.Totals()
-	case adminPrefix + "tokens":
-		v = map[string]int{"issued": s.TokenRequests()}
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
+	fakekit.ServeAdmin(w, r, map[string]fakekit.AdminGet{
+		"counts": func(q url.Values) (any, error) {
+			switch {
+			case q.Has("custom_id"):
+				return s.CountsByCustomID(q.Get("custom_id")), nil
+			case q.Has("request_id"):
+				return s.CountsByRequestID(q.Get("request_id")), nil
+			}
+			return nil, errors.New("counts needs custom_id or request_id")
+		},
+		"totals": func(url.Values) (any, error) { return s.Totals(), nil },
+		"tokens": func(url.Values) (any, error) { return map[string]int{"issued": s.TokenRequests()}, nil },
+	})
 }

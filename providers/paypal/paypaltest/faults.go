@@ -6,46 +6,39 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
-// FaultKind is what goes wrong with a request.
-type FaultKind int
+// FaultKind is what goes wrong with a request. Its String method names the kind ("Latency").
+type FaultKind = fakekit.FaultKind
 
 const (
 	// NoFault is the zero FaultKind: the request is served normally.
-	NoFault FaultKind = iota
+	NoFault = fakekit.NoFault
 
 	// Latency delays the request by Fault.Delay before it executes. Its PayPal-Request-Id stays
 	// in use meanwhile: a duplicate gets 409 PREVIOUS_REQUEST_IN_PROGRESS.
-	Latency
+	Latency = fakekit.Latency
 
 	// FailBefore answers 500 INTERNAL_SERVER_ERROR before doing anything. Nothing changes and
 	// the request id is not remembered: a retry with it executes.
-	FailBefore
+	FailBefore = fakekit.FailBefore
 
 	// FailAfter executes the request (the order, capture or refund exists) and then answers 500.
 	// The request id is remembered: as at PayPal, a retry with it returns the latest status of
 	// the resource with 200 (unlike Stripe, which replays the 500).
-	FailAfter
+	FailAfter = fakekit.FailAfter
 
 	// ResetAfter executes the request, remembers its request id, and drops the connection (TCP
 	// RST) without answering: the response is lost. A retry with the same request id returns the
 	// latest status of the resource with 200.
-	ResetAfter
+	ResetAfter = fakekit.ResetAfter
 
 	// Hang blocks the request until the client gives up (its context ends) or the Server is
 	// closed. Nothing executes; the request id is in use while it hangs, then forgotten.
-	Hang
+	Hang = fakekit.Hang
 )
-
-var kindNames = [...]string{"NoFault", "Latency", "FailBefore", "FailAfter", "ResetAfter", "Hang"}
-
-func (k FaultKind) String() string {
-	if k >= 0 && int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "FaultKind(?)"
-}
 
 // Fault describes a failure and the requests it applies to. The matching fields are ANDed; an
 // empty field matches any request. Faults never apply to /_fake/ admin requests nor to requests
@@ -73,13 +66,15 @@ type Fault struct {
 	Probability float64
 }
 
-func (f Fault) validate() error {
-	if f.Kind <= NoFault || f.Kind > Hang {
-		return errors.New("Kind is not a known FaultKind")
-	}
-	if f.Kind == Latency && f.Delay <= 0 {
-		return errors.New("Delay must be positive for Latency")
-	}
+// faultType is how fakekit reads and checks a Fault.
+var faultType = fakekit.FaultType[Fault]{
+	Spec: func(f Fault) fakekit.Spec {
+		return fakekit.Spec{Kind: f.Kind, Delay: f.Delay, Probability: f.Probability}
+	},
+	Check: Fault.checkPath,
+}
+
+func (f Fault) checkPath() error {
 	if f.Path != "" {
 		if _, err := path.Match(f.Path, "/"); err != nil {
 			return errors.New("Path is not a valid pattern: " + err.Error())
@@ -105,30 +100,14 @@ func (f Fault) matches(r *http.Request, requestID string) bool {
 // Inject queues a one-shot fault for the next matching request; queued faults are matched in the
 // order they were injected and each applies once. It panics if f is invalid.
 func (s *Server) Inject(f Fault) {
-	if err := f.validate(); err != nil {
+	if err := s.faults.Inject(f); err != nil {
 		panic("paypaltest: Inject: " + err.Error())
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.injected = append(s.injected, f)
 }
 
 // pickFault chooses the fault for a request about to execute or replay: the first matching
 // injected fault, else the first Config.Faults rule whose draw hits. Draws happen only for
 // matching rules, so a seed and a request sequence fix the outcome.
 func (s *Server) pickFault(r *http.Request, requestID string) Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, f := range s.injected {
-		if f.matches(r, requestID) {
-			s.injected = append(s.injected[:i:i], s.injected[i+1:]...)
-			return f
-		}
-	}
-	for _, f := range s.rules {
-		if f.matches(r, requestID) && s.rng.Float64() < f.Probability {
-			return f
-		}
-	}
-	return Fault{}
+	return s.faults.Pick(func(f Fault) bool { return f.matches(r, requestID) })
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
 // opKind tells how an endpoint treats PayPal-Request-Id.
@@ -30,15 +32,10 @@ type resourceRef struct {
 	id   string
 }
 
-// requestEntry is what the fake remembers about a request id.
-type requestEntry struct {
-	scope       requestScope
-	created     time.Time
-	retention   time.Duration
-	fingerprint string // endpoint and compacted body of the first use
-	done        bool
-	resource    resourceRef
-}
+// requestEntry is what the fake remembers about a request id: the request it was first used
+// with (Endpoint "POST /v2/...", Params its compacted body), its retention, and the resource
+// it created or changed.
+type requestEntry = fakekit.KeyEntry[requestScope, resourceRef]
 
 // call is one API request being executed.
 type call struct {
@@ -97,64 +94,43 @@ func (s *Server) retentionOf(kind opKind) time.Duration {
 	return s.captureRetention
 }
 
-func fingerprint(r *http.Request, body []byte) string {
+// compactBody is the body without insignificant whitespace (as sent when it is not JSON).
+func compactBody(body []byte) string {
 	var buf bytes.Buffer
 	if json.Compact(&buf, body) != nil {
-		buf.Reset()
-		buf.Write(body)
+		return string(body)
 	}
-	return r.Method + " " + r.URL.Path + "\n" + buf.String()
+	return buf.String()
 }
 
 // claim looks the request id up. It returns the new entry to execute under, or the completed
 // entry to replay, or 409 PREVIOUS_REQUEST_IN_PROGRESS. Ids older than their retention are
 // forgotten first; an entry still executing is never forgotten.
 func (s *Server) claim(kind opKind, c *call) (claimed, replay *requestEntry, _ *response) {
-	k := requestScope{c.clientID, c.requestID}
-	fp := fingerprint(c.r, c.body)
-	now := s.clock()
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.requestIDs[k]
-	if ok && e.done && !now.Before(e.created.Add(e.retention)) {
-		delete(s.requestIDs, k)
-		ok = false
-	}
-	if !ok {
-		e = &requestEntry{scope: k, created: now, retention: s.retentionOf(kind), fingerprint: fp}
-		s.requestIDs[k] = e
+	endpoint, params := c.r.Method+" "+c.r.URL.Path, compactBody(c.body)
+	e, state := s.requestIDs.Claim(requestScope{c.clientID, c.requestID}, s.clock(), s.retentionOf(kind), endpoint, params)
+	switch state {
+	case fakekit.KeyNew:
 		return e, nil, nil
-	}
-	if !e.done {
+	case fakekit.KeyInProgress:
 		return nil, nil, apiError(http.StatusConflict, "RESOURCE_CONFLICT",
 			"The server has detected a conflict while processing this request.",
 			detail{Issue: "PREVIOUS_REQUEST_IN_PROGRESS", Location: "header", Field: "PayPal-Request-Id",
 				Description: "A previous request with the same PayPal-Request-Id is still in progress. Retry after it completes."})
 	}
-	if e.fingerprint != fp {
+	if !e.Matches(endpoint, params) {
+		s.mu.Lock()
 		s.mismatches++
+		s.mu.Unlock()
 	}
 	return nil, e, nil
-}
-
-// release forgets a claimed request id whose request changed nothing.
-func (s *Server) release(e *requestEntry) {
-	if e == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.requestIDs[e.scope] == e {
-		delete(s.requestIDs, e.scope)
-	}
 }
 
 // execute runs h under the fault chosen for the request. entry is the claimed request id, or nil.
 func (s *Server) execute(w http.ResponseWriter, c *call, h handler, entry *requestEntry) {
 	fault := s.pickFault(c.r, c.requestID)
-	if !s.before(c.r.Context(), fault) {
-		s.release(entry)
+	if !s.life.Before(c.r.Context(), fault.Kind, fault.Delay) {
+		s.requestIDs.Release(entry)
 		if fault.Kind == FailBefore {
 			internalError("injected FailBefore").write(w)
 		}
@@ -163,23 +139,20 @@ func (s *Server) execute(w http.ResponseWriter, c *call, h handler, entry *reque
 
 	s.mu.Lock()
 	resp, ref := h(c)
-	if entry != nil && ref != (resourceRef{}) {
-		entry.done = true
-		entry.resource = ref
-	}
 	s.mu.Unlock()
 
 	if ref == (resourceRef{}) {
-		s.release(entry)
+		s.requestIDs.Release(entry)
 		resp.write(w)
 		return
 	}
+	s.requestIDs.Complete(entry, ref)
 	switch fault.Kind {
 	case FailAfter:
 		internalError("injected FailAfter: the request was executed").write(w)
 		return
 	case ResetAfter:
-		resetConnection(w)
+		fakekit.ResetConnection(w)
 		return
 	}
 	resp.write(w)
@@ -188,27 +161,17 @@ func (s *Server) execute(w http.ResponseWriter, c *call, h handler, entry *reque
 // replay answers a request id seen before with the latest status of its resource, 200.
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, requestID string, e *requestEntry) {
 	fault := s.pickFault(r, requestID)
-	if !s.before(r.Context(), fault) {
-		if fault.Kind == FailBefore {
-			internalError("injected FailBefore").write(w)
-		}
-		return
-	}
-	switch fault.Kind {
-	case FailAfter:
-		internalError("injected FailAfter on a replay").write(w)
-		return
-	case ResetAfter:
-		resetConnection(w)
+	if !s.life.Apply(w, r, fault.Kind, fault.Delay, internalError("injected FailBefore").write,
+		internalError("injected FailAfter on a replay").write) {
 		return
 	}
 	s.mu.Lock()
 	var resp *response
-	switch e.resource.kind {
+	switch ref := e.Result(); ref.kind {
 	case "order":
-		resp = jsonResponse(http.StatusOK, s.orders[e.resource.id].view(s))
+		resp = jsonResponse(http.StatusOK, s.orders[ref.id].view(s))
 	default:
-		resp = jsonResponse(http.StatusOK, s.refunds[e.resource.id].view())
+		resp = jsonResponse(http.StatusOK, s.refunds[ref.id].view())
 	}
 	s.mu.Unlock()
 	resp.write(w)

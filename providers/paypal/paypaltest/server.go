@@ -1,17 +1,15 @@
 package paypaltest
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
 // Defaults of [Config].
@@ -95,20 +93,16 @@ type Server struct {
 	orderRetention   time.Duration
 	captureRetention time.Duration
 	webhookID        string
-	rules            []Fault
 	mux              *http.ServeMux
 
-	ts      *httptest.Server
-	closing chan struct{}
-	once    sync.Once
+	life       *fakekit.Lifecycle
+	faults     *fakekit.Faults[Fault]
+	requestIDs *fakekit.Keys[requestScope, resourceRef]
 
 	mu          sync.Mutex
-	rng         *rand.Rand
-	injected    []Fault
 	seq         int64
 	tokens      map[string]*token
 	tokenCount  int
-	requestIDs  map[requestScope]*requestEntry
 	mismatches  int
 	orders      map[string]*order
 	orderList   []*order // creation order
@@ -117,7 +111,7 @@ type Server struct {
 	refundList  []*refund
 	transmitted map[string]transmission // PAYPAL-TRANSMISSION-ID -> what was sent
 
-	wh *webhooks // event log and delivery queue; has its own lock, taken after mu
+	wh *fakekit.Deliveries[Event] // event log and delivery queue; its own lock is taken after mu
 }
 
 type token struct {
@@ -151,10 +145,10 @@ func NewUnstartedServer(cfg *Config) *Server {
 		orderRetention:   orDur(cfg.OrderRetention, DefaultOrderRetention),
 		captureRetention: orDur(cfg.CaptureRetention, DefaultCaptureRetention),
 		webhookID:        or(cfg.WebhookID, DefaultWebhookID),
-		rules:            append([]Fault(nil), cfg.Faults...),
-		closing:          make(chan struct{}),
+		life:             fakekit.NewLifecycle("paypaltest"),
+		faults:           fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x50415950414c5445), // "PAYPALTE"
+		requestIDs:       fakekit.NewKeys[requestScope, resourceRef](),
 		tokens:           make(map[string]*token),
-		requestIDs:       make(map[requestScope]*requestEntry),
 		orders:           make(map[string]*order),
 		captures:         make(map[string]*capture),
 		refunds:          make(map[string]*refund),
@@ -163,11 +157,6 @@ func NewUnstartedServer(cfg *Config) *Server {
 	if s.clock == nil {
 		s.clock = time.Now
 	}
-	seed := cfg.Seed
-	if seed == 0 {
-		seed = 1
-	}
-	s.rng = rand.New(rand.NewPCG(uint64(seed), 0x50415950414c5445)) // "PAYPALTE"
 	s.wh = newWebhooks(cfg, s)
 	s.routes()
 	return s
@@ -197,44 +186,23 @@ func (c *Config) validate() error {
 	if c.TokenLifetime != 0 && c.TokenLifetime < time.Second {
 		return fmt.Errorf("Config.TokenLifetime must be at least 1s (expires_in is in seconds), got %v", c.TokenLifetime)
 	}
-	for i, f := range c.Faults {
-		if f.Probability <= 0 || f.Probability > 1 {
-			return fmt.Errorf("Config.Faults[%d].Probability must be in (0, 1], got %v", i, f.Probability)
-		}
-		if err := f.validate(); err != nil {
-			return fmt.Errorf("Config.Faults[%d]: %w", i, err)
-		}
+	if err := faultType.ValidateRules(c.Faults); err != nil {
+		return err
 	}
-	return c.validateWebhooks()
+	return fakekit.ValidateWebhooks(c.WebhookURL, c.DuplicateWebhooks)
 }
 
 // Start starts listening on a loopback port. It panics if the server was already started.
-func (s *Server) Start() {
-	if s.ts != nil {
-		panic("paypaltest: Server already started")
-	}
-	s.ts = httptest.NewServer(s)
-}
+func (s *Server) Start() { s.life.Start(s) }
 
 // URL returns the base URL (for the adapter's Config.BaseURL), or "" if the server is not
 // started.
-func (s *Server) URL() string {
-	if s.ts == nil {
-		return ""
-	}
-	return s.ts.URL
-}
+func (s *Server) URL() string { return s.life.URL() }
 
 // Close releases hung requests, stops webhook delivery (undelivered events are dropped) and
 // waits for the delivery goroutine, and, if the server was started, shuts it down and waits for
 // outstanding requests.
-func (s *Server) Close() {
-	s.once.Do(func() { close(s.closing) })
-	s.wh.close()
-	if s.ts != nil {
-		s.ts.Close()
-	}
-}
+func (s *Server) Close() { s.life.Close(s.wh.Close) }
 
 // RevokeTokens invalidates every access token issued so far: the next API call with one gets
 // 401, as after a revocation or an expiry PayPal did not announce.
@@ -272,7 +240,7 @@ func (s *Server) routes() {
 	m.Handle("POST /v2/payments/captures/{id}/refund", s.api(opRefund, s.refundCapture))
 	m.Handle("GET /v2/payments/refunds/{id}", s.api(opRead, s.getRefund))
 	m.Handle("POST /v1/notifications/verify-webhook-signature", s.api(opRead, s.verifyWebhookSignature))
-	m.HandleFunc(adminPrefix, s.serveAdmin)
+	m.HandleFunc(fakekit.AdminPrefix, s.serveAdmin)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		apiError(http.StatusNotFound, "RESOURCE_NOT_FOUND", "The specified resource does not exist.",
 			detail{Issue: "INVALID_RESOURCE_ID", Description: fmt.Sprintf("No endpoint %s %s in paypaltest.", r.Method, r.URL.Path)}).write(w)
@@ -322,21 +290,8 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 // endpoint does by serving first and then dropping the response: they are treated as FailBefore.
 func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, requestID string) bool {
 	f := s.pickFault(r, requestID)
-	if !s.before(r.Context(), f) {
-		if f.Kind == FailBefore {
-			internalError("injected FailBefore").write(w)
-		}
-		return false
-	}
-	switch f.Kind {
-	case FailAfter:
-		internalError("injected FailAfter").write(w)
-		return false
-	case ResetAfter:
-		resetConnection(w)
-		return false
-	}
-	return true
+	return s.life.Apply(w, r, f.Kind, f.Delay, internalError("injected FailBefore").write,
+		internalError("injected FailAfter").write)
 }
 
 // authenticate checks "Authorization: Bearer <token>" against the issued tokens. It returns the
@@ -351,48 +306,6 @@ func (s *Server) authenticate(r *http.Request) (string, *response) {
 			"Authentication failed due to invalid authentication credentials or a missing Authorization header.")
 	}
 	return t.clientID, nil
-}
-
-// before applies the part of a fault that happens before execution. It reports whether the
-// request should go on.
-func (s *Server) before(ctx context.Context, f Fault) bool {
-	switch f.Kind {
-	case Latency:
-		t := time.NewTimer(f.Delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return false
-		case <-s.closing:
-			return false
-		}
-	case Hang:
-		select {
-		case <-ctx.Done():
-		case <-s.closing:
-		}
-		return false
-	case FailBefore:
-		return false
-	}
-	return true
-}
-
-// resetConnection drops the connection without a response, with a TCP RST where possible.
-func resetConnection(w http.ResponseWriter) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		panic(http.ErrAbortHandler)
-	}
-	conn, _, err := hj.Hijack()
-	if err != nil {
-		panic(http.ErrAbortHandler)
-	}
-	if tcp, ok := conn.(*net.TCPConn); ok {
-		_ = tcp.SetLinger(0)
-	}
-	_ = conn.Close()
 }
 
 func (s *Server) newIDLocked(prefix string) string {

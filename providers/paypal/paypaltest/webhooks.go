@@ -10,13 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
+	"maps"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
 // Headers of a webhook delivery, as PayPal sends them.
@@ -38,14 +38,6 @@ const (
 
 // signingKey is the fake's private HMAC key standing in for PayPal's certificate.
 var signingKey = []byte("paypaltest private signing key: not PayPal's scheme")
-
-// Delivery retry policy: a delivery that errs or answers non-2xx is tried webhookAttempts times
-// in all, waiting webhookBackoff, then twice that, and so on, between attempts.
-const (
-	webhookAttempts = 4
-	webhookBackoff  = 25 * time.Millisecond
-	webhookTimeout  = 5 * time.Second
-)
 
 // ErrClosed is returned by [Server.WaitDeliveries] when the Server is closed with deliveries
 // still pending.
@@ -71,56 +63,22 @@ type transmission struct {
 	body                 []byte // compacted
 }
 
-func (c *Config) validateWebhooks() error {
-	if c.DuplicateWebhooks < 0 {
-		return fmt.Errorf("Config.DuplicateWebhooks must not be negative, got %d", c.DuplicateWebhooks)
-	}
-	if c.WebhookURL != "" {
-		u, err := url.Parse(c.WebhookURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("Config.WebhookURL must be an absolute http(s) URL, got %q", c.WebhookURL)
-		}
-	}
-	return nil
-}
-
-// webhooks records events and delivers them, in emission order, from one goroutine that the
-// first delivered event starts and Close stops. Its lock is taken after Server.mu, never before.
-type webhooks struct {
-	s         *Server
-	url       string
-	copies    int // deliveries per event: 1 + DuplicateWebhooks
-	client    *http.Client
-	ownClient bool
-
-	ctx    context.Context // canceled by close; bounds every delivery
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	wake   chan struct{} // buffered(1): the queue grew
-
-	mu      sync.Mutex
-	seq     int64
-	events  []*Event
-	queue   []*Event
-	idle    chan struct{} // non-nil while deliveries are pending; closed when the queue drains
-	started bool
-	closed  bool
-}
-
-func newWebhooks(cfg *Config, s *Server) *webhooks {
-	w := &webhooks{
-		s:      s,
-		url:    cfg.WebhookURL,
-		copies: 1 + cfg.DuplicateWebhooks,
-		client: cfg.WebhookClient,
-		wake:   make(chan struct{}, 1),
-	}
-	if w.client == nil {
-		w.client = &http.Client{Timeout: webhookTimeout}
-		w.ownClient = true
-	}
-	w.ctx, w.cancel = context.WithCancel(context.Background())
-	return w
+// newWebhooks returns the event log and delivery queue: one event a delivery, each attempt
+// signed under a new transmission id (see Server.transmit).
+func newWebhooks(cfg *Config, s *Server) *fakekit.Deliveries[Event] {
+	return fakekit.NewDeliveries(fakekit.DeliveryConfig[Event]{
+		URL:        cfg.WebhookURL,
+		Duplicates: cfg.DuplicateWebhooks,
+		Client:     cfg.WebhookClient,
+		Payload:    func(batch []*Event) []byte { return batch[0].Payload },
+		Header: func(payload []byte) http.Header {
+			h := http.Header{"Content-Type": {"application/json"}, "User-Agent": {"PayPal/AUHD-214.0-58843217 (paypaltest)"}}
+			maps.Copy(h, s.transmit(payload))
+			return h
+		},
+		Counters:  func(ev *Event) (delivered, failed *int) { return &ev.Delivered, &ev.Failed },
+		ErrClosed: ErrClosed,
+	})
 }
 
 // PayPal's event envelope.
@@ -146,158 +104,34 @@ var summaries = map[string]string{
 // emitLocked records an event about resource as it is now and queues it for delivery. It is
 // called with s.mu held, so events are queued in the order they happen.
 func (s *Server) emitLocked(eventType, resourceType, resourceID string, resource any) {
-	w := s.wh
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.seq++
 	now := s.clock()
-	id := fmt.Sprintf("WH-FAKE%014d", w.seq)
-	payload, err := json.Marshal(eventJSON{
-		ID: id, EventVersion: "1.0", CreateTime: stamp(now), ResourceType: resourceType, ResourceVersion: "2.0",
-		EventType: eventType, Summary: summaries[eventType], Resource: resource,
-		Links: []link{{Href: "/v1/notifications/webhooks-events/" + id, Rel: "self", Method: "GET"}},
+	s.wh.Emit(func(seq int64) *Event {
+		id := fmt.Sprintf("WH-FAKE%014d", seq)
+		payload, err := json.Marshal(eventJSON{
+			ID: id, EventVersion: "1.0", CreateTime: stamp(now), ResourceType: resourceType, ResourceVersion: "2.0",
+			EventType: eventType, Summary: summaries[eventType], Resource: resource,
+			Links: []link{{Href: "/v1/notifications/webhooks-events/" + id, Rel: "self", Method: "GET"}},
+		})
+		if err != nil {
+			panic(err) // only our own types are encoded
+		}
+		return &Event{ID: id, Type: eventType, CreateTime: now, ResourceID: resourceID, Payload: payload}
 	})
-	if err != nil {
-		panic(err) // only our own types are encoded
-	}
-	ev := &Event{ID: id, Type: eventType, CreateTime: now, ResourceID: resourceID, Payload: payload}
-	w.events = append(w.events, ev)
-	if w.url == "" || w.closed {
-		return
-	}
-	w.queue = append(w.queue, ev)
-	if w.idle == nil {
-		w.idle = make(chan struct{})
-	}
-	if !w.started {
-		w.started = true
-		w.wg.Add(1)
-		go w.run()
-	}
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
 }
 
 // Events returns copies of the events emitted so far, in emission order.
 func (s *Server) Events() []Event {
-	w := s.wh
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]Event, len(w.events))
-	for i, ev := range w.events {
-		out[i] = *ev
-		out[i].Payload = slices.Clone(ev.Payload)
-	}
-	return out
+	return s.wh.Events(func(ev *Event) Event {
+		c := *ev
+		c.Payload = slices.Clone(ev.Payload)
+		return c
+	})
 }
 
 // WaitDeliveries waits until every event emitted so far has been delivered or abandoned. It
 // returns ctx's error if ctx ends first, and [ErrClosed] if the Server is closed first. It
 // returns nil at once when there is nothing to deliver (or no Config.WebhookURL).
-func (s *Server) WaitDeliveries(ctx context.Context) error {
-	w := s.wh
-	for {
-		w.mu.Lock()
-		idle := w.idle
-		w.mu.Unlock()
-		if idle == nil {
-			return nil
-		}
-		select {
-		case <-idle:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-w.ctx.Done():
-			return ErrClosed
-		}
-	}
-}
-
-func (w *webhooks) run() {
-	defer w.wg.Done()
-	for {
-		w.mu.Lock()
-		if len(w.queue) == 0 {
-			if w.idle != nil {
-				close(w.idle)
-				w.idle = nil
-			}
-			w.mu.Unlock()
-			select {
-			case <-w.wake:
-				continue
-			case <-w.ctx.Done():
-				return
-			}
-		}
-		ev := w.queue[0]
-		w.queue[0] = nil
-		w.queue = w.queue[1:]
-		w.mu.Unlock()
-
-		for range w.copies {
-			ok := w.deliver(ev)
-			w.mu.Lock()
-			if ok {
-				ev.Delivered++
-			} else {
-				ev.Failed++
-			}
-			w.mu.Unlock()
-		}
-		if w.ctx.Err() != nil {
-			return
-		}
-	}
-}
-
-// deliver POSTs ev once, retrying failures with backoff. It reports whether a 2xx came back.
-func (w *webhooks) deliver(ev *Event) bool {
-	backoff := webhookBackoff
-	for attempt := 0; attempt < webhookAttempts; attempt++ {
-		if attempt > 0 {
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-w.ctx.Done():
-				t.Stop()
-				return false
-			}
-			backoff *= 2
-		}
-		if w.post(ev.Payload) == nil {
-			return true
-		}
-		if w.ctx.Err() != nil {
-			return false
-		}
-	}
-	return false
-}
-
-func (w *webhooks) post(payload []byte) error {
-	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, w.url, bytes.NewReader(payload))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "PayPal/AUHD-214.0-58843217 (paypaltest)")
-	for k, v := range w.s.transmit(payload) {
-		req.Header[k] = v
-	}
-	resp, err := w.client.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("webhook endpoint answered %s", resp.Status)
-	}
-	return nil
-}
+func (s *Server) WaitDeliveries(ctx context.Context) error { return s.wh.Wait(ctx) }
 
 // transmit signs one delivery attempt of payload under a new transmission id, records it for
 // verify-webhook-signature, and returns its PAYPAL-* headers.
@@ -368,17 +202,4 @@ func (s *Server) verifyWebhookSignature(c *call) (*response, resourceRef) {
 		status = "SUCCESS"
 	}
 	return jsonResponse(http.StatusOK, map[string]string{"verification_status": status}), resourceRef{}
-}
-
-// close stops delivery, waits for the delivery goroutine and releases the default client's idle
-// connections. Events emitted afterwards are recorded but not delivered.
-func (w *webhooks) close() {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
-	w.cancel()
-	w.wg.Wait()
-	if w.ownClient {
-		w.client.CloseIdleConnections()
-	}
 }

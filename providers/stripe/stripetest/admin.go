@@ -1,11 +1,12 @@
 package stripetest
 
 import (
-	"encoding/json"
+	"errors"
 	"net/http"
-)
+	"net/url"
 
-const adminPrefix = "/_fake/"
+	"github.com/payonce/payonce/providers/internal/fakekit"
+)
 
 // Counts is how many objects really exist at the fake for an idempotency key or a metadata
 // pair: the ground truth for exactly-once assertions.
@@ -90,29 +91,16 @@ func (s *Server) Totals() map[string]Total {
 //	GET /_fake/counts?metadata_key=K&metadata_value=V   -> Counts
 //	GET /_fake/totals                                   -> map[currency]Total
 func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	q := r.URL.Query()
-	var v any
-	switch r.URL.Path {
-	case adminPrefix + "counts":
-		switch {
-		case q.Has("idempotency_key"):
-			v = s.CountsByIdempotencyKey(q.Get("idempotency_key"))
-		case q.Has("metadata_key"):
-			v = s.CountsByMetadata(q.Get("metadata_key"), q.Get("metadata_value"))
-		default:
-			http.Error(w, "counts needs idempotency_key, or metadata_key and metadata_value", http.StatusBadRequest)
-			return
-		}
-	case adminPrefix + "totals":
-		v = s.Totals()
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
+	fakekit.ServeAdmin(w, r, map[string]fakekit.AdminGet{
+		"counts": func(q url.Values) (any, error) {
+			switch {
+			case q.Has("idempotency_key"):
+				return s.CountsByIdempotencyKey(q.Get("idempotency_key")), nil
+			case q.Has("metadata_key"):
+				return s.CountsByMetadata(q.Get("metadata_key"), q.Get("metadata_value")), nil
+			}
+			return nil, errors.New("counts needs idempotency_key, or metadata_key and metadata_value")
+		},
+		"totals": func(url.Values) (any, error) { return s.Totals(), nil },
+	})
 }

@@ -1,50 +1,42 @@
 package stripetest
 
 import (
-	"errors"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
-// FaultKind is what goes wrong with a request.
-type FaultKind int
+// FaultKind is what goes wrong with a request. Its String method names the kind ("Latency").
+type FaultKind = fakekit.FaultKind
 
 const (
 	// NoFault is the zero FaultKind: the request is served normally.
-	NoFault FaultKind = iota
+	NoFault = fakekit.NoFault
 
 	// Latency delays the request by Fault.Delay before it executes. An idempotency key stays
 	// in use meanwhile, so concurrent requests with the same key get 409 idempotency_key_in_use.
-	Latency
+	Latency = fakekit.Latency
 
 	// FailBefore answers 500 api_error before doing anything. Nothing is created and nothing is
 	// cached for the key: a retry with the same key executes.
-	FailBefore
+	FailBefore = fakekit.FailBefore
 
 	// FailAfter executes the request (objects are created) and then answers 500 api_error with
 	// Stripe-Should-Retry: false. The 500 is cached for the key, as Stripe caches 500s: a retry
 	// with the same key replays the 500 and never reveals the object.
-	FailAfter
+	FailAfter = fakekit.FailAfter
 
 	// ResetAfter executes the request, caches its real response for the key, and then drops the
 	// connection (TCP RST) without answering: the response is lost. A retry with the same key
 	// replays the real response.
-	ResetAfter
+	ResetAfter = fakekit.ResetAfter
 
 	// Hang blocks the request until the client gives up (its context ends) or the Server is
 	// closed. Nothing executes and nothing is cached; the key is in use while it hangs.
-	Hang
+	Hang = fakekit.Hang
 )
-
-var kindNames = [...]string{"NoFault", "Latency", "FailBefore", "FailAfter", "ResetAfter", "Hang"}
-
-func (k FaultKind) String() string {
-	if k >= 0 && int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "FaultKind(?)"
-}
 
 // Fault describes a failure and the requests it applies to. The matching fields are ANDed;
 // an empty field matches any request. Faults never apply to /_fake/ admin requests nor to
@@ -70,14 +62,11 @@ type Fault struct {
 	Probability float64
 }
 
-func (f Fault) validate() error {
-	if f.Kind <= NoFault || f.Kind > Hang {
-		return errors.New("Kind is not a known FaultKind")
-	}
-	if f.Kind == Latency && f.Delay <= 0 {
-		return errors.New("Delay must be positive for Latency")
-	}
-	return nil
+// faultType is how fakekit reads a Fault; the matching fields need no checks.
+var faultType = fakekit.FaultType[Fault]{
+	Spec: func(f Fault) fakekit.Spec {
+		return fakekit.Spec{Kind: f.Kind, Delay: f.Delay, Probability: f.Probability}
+	},
 }
 
 func (f Fault) matches(r *http.Request, key string) bool {
@@ -89,30 +78,14 @@ func (f Fault) matches(r *http.Request, key string) bool {
 // Inject queues a one-shot fault for the next matching request; queued faults are matched in
 // the order they were injected and each applies once. It panics if f is invalid.
 func (s *Server) Inject(f Fault) {
-	if err := f.validate(); err != nil {
+	if err := s.faults.Inject(f); err != nil {
 		panic("stripetest: Inject: " + err.Error())
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.injected = append(s.injected, f)
 }
 
 // pickFault chooses the fault for a request about to execute or replay: the first matching
 // injected fault, else the first Config.Faults rule whose draw hits. Draws happen only for
 // matching rules, so a seed and a request sequence fix the outcome.
 func (s *Server) pickFault(r *http.Request, key string) Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, f := range s.injected {
-		if f.matches(r, key) {
-			s.injected = append(s.injected[:i:i], s.injected[i+1:]...)
-			return f
-		}
-	}
-	for _, f := range s.rules {
-		if f.matches(r, key) && s.rng.Float64() < f.Probability {
-			return f
-		}
-	}
-	return Fault{}
+	return s.faults.Pick(func(f Fault) bool { return f.matches(r, key) })
 }

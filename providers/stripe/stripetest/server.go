@@ -1,17 +1,15 @@
 package stripetest
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
 // DefaultRetention is how long the fake remembers an idempotency key: Stripe keeps keys for at
@@ -65,23 +63,19 @@ type Server struct {
 	clock     func() time.Time
 	retention time.Duration
 	searchLag time.Duration
-	rules     []Fault
 
-	ts      *httptest.Server
-	closing chan struct{}
-	once    sync.Once
+	life   *fakekit.Lifecycle
+	faults *fakekit.Faults[Fault]
+	keys   *fakekit.Keys[scopedKey, cached]
 
-	mu       sync.Mutex
-	rng      *rand.Rand
-	injected []Fault
-	keys     map[scopedKey]*keyEntry
-	seq      int64
-	intents  map[string]*paymentIntent
-	order    []*paymentIntent // creation order
-	refunds  map[string]*refund
-	rorder   []*refund
+	mu      sync.Mutex
+	seq     int64
+	intents map[string]*paymentIntent
+	order   []*paymentIntent // creation order
+	refunds map[string]*refund
+	rorder  []*refund
 
-	wh *webhooks // event log and delivery queue; has its own lock, taken after mu
+	wh *fakekit.Deliveries[Event] // event log and delivery queue; its own lock is taken after mu
 }
 
 // NewServer returns a started Server listening on a loopback port, like [httptest.NewServer].
@@ -106,9 +100,9 @@ func NewUnstartedServer(cfg *Config) *Server {
 		clock:     cfg.Clock,
 		retention: cfg.Retention,
 		searchLag: cfg.SearchLag,
-		rules:     append([]Fault(nil), cfg.Faults...),
-		closing:   make(chan struct{}),
-		keys:      make(map[scopedKey]*keyEntry),
+		life:      fakekit.NewLifecycle("stripetest"),
+		faults:    fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x5354524950455445), // "STRIPETE"
+		keys:      fakekit.NewKeys[scopedKey, cached](),
 		intents:   make(map[string]*paymentIntent),
 		refunds:   make(map[string]*refund),
 	}
@@ -118,11 +112,6 @@ func NewUnstartedServer(cfg *Config) *Server {
 	if s.retention == 0 {
 		s.retention = DefaultRetention
 	}
-	seed := cfg.Seed
-	if seed == 0 {
-		seed = 1
-	}
-	s.rng = rand.New(rand.NewPCG(uint64(seed), 0x5354524950455445)) // "STRIPETE"
 	s.wh = newWebhooks(cfg, s.clock)
 	return s
 }
@@ -131,50 +120,29 @@ func (c *Config) validate() error {
 	if c.Retention < 0 {
 		return fmt.Errorf("Config.Retention must not be negative, got %v", c.Retention)
 	}
-	for i, f := range c.Faults {
-		if f.Probability <= 0 || f.Probability > 1 {
-			return fmt.Errorf("Config.Faults[%d].Probability must be in (0, 1], got %v", i, f.Probability)
-		}
-		if err := f.validate(); err != nil {
-			return fmt.Errorf("Config.Faults[%d]: %w", i, err)
-		}
+	if err := faultType.ValidateRules(c.Faults); err != nil {
+		return err
 	}
 	if err := c.validateSearch(); err != nil {
 		return err
 	}
-	return c.validateWebhooks()
+	return fakekit.ValidateWebhooks(c.WebhookURL, c.DuplicateWebhooks)
 }
 
 // Start starts listening on a loopback port. It panics if the server was already started.
-func (s *Server) Start() {
-	if s.ts != nil {
-		panic("stripetest: Server already started")
-	}
-	s.ts = httptest.NewServer(s)
-}
+func (s *Server) Start() { s.life.Start(s) }
 
 // URL returns the base URL (for stripe.BackendConfig.URL), or "" if the server is not started.
-func (s *Server) URL() string {
-	if s.ts == nil {
-		return ""
-	}
-	return s.ts.URL
-}
+func (s *Server) URL() string { return s.life.URL() }
 
 // Close releases hung requests, stops webhook delivery (undelivered events are dropped) and
 // waits for the delivery goroutine, and, if the server was started, shuts it down and waits for
 // outstanding requests.
-func (s *Server) Close() {
-	s.once.Do(func() { close(s.closing) })
-	s.wh.close()
-	if s.ts != nil {
-		s.ts.Close()
-	}
-}
+func (s *Server) Close() { s.life.Close(s.wh.Close) }
 
 // ServeHTTP implements [http.Handler].
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if strings.HasPrefix(r.URL.Path, adminPrefix) {
+	if fakekit.IsAdmin(r) {
 		s.serveAdmin(w, r)
 		return
 	}
@@ -259,7 +227,7 @@ func withID(path string, h handler) handler {
 // or nil for a request without one.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, key string, h handler, entry *keyEntry) {
 	fault := s.pickFault(r, key)
-	if !s.before(r.Context(), fault) {
+	if !s.life.Before(r.Context(), fault.Kind, fault.Delay) {
 		s.release(entry)
 		if fault.Kind == FailBefore {
 			internalError("injected FailBefore").write(w)
@@ -283,7 +251,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, key string, h h
 	}
 	s.complete(entry, w.Header().Get("Request-Id"), resp)
 	if fault.Kind == ResetAfter {
-		resetConnection(w)
+		fakekit.ResetConnection(w)
 		return
 	}
 	if key != "" {
@@ -294,67 +262,14 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, key string, h h
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, key string, e *keyEntry) {
 	fault := s.pickFault(r, key)
-	if !s.before(r.Context(), fault) {
-		if fault.Kind == FailBefore {
-			internalError("injected FailBefore").write(w)
-		}
-		return
-	}
-	switch fault.Kind {
-	case FailAfter:
-		internalError("injected FailAfter on a replay").write(w)
-		return
-	case ResetAfter:
-		resetConnection(w)
+	if !s.life.Apply(w, r, fault.Kind, fault.Delay, internalError("injected FailBefore").write,
+		internalError("injected FailAfter on a replay").write) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", key)
 	w.Header().Set("Idempotent-Replayed", "true")
-	w.Header().Set("Original-Request", e.requestID)
-	e.resp.write(w)
-}
-
-// before applies the part of a fault that happens before execution. It reports whether the
-// request should go on.
-func (s *Server) before(ctx context.Context, f Fault) bool {
-	switch f.Kind {
-	case Latency:
-		t := time.NewTimer(f.Delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return false
-		case <-s.closing:
-			return false
-		}
-	case Hang:
-		select {
-		case <-ctx.Done():
-		case <-s.closing:
-		}
-		return false
-	case FailBefore:
-		return false
-	}
-	return true
-}
-
-// resetConnection drops the connection without a response, with a TCP RST where possible, so
-// the client sees the response as lost.
-func resetConnection(w http.ResponseWriter) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		panic(http.ErrAbortHandler)
-	}
-	conn, _, err := hj.Hijack()
-	if err != nil {
-		panic(http.ErrAbortHandler)
-	}
-	if tcp, ok := conn.(*net.TCPConn); ok {
-		_ = tcp.SetLinger(0)
-	}
-	_ = conn.Close()
+	w.Header().Set("Original-Request", e.Result().requestID)
+	e.Result().resp.write(w)
 }
 
 func (s *Server) newID(prefix string) string {

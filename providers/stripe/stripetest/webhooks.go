@@ -1,7 +1,6 @@
 package stripetest
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -9,13 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
 // DefaultWebhookSecret is the signing secret used when Config.WebhookSecret is empty.
@@ -23,14 +21,6 @@ const DefaultWebhookSecret = "whsec_test"
 
 // APIVersion is the API version stamped on events: the one stripe-go v79 pins.
 const APIVersion = "2024-06-20"
-
-// Delivery retry policy: a delivery that errs or answers non-2xx is tried webhookAttempts
-// times in all, waiting webhookBackoff, then twice that, and so on, between attempts.
-const (
-	webhookAttempts = 4
-	webhookBackoff  = 25 * time.Millisecond
-	webhookTimeout  = 5 * time.Second
-)
 
 // ErrClosed is returned by [Server.WaitDeliveries] when the Server is closed with deliveries
 // still pending.
@@ -50,61 +40,28 @@ type Event struct {
 	Failed    int
 }
 
-func (c *Config) validateWebhooks() error {
-	if c.DuplicateWebhooks < 0 {
-		return fmt.Errorf("Config.DuplicateWebhooks must not be negative, got %d", c.DuplicateWebhooks)
+// newWebhooks returns the event log and delivery queue: one event a delivery, signed with
+// Config.WebhookSecret at the time of each attempt.
+func newWebhooks(cfg *Config, clock func() time.Time) *fakekit.Deliveries[Event] {
+	secret := cfg.WebhookSecret
+	if secret == "" {
+		secret = DefaultWebhookSecret
 	}
-	if c.WebhookURL != "" {
-		u, err := url.Parse(c.WebhookURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("Config.WebhookURL must be an absolute http(s) URL, got %q", c.WebhookURL)
-		}
-	}
-	return nil
-}
-
-// webhooks records events and delivers them, in emission order, from one goroutine that the
-// first delivered event starts and Close stops. Its lock is taken after Server.mu, never before.
-type webhooks struct {
-	url       string
-	secret    string
-	copies    int // deliveries per event: 1 + DuplicateWebhooks
-	client    *http.Client
-	ownClient bool
-	clock     func() time.Time
-
-	ctx    context.Context // canceled by close; bounds every delivery
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	wake   chan struct{} // buffered(1): the queue grew
-
-	mu      sync.Mutex
-	seq     int64
-	events  []*Event
-	queue   []*Event
-	idle    chan struct{} // non-nil while deliveries are pending; closed when the queue drains
-	started bool
-	closed  bool
-}
-
-func newWebhooks(cfg *Config, clock func() time.Time) *webhooks {
-	w := &webhooks{
-		url:    cfg.WebhookURL,
-		secret: cfg.WebhookSecret,
-		copies: 1 + cfg.DuplicateWebhooks,
-		client: cfg.WebhookClient,
-		clock:  clock,
-		wake:   make(chan struct{}, 1),
-	}
-	if w.secret == "" {
-		w.secret = DefaultWebhookSecret
-	}
-	if w.client == nil {
-		w.client = &http.Client{Timeout: webhookTimeout}
-		w.ownClient = true
-	}
-	w.ctx, w.cancel = context.WithCancel(context.Background())
-	return w
+	return fakekit.NewDeliveries(fakekit.DeliveryConfig[Event]{
+		URL:        cfg.WebhookURL,
+		Duplicates: cfg.DuplicateWebhooks,
+		Client:     cfg.WebhookClient,
+		Payload:    func(batch []*Event) []byte { return batch[0].Payload },
+		Header: func(payload []byte) http.Header {
+			return http.Header{
+				"Content-Type":     {"application/json; charset=utf-8"},
+				"User-Agent":       {"Stripe/1.0 (+https://stripe.com/docs/webhooks)"},
+				"Stripe-Signature": {Sign(payload, secret, clock())},
+			}
+		},
+		Counters:  func(ev *Event) (delivered, failed *int) { return &ev.Delivered, &ev.Failed },
+		ErrClosed: ErrClosed,
+	})
 }
 
 // Stripe's event envelope, with the fields stripe-go's Event reads.
@@ -183,10 +140,6 @@ func chargePrevious(pi *paymentIntent, prevRefunded int64) map[string]any {
 // emitLocked records an event whose data.object is obj as it is now, and queues it for
 // delivery. It is called with s.mu held, so events are queued in the order they happen.
 func (s *Server) emitLocked(c *call, typ string, obj any, prev map[string]any) {
-	w := s.wh
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.seq++
 	var objID string
 	switch o := obj.(type) {
 	case *paymentIntent:
@@ -194,160 +147,41 @@ func (s *Server) emitLocked(c *call, typ string, obj any, prev map[string]any) {
 	case *charge:
 		objID = o.ID
 	}
-	env := eventJSON{
-		ID:              fmt.Sprintf("evt_fake%014d", w.seq),
-		Object:          "event",
-		APIVersion:      APIVersion,
-		Created:         s.clock().Unix(),
-		Data:            eventData{Object: obj, PreviousAttributes: prev},
-		PendingWebhooks: 0,
-		Request:         eventRequest{ID: ptr(c.reqID), IdempotencyKey: ptr(c.key)},
-		Type:            typ,
-	}
-	if w.url != "" {
-		env.PendingWebhooks = 1
-	}
-	payload, err := json.MarshalIndent(env, "", "  ")
-	if err != nil {
-		panic(err) // only our own types are encoded
-	}
-	ev := &Event{ID: env.ID, Type: typ, Created: env.Created, ObjectID: objID, Payload: payload}
-	w.events = append(w.events, ev)
-	if w.url == "" || w.closed {
-		return
-	}
-	w.queue = append(w.queue, ev)
-	if w.idle == nil {
-		w.idle = make(chan struct{})
-	}
-	if !w.started {
-		w.started = true
-		w.wg.Add(1)
-		go w.run()
-	}
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+	s.wh.Emit(func(seq int64) *Event {
+		env := eventJSON{
+			ID:              fmt.Sprintf("evt_fake%014d", seq),
+			Object:          "event",
+			APIVersion:      APIVersion,
+			Created:         s.clock().Unix(),
+			Data:            eventData{Object: obj, PreviousAttributes: prev},
+			PendingWebhooks: 0,
+			Request:         eventRequest{ID: ptr(c.reqID), IdempotencyKey: ptr(c.key)},
+			Type:            typ,
+		}
+		if s.wh.Delivering() {
+			env.PendingWebhooks = 1
+		}
+		payload, err := json.MarshalIndent(env, "", "  ")
+		if err != nil {
+			panic(err) // only our own types are encoded
+		}
+		return &Event{ID: env.ID, Type: typ, Created: env.Created, ObjectID: objID, Payload: payload}
+	})
 }
 
 // Events returns copies of the events emitted so far, in emission order.
 func (s *Server) Events() []Event {
-	w := s.wh
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]Event, len(w.events))
-	for i, ev := range w.events {
-		out[i] = *ev
-		out[i].Payload = slices.Clone(ev.Payload)
-	}
-	return out
+	return s.wh.Events(func(ev *Event) Event {
+		c := *ev
+		c.Payload = slices.Clone(ev.Payload)
+		return c
+	})
 }
 
 // WaitDeliveries waits until every event emitted so far has been delivered or abandoned. It
 // returns ctx's error if ctx ends first, and [ErrClosed] if the Server is closed first. It
 // returns nil at once when there is nothing to deliver (or no Config.WebhookURL).
-func (s *Server) WaitDeliveries(ctx context.Context) error {
-	w := s.wh
-	for {
-		w.mu.Lock()
-		idle := w.idle
-		w.mu.Unlock()
-		if idle == nil {
-			return nil
-		}
-		select {
-		case <-idle:
-			// Loop: events emitted meanwhile have made a new idle channel.
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-w.ctx.Done():
-			return ErrClosed
-		}
-	}
-}
-
-func (w *webhooks) run() {
-	defer w.wg.Done()
-	for {
-		w.mu.Lock()
-		if len(w.queue) == 0 {
-			if w.idle != nil {
-				close(w.idle)
-				w.idle = nil
-			}
-			w.mu.Unlock()
-			select {
-			case <-w.wake:
-				continue
-			case <-w.ctx.Done():
-				return
-			}
-		}
-		ev := w.queue[0]
-		w.queue[0] = nil
-		w.queue = w.queue[1:]
-		w.mu.Unlock()
-
-		for range w.copies {
-			ok := w.deliver(ev)
-			w.mu.Lock()
-			if ok {
-				ev.Delivered++
-			} else {
-				ev.Failed++
-			}
-			w.mu.Unlock()
-		}
-		if w.ctx.Err() != nil {
-			return
-		}
-	}
-}
-
-// deliver POSTs ev once, retrying failures with backoff. It reports whether a 2xx came back.
-func (w *webhooks) deliver(ev *Event) bool {
-	backoff := webhookBackoff
-	for attempt := 0; attempt < webhookAttempts; attempt++ {
-		if attempt > 0 {
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-w.ctx.Done():
-				t.Stop()
-				return false
-			}
-			backoff *= 2
-		}
-		if w.post(ev.Payload) == nil {
-			return true
-		}
-		if w.ctx.Err() != nil {
-			return false
-		}
-	}
-	return false
-}
-
-func (w *webhooks) post(payload []byte) error {
-	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, w.url, bytes.NewReader(payload))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json; charset=utf-8")
-	req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
-	req.Header.Set("Stripe-Signature", Sign(payload, w.secret, w.clock()))
-	resp, err := w.client.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("webhook endpoint answered %s", resp.Status)
-	}
-	return nil
-}
+func (s *Server) WaitDeliveries(ctx context.Context) error { return s.wh.Wait(ctx) }
 
 // Sign returns a Stripe-Signature header value for payload signed with secret at time t:
 // "t=<unix>,v1=<hex HMAC-SHA256(secret, "<unix>.<payload>")>".
@@ -358,17 +192,4 @@ func Sign(payload []byte, secret string, t time.Time) string {
 	mac.Write([]byte("."))
 	mac.Write(payload)
 	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
-}
-
-// close stops delivery, waits for the delivery goroutine and releases the default client's
-// idle connections. Events emitted afterwards are recorded but not delivered.
-func (w *webhooks) close() {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
-	w.cancel()
-	w.wg.Wait()
-	if w.ownClient {
-		w.client.CloseIdleConnections()
-	}
 }

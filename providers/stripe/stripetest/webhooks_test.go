@@ -338,7 +338,7 @@ func TestWebhooksWithoutURL(t *testing.T) {
 func deliveryGoroutines() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "stripetest.(*webhooks).run")
+	return strings.Count(string(buf), "fakekit.(*Deliveries[...]).run")
 }
 
 func TestWebhooksCloseStopsDelivery(t *testing.T) {

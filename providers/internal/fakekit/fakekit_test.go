@@ -1,0 +1,460 @@
+package fakekit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fault is a fake's own Fault type, matching on a name.
+type fault struct {
+	kind  fakekit.FaultKind
+	delay time.Duration
+	prob  float64
+	name  string
+}
+
+var faultType = fakekit.FaultType[fault]{
+	Spec: func(f fault) fakekit.Spec { return fakekit.Spec{Kind: f.kind, Delay: f.delay, Probability: f.prob} },
+	Check: func(f fault) error {
+		if strings.Contains(f.name, " ") {
+			return errors.New("name has a space")
+		}
+		return nil
+	},
+}
+
+func matching(name string) func(fault) bool {
+	return func(f fault) bool { return f.name == "" || f.name == name }
+}
+
+func TestManualClock(t *testing.T) {
+	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := fakekit.NewManualClock(start)
+	c.Advance(90 * time.Minute)
+	if got := c.Now(); !got.Equal(start.Add(90 * time.Minute)) {
+		t.Fatalf("Now() = %v", got)
+	}
+}
+
+func TestFaultKindString(t *testing.T) {
+	if s := fakekit.ResetAfter.String(); s != "ResetAfter" {
+		t.Fatalf("ResetAfter.String() = %q", s)
+	}
+	if s := fakekit.FaultKind(42).String(); s != "FaultKind(?)" {
+		t.Fatalf("FaultKind(42).String() = %q", s)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	for _, tc := range []struct {
+		rules []fault
+		want  string
+	}{
+		{[]fault{{kind: fakekit.FailBefore, prob: 0}}, "Config.Faults[0].Probability must be in (0, 1], got 0"},
+		{[]fault{{kind: fakekit.FailBefore, prob: 1}, {kind: fakekit.Hang, prob: 1.5}}, "Config.Faults[1].Probability must be in (0, 1], got 1.5"},
+		{[]fault{{kind: fakekit.NoFault, prob: 1}}, "Config.Faults[0]: Kind is not a known FaultKind"},
+		{[]fault{{kind: fakekit.Latency, prob: 1}}, "Config.Faults[0]: Delay must be positive for Latency"},
+		{[]fault{{kind: fakekit.Hang, prob: 1, name: "a b"}}, "Config.Faults[0]: name has a space"},
+		{[]fault{{kind: fakekit.Latency, delay: time.Second, prob: 1, name: "ok"}}, ""},
+	} {
+		err := faultType.ValidateRules(tc.rules)
+		if got := fmtErr(err); got != tc.want {
+			t.Errorf("ValidateRules(%+v) = %q, want %q", tc.rules, got, tc.want)
+		}
+	}
+	if err := fakekit.NewFaults(faultType, nil, 0, 0).Inject(fault{kind: fakekit.Hang, name: "a b"}); err == nil {
+		t.Fatal("Inject accepted an invalid fault")
+	}
+}
+
+func fmtErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestInjectedFaultsAreOneShotInOrder(t *testing.T) {
+	p := fakekit.NewFaults(faultType, nil, 0, 0)
+	for _, f := range []fault{{kind: fakekit.FailBefore, name: "x"}, {kind: fakekit.FailAfter, name: "y"}, {kind: fakekit.Hang, name: "x"}} {
+		if err := p.Inject(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []fakekit.FaultKind
+	for _, name := range []string{"x", "x", "x", "y", "y"} {
+		got = append(got, p.Pick(matching(name)).kind)
+	}
+	want := []fakekit.FaultKind{fakekit.FailBefore, fakekit.Hang, fakekit.NoFault, fakekit.FailAfter, fakekit.NoFault}
+	if !equal(got, want) {
+		t.Fatalf("picked %v, want %v", got, want)
+	}
+}
+
+func TestRulesAreSeeded(t *testing.T) {
+	rules := []fault{{kind: fakekit.FailBefore, prob: 0.5, name: "x"}}
+	draw := func(seed int64) []fakekit.FaultKind {
+		p := fakekit.NewFaults(faultType, rules, seed, 7)
+		var out []fakekit.FaultKind
+		for range 64 {
+			out = append(out, p.Pick(matching("x")).kind)
+			if k := p.Pick(matching("other")).kind; k != fakekit.NoFault {
+				t.Fatalf("a rule for x applied to other: %v", k)
+			}
+		}
+		return out
+	}
+	a, b, c := draw(3), draw(3), draw(4)
+	if !equal(a, b) {
+		t.Fatal("the same seed gave other faults")
+	}
+	if equal(a, c) {
+		t.Fatal("another seed gave the same 64 draws")
+	}
+	hits := 0
+	for _, k := range a {
+		if k == fakekit.FailBefore {
+			hits++
+		}
+	}
+	if hits < 16 || hits > 48 {
+		t.Fatalf("%d of 64 draws hit at probability 0.5", hits)
+	}
+}
+
+func equal[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestKeys(t *testing.T) {
+	ks := fakekit.NewKeys[string, int]()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	e, st := ks.Claim("k", t0, time.Hour, "POST /a", "x=1")
+	if st != fakekit.KeyNew {
+		t.Fatalf("first claim: %v", st)
+	}
+	if e2, st := ks.Claim("k", t0, time.Hour, "POST /a", "x=1"); st != fakekit.KeyInProgress || e2 != e {
+		t.Fatalf("claim while executing: %v", st)
+	}
+	ks.Complete(e, 42)
+	e3, st := ks.Claim("k", t0.Add(59*time.Minute), time.Hour, "POST /b", "x=2")
+	if st != fakekit.KeyDone || e3.Result() != 42 || e3.Matches("POST /b", "x=2") || !e3.Matches("POST /a", "x=1") {
+		t.Fatalf("claim after completion: state %v, result %d, endpoint %q params %q", st, e3.Result(), e3.Endpoint, e3.Params)
+	}
+	if _, st := ks.Claim("k", t0.Add(time.Hour), time.Hour, "POST /a", "x=1"); st != fakekit.KeyNew {
+		t.Fatalf("claim after the retention: %v, want a new entry", st)
+	}
+
+	// Release forgets only the entry it is given.
+	old, _ := ks.Claim("r", t0, time.Hour, "", "")
+	ks.Release(old)
+	cur, st := ks.Claim("r", t0, time.Hour, "", "")
+	if st != fakekit.KeyNew {
+		t.Fatalf("claim after release: %v", st)
+	}
+	ks.Release(old) // stale: must not forget cur
+	if _, st := ks.Claim("r", t0, time.Hour, "", ""); st != fakekit.KeyInProgress {
+		t.Fatalf("a stale release forgot the current entry: %v", st)
+	}
+	ks.Release(cur)
+	ks.Release(nil)
+	ks.Complete(nil, 1)
+}
+
+func TestLifecycle(t *testing.T) {
+	l := fakekit.NewLifecycle("kit")
+	if l.URL() != "" {
+		t.Fatal("URL before Start")
+	}
+	l.Start(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !l.Before(r.Context(), fakekit.Hang, 0) {
+			return
+		}
+		w.WriteHeader(http.StatusTeapot)
+	}))
+	func() {
+		defer func() {
+			if r := recover(); r != "kit: Server already started" {
+				t.Fatalf("second Start: panic %v", r)
+			}
+		}()
+		l.Start(http.NotFoundHandler())
+	}()
+	if !strings.HasPrefix(l.URL(), "http://127.0.0.1:") {
+		t.Fatalf("URL() = %q", l.URL())
+	}
+
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(l.URL())
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let the request hang
+	stopped := false
+	l.Close(func() { stopped = true })
+	if !stopped {
+		t.Fatal("Close did not run stop")
+	}
+	select {
+	case <-errc: // released: an empty answer or a closed connection
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hung request was not released by Close")
+	}
+	l.Close(nil) // again: no panic
+
+	if l.Before(context.Background(), fakekit.Latency, time.Hour) {
+		t.Fatal("Latency after Close waited")
+	}
+	if l.Before(context.Background(), fakekit.FailBefore, 0) || !l.Before(context.Background(), fakekit.ResetAfter, 0) {
+		t.Fatal("Before: FailBefore must stop, ResetAfter go on")
+	}
+}
+
+func TestApply(t *testing.T) {
+	l := fakekit.NewLifecycle("kit")
+	defer l.Close(nil)
+	for _, tc := range []struct {
+		kind   fakekit.FaultKind
+		goOn   bool
+		status int
+	}{
+		{fakekit.NoFault, true, 200},
+		{fakekit.Latency, true, 200},
+		{fakekit.FailBefore, false, 503},
+		{fakekit.FailAfter, false, 500},
+	} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/x", nil)
+		goOn := l.Apply(w, r, tc.kind, time.Millisecond,
+			func(w http.ResponseWriter) { w.WriteHeader(503) }, func(w http.ResponseWriter) { w.WriteHeader(500) })
+		if goOn != tc.goOn || w.Code != tc.status {
+			t.Errorf("Apply(%v) = %v with %d, want %v with %d", tc.kind, goOn, w.Code, tc.goOn, tc.status)
+		}
+	}
+}
+
+func TestResetConnection(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fakekit.ResetConnection(w)
+	}))
+	defer srv.Close()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Post(srv.URL, "text/plain", nil)
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Fatalf("got a response %s, want the connection dropped", resp.Status)
+	}
+}
+
+func TestServeAdmin(t *testing.T) {
+	gets := map[string]fakekit.AdminGet{
+		"counts": func(q url.Values) (any, error) {
+			if !q.Has("k") {
+				return nil, errors.New("counts needs k")
+			}
+			return map[string]string{"k": q.Get("k")}, nil
+		},
+	}
+	for _, tc := range []struct {
+		method, target string
+		status         int
+		body           string
+	}{
+		{http.MethodGet, "/_fake/counts?k=v", 200, `{"k":"v"}`},
+		{http.MethodGet, "/_fake/counts", 400, "counts needs k"},
+		{http.MethodGet, "/_fake/other", 404, "404 page not found"},
+		{http.MethodPost, "/_fake/counts?k=v", 405, "method not allowed"},
+	} {
+		w := httptest.NewRecorder()
+		fakekit.ServeAdmin(w, httptest.NewRequest(tc.method, tc.target, nil), gets)
+		if w.Code != tc.status || strings.TrimSpace(w.Body.String()) != tc.body {
+			t.Errorf("%s %s: %d %q, want %d %q", tc.method, tc.target, w.Code, w.Body, tc.status, tc.body)
+		}
+	}
+}
+
+func TestValidateWebhooks(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		dups int
+		want string
+	}{
+		{"", 0, ""},
+		{"https://example.test/hook", 2, ""},
+		{"", -1, "Config.DuplicateWebhooks must not be negative, got -1"},
+		{"example.test/hook", 0, `Config.WebhookURL must be an absolute http(s) URL, got "example.test/hook"`},
+	} {
+		if got := fmtErr(fakekit.ValidateWebhooks(tc.url, tc.dups)); got != tc.want {
+			t.Errorf("ValidateWebhooks(%q, %d) = %q, want %q", tc.url, tc.dups, got, tc.want)
+		}
+	}
+}
+
+type event struct {
+	n                 int
+	delivered, failed int
+}
+
+// receiver records delivery bodies; it fails the first failFirst requests.
+type receiver struct {
+	*httptest.Server
+	mu        sync.Mutex
+	bodies    []string
+	headers   []http.Header
+	failFirst int
+}
+
+func newReceiver(t *testing.T, failFirst int) *receiver {
+	rc := &receiver{failFirst: failFirst}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		rc.bodies = append(rc.bodies, string(b))
+		rc.headers = append(rc.headers, r.Header.Clone())
+		if len(rc.bodies) <= rc.failFirst {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+var errClosed = errors.New("kit: closed")
+
+func newDeliveries(url string, dups, batch int) *fakekit.Deliveries[event] {
+	return fakekit.NewDeliveries(fakekit.DeliveryConfig[event]{
+		URL: url, Duplicates: dups, Batch: batch,
+		Payload: func(b []*event) []byte {
+			ns := make([]int, len(b))
+			for i, ev := range b {
+				ns[i] = ev.n
+			}
+			p, _ := json.Marshal(ns)
+			return p
+		},
+		Header:    func(p []byte) http.Header { return http.Header{"X-Sig": {string(p)}} },
+		Counters:  func(ev *event) (*int, *int) { return &ev.delivered, &ev.failed },
+		ErrClosed: errClosed,
+	})
+}
+
+func TestDeliveriesInOrderWithDuplicatesAndRetries(t *testing.T) {
+	rc := newReceiver(t, 2) // the first delivery is retried twice
+	d := newDeliveries(rc.URL, 1, 2)
+	defer d.Close()
+	if !d.Delivering() {
+		t.Fatal("Delivering() = false with a URL")
+	}
+	for i := range 3 {
+		d.Emit(func(seq int64) *event {
+			if seq != int64(i+1) {
+				t.Errorf("seq %d for event %d", seq, i)
+			}
+			return &event{n: i}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rc.mu.Lock()
+	bodies, headers := rc.bodies, rc.headers
+	rc.mu.Unlock()
+	for i, b := range bodies {
+		if headers[i].Get("X-Sig") != b {
+			t.Fatalf("delivery %d: header %q for body %q", i, headers[i].Get("X-Sig"), b)
+		}
+	}
+	evs := d.Events(func(e *event) event { return *e })
+	if len(evs) != 3 {
+		t.Fatalf("%d events", len(evs))
+	}
+	for _, ev := range evs {
+		if ev.delivered != 2 || ev.failed != 0 {
+			t.Fatalf("event %d: delivered %d, failed %d; want 2 (one duplicate), 0", ev.n, ev.delivered, ev.failed)
+		}
+	}
+	// The first batch carries the events queued when the goroutine woke: [0] or [0,1], failed
+	// twice, then delivered twice.
+	if first := bodies[0]; (first != "[0]" && first != "[0,1]") || bodies[1] != first || bodies[2] != first || bodies[3] != first {
+		t.Fatalf("first delivery %s", first)
+	}
+	if last := bodies[len(bodies)-1]; !strings.HasSuffix(last, "2]") {
+		t.Fatalf("last delivery %s, want the last event last", last)
+	}
+}
+
+func TestDeliveriesAbandonAndClose(t *testing.T) {
+	rc := newReceiver(t, 1<<30) // always fails
+	d := newDeliveries(rc.URL, 0, 0)
+	d.Emit(func(int64) *event { return &event{n: 1} })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rc.mu.Lock()
+	n := len(rc.bodies)
+	rc.mu.Unlock()
+	if n != fakekit.WebhookAttempts {
+		t.Fatalf("%d attempts, want %d", n, fakekit.WebhookAttempts)
+	}
+	if evs := d.Events(func(e *event) event { return *e }); evs[0].failed != 1 || evs[0].delivered != 0 {
+		t.Fatalf("event after abandoning: %+v", evs[0])
+	}
+
+	// Close cuts a pending delivery short; Wait then says so.
+	d.Emit(func(int64) *event { return &event{n: 2} })
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- d.Wait(context.Background()) }()
+	d.Close()
+	if err := <-waitErr; !errors.Is(err, errClosed) {
+		t.Fatalf("Wait after Close = %v", err)
+	}
+	d.Emit(func(int64) *event { return &event{n: 3} }) // recorded, not delivered
+	if evs := d.Events(func(e *event) event { return *e }); len(evs) != 3 || evs[2].delivered+evs[2].failed != 0 {
+		t.Fatalf("events after Close: %+v", evs)
+	}
+}
+
+func TestDeliveriesWithoutURL(t *testing.T) {
+	d := newDeliveries("", 0, 0)
+	defer d.Close()
+	d.Emit(func(int64) *event { return &event{n: 1} })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := d.Wait(ctx); err != nil || d.Delivering() {
+		t.Fatalf("Wait = %v, Delivering = %v", err, d.Delivering())
+	}
+	if evs := d.Events(func(e *event) event { return *e }); len(evs) != 1 {
+		t.Fatalf("%d events recorded", len(evs))
+	}
+}

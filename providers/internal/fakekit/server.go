@@ -1,0 +1,120 @@
+package fakekit
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"time"
+)
+
+// Lifecycle is a fake server's listener and closing signal: Start serves a handler on a loopback
+// port like [httptest.NewServer], Close releases hung requests and shuts the listener down.
+type Lifecycle struct {
+	name    string // the fake's package name, for panics
+	ts      *httptest.Server
+	closing chan struct{}
+	once    sync.Once
+}
+
+// NewLifecycle returns a Lifecycle, not started, for the fake named name ("stripetest").
+func NewLifecycle(name string) *Lifecycle {
+	return &Lifecycle{name: name, closing: make(chan struct{})}
+}
+
+// Start serves h on a loopback port. It panics if it was already started.
+func (l *Lifecycle) Start(h http.Handler) {
+	if l.ts != nil {
+		panic(l.name + ": Server already started")
+	}
+	l.ts = httptest.NewServer(h)
+}
+
+// URL returns the root URL, "http://127.0.0.1:port", or "" if not started.
+func (l *Lifecycle) URL() string {
+	if l.ts == nil {
+		return ""
+	}
+	return l.ts.URL
+}
+
+// Close releases hung and delayed requests, runs stop (stopping webhook delivery, say) unless
+// it is nil, and, if started, shuts the listener down and waits for outstanding requests. It
+// may be called more than once.
+func (l *Lifecycle) Close(stop func()) {
+	l.once.Do(func() { close(l.closing) })
+	if stop != nil {
+		stop()
+	}
+	if l.ts != nil {
+		l.ts.Close()
+	}
+}
+
+// Before applies the part of a fault that happens before execution: Latency waits delay, Hang
+// waits for the client to give up (ctx) or Close, FailBefore stops at once. It reports whether
+// the request should go on.
+func (l *Lifecycle) Before(ctx context.Context, kind FaultKind, delay time.Duration) bool {
+	switch kind {
+	case Latency:
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		case <-l.closing:
+			return false
+		}
+	case Hang:
+		select {
+		case <-ctx.Done():
+		case <-l.closing:
+		}
+		return false
+	case FailBefore:
+		return false
+	}
+	return true
+}
+
+// Apply applies a whole fault to a request that executes nothing new (a replay, or an endpoint
+// without idempotency): [Lifecycle.Before], with failBefore answering FailBefore; failAfter
+// answers FailAfter; ResetAfter drops the connection. It reports whether the request should be
+// answered normally.
+func (l *Lifecycle) Apply(w http.ResponseWriter, r *http.Request, kind FaultKind, delay time.Duration,
+	failBefore, failAfter func(http.ResponseWriter)) bool {
+	if !l.Before(r.Context(), kind, delay) {
+		if kind == FailBefore {
+			failBefore(w)
+		}
+		return false
+	}
+	switch kind {
+	case FailAfter:
+		failAfter(w)
+		return false
+	case ResetAfter:
+		ResetConnection(w)
+		return false
+	}
+	return true
+}
+
+// ResetConnection drops the connection without a response, with a TCP RST where possible, so
+// the client sees the response as lost.
+func ResetConnection(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic(http.ErrAbortHandler)
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
+	_ = conn.Close()
+}
