@@ -7,12 +7,13 @@ FUZZTIME ?= 30000x
 STRIPE_MOCK_VERSION := v0.203.0
 STRIPE_MOCK := .bin/stripe-mock-$(STRIPE_MOCK_VERSION)
 
-.PHONY: test vet unit fuzz monitoring demo bench prunebench
+.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench
 
 # The whole suite: go vet, every test with the race detector against a
 # throwaway PostgreSQL (or TEST_DATABASE_URL when set), a brief run of
-# every fuzz target, and the alert rules checked and unit-tested by promtool.
-test: vet unit fuzz monitoring
+# every fuzz target, the alert rules checked and unit-tested by promtool, and
+# the runbook's commands run as written.
+test: vet unit fuzz monitoring runbook
 
 vet:
 	$(GO) vet ./...
@@ -44,6 +45,12 @@ fuzz:
 # from Debian's prometheus package when it is missing and we are root).
 monitoring:
 	bash deploy/monitoring/check.sh
+
+# Every `sh runbook` and `sql runbook` block of docs/runbook.md, run in order
+# against a throwaway PostgreSQL in which the situations it treats are
+# planted, its outputs checked (internal/cmd/runbookcheck).
+runbook:
+	$(GO) run ./internal/cmd/withpg -- $(GO) run ./internal/cmd/runbookcheck
 
 demo:
 	$(GO) run ./cmd/payonce demo

@@ -61,6 +61,58 @@ var ErrNotOpen = errors.New("payments: intent no longer open")
 // new charge), and runs audit in the same transaction. An intent settled
 // meanwhile gives ErrNotOpen and changes nothing.
 func (c *Client) Resolve(ctx context.Context, in Examined, p Proof, audit func(ctx context.Context, tx pgx.Tx) error) error {
+	return c.resolve(ctx, in, p, false, audit)
+}
+
+// ErrNotUnderReview is returned by [Client.ResolveReview] for an intent
+// that is not NEEDS_REVIEW: nothing done.
+var ErrNotUnderReview = errors.New("payments: intent not under review")
+
+// ResolveReview settles an intent flagged NEEDS_REVIEW with a human's
+// decision (from the provider's own records): IntentSucceeded with the
+// charge kept (its ProviderID), IntentDeclined or IntentFailed. As
+// [Client.Resolve]: one transaction with the ledger entry where money
+// moved, the idempotency record completed so that a retry gets the
+// decision, and audit. key is payonce's key ("<scope>_charge_<client
+// key>" or "..._refund_..."). Errors: idempotency.ErrNotFound,
+// ErrNotUnderReview, *ConfigError for a proof that is not a decision.
+func (c *Client) ResolveReview(ctx context.Context, scope, key string, p Proof, audit func(ctx context.Context, tx pgx.Tx) error) error {
+	switch {
+	case p.NextAttempt:
+		return &ConfigError{"Proof.NextAttempt", "a review ends the intent; a new purchase takes a new key"}
+	case p.Status != IntentSucceeded && p.Status != IntentDeclined && p.Status != IntentFailed:
+		return &ConfigError{"Proof.Status", fmt.Sprintf("%q: a review ends SUCCEEDED, DECLINED or FAILED", p.Status)}
+	case p.Status == IntentSucceeded && p.ProviderID == "":
+		return &ConfigError{"Proof.ProviderID", "the provider's id of the charge (or refund) kept is required"}
+	}
+	var in Examined
+	var status, amount, currency string
+	err := c.pool.QueryRow(ctx, `SELECT kind, provider, provider_key, coalesce(provider_id, ''), attempt, status, amount::text, currency,
+		recipient, payment_method, coalesce(charge_key, ''), created_at, updated_at
+		FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`, key, scope).
+		Scan(&in.Kind, &in.Provider, &in.ProviderKey, &in.ProviderID, &in.Attempt, &status, &amount, &currency,
+			&in.Recipient, &in.PaymentMethod, &in.ChargeKey, &in.CreatedAt, &in.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("payments: no intent %s in scope %s: %w", idempotency.ShortHash(key), scope, idempotency.ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	if status != string(IntentNeedsReview) {
+		return fmt.Errorf("payments: the intent is %s: %w", status, ErrNotUnderReview)
+	}
+	cur, err := money.ParseCurrency(currency)
+	if err == nil {
+		in.Amount, err = money.Parse(amount, cur)
+	}
+	if err != nil {
+		return err
+	}
+	in.Scope, in.Key, in.Status = scope, key, IntentStatus(status)
+	return c.resolve(ctx, in, p, true, audit)
+}
+
+func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool, audit func(ctx context.Context, tx pgx.Tx) error) error {
 	prov := c.providers[in.Provider]
 	if prov == nil {
 		return &ConfigError{"Provider", fmt.Sprintf("the intent's provider %q is not configured", in.Provider)}
@@ -116,7 +168,10 @@ func (c *Client) Resolve(ctx context.Context, in Examined, p Proof, audit func(c
 		if err != nil {
 			return err
 		}
-		if !openStatus[status] {
+		switch {
+		case review && status != string(IntentNeedsReview):
+			return ErrNotUnderReview
+		case !review && !openStatus[status]:
 			return ErrNotOpen
 		}
 		var rec idempotency.Status

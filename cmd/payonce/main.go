@@ -8,6 +8,7 @@
 //	payonce prune                     delete expired records now
 //	payonce reconcile                 one reconciler run now, its report printed
 //	payonce report                    past reconciler runs and their divergences
+//	payonce resolve SCOPE KEY         settle an intent under review (audited)
 //	payonce fake stripe|adyen|paypal  a stateful fake of a provider's API
 //
 // Every command takes --help (usage and an example). Exit codes: 0
@@ -40,6 +41,8 @@ Usage:
                                     prove, flag the rest; --format table|json|csv
   payonce report                    past reconciler runs and their divergences, filtered
                                     by --kind, --provider, --min-age, --run
+  payonce resolve SCOPE KEY         settle an intent flagged NEEDS_REVIEW with your decision
+                                    (ledger entry, record, audit row in one transaction)
   payonce fake stripe|adyen|paypal  a stateful fake of the provider's API
 
 Run payonce COMMAND --help (or payonce help COMMAND) for a command's flags and
@@ -66,7 +69,8 @@ Exit codes:
   2  usage error: bad command, flag or argument, no database given, release
      without --yes when stdin is not a terminal
   3  release refused: the record is not PROCESSING, its lease is live (without
-     --force) or it changed after it was shown; nothing changed
+     --force) or it changed after it was shown; resolve refused: the intent is
+     not under review; nothing changed
 `
 
 func main() {
@@ -92,6 +96,8 @@ func main() {
 		err = runReconcile(os.Args[2:])
 	case "report":
 		err = runReport(os.Args[2:])
+	case "resolve":
+		err = runResolve(os.Args[2:])
 	case "-h", "--help", "help":
 		if len(os.Args) > 2 && os.Args[1] == "help" {
 			if u, ok := commandUsage[os.Args[2]]; ok {
@@ -116,7 +122,7 @@ func main() {
 var commandUsage = map[string]string{
 	"demo": demoUsage, "migrate": migrateUsage, "fake": fakeUsage,
 	"stuck": stuckUsage, "release": releaseUsage, "prune": pruneUsage,
-	"reconcile": reconcileUsage, "report": reportUsage,
+	"reconcile": reconcileUsage, "report": reportUsage, "resolve": resolveUsage,
 }
 
 // exitCode prints err and returns the exit code it calls for.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -78,5 +79,80 @@ func TestReconcileAndReportCommands(t *testing.T) {
 	}
 	if out, code := cli(t, []string{"DATABASE_URL="}, "report"); code != 2 || !strings.Contains(out, "no database") {
 		t.Fatalf("report without a database: exit %d\n%s", code, out)
+	}
+}
+
+// payonce resolve settles an intent under review with a human's decision:
+// the retry then gets it; a second resolve is refused.
+func TestResolveCommand(t *testing.T) {
+	t.Parallel()
+	url := pgtest.MigratedURL(t)
+	pool := pgtest.PoolURL(t, url)
+	fk := fakes.Start(fakes.Options{Stripe: true})
+	t.Cleanup(fk.Close)
+	env := fk.Env()
+	cfg, err := service.ConfigFrom(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	client, err := service.NewClient(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	params := payments.ChargeParams{Scope: "cus_rv", Key: "order-9", Provider: "stripe",
+		Amount: money.MustParse("25.00", money.EUR), Recipient: "acct", PaymentMethod: "pm_card_visa"}
+	key := "cus_rv_charge_order-9"
+	// Another charge carrying the same key (a bug, or another system), then
+	// payonce's own with a lost response: two charges for one payment.
+	if _, err := client.Provider("stripe").Charge(ctx, payments.ChargeRequest{Key: key, ProviderKey: "other-ref",
+		Amount: params.Amount, Recipient: "acct", PaymentMethod: "pm_card_visa"}); err != nil {
+		t.Fatal(err)
+	}
+	fk.Stripe.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
+	if _, err := client.Charge(ctx, params); !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost response: %v", err)
+	}
+	r, err := reconcile.New(pool, client, &reconcile.Config{Grace: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.RunOnce(ctx)
+	if err != nil || rep.NeedsReview != 1 {
+		t.Fatalf("reconcile: %+v %v, want one intent under review", rep, err)
+	}
+	if _, err := client.Charge(ctx, params); !errors.Is(err, payments.ErrNeedsReview) {
+		t.Fatalf("retry under review: %v", err)
+	}
+	var cliEnv []string
+	for k, v := range env {
+		cliEnv = append(cliEnv, k+"="+v)
+	}
+	args := []string{"resolve", "cus_rv", key, "--succeeded", "pi_kept", "--reason", "INC-1: kept one, refunded one", "--database-url", url}
+	if out, code := cli(t, cliEnv, args...); code != 2 || !strings.Contains(out, "--yes") {
+		t.Fatalf("resolve without --yes off a terminal: exit %d\n%s", code, out)
+	}
+	out, code := cli(t, cliEnv, append(args, "--yes")...)
+	if code != 0 || !strings.Contains(out, "settled") {
+		t.Fatalf("resolve: exit %d\n%s", code, out)
+	}
+	res, err := client.Charge(ctx, params)
+	if err != nil || res.Status != payments.IntentSucceeded || res.ProviderID != "pi_kept" {
+		t.Fatalf("retry after the resolution: %+v %v", res, err)
+	}
+	var entries, audits int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ledger_entries WHERE key = $1),
+		(SELECT count(*) FROM operator_audit WHERE command = 'resolve' AND scope = 'cus_rv')`, key).Scan(&entries, &audits); err != nil {
+		t.Fatal(err)
+	}
+	if entries != 1 || audits != 1 {
+		t.Fatalf("%d ledger entries and %d audit rows, want 1 and 1", entries, audits)
+	}
+	if out, code := cli(t, cliEnv, append(args, "--yes")...); code != exitRefused || !strings.Contains(out, "not under review") {
+		t.Fatalf("a second resolve: exit %d\n%s", code, out)
+	}
+	if out, code := cli(t, cliEnv, "resolve", "cus_rv", key, "--failed", "--succeeded", "x", "--reason", "r", "--yes", "--database-url", url); code != 2 {
+		t.Fatalf("two decisions: exit %d\n%s", code, out)
 	}
 }

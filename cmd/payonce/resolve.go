@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payonce/payonce/examples/checkout/service"
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/payments"
+)
+
+const resolveUsage = `Usage: payonce resolve SCOPE KEY --succeeded PROVIDER_ID | --declined CODE | --failed
+                       --reason TEXT [--yes] [--database-url URL]
+
+Settles a payment intent the reconciler flagged NEEDS_REVIEW with your
+decision, taken from the provider's own records (docs/runbook.md, section
+4): --succeeded with the provider's id of the charge (or refund) kept,
+--declined with the decline code, or --failed (nothing was charged). In one
+transaction: the intent's status, the ledger entry where money moved (the
+same entry payonce posts itself), the idempotency record completed so that
+the client's next retry gets the decision, and an operator_audit row.
+KEY is payonce's key of the intent, as payonce report and the SQL of the
+runbook show it ("<scope>_charge_<client key>"). It refuses an intent that
+is not NEEDS_REVIEW. Refund extra charges at the provider first.
+
+The intent's provider must be configured as for payonce reconcile
+(STRIPE_API_BASE, ADYEN_API_BASE or PAYPAL_API_BASE and their
+credentials): payonce does not call it, it checks the references.
+
+Exit codes: 0 settled; 1 failure or not confirmed; 2 usage error (also
+without --yes when stdin is not a terminal); 3 refused: the intent is not
+under review, nothing changed.
+
+Example:
+  payonce resolve usr_bob usr_bob_charge_order-2002 --succeeded pi_3Qx... \
+    --reason "INC-1234: kept the first charge, refunded the second" --yes
+`
+
+func runResolve(args []string) error {
+	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
+	dbURL := databaseURL(fs)
+	succeeded := fs.String("succeeded", "", "")
+	declined := fs.String("declined", "", "")
+	failed := fs.Bool("failed", false, "")
+	reason := fs.String("reason", "", "")
+	yes := fs.Bool("yes", false, "")
+	pos, err := parseFlags(fs, resolveUsage, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usageError{fmt.Sprintf("resolve needs SCOPE KEY, got %d argument(s) (see payonce resolve --help)", len(pos))}
+	}
+	scope, key := pos[0], pos[1]
+	var proof payments.Proof
+	chosen := 0
+	if *succeeded != "" {
+		chosen++
+		proof = payments.Proof{Status: payments.IntentSucceeded, ProviderID: *succeeded}
+	}
+	if *declined != "" {
+		chosen++
+		proof = payments.Proof{Status: payments.IntentDeclined, DeclineCode: *declined}
+	}
+	if *failed {
+		chosen++
+		proof = payments.Proof{Status: payments.IntentFailed}
+	}
+	switch {
+	case chosen != 1:
+		return usageError{"resolve: give exactly one of --succeeded PROVIDER_ID, --declined CODE, --failed"}
+	case *reason == "":
+		return usageError{"resolve: --reason is required (it goes in the audit and the intent)"}
+	}
+	proof.Reason = "resolved by " + actor() + ": " + *reason
+	if !*yes && !isTerminal(os.Stdin) {
+		return usageError{"resolve: stdin is not a terminal and --yes is not given; nothing changed"}
+	}
+	cfg, err := service.ConfigFromEnv()
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	pool, err := openPool(ctx, *dbURL, "resolve", "payment_intents", "operator_audit")
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	client, err := service.NewClient(pool, cfg)
+	if err != nil {
+		return fmt.Errorf("resolve: %w", err)
+	}
+	fmt.Printf("Settle %s (scope %s) as %s", key, scope, proof.Status)
+	if proof.ProviderID != "" {
+		fmt.Printf(" on %s", proof.ProviderID)
+	}
+	fmt.Printf(": %s\n", *reason)
+	if !*yes {
+		ok, err := confirm(ctx, os.Stdin, os.Stdout, "Settle it? [y/N] ")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("resolve: not confirmed; nothing changed")
+		}
+	}
+	sum := sha256.Sum256([]byte(key))
+	detail, _ := json.Marshal(map[string]string{"status": string(proof.Status), "provider_id": proof.ProviderID,
+		"decline_code": proof.DeclineCode, "reason": *reason, "host": hostname()})
+	var auditID int64
+	err = client.ResolveReview(ctx, scope, key, proof, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE payment_intents SET review_reason = review_reason || '; ' || $3
+			WHERE idempotency_key = $1 AND user_id = $2`, key, scope, proof.Reason); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, insertAuditSQL, actor(), "resolve", scope, hex.EncodeToString(sum[:]), detail).Scan(&auditID)
+	})
+	switch {
+	case errors.Is(err, payments.ErrNotUnderReview):
+		return exitError{exitRefused, fmt.Errorf("resolve refused: %w; nothing changed", err)}
+	case errors.Is(err, idempotency.ErrNotFound):
+		return fmt.Errorf("resolve: %w", err)
+	case err != nil:
+		return fmt.Errorf("resolve: %w; nothing changed", err)
+	}
+	fmt.Printf("settled: %s is %s (audit id %d); the client's next retry with this key gets it\n", key, proof.Status, auditID)
+	return nil
+}

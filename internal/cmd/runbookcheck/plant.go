@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/examples/checkout/service"
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+	paystripe "github.com/payonce/payonce/providers/stripe"
+)
+
+// plantSQL leaves what the runbook's sections work on and that only the
+// database holds: records stuck PROCESSING (section 1: one whose holder
+// crashed 20 minutes ago, one whose lease is live), expired records for
+// the pruner (section 3), and a flooding scope next to ordinary ones
+// (section 5).
+const plantSQL = `
+INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, created_at, expires_at)
+VALUES ('usr_7fQ9x_createOrder_0b7e2c1e-2d4b-4c43-9a51-7cc2e1f0a9d4', 'usr_7fQ9x', repeat('a', 64), 'PROCESSING', 41,
+        now() - interval '20 minutes', now() - interval '21 minutes', now() + interval '1 day'),
+       ('usr_7fQ9x_createOrder_5d1f0a7e-8c2b-4e19-b6a3-2f9e4c7d1a05', 'usr_7fQ9x', repeat('b', 64), 'PROCESSING', 7,
+        now() + interval '25 minutes', now() - interval '10 minutes', now() + interval '1 day');
+
+INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, response_code, lock_version, created_at, completed_at, expires_at)
+SELECT 'usr_old' || (g % 30) || '_createOrder_' || g, 'usr_old' || (g % 30), repeat('c', 64), 'COMPLETED', 201, 1,
+       now() - interval '25 hours', now() - interval '25 hours', now() - interval '1 hour'
+  FROM generate_series(1, 300) g;
+
+INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, response_code, lock_version, created_at, completed_at, expires_at)
+SELECT 'usr_mallory_createOrder_' || md5(g::text), 'usr_mallory', repeat('d', 64), 'COMPLETED', 201, 1,
+       now() - g * interval '1 second', now() - g * interval '1 second', now() + interval '1 day'
+  FROM generate_series(1, 600) g;
+
+INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, response_code, lock_version, created_at, completed_at, expires_at)
+SELECT 'usr_' || u || '_createOrder_' || md5(u || '/' || g), 'usr_' || u, repeat('e', 64), 'COMPLETED', 201, 1,
+       now() - g * interval '30 seconds', now() - g * interval '30 seconds', now() + interval '1 day'
+  FROM unnest(ARRAY['dave', 'erin', 'frank', 'grace']) u, generate_series(1, 12) g;
+
+INSERT INTO idempotency_rate_limits (user_id, window_start, keys_created)
+SELECT 'usr_mallory', date_bin('1 minute', now(), timestamptz 'epoch') - m * interval '1 minute', 60
+  FROM generate_series(0, 9) m
+UNION ALL
+SELECT 'usr_dave', date_bin('1 minute', now(), timestamptz 'epoch'), 3;
+`
+
+// backdateSQL moves the open payments 10 minutes into the past, past the
+// reconciler's grace period, as if their clients had given up then.
+const backdateSQL = `
+UPDATE payment_intents SET created_at = created_at - interval '10 minutes', updated_at = updated_at - interval '10 minutes'
+ WHERE user_id IN ('usr_alice', 'usr_bob');
+UPDATE idempotency_store SET created_at = created_at - interval '10 minutes', locked_until = locked_until - interval '10 minutes'
+ WHERE user_id IN ('usr_alice', 'usr_bob');
+`
+
+// loseResponses delivers each request to the provider and loses its
+// answer, as a connection reset after the provider committed does.
+type loseResponses struct{}
+
+func (loseResponses) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil, errors.New("runbookcheck: connection reset after the provider answered")
+}
+
+// plant leaves every situation the runbook's commands act on, through
+// payonce's own code where payonce would have written it.
+func plant(ctx context.Context, pool *pgxpool.Pool, stripeURL string) error {
+	if _, err := pool.Exec(ctx, plantSQL); err != nil {
+		return fmt.Errorf("plant records: %w", err)
+	}
+	cfg := service.Config{StripeAPIBase: stripeURL, StripeSecretKey: stripeSecret}
+	ok, err := service.NewClient(pool, cfg)
+	if err != nil {
+		return err
+	}
+	cfg.HTTPClient = &http.Client{Transport: loseResponses{}, Timeout: 10 * time.Second}
+	lossy, err := service.NewClient(pool, cfg)
+	if err != nil {
+		return err
+	}
+	charge := func(c *payments.Client, scope, key, amount string) error {
+		_, err := c.Charge(ctx, payments.ChargeParams{Scope: scope, Key: key, Provider: "stripe",
+			Amount: money.MustParse(amount, money.EUR), Recipient: "acct_shop", PaymentMethod: "pm_card_visa"})
+		return err
+	}
+	// Sections 2 and 4: two charges whose answers were lost after Stripe
+	// charged. For usr_bob, a second processor charged the same key under
+	// another attempt's reference as well: two PaymentIntents for one key.
+	for _, c := range []struct{ scope, key, amount string }{{"usr_alice", "order-1001", "49.99"}, {"usr_bob", "order-2002", "25.00"}} {
+		if err := charge(lossy, c.scope, c.key, c.amount); !payments.OutcomeUnknown(err) {
+			return fmt.Errorf("plant: the charge %s of %s should have an unknown outcome, got %v", c.key, c.scope, err)
+		}
+	}
+	prov, err := paystripe.New(&paystripe.Config{SecretKey: stripeSecret, BaseURL: stripeURL})
+	if err != nil {
+		return err
+	}
+	bobKey := "usr_bob_charge_order-2002"
+	res, err := prov.Charge(ctx, payments.ChargeRequest{Key: bobKey, ProviderKey: payments.ProviderKey(bobKey, "charge", 1, 255),
+		Amount: money.MustParse("25.00", money.EUR), Recipient: "acct_shop", PaymentMethod: "pm_card_visa"})
+	if err != nil || res.Status != payments.ChargeSucceeded {
+		return fmt.Errorf("plant: the second charge of %s: %v (%s)", bobKey, err, res.Status)
+	}
+	// Section 2: one purchase charged under two keys by a client that made
+	// a new key for its retry.
+	for _, key := range []string{"order-3003", "order-3003-retry"} {
+		if err := charge(ok, "usr_carol", key, "15.00"); err != nil {
+			return fmt.Errorf("plant: charge %s of usr_carol: %w", key, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, backdateSQL); err != nil {
+		return fmt.Errorf("plant: backdate: %w", err)
+	}
+	return nil
+}
