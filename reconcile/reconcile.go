@@ -45,6 +45,12 @@ type Config struct {
 	// ClaimTTL is how long a run holds the intents it examines; a crashed
 	// reconciler's claims expire after it. Default 5m.
 	ClaimTTL time.Duration
+	// VerifyWithin: charges that succeeded locally within this window (and
+	// at least Grace ago) are checked once against the provider. Default
+	// 24h.
+	VerifyWithin time.Duration
+	// VerifyBatch bounds those checks per run. Default 50.
+	VerifyBatch int
 	// StuckAfter reports idempotency records still PROCESSING this long
 	// after their lease ended. Default 5m.
 	StuckAfter time.Duration
@@ -98,7 +104,7 @@ func (c *Config) withDefaults() (Config, error) {
 		name string
 	}{{&out.Grace, 2 * time.Minute, "Grace"}, {&out.ClaimTTL, 5 * time.Minute, "ClaimTTL"},
 		{&out.StuckAfter, 5 * time.Minute, "StuckAfter"}, {&out.VoidAfter, 30 * time.Minute, "VoidAfter"},
-		{&out.ActionGrace, 24 * time.Hour, "ActionGrace"}} {
+		{&out.ActionGrace, 24 * time.Hour, "ActionGrace"}, {&out.VerifyWithin, 24 * time.Hour, "VerifyWithin"}} {
 		if err := def(f.d, f.v, f.name); err != nil {
 			return out, err
 		}
@@ -116,6 +122,12 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, &ConfigError{"MaxChecks", "negative"}
 	case out.MaxChecks == 0:
 		out.MaxChecks = 6
+	}
+	switch {
+	case out.VerifyBatch < 0:
+		return out, &ConfigError{"VerifyBatch", "negative"}
+	case out.VerifyBatch == 0:
+		out.VerifyBatch = 50
 	}
 	switch {
 	case out.Batch < 0:
@@ -285,6 +297,9 @@ func (r *Reconciler) run(ctx context.Context, rep *Report) error {
 			errs = append(errs, fmt.Errorf("intent %s: %w", idempotency.ShortHash(it.Key), err))
 		}
 	}
+	if err := r.verifySucceeded(ctx, rep); err != nil {
+		errs = append(errs, err)
+	}
 	if err := r.stuckRecords(ctx, rep); err != nil {
 		errs = append(errs, err)
 	}
@@ -312,6 +327,8 @@ const (
 	KindPendingMissingAtProvider   = "pending locally, missing at provider"
 	KindPendingUnknownAtProvider   = "pending locally, unknown at provider"
 	KindAmountDiffers              = "amount differs"
+	KindSucceededMissingAtProvider = "succeeded locally, missing at provider"
+	KindSucceededFailedAtProvider  = "succeeded locally, failed at provider"
 	KindDuplicateAtProvider        = "several charges at provider"
 	KindRefundOutcomeMissing       = "refund outcome never arrived"
 	KindProviderUnavailable        = "provider unavailable"
@@ -613,4 +630,86 @@ func (r *Reconciler) reportAll(ctx context.Context, rep *Report, items []Item) e
 		r.metrics.divergence(ctx, x)
 	}
 	return nil
+}
+
+// verifySucceeded checks, once each, that charges that succeeded locally
+// exist at the provider with their amount. A divergence is reported (the
+// intent is final: a human decides); an unreachable provider leaves the
+// charge to a later run.
+func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
+	if r.client == nil {
+		return nil
+	}
+	rows, err := r.pool.Query(ctx, `WITH due AS (
+	    SELECT idempotency_key, user_id FROM payment_intents
+	     WHERE status = 'SUCCEEDED' AND kind = 'CHARGE' AND verified_at IS NULL
+	       AND updated_at BETWEEN now() - $1::interval AND now() - $2::interval AND provider = ANY($3)
+	     ORDER BY updated_at LIMIT $4 FOR UPDATE SKIP LOCKED)
+	UPDATE payment_intents p SET verified_at = now() FROM due
+	 WHERE p.idempotency_key = due.idempotency_key AND p.user_id = due.user_id
+	RETURNING p.idempotency_key, p.user_id, p.provider, p.provider_key, coalesce(p.provider_id, ''), p.amount::text, p.currency,
+	          p.created_at, now() - p.created_at`, r.cfg.VerifyWithin, r.cfg.Grace, r.client.ProviderNames(), r.cfg.VerifyBatch)
+	if err != nil {
+		return fmt.Errorf("reconcile: verify: %w", err)
+	}
+	var due []item
+	for rows.Next() {
+		var it item
+		var amount, currency string
+		if err := rows.Scan(&it.Key, &it.Scope, &it.Provider, &it.ProviderKey, &it.ProviderID, &amount, &currency, &it.CreatedAt, &it.age); err != nil {
+			rows.Close()
+			return err
+		}
+		cur, err := money.ParseCurrency(currency)
+		if err == nil {
+			it.Amount, err = money.Parse(amount, cur)
+		}
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		it.Kind, it.Status = "CHARGE", payments.IntentSucceeded
+		due = append(due, it)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var found []Item
+	for _, it := range due {
+		res, err := r.client.Provider(it.Provider).Lookup(ctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
+			ProviderID: it.ProviderID, From: it.CreatedAt.Add(-10 * time.Minute), To: time.Now().Add(5 * time.Minute)})
+		if err != nil {
+			if _, uerr := r.pool.Exec(ctx, `UPDATE payment_intents SET verified_at = NULL WHERE idempotency_key = $1 AND user_id = $2`,
+				it.Key, it.Scope); uerr != nil {
+				return uerr
+			}
+			continue
+		}
+		x := Item{Provider: it.Provider, Scope: it.Scope, IntentKey: it.Key, IntentKind: it.Kind, Currency: string(it.Amount.Currency()),
+			LocalState: "SUCCEEDED " + it.ProviderID + " " + it.Amount.AmountString(), Action: ActionReported, Age: it.age}
+		var match *payments.ChargeResult
+		for i := range res.Charges {
+			if res.Charges[i].ProviderID == it.ProviderID || match == nil {
+				match = &res.Charges[i]
+			}
+		}
+		switch {
+		case match == nil && res.Consistent:
+			x.Kind, x.ProviderState = KindSucceededMissingAtProvider, "none (consistent lookup)"
+			x.Detail = "payonce recorded a charge the provider does not have: the ledger counts money that never moved"
+		case match == nil:
+			continue // an eventually consistent "none" proves nothing
+		case match.Status == payments.ChargeFailed:
+			x.Kind, x.ProviderState = KindSucceededFailedAtProvider, string(match.Status)+" "+match.ProviderID
+			x.Detail = "the provider reports the charge failed; the ledger counts it"
+		case match.Amount.Currency() != "" && !match.Amount.Equal(it.Amount):
+			x.Kind, x.ProviderState = KindAmountDiffers, string(match.Status)+" "+match.ProviderID+" "+match.Amount.AmountString()+" "+string(match.Amount.Currency())
+			x.Detail = "the provider charged " + match.Amount.AmountString() + ", payonce recorded " + it.Amount.AmountString()
+		default:
+			continue // as recorded
+		}
+		found = append(found, x)
+	}
+	return r.reportAll(ctx, rep, found)
 }

@@ -438,31 +438,65 @@ func TestDivergencesAreClassified(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Succeeded locally, but the provider has no such charge, a failed one,
+	// or another amount.
+	if _, err := w.pool.Exec(ctx, `INSERT INTO payment_intents (idempotency_key, user_id, kind, provider, provider_key,
+		provider_id, amount, currency, recipient, payment_method, status)
+		VALUES ($1::text, 'cus_r', 'CHARGE', 'stripe', $1::text || '_charge_0', 'pi_never', 8.00, 'EUR', 'acct_r', 'pm_card_visa', 'SUCCEEDED')`,
+		composed("ghost-success")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.client.Charge(ctx, params("stripe", "wrong-amount")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.client.Charge(ctx, payments.ChargeParams{Scope: "cus_r", Key: "failed-there", Provider: "stripe",
+		Amount: money.MustParse("3.00", money.EUR), Recipient: "acct_r", PaymentMethod: "pm_card_chargeDeclined"}); !errors.Is(err, payments.ErrDeclined) {
+		t.Fatalf("failed-there: %v", err)
+	}
+	if _, err := w.pool.Exec(ctx, `UPDATE payment_intents SET amount = 99.00 WHERE idempotency_key = $1`, composed("wrong-amount")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.pool.Exec(ctx, `UPDATE payment_intents SET status = 'SUCCEEDED' WHERE idempotency_key = $1`, composed("failed-there")); err != nil {
+		t.Fatal(err)
+	}
+
 	r := w.reconciler(t, &reconcile.Config{Grace: time.Millisecond, StuckAfter: time.Minute,
 		Schedule: []time.Duration{time.Millisecond}, MaxChecks: 2})
-	kinds := map[string]string{}
+	seen := map[string]bool{}
 	for i := 0; i < 3; i++ {
 		rep, err := r.RunOnce(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, x := range rep.Items {
-			kinds[x.Kind] = x.Action
+			seen[x.Kind+" / "+x.Action+" / "+x.IntentKey] = true
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	want := map[string]string{
-		reconcile.KindUnmatchedProviderObject:  reconcile.ActionReported,
-		reconcile.KindAmountDiffers:            reconcile.ActionNeedsReview,
-		reconcile.KindDuplicateAtProvider:      reconcile.ActionNeedsReview,
-		reconcile.KindPendingMissingAtProvider: reconcile.ActionFailedWithProof,
-		reconcile.KindRefundOutcomeMissing:     reconcile.ActionNeedsReview,
-		reconcile.KindWebhookConflict:          reconcile.ActionReported,
-		reconcile.KindStuckRecord:              reconcile.ActionReported,
+	for _, want := range []string{
+		reconcile.KindUnmatchedProviderObject + " / " + reconcile.ActionReported + " / ",
+		reconcile.KindAmountDiffers + " / " + reconcile.ActionNeedsReview + " / " + composed("amount"),
+		reconcile.KindDuplicateAtProvider + " / " + reconcile.ActionNeedsReview + " / " + composed("dup"),
+		reconcile.KindPendingMissingAtProvider + " / " + reconcile.ActionFailedWithProof + " / " + composed("missing"),
+		reconcile.KindRefundOutcomeMissing + " / " + reconcile.ActionNeedsReview + " / cus_r_refund_r1",
+		reconcile.KindWebhookConflict + " / " + reconcile.ActionReported + " / " + composed("declined"),
+		reconcile.KindStuckRecord + " / " + reconcile.ActionReported + " / cus_r_orders_stuck",
+		reconcile.KindSucceededMissingAtProvider + " / " + reconcile.ActionReported + " / " + composed("ghost-success"),
+		reconcile.KindAmountDiffers + " / " + reconcile.ActionReported + " / " + composed("wrong-amount"),
+		reconcile.KindSucceededFailedAtProvider + " / " + reconcile.ActionReported + " / " + composed("failed-there"),
+	} {
+		if !seen[want] {
+			t.Errorf("missing from the reports: %q (all: %v)", want, seen)
+		}
 	}
-	for k, a := range want {
-		if kinds[k] != a {
-			t.Errorf("divergence %q: last action %q, want %q (all: %v)", k, kinds[k], a, kinds)
+	// Verified once: a later run reports them no more.
+	rep, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range rep.Items {
+		if x.Kind == reconcile.KindSucceededMissingAtProvider {
+			t.Fatalf("verified twice: %+v", x)
 		}
 	}
 	// The report is stored and readable later, filterable by kind.
