@@ -130,6 +130,12 @@ type ChargeResult struct {
 	// Replayed is true when the provider answered from its idempotency
 	// cache (the same key was seen before).
 	Replayed bool
+	// Refunded is what the provider has refunded of this charge, when a
+	// lookup asked for it (LookupRequest.WithRefunds) and RefundsKnown
+	// is set; the reconciler compares it with the refunds payonce
+	// recorded.
+	Refunded     money.Money
+	RefundsKnown bool
 }
 
 // RefundRequest is one refund attempt of a charge.
@@ -166,6 +172,10 @@ type LookupRequest struct {
 	ProviderKey string
 	// ProviderID is the provider's object when known (a PayPal order id).
 	ProviderID string
+	// WithRefunds asks for each charge's refunded total (ChargeResult.
+	// Refunded), at the cost of another request where the provider needs
+	// one.
+	WithRefunds bool
 	// From and To bound the creation time to search (the provider's clock).
 	From, To time.Time
 }

@@ -386,7 +386,10 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 			if err := set(IntentSucceeded, ""); err != nil {
 				return "", "", err
 			}
-			return EventApplied, "", c.postRefund(ctx, tx, in.key, provider, amount)
+			if in.chargeKey == nil {
+				return "", "", errors.New("refund intent without its charge")
+			}
+			return EventApplied, "", c.postRefund(ctx, tx, in.key, in.user, *in.chargeKey, provider, amount)
 		case in.status == string(IntentSucceeded):
 			return EventConfirmed, "", nil
 		default:

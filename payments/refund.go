@@ -132,7 +132,9 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 		return idempotency.Response{}, fmt.Errorf("payments: record refund intent: %w", err)
 	}
 	if prior.final() {
-		return c.settled(ctx, lease, req, prov.Name(), prior, amount, func(tx pgx.Tx) error { return c.postRefund(ctx, tx, req.Key, prov.Name(), amount) })
+		return c.settled(ctx, lease, req, prov.Name(), prior, amount, func(tx pgx.Tx) error {
+			return c.postRefund(ctx, tx, req.Key, req.Scope, chargeKey, prov.Name(), amount)
+		})
 	}
 	if prior.status == string(IntentNeedsReview) {
 		return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
@@ -153,7 +155,9 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 		switch rres.Status {
 		case RefundSucceeded:
 			status = IntentSucceeded
-			post = func(tx pgx.Tx) error { return c.postRefund(ctx, tx, req.Key, prov.Name(), amount) }
+			post = func(tx pgx.Tx) error {
+				return c.postRefund(ctx, tx, req.Key, req.Scope, chargeKey, prov.Name(), amount)
+			}
 		case RefundFailed:
 			status, post = IntentFailed, unreserve
 		}
@@ -200,12 +204,18 @@ func (c *Client) outcome(res idempotency.Result, err error, provider string) (Ou
 	return Outcome{}, err
 }
 
-// postRefund records a succeeded refund in the ledger.
-func (c *Client) postRefund(ctx context.Context, tx pgx.Tx, key, provider string, amount money.Money) error {
+// postRefund records a succeeded refund in the ledger, and has the
+// reconciler check the charge's refunded total against the provider's
+// again.
+func (c *Client) postRefund(ctx context.Context, tx pgx.Tx, key, scope, chargeKey, provider string, amount money.Money) error {
 	entry, err := ledger.RefundEntry(key, provider, amount)
 	if err != nil {
 		return err
 	}
-	_, err = c.ledger.PostTx(ctx, tx, entry)
+	if _, err = c.ledger.PostTx(ctx, tx, entry); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE payment_intents SET verified_at = NULL, updated_at = now()
+		WHERE idempotency_key = $1 AND user_id = $2`, chargeKey, scope)
 	return err
 }

@@ -184,7 +184,9 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool,
 			rec, s = idempotency.StatusCompleted, stored{Result: &out}
 			post = func(tx pgx.Tx) error { return c.postCharge(ctx, tx, in.Key, in.Provider, in.Amount) }
 			if in.Kind == "REFUND" {
-				post = func(tx pgx.Tx) error { return c.postRefund(ctx, tx, in.Key, in.Provider, in.Amount) }
+				post = func(tx pgx.Tx) error {
+					return c.postRefund(ctx, tx, in.Key, in.Scope, in.ChargeKey, in.Provider, in.Amount)
+				}
 			}
 		case p.Status == IntentRequiresAction:
 			// Not final: the customer must act; the record serves this

@@ -329,6 +329,7 @@ const (
 	KindAmountDiffers              = "amount differs"
 	KindSucceededMissingAtProvider = "succeeded locally, missing at provider"
 	KindSucceededFailedAtProvider  = "succeeded locally, failed at provider"
+	KindRefundTotalsDiffer         = "refund totals differ"
 	KindDuplicateAtProvider        = "several charges at provider"
 	KindRefundOutcomeMissing       = "refund outcome never arrived"
 	KindProviderUnavailable        = "provider unavailable"
@@ -678,7 +679,7 @@ func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
 	var found []Item
 	for _, it := range due {
 		res, err := r.client.Provider(it.Provider).Lookup(ctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
-			ProviderID: it.ProviderID, From: it.CreatedAt.Add(-10 * time.Minute), To: time.Now().Add(5 * time.Minute)})
+			ProviderID: it.ProviderID, From: it.CreatedAt.Add(-10 * time.Minute), To: time.Now().Add(5 * time.Minute), WithRefunds: true})
 		if err != nil {
 			if _, uerr := r.pool.Exec(ctx, `UPDATE payment_intents SET verified_at = NULL WHERE idempotency_key = $1 AND user_id = $2`,
 				it.Key, it.Scope); uerr != nil {
@@ -706,10 +707,37 @@ func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
 		case match.Amount.Currency() != "" && !match.Amount.Equal(it.Amount):
 			x.Kind, x.ProviderState = KindAmountDiffers, string(match.Status)+" "+match.ProviderID+" "+match.Amount.AmountString()+" "+string(match.Amount.Currency())
 			x.Detail = "the provider charged " + match.Amount.AmountString() + ", payonce recorded " + it.Amount.AmountString()
+		case match.RefundsKnown:
+			local, open, err := r.localRefunds(ctx, it)
+			if err != nil {
+				return err
+			}
+			if open > 0 || local.Equal(match.Refunded) || (local.IsZero() && match.Refunded.IsZero()) {
+				continue // as recorded, or refunds still settling (they reset the check)
+			}
+			x.Kind, x.ProviderState = KindRefundTotalsDiffer, "refunded "+match.Refunded.AmountString()+" of "+match.ProviderID
+			x.LocalState = "SUCCEEDED, refunded " + local.AmountString()
+			x.Detail = "the provider refunded " + match.Refunded.AmountString() + ", payonce recorded " + local.AmountString() +
+				" (a refund made outside payonce, or one payonce recorded that the provider lacks)"
 		default:
 			continue // as recorded
 		}
 		found = append(found, x)
 	}
 	return r.reportAll(ctx, rep, found)
+}
+
+// localRefunds sums the succeeded refunds payonce recorded for a charge and
+// counts those still open.
+func (r *Reconciler) localRefunds(ctx context.Context, it item) (money.Money, int, error) {
+	var sum string
+	var open int
+	err := r.pool.QueryRow(ctx, `SELECT coalesce(sum(amount) FILTER (WHERE status = 'SUCCEEDED'), 0)::text,
+		count(*) FILTER (WHERE status IN ('PENDING', 'UNKNOWN'))
+		FROM payment_intents WHERE kind = 'REFUND' AND charge_key = $1 AND user_id = $2`, it.Key, it.Scope).Scan(&sum, &open)
+	if err != nil {
+		return money.Money{}, 0, err
+	}
+	m, err := money.Parse(sum, it.Amount.Currency())
+	return m, open, err
 }

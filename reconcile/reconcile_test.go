@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -460,6 +461,24 @@ func TestDivergencesAreClassified(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A refund made at the provider outside payonce; and one through
+	// payonce, which matches.
+	out, err := w.client.Charge(ctx, params("stripe", "refunded-outside"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stripe.Refund(ctx, payments.RefundRequest{Key: composed("refunded-outside"), ProviderKey: "dashboard-refund",
+		ChargeID: out.ProviderID, Amount: money.MustParse("2.00", money.EUR)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.client.Charge(ctx, params("stripe", "refunded-inside")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.client.Refund(ctx, payments.RefundParams{Scope: "cus_r", Key: "ri", ChargeKey: "refunded-inside",
+		Amount: money.MustParse("2.00", money.EUR)}); err != nil {
+		t.Fatal(err)
+	}
+
 	r := w.reconciler(t, &reconcile.Config{Grace: time.Millisecond, StuckAfter: time.Minute,
 		Schedule: []time.Duration{time.Millisecond}, MaxChecks: 2})
 	seen := map[string]bool{}
@@ -484,6 +503,7 @@ func TestDivergencesAreClassified(t *testing.T) {
 		reconcile.KindSucceededMissingAtProvider + " / " + reconcile.ActionReported + " / " + composed("ghost-success"),
 		reconcile.KindAmountDiffers + " / " + reconcile.ActionReported + " / " + composed("wrong-amount"),
 		reconcile.KindSucceededFailedAtProvider + " / " + reconcile.ActionReported + " / " + composed("failed-there"),
+		reconcile.KindRefundTotalsDiffer + " / " + reconcile.ActionReported + " / " + composed("refunded-outside"),
 	} {
 		if !seen[want] {
 			t.Errorf("missing from the reports: %q (all: %v)", want, seen)
@@ -497,6 +517,11 @@ func TestDivergencesAreClassified(t *testing.T) {
 	for _, x := range rep.Items {
 		if x.Kind == reconcile.KindSucceededMissingAtProvider {
 			t.Fatalf("verified twice: %+v", x)
+		}
+	}
+	for k := range seen {
+		if strings.Contains(k, composed("refunded-inside")) {
+			t.Fatalf("a refund made through payonce was reported: %s", k)
 		}
 	}
 	// The report is stored and readable later, filterable by kind.

@@ -202,6 +202,14 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 // CANCELLATION voided it later. Notifications may still be on their way, so the result is never
 // Consistent. req.From and req.To are not used (notifications are found by reference).
 //
+// req.WithRefunds is not served: RefundsKnown stays false on every charge. Adyen has no read of
+// a payment's refunds, and the notifications found by the payment's reference hold none: a
+// REFUND notification carries the refund's own reference as merchantReference, and the
+// payment's pspReference only as originalReference (WebhookEvent.ChargeID). Telling the
+// refunded total would take a source of the notifications by originalReference (the REFUND
+// and REFUND_FAILED events whose ChargeID is the pspReference); even then it would come from
+// the same webhooks payonce records its refunds from, not from an independent read.
+//
 // Errors: [ErrNoNotificationSource]; *[payments.InvalidRequestError] without ProviderKey;
 // the source's error, wrapped.
 func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {

@@ -83,6 +83,12 @@
 // window, resend with the same key; otherwise a technical cancel by reference voids whatever
 // may exist and its TECHNICAL_CANCEL notification reports what it found.
 //
+// Lookup cannot tell what Adyen refunded of a charge (payments.LookupRequest.WithRefunds):
+// RefundsKnown stays false. A REFUND notification carries the refund's own reference as
+// merchantReference (the payment's pspReference is its originalReference), so the events
+// stored under the payment's reference hold none, and the Checkout API has no read of a
+// payment's refunds.
+//
 // # Retries
 //
 // The adapter never retries, and neither does Adyen on its side: payonce retries with the same

@@ -96,7 +96,9 @@
 // comes back 200; a 201 means PayPal never saw the request id, and no charge exists. That is a
 // proof only inside the create's 6-hour window; beyond it Lookup answers a *[WindowError]
 // (outcome unknown) instead of guessing. PayPal's transaction search lags up to 3 hours and
-// cannot filter by custom_id, so it is not used.
+// cannot filter by custom_id, so it is not used. With LookupRequest.WithRefunds the charge also
+// reports the sum of the order's COMPLETED refunds as Refunded, with RefundsKnown (after a
+// create replay, at the cost of one more GET of the order).
 //
 // # Webhooks
 //

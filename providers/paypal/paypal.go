@@ -336,6 +336,14 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 // A probe also takes the request id: an original create still on its way would get the probe
 // back and fail with a *[payments.KeyMismatchError] instead of creating its order.
 //
+// With req.WithRefunds, the charge found also reports what PayPal refunded of it, read from
+// the order (GET /v2/checkout/orders/{id} shows purchase_units[].payments.refunds): Refunded
+// is the sum of the refunds in status COMPLETED (PENDING, FAILED and CANCELLED ones moved no
+// money back; a zero Money of the charge's currency when there are none) and RefundsKnown is
+// set. With req.ProviderID that is the order Lookup reads anyway; after a create replay it is
+// one more GET of the order, since a replay is not documented to show the refunds. Without
+// req.WithRefunds RefundsKnown stays false.
+//
 // Errors: *[WindowError], *[payments.InvalidRequestError], *[payments.NotSentError],
 // *[payments.UnknownOutcomeError], *[payments.InProgressError] (the create is executing),
 // *[payments.KeyMismatchError] (the order carries another custom_id).
@@ -359,7 +367,13 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 		if err := checkOrder(o, orDefault(req.ProviderKey, customID(o)), money.Money{}); err != nil {
 			return payments.LookupResult{}, err
 		}
-		return payments.LookupResult{Charges: chargesOf(o), Consistent: true}, nil
+		charges := chargesOf(o)
+		if req.WithRefunds {
+			if err := addRefunds(o, charges); err != nil {
+				return payments.LookupResult{}, err
+			}
+		}
+		return payments.LookupResult{Charges: charges, Consistent: true}, nil
 	}
 
 	if req.ProviderKey == "" {
@@ -388,7 +402,54 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 	if err := checkOrder(res.Order, req.ProviderKey, money.Money{}); err != nil {
 		return payments.LookupResult{}, err
 	}
-	return payments.LookupResult{Charges: chargesOf(res.Order), Consistent: true}, nil
+	charges := chargesOf(res.Order)
+	if req.WithRefunds && len(charges) > 0 {
+		o, err := p.c.GetOrder(ctx, res.Order.ID)
+		if err != nil {
+			return payments.LookupResult{}, classify(err)
+		}
+		if err := addRefunds(o, charges); err != nil {
+			return payments.LookupResult{}, err
+		}
+	}
+	return payments.LookupResult{Charges: charges, Consistent: true}, nil
+}
+
+// addRefunds sets Refunded and RefundsKnown on the charges of o (one at most: payonce captures
+// an order once) from the order's refunds: the sum of those COMPLETED. An order answered
+// without purchase units (a minimal representation), or a charge whose currency is unknown,
+// leaves RefundsKnown false: nothing can be told.
+func addRefunds(o *Order, charges []payments.ChargeResult) error {
+	if len(o.PurchaseUnits) == 0 {
+		return nil
+	}
+	for i := range charges {
+		ch := &charges[i]
+		total, err := money.FromMinor(0, ch.Amount.Currency())
+		if ch.Amount.Currency() == "" || err != nil {
+			continue
+		}
+		for _, pu := range o.PurchaseUnits {
+			if pu.Payments == nil {
+				continue
+			}
+			for _, re := range pu.Payments.Refunds {
+				if re.Status != "COMPLETED" {
+					continue
+				}
+				m, err := re.Amount.Money()
+				if err == nil {
+					total, err = total.Add(m) // another currency is an error too
+				}
+				if err != nil {
+					return &payments.UnknownOutcomeError{Provider: providerName,
+						Err: fmt.Errorf("refund %s of order %s: amount %s %s: %w", re.ID, o.ID, re.Amount.Value, re.Amount.CurrencyCode, err)}
+				}
+			}
+		}
+		ch.Refunded, ch.RefundsKnown = total, true
+	}
+	return nil
 }
 
 func orDefault(v, def string) string {

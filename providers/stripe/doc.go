@@ -36,7 +36,10 @@
 // eventually consistent: usually less than a minute behind, up to an hour
 // during outages. Such answers are marked Consistent false, and a charge
 // missing from one may exist all the same: never treat it as proof that an
-// attempt left nothing at Stripe.
+// attempt left nothing at Stripe. With LookupRequest.WithRefunds it also
+// lists each charge's refunds (GET /v1/refunds?payment_intent=..., one
+// more request per charge) and reports the succeeded ones' sum as
+// Refunded, with RefundsKnown.
 //
 // # Retries
 //

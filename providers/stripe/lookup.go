@@ -2,6 +2,7 @@ package stripe
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -39,6 +40,15 @@ import (
 // window, or after the lag. (Search is also not offered to accounts in
 // India: there the fallback fails with an *[payments.InvalidRequestError].)
 //
+// With req.WithRefunds, each charge found also reports what Stripe refunded
+// of it: Lookup lists the PaymentIntent's refunds (GET /v1/refunds with
+// payment_intent, every page) and sets Refunded to the sum of those in
+// status succeeded (pending, failed and canceled refunds moved no money
+// back; a zero Money of the charge's currency when there are none) and
+// RefundsKnown. That is one more request per charge; without
+// req.WithRefunds none is sent and RefundsKnown stays false. Refunds are
+// read from List, which is consistent, whichever API found the charge.
+//
 // Errors: *[payments.InvalidRequestError], *[payments.NotSentError],
 // *[payments.UnknownOutcomeError] (a read: retrying is harmless).
 func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
@@ -48,6 +58,21 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 	if !req.From.IsZero() && !req.To.IsZero() && req.To.Before(req.From) {
 		return payments.LookupResult{}, invalid("To", "is before From")
 	}
+	res, err := p.find(ctx, req)
+	if err != nil || !req.WithRefunds {
+		return res, err
+	}
+	for i := range res.Charges {
+		if err := p.addRefunds(ctx, &res.Charges[i]); err != nil {
+			return payments.LookupResult{}, err
+		}
+	}
+	return res, nil
+}
+
+// find answers Lookup's question without refunds: List over req's window,
+// or Search.
+func (p *Provider) find(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
 	if req.From.IsZero() {
 		return p.search(ctx, req, nil)
 	}
@@ -59,6 +84,45 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 		return p.search(ctx, req, found)
 	}
 	return payments.LookupResult{Charges: found, Consistent: true}, nil
+}
+
+// addRefunds sets ch.Refunded to the sum of the PaymentIntent's succeeded
+// refunds, listed page by page, and ch.RefundsKnown. A charge whose
+// currency money does not know keeps RefundsKnown false (it cannot happen:
+// the currency is the one payonce sent).
+func (p *Provider) addRefunds(ctx context.Context, ch *payments.ChargeResult) error {
+	total, err := money.FromMinor(0, ch.Amount.Currency())
+	if ch.Amount.Currency() == "" || err != nil {
+		return nil
+	}
+	params := &stripego.RefundListParams{PaymentIntent: stripego.String(ch.ProviderID)}
+	params.Limit = stripego.Int64(lookupPageSize)
+	var sent sentTracker
+	params.Context = sent.trace(ctx)
+
+	it := p.api.Refunds.List(params)
+	for it.Next() {
+		re := it.Refund()
+		if re.Status != stripego.RefundStatusSucceeded {
+			continue
+		}
+		amount, err := money.FromMinor(re.Amount, ch.Amount.Currency())
+		if err == nil && !strings.EqualFold(string(re.Currency), string(ch.Amount.Currency())) {
+			err = fmt.Errorf("it is in %q, the PaymentIntent in %s", re.Currency, ch.Amount.Currency())
+		}
+		if err == nil {
+			total, err = total.Add(amount)
+		}
+		if err != nil {
+			return &payments.UnknownOutcomeError{Provider: providerName,
+				Err: fmt.Errorf("refund %s of PaymentIntent %s: %w", re.ID, ch.ProviderID, err)}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return classify(err, &sent)
+	}
+	ch.Refunded, ch.RefundsKnown = total, true
+	return nil
 }
 
 // scan lists the PaymentIntents created in req's window and returns those

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 )
@@ -71,6 +72,19 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 	now := time.Now()
 	_, err = p.Lookup(ctx, payments.LookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, From: now.Add(-time.Hour), To: now})
 	shapeOK(t, "lookup (GET /v1/payment_intents with created[gte|lte], limit)", err)
+
+	_, err = p.Lookup(ctx, payments.LookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, From: now.Add(-time.Hour), To: now, WithRefunds: true})
+	shapeOK(t, "lookup with refunds", err)
+	// stripe-mock's canned PaymentIntents carry no payonce key, so the
+	// Lookup above finds none and lists no refunds: the refund list of a
+	// found charge is sent directly. Its canned refund is 1.00 USD,
+	// succeeded.
+	ch, err := p.RefundsOf(ctx, payments.ChargeResult{ProviderID: res.ProviderID, Status: payments.ChargeSucceeded,
+		Amount: money.MustParse("20.00", money.USD)})
+	shapeOK(t, "refund list of a lookup with refunds (GET /v1/refunds with payment_intent, limit)", err)
+	if !ch.RefundsKnown || !ch.Refunded.Equal(money.MustParse("1.00", money.USD)) {
+		t.Fatalf("refund list: %+v, want stripe-mock's 1.00 USD refund, known", ch)
+	}
 }
 
 // The check above is only worth something if stripe-mock refuses a

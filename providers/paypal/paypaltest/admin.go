@@ -19,7 +19,7 @@ type Counts struct {
 // Total is the money moved in one currency, in minor units.
 type Total struct {
 	Captured int64 `json:"captured"` // sum of captures that completed (refunded or not)
-	Refunded int64 `json:"refunded"` // sum of refunds
+	Refunded int64 `json:"refunded"` // sum of COMPLETED refunds (not failed ones, see [Server.FailRefund])
 	Net      int64 `json:"net"`      // Captured - Refunded
 }
 
@@ -67,7 +67,7 @@ func (s *Server) CountsByRequestID(requestID string) Counts {
 	return c
 }
 
-// Totals returns, per currency code, the sums of completed captures and of refunds, for
+// Totals returns, per currency code, the sums of completed captures and of completed refunds, for
 // comparison with a ledger.
 func (s *Server) Totals() map[string]Total {
 	s.mu.Lock()
@@ -84,6 +84,9 @@ func (s *Server) Totals() map[string]Total {
 		}
 	}
 	for _, re := range s.refundList {
+		if re.status != "COMPLETED" {
+			continue
+		}
 		t := out[string(re.amount.Currency())]
 		t.Refunded += re.amount.Minor()
 		out[string(re.amount.Currency())] = t

@@ -35,7 +35,9 @@
 //   - GET /v2/payments/captures/{id}; POST /v2/payments/captures/{id}/refund {amount?,
 //     custom_id, invoice_id, note_to_payer}, bounded by what is left of the capture (422
 //     REFUND_AMOUNT_EXCEEDED, CAPTURE_FULLY_REFUNDED, REFUND_CAPTURE_CURRENCY_MISMATCH);
-//     GET /v2/payments/refunds/{id}. Refunds complete at once.
+//     GET /v2/payments/refunds/{id}. Refunds complete at once; [Server.FailRefund] makes one
+//     fail later (status FAILED, its amount refundable again), which GET order and GET refund
+//     show.
 //   - POST /v1/notifications/verify-webhook-signature (see Webhooks).
 //
 // Errors are PayPal's shape: {name, message, debug_id, details[{field, location, issue,

@@ -70,7 +70,7 @@ type refund struct {
 	amount                           money.Money
 	customID, invoiceID, noteToPayer string
 	requestID                        string
-	created                          time.Time
+	created, updated                 time.Time
 }
 
 // JSON views, with PayPal's field names.
@@ -216,7 +216,7 @@ func (c *capture) view() captureJSON {
 
 func (r *refund) view() refundJSON {
 	return refundJSON{ID: r.id, Status: r.status, Amount: amountOf(r.amount), CustomID: r.customID,
-		InvoiceID: r.invoiceID, NoteToPayer: r.noteToPayer, CreateTime: stamp(r.created), UpdateTime: stamp(r.created),
+		InvoiceID: r.invoiceID, NoteToPayer: r.noteToPayer, CreateTime: stamp(r.created), UpdateTime: stamp(r.updated),
 		Links: []link{{Href: "/v2/payments/refunds/" + r.id, Rel: "self", Method: "GET"},
 			{Href: "/v2/payments/captures/" + r.captureID, Rel: "up", Method: "GET"}}}
 }
@@ -424,7 +424,7 @@ func (s *Server) refundCapture(c *call) (*response, resourceRef) {
 	now := s.clock()
 	re := &refund{id: s.newIDLocked("REFFAKE"), status: "COMPLETED", captureID: cp.id, orderID: cp.orderID,
 		amount: amount, customID: req.CustomID, invoiceID: req.InvoiceID, noteToPayer: req.NoteToPayer,
-		requestID: c.requestID, created: now}
+		requestID: c.requestID, created: now, updated: now}
 	s.refunds[re.id] = re
 	s.refundList = append(s.refundList, re)
 	cp.refunds = append(cp.refunds, re)
@@ -446,6 +446,34 @@ func (s *Server) getRefund(c *call) (*response, resourceRef) {
 		return notFound("refund", c.r.PathValue("id")), resourceRef{}
 	}
 	return jsonResponse(http.StatusOK, re.view()), resourceRef{}
+}
+
+// FailRefund makes the COMPLETED refund id fail later, as a refund PayPal could not return to
+// the payer's funding source does: its status becomes FAILED and its amount is refundable
+// again (the capture goes back to PARTIALLY_REFUNDED, or COMPLETED when nothing else is
+// refunded). No webhook event is emitted. It returns an error naming the problem when the
+// refund is unknown or not COMPLETED.
+func (s *Server) FailRefund(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	re, ok := s.refunds[id]
+	switch {
+	case !ok:
+		return fmt.Errorf("paypaltest: no refund %q", id)
+	case re.status != "COMPLETED":
+		return fmt.Errorf("paypaltest: refund %q is %s, not COMPLETED", id, re.status)
+	}
+	now := s.clock()
+	re.status, re.updated = "FAILED", now
+	cp := s.captures[re.captureID]
+	cp.refunded, _ = cp.refunded.Sub(re.amount)
+	cp.updated = now
+	if cp.refunded.IsZero() {
+		cp.status = "COMPLETED"
+	} else {
+		cp.status = "PARTIALLY_REFUNDED"
+	}
+	return nil
 }
 
 // CompletePayerAction simulates the payer completing the action an order in

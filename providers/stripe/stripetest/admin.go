@@ -18,7 +18,7 @@ type Counts struct {
 // Total is the money moved in one currency, in minor units.
 type Total struct {
 	Succeeded int64 `json:"succeeded"` // sum of succeeded PaymentIntents' amount_received
-	Refunded  int64 `json:"refunded"`  // sum of refunds
+	Refunded  int64 `json:"refunded"`  // sum of succeeded refunds (not failed ones, see [Server.FailRefund])
 	Net       int64 `json:"net"`       // Succeeded - Refunded
 }
 
@@ -60,7 +60,7 @@ func (s *Server) CountsByMetadata(key, value string) Counts {
 }
 
 // Totals returns, per lowercase currency code, the sums of succeeded PaymentIntents and of
-// refunds, for comparison with a ledger.
+// succeeded refunds, for comparison with a ledger.
 func (s *Server) Totals() map[string]Total {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -74,6 +74,9 @@ func (s *Server) Totals() map[string]Total {
 		out[pi.Currency] = t
 	}
 	for _, re := range s.rorder {
+		if re.Status != "succeeded" {
+			continue
+		}
 		t := out[re.Currency]
 		t.Refunded += re.Amount
 		out[re.Currency] = t

@@ -44,7 +44,12 @@
 //     consistency of Stripe's Search (usually under a minute, up to an hour in outages) can
 //     be tested.
 //   - POST /v1/refunds (payment_intent or charge, amount, metadata[...]), bounded by the amount
-//     received: amount_too_large, charge_already_refunded. GET /v1/refunds/{id}.
+//     received: amount_too_large, charge_already_refunded. Refunds succeed at once;
+//     [Server.FailRefund] makes one fail later, as a refund to a closed card does.
+//     GET /v1/refunds/{id}; GET /v1/refunds (newest first; payment_intent, charge, limit 1..100
+//     (default 10; anything else is Stripe's 400 parameter_invalid_integer), starting_after),
+//     in Stripe's list envelope (object "list", data, has_more, url), each refund with its
+//     status.
 //
 // # Idempotency
 //

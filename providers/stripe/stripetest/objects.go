@@ -53,6 +53,7 @@ type refund struct {
 	PaymentIntent string            `json:"payment_intent"`
 	Reason        *string           `json:"reason"`
 	Status        string            `json:"status"`
+	FailureReason *string           `json:"failure_reason,omitempty"`
 
 	idempotencyKey string
 }
@@ -215,18 +216,27 @@ func (s *Server) getPaymentIntent(c *call) (*response, bool) {
 	return jsonResponse(http.StatusOK, pi), true
 }
 
+// listLimit reads a list's limit: 1..100, default 10.
+func listLimit(f url.Values) (int64, *response) {
+	v := f.Get("limit")
+	if v == "" {
+		return 10, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 || n > 100 {
+		return 0, errorResponse(http.StatusBadRequest, apiError{Type: typeInvalidRequest, Code: "parameter_invalid_integer",
+			Param: "limit", Message: "Invalid limit: must be between 1 and 100"})
+	}
+	return n, nil
+}
+
 // listPaymentIntents serves GET /v1/payment_intents: newest first, with created filters
 // (created, created[gt|gte|lt|lte]), limit (1..100, default 10) and starting_after.
 func (s *Server) listPaymentIntents(c *call) (*response, bool) {
 	f := c.form
-	limit := int64(10)
-	if v := f.Get("limit"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 || n > 100 {
-			return errorResponse(http.StatusBadRequest, apiError{Type: typeInvalidRequest, Code: "parameter_invalid_integer",
-				Param: "limit", Message: "Invalid limit: must be between 1 and 100"}), false
-		}
-		limit = n
+	limit, bad := listLimit(f)
+	if bad != nil {
+		return bad, false
 	}
 	type bound struct {
 		param string
@@ -342,6 +352,62 @@ func (s *Server) createRefund(c *call) (*response, bool) {
 	s.rorder = append(s.rorder, re)
 	s.emitLocked(c, "charge.refunded", chargeOf(pi), chargePrevious(pi, prevRefunded))
 	return jsonResponse(http.StatusOK, re), true
+}
+
+// listRefunds serves GET /v1/refunds: newest first, optionally only the refunds of one
+// PaymentIntent (payment_intent) or charge (charge), with limit (1..100, default 10) and
+// starting_after. An unknown payment_intent or charge is an empty list, as at Stripe.
+func (s *Server) listRefunds(c *call) (*response, bool) {
+	f := c.form
+	limit, bad := listLimit(f)
+	if bad != nil {
+		return bad, false
+	}
+	keep := func(re *refund) bool {
+		return (!f.Has("payment_intent") || re.PaymentIntent == f.Get("payment_intent")) &&
+			(!f.Has("charge") || re.Charge == f.Get("charge"))
+	}
+	newestFirst := slices.Clone(s.rorder)
+	slices.Reverse(newestFirst)
+	if after := f.Get("starting_after"); after != "" {
+		i := slices.IndexFunc(newestFirst, func(re *refund) bool { return re.ID == after })
+		if i < 0 {
+			return noSuch(http.StatusBadRequest, "refund", "starting_after", after)
+		}
+		newestFirst = newestFirst[i+1:]
+	}
+	out := list[*refund]{Object: "list", Data: []*refund{}, URL: "/v1/refunds"}
+	for _, re := range newestFirst {
+		if !keep(re) {
+			continue
+		}
+		if int64(len(out.Data)) == limit {
+			out.HasMore = true
+			break
+		}
+		out.Data = append(out.Data, re)
+	}
+	return jsonResponse(http.StatusOK, out), true
+}
+
+// FailRefund makes the succeeded refund id fail, as a refund to a closed or expired card fails
+// at Stripe days after it was created: its status becomes failed (failure_reason
+// expired_or_canceled_card) and its amount is refundable again. No event is emitted. It returns
+// an error naming the problem when the refund is unknown or not succeeded.
+func (s *Server) FailRefund(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	re, ok := s.refunds[id]
+	switch {
+	case !ok:
+		return fmt.Errorf("stripetest: no refund %q", id)
+	case re.Status != "succeeded":
+		return fmt.Errorf("stripetest: refund %q is %s, not succeeded", id, re.Status)
+	}
+	re.Status = "failed"
+	re.FailureReason = ptr("expired_or_canceled_card")
+	s.intents[re.PaymentIntent].refunded -= re.Amount
+	return nil
 }
 
 func (s *Server) getRefund(c *call) (*response, bool) {

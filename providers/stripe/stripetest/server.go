@@ -209,6 +209,8 @@ func (s *Server) route(r *http.Request) handler {
 		return withID(p, s.getPaymentIntent)
 	case r.Method == http.MethodPost && p == "/v1/refunds":
 		return s.createRefund
+	case r.Method == http.MethodGet && p == "/v1/refunds":
+		return s.listRefunds
 	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/refunds/") && strings.Count(p, "/") == 3:
 		return withID(p, s.getRefund)
 	}
