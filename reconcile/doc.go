@@ -38,8 +38,14 @@
 // back with [Runs] and [Items]; `payonce reconcile` and `payonce report`
 // print them.
 //
-// Not yet covered: refund lookups at the provider (a refund whose outcome
-// never arrives goes to review after its checks), re-verification of
-// intents that succeeded locally, and balance-level drift per provider
-// and currency against provider balance reports.
+// Charges that succeeded locally are checked once against the provider
+// (Config.VerifyWithin), and again whenever one of their refunds settles:
+// missing there, failed there, another amount, or another refunded total
+// than the refunds payonce recorded are reported (Adyen's adapter cannot
+// tell its refunded totals).
+//
+// Not yet covered: lookups of refund intents still open (a refund whose
+// outcome never arrives goes to review after its checks), and
+// balance-level drift per provider and currency against the providers'
+// balance and settlement reports.
 package reconcile
