@@ -208,3 +208,20 @@ func ProviderKey(key, step string, attempt, maxLen int) string {
 	}
 	return full[:maxLen-len(h)-1] + "_" + h
 }
+
+// Totaler is implemented by providers that report the money they moved
+// over a period (Stripe's balance transactions): the reconciler compares it
+// with the ledger per currency (balance-level drift).
+type Totaler interface {
+	// Totals sums, per currency, the charges and refunds the provider
+	// recorded in [from, to). Charged is positive; Refunded is signed: a
+	// refund that fails in the period gives money back and reduces it. The
+	// currency is the one the provider settled in (a converted charge
+	// lands in the account's settlement currency).
+	Totals(ctx context.Context, from, to time.Time) (map[money.Currency]Totals, error)
+}
+
+// Totals is the money a provider moved in one currency over a period.
+type Totals struct {
+	Charged, Refunded money.Money
+}

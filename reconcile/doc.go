@@ -44,8 +44,11 @@
 // than the refunds payonce recorded are reported (Adyen's adapter cannot
 // tell its refunded totals).
 //
+// Every Config.DriftEvery, the money each provider implementing
+// payments.Totaler (Stripe) moved over a period is compared per currency
+// with the ledger's entries for the intents created then (balance drift).
+//
 // Not yet covered: lookups of refund intents still open (a refund whose
-// outcome never arrives goes to review after its checks), and
-// balance-level drift per provider and currency against the providers'
-// balance and settlement reports.
+// outcome never arrives goes to review after its checks), and totals for
+// Adyen and PayPal.
 package reconcile

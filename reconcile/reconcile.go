@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 )
@@ -51,6 +52,11 @@ type Config struct {
 	VerifyWithin time.Duration
 	// VerifyBatch bounds those checks per run. Default 50.
 	VerifyBatch int
+	// DriftWindow and DriftLag: every DriftEvery, the money each provider
+	// implementing payments.Totaler moved in [now-DriftLag-DriftWindow,
+	// now-DriftLag) is compared per currency with the ledger's entries of
+	// the intents created in that window. Defaults 24h, 1h, 1h.
+	DriftWindow, DriftLag, DriftEvery time.Duration
 	// StuckAfter reports idempotency records still PROCESSING this long
 	// after their lease ended. Default 5m.
 	StuckAfter time.Duration
@@ -104,7 +110,8 @@ func (c *Config) withDefaults() (Config, error) {
 		name string
 	}{{&out.Grace, 2 * time.Minute, "Grace"}, {&out.ClaimTTL, 5 * time.Minute, "ClaimTTL"},
 		{&out.StuckAfter, 5 * time.Minute, "StuckAfter"}, {&out.VoidAfter, 30 * time.Minute, "VoidAfter"},
-		{&out.ActionGrace, 24 * time.Hour, "ActionGrace"}, {&out.VerifyWithin, 24 * time.Hour, "VerifyWithin"}} {
+		{&out.ActionGrace, 24 * time.Hour, "ActionGrace"}, {&out.VerifyWithin, 24 * time.Hour, "VerifyWithin"},
+		{&out.DriftWindow, 24 * time.Hour, "DriftWindow"}, {&out.DriftLag, time.Hour, "DriftLag"}, {&out.DriftEvery, time.Hour, "DriftEvery"}} {
 		if err := def(f.d, f.v, f.name); err != nil {
 			return out, err
 		}
@@ -153,6 +160,9 @@ type Reconciler struct {
 	client  *payments.Client
 	cfg     Config
 	metrics *instruments
+
+	mu        sync.Mutex
+	lastDrift time.Time
 }
 
 // New returns a Reconciler over the payments client's database and
@@ -300,6 +310,9 @@ func (r *Reconciler) run(ctx context.Context, rep *Report) error {
 	if err := r.verifySucceeded(ctx, rep); err != nil {
 		errs = append(errs, err)
 	}
+	if err := r.balanceDrift(ctx, rep); err != nil {
+		errs = append(errs, err)
+	}
 	if err := r.stuckRecords(ctx, rep); err != nil {
 		errs = append(errs, err)
 	}
@@ -330,6 +343,7 @@ const (
 	KindSucceededMissingAtProvider = "succeeded locally, missing at provider"
 	KindSucceededFailedAtProvider  = "succeeded locally, failed at provider"
 	KindRefundTotalsDiffer         = "refund totals differ"
+	KindBalanceDrift               = "balance drift"
 	KindDuplicateAtProvider        = "several charges at provider"
 	KindRefundOutcomeMissing       = "refund outcome never arrived"
 	KindProviderUnavailable        = "provider unavailable"
@@ -740,4 +754,115 @@ func (r *Reconciler) localRefunds(ctx context.Context, it item) (money.Money, in
 	}
 	m, err := money.Parse(sum, it.Amount.Currency())
 	return m, open, err
+}
+
+// balanceDrift compares, per provider and currency, the money the provider
+// reports it moved over the window with the ledger's entries for the
+// intents created in it. Intents are created just before their provider
+// object, so a charge within a moment of the window's edge can show once
+// as drift of its amount; the next window agrees.
+func (r *Reconciler) balanceDrift(ctx context.Context, rep *Report) error {
+	if r.client == nil {
+		return nil
+	}
+	r.mu.Lock()
+	due := time.Since(r.lastDrift) >= r.cfg.DriftEvery
+	if due {
+		r.lastDrift = time.Now()
+	}
+	r.mu.Unlock()
+	if !due {
+		return nil
+	}
+	var to time.Time
+	if err := r.pool.QueryRow(ctx, `SELECT now() - $1::interval`, r.cfg.DriftLag).Scan(&to); err != nil {
+		return err
+	}
+	from := to.Add(-r.cfg.DriftWindow)
+	var found []Item
+	for _, name := range r.client.ProviderNames() {
+		t, ok := r.client.Provider(name).(payments.Totaler)
+		if !ok {
+			continue
+		}
+		theirs, err := t.Totals(ctx, from, to)
+		if err != nil {
+			found = append(found, Item{Kind: KindProviderUnavailable, Provider: name, Action: ActionReported,
+				ProviderState: "totals unavailable", Detail: err.Error()})
+			continue
+		}
+		ours, err := r.ledgerTotals(ctx, name, from, to)
+		if err != nil {
+			return err
+		}
+		currencies := map[money.Currency]bool{}
+		for c := range theirs {
+			currencies[c] = true
+		}
+		for c := range ours {
+			currencies[c] = true
+		}
+		for c := range currencies {
+			a, b := ours[c], theirs[c]
+			if sameMoney(a.Charged, b.Charged, c) && sameMoney(a.Refunded, b.Refunded, c) {
+				continue
+			}
+			found = append(found, Item{Kind: KindBalanceDrift, Provider: name, Currency: string(c), Action: ActionReported,
+				LocalState:    "ledger: charged " + amountOf(a.Charged, c) + ", refunded " + amountOf(a.Refunded, c),
+				ProviderState: "charged " + amountOf(b.Charged, c) + ", refunded " + amountOf(b.Refunded, c),
+				Detail:        "over " + from.UTC().Format(time.RFC3339) + " to " + to.UTC().Format(time.RFC3339)})
+		}
+	}
+	return r.reportAll(ctx, rep, found)
+}
+
+// ledgerTotals sums the ledger's provider-cash postings of the intents
+// created in [from, to), per currency: charges in, refunds out.
+func (r *Reconciler) ledgerTotals(ctx context.Context, provider string, from, to time.Time) (map[money.Currency]payments.Totals, error) {
+	rows, err := r.pool.Query(ctx, `SELECT p.currency,
+		coalesce(sum(p.amount) FILTER (WHERE e.step = $4), 0)::text,
+		coalesce(-sum(p.amount) FILTER (WHERE e.step = $5), 0)::text
+		FROM ledger_postings p
+		JOIN ledger_entries e ON e.id = p.entry_id
+		JOIN ledger_accounts a ON a.id = p.account_id
+		JOIN payment_intents i ON i.idempotency_key = e.key
+		WHERE a.code = $1 AND i.provider = $6 AND i.created_at >= $2 AND i.created_at < $3
+		GROUP BY p.currency`, ledger.ProviderCash(provider), from, to, ledger.StepCharge, ledger.StepRefund, provider)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: ledger totals: %w", err)
+	}
+	defer rows.Close()
+	out := map[money.Currency]payments.Totals{}
+	for rows.Next() {
+		var code, charged, refunded string
+		if err := rows.Scan(&code, &charged, &refunded); err != nil {
+			return nil, err
+		}
+		cur, err := money.ParseCurrency(code)
+		if err != nil {
+			return nil, err
+		}
+		var t payments.Totals
+		if t.Charged, err = money.Parse(charged, cur); err != nil {
+			return nil, err
+		}
+		if t.Refunded, err = money.Parse(refunded, cur); err != nil {
+			return nil, err
+		}
+		out[cur] = t
+	}
+	return out, rows.Err()
+}
+
+func sameMoney(a, b money.Money, c money.Currency) bool {
+	return amountOf(a, c) == amountOf(b, c)
+}
+
+// amountOf prints m, a missing amount as zero of c.
+func amountOf(m money.Money, c money.Currency) string {
+	if m.Currency() == "" {
+		z, _ := money.FromMinor(0, c)
+		return z.AmountString()
+	}
+	return m.AmountString()
 }

@@ -591,3 +591,50 @@ func TestConfigRefusals(t *testing.T) {
 		}
 	}
 }
+
+// Balance-level drift: the provider's totals over a period against the
+// ledger's, per currency.
+func TestBalanceDrift(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	for _, k := range []string{"b1", "b2"} {
+		if _, err := w.client.Charge(ctx, params("stripe", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.client.Refund(ctx, payments.RefundParams{Scope: "cus_r", Key: "br", ChargeKey: "b1",
+		Amount: money.MustParse("2.00", money.EUR)}); err != nil {
+		t.Fatal(err)
+	}
+	r := w.reconciler(t, &reconcile.Config{Grace: time.Millisecond, DriftLag: time.Millisecond, DriftEvery: time.Millisecond})
+	drift := func() []reconcile.Item {
+		t.Helper()
+		time.Sleep(1100 * time.Millisecond) // the provider's created times are in seconds
+		rep, err := r.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []reconcile.Item
+		for _, x := range rep.Items {
+			if x.Kind == reconcile.KindBalanceDrift {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	if got := drift(); len(got) != 0 {
+		t.Fatalf("books that agree reported as drift: %+v", got)
+	}
+	// A refund made at the provider outside payonce.
+	in := w.intent(t, "b2")
+	if _, err := w.client.Provider("stripe").Refund(ctx, payments.RefundRequest{Key: composed("b2"), ProviderKey: "outside",
+		ChargeID: in.ProviderID, Amount: money.MustParse("1.00", money.EUR)}); err != nil {
+		t.Fatal(err)
+	}
+	got := drift()
+	if len(got) != 1 || got[0].Provider != "stripe" || got[0].Currency != "EUR" ||
+		got[0].LocalState != "ledger: charged 24.68, refunded 2.00" || got[0].ProviderState != "charged 24.68, refunded 3.00" {
+		t.Fatalf("drift after a refund outside payonce: %+v", got)
+	}
+}

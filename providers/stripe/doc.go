@@ -1,6 +1,7 @@
 // Package stripe is payonce's Stripe adapter: a [payments.Provider] over
 // PaymentIntents and Refunds of Stripe API v1, through stripe-go v79, plus
-// webhook signature verification.
+// a [payments.Totaler] over Balance Transactions and webhook signature
+// verification.
 //
 // The package shares its name with stripe-go's; alias one of them. payonce
 // code aliases this package and keeps stripe-go's name for stripe-go:
@@ -40,6 +41,19 @@
 // lists each charge's refunds (GET /v1/refunds?payment_intent=..., one
 // more request per charge) and reports the succeeded ones' sum as
 // Refunded, with RefundsKnown.
+//
+// # Totals
+//
+// [Provider.Totals] sums, per currency, the balance transactions Stripe
+// created in a window [from, to) (whole seconds): charges (type charge,
+// payment) into Charged; refunds (refund, payment_refund) into Refunded,
+// less the refunds that failed (refund_failure, which give the money back
+// in the window of the failure, so that a window's Refunded can be
+// negative). Amounts are gross, before Stripe's fees; payouts, fees,
+// transfers and adjustments (disputes) are not counted. Transactions are in
+// the account's settlement currency: a charge Stripe converted lands there,
+// not in the charge's currency. A charge or refund in a currency money
+// does not know fails the call rather than being skipped.
 //
 // # Retries
 //

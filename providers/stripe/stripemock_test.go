@@ -85,6 +85,15 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 	if !ch.RefundsKnown || !ch.Refunded.Equal(money.MustParse("1.00", money.USD)) {
 		t.Fatalf("refund list: %+v, want stripe-mock's 1.00 USD refund, known", ch)
 	}
+
+	// stripe-mock answers any window with its one canned transaction: a
+	// 1.00 USD charge.
+	tot, err := p.Totals(ctx, now.Add(-24*time.Hour), now)
+	shapeOK(t, "totals (GET /v1/balance_transactions with created[gte|lt], limit)", err)
+	if len(tot) != 1 || !tot[money.USD].Charged.Equal(money.MustParse("1.00", money.USD)) ||
+		!tot[money.USD].Refunded.Equal(money.MustParse("0", money.USD)) {
+		t.Fatalf("totals: %v, want stripe-mock's 1.00 USD charge", tot)
+	}
 }
 
 // The check above is only worth something if stripe-mock refuses a

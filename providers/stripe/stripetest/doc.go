@@ -49,7 +49,16 @@
 //     GET /v1/refunds/{id}; GET /v1/refunds (newest first; payment_intent, charge, limit 1..100
 //     (default 10; anything else is Stripe's 400 parameter_invalid_integer), starting_after),
 //     in Stripe's list envelope (object "list", data, has_more, url), each refund with its
-//     status.
+//     status and balance_transaction (and failure_balance_transaction once failed).
+//   - GET /v1/balance_transactions (newest first; created, created[gt|gte|lt|lte], type,
+//     limit 1..100, starting_after; an unknown type or a bad limit is a 400 naming it) and
+//     GET /v1/balance_transactions/{id}. The fake keeps the balance as Stripe does, stamped
+//     on Config.Clock: a PaymentIntent that succeeds adds a "charge" transaction (amount +,
+//     source its latest_charge), a refund a "refund" one (amount -, source the refund), and
+//     [Server.FailRefund] a "refund_failure" one (amount +, source the refund), each with its
+//     reporting_category equal to its type, fee 0 and net equal to amount. Declined and
+//     requires_action PaymentIntents move no money. A charge's funds are pending for
+//     [ChargeAvailableAfter], then available; refunds and failures are available at once.
 //
 // # Idempotency
 //

@@ -35,6 +35,7 @@ type paymentIntent struct {
 
 	idempotencyKey string // the Idempotency-Key of the request that created it
 	refunded       int64
+	balanceTxn     string // the charge's balance transaction, once it succeeded
 }
 
 type nextAction struct {
@@ -54,6 +55,10 @@ type refund struct {
 	Reason        *string           `json:"reason"`
 	Status        string            `json:"status"`
 	FailureReason *string           `json:"failure_reason,omitempty"`
+	// BalanceTransaction took the refund from the balance; FailureBalanceTransaction gave it
+	// back when the refund failed.
+	BalanceTransaction        *string `json:"balance_transaction"`
+	FailureBalanceTransaction *string `json:"failure_balance_transaction,omitempty"`
 
 	idempotencyKey string
 }
@@ -203,6 +208,7 @@ func (s *Server) createPaymentIntent(c *call) (*response, bool) {
 		pi.Status = "succeeded"
 		pi.AmountReceived = amount
 		pi.LatestCharge = ptr(s.newIDLocked("ch"))
+		pi.balanceTxn = s.recordBalanceLocked("charge", amount, currency, *pi.LatestCharge, pi.Description)
 		s.emitLocked(c, "payment_intent.succeeded", pi, nil)
 	}
 	return jsonResponse(http.StatusOK, pi), true
@@ -230,19 +236,14 @@ func listLimit(f url.Values) (int64, *response) {
 	return n, nil
 }
 
-// listPaymentIntents serves GET /v1/payment_intents: newest first, with created filters
-// (created, created[gt|gte|lt|lte]), limit (1..100, default 10) and starting_after.
-func (s *Server) listPaymentIntents(c *call) (*response, bool) {
-	f := c.form
-	limit, bad := listLimit(f)
-	if bad != nil {
-		return bad, false
-	}
-	type bound struct {
+// createdFilter reads a list's creation filters (created, created[gt|gte|lt|lte], Unix
+// seconds) into one predicate on `created`; a malformed bound is Stripe's 400
+// parameter_invalid_integer naming it.
+func createdFilter(f url.Values) (func(created int64) bool, *response) {
+	bounds := []struct {
 		param string
 		keep  func(created, b int64) bool
-	}
-	bounds := []bound{
+	}{
 		{"created", func(c, b int64) bool { return c == b }},
 		{"created[gt]", func(c, b int64) bool { return c > b }},
 		{"created[gte]", func(c, b int64) bool { return c >= b }},
@@ -257,31 +258,63 @@ func (s *Server) listPaymentIntents(c *call) (*response, bool) {
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return invalidInteger(b.param, v)
+			resp, _ := invalidInteger(b.param, v)
+			return nil, resp
 		}
 		filters = append(filters, func(created int64) bool { return b.keep(created, n) })
 	}
+	return func(created int64) bool {
+		return !slices.ContainsFunc(filters, func(keep func(int64) bool) bool { return !keep(created) })
+	}, nil
+}
 
-	newestFirst := slices.Clone(s.order)
+// listPage is one page of a list endpoint over objects in creation order: newest first, the
+// objects keep accepts after the starting_after cursor (the id of an object of the list, named
+// object in the 400 resource_missing of an unknown one), at most the limit (1..100, default 10;
+// see listLimit). It returns the page (never nil: Stripe's "data" is always an array) and
+// has_more.
+func listPage[T any](f url.Values, object string, ordered []T, id func(T) string, keep func(T) bool) ([]T, bool, *response) {
+	limit, bad := listLimit(f)
+	if bad != nil {
+		return nil, false, bad
+	}
+	newestFirst := slices.Clone(ordered)
 	slices.Reverse(newestFirst)
 	if after := f.Get("starting_after"); after != "" {
-		i := slices.IndexFunc(newestFirst, func(pi *paymentIntent) bool { return pi.ID == after })
+		i := slices.IndexFunc(newestFirst, func(o T) bool { return id(o) == after })
 		if i < 0 {
-			return noSuch(http.StatusBadRequest, "payment_intent", "starting_after", after)
+			resp, _ := noSuch(http.StatusBadRequest, object, "starting_after", after)
+			return nil, false, resp
 		}
 		newestFirst = newestFirst[i+1:]
 	}
-	out := list[*paymentIntent]{Object: "list", Data: []*paymentIntent{}, URL: "/v1/payment_intents"}
-	for _, pi := range newestFirst {
-		if !slices.ContainsFunc(filters, func(keep func(int64) bool) bool { return !keep(pi.Created) }) {
-			if int64(len(out.Data)) == limit {
-				out.HasMore = true
-				break
-			}
-			out.Data = append(out.Data, pi)
+	page := []T{}
+	for _, o := range newestFirst {
+		if !keep(o) {
+			continue
 		}
+		if int64(len(page)) == limit {
+			return page, true, nil
+		}
+		page = append(page, o)
 	}
-	return jsonResponse(http.StatusOK, out), true
+	return page, false, nil
+}
+
+// listPaymentIntents serves GET /v1/payment_intents: newest first, with created filters
+// (created, created[gt|gte|lt|lte]), limit (1..100, default 10) and starting_after.
+func (s *Server) listPaymentIntents(c *call) (*response, bool) {
+	created, bad := createdFilter(c.form)
+	if bad != nil {
+		return bad, false
+	}
+	page, more, bad := listPage(c.form, "payment_intent", s.order,
+		func(pi *paymentIntent) string { return pi.ID },
+		func(pi *paymentIntent) bool { return created(pi.Created) })
+	if bad != nil {
+		return bad, false
+	}
+	return jsonResponse(http.StatusOK, list[*paymentIntent]{Object: "list", Data: page, HasMore: more, URL: "/v1/payment_intents"}), true
 }
 
 // createRefund serves POST /v1/refunds for a succeeded PaymentIntent (payment_intent or
@@ -348,6 +381,7 @@ func (s *Server) createRefund(c *call) (*response, bool) {
 		Status:         "succeeded",
 		idempotencyKey: c.key,
 	}
+	re.BalanceTransaction = ptr(s.recordBalanceLocked("refund", -amount, re.Currency, re.ID, nil))
 	s.refunds[re.ID] = re
 	s.rorder = append(s.rorder, re)
 	s.emitLocked(c, "charge.refunded", chargeOf(pi), chargePrevious(pi, prevRefunded))
@@ -359,40 +393,23 @@ func (s *Server) createRefund(c *call) (*response, bool) {
 // starting_after. An unknown payment_intent or charge is an empty list, as at Stripe.
 func (s *Server) listRefunds(c *call) (*response, bool) {
 	f := c.form
-	limit, bad := listLimit(f)
+	page, more, bad := listPage(f, "refund", s.rorder,
+		func(re *refund) string { return re.ID },
+		func(re *refund) bool {
+			return (!f.Has("payment_intent") || re.PaymentIntent == f.Get("payment_intent")) &&
+				(!f.Has("charge") || re.Charge == f.Get("charge"))
+		})
 	if bad != nil {
 		return bad, false
 	}
-	keep := func(re *refund) bool {
-		return (!f.Has("payment_intent") || re.PaymentIntent == f.Get("payment_intent")) &&
-			(!f.Has("charge") || re.Charge == f.Get("charge"))
-	}
-	newestFirst := slices.Clone(s.rorder)
-	slices.Reverse(newestFirst)
-	if after := f.Get("starting_after"); after != "" {
-		i := slices.IndexFunc(newestFirst, func(re *refund) bool { return re.ID == after })
-		if i < 0 {
-			return noSuch(http.StatusBadRequest, "refund", "starting_after", after)
-		}
-		newestFirst = newestFirst[i+1:]
-	}
-	out := list[*refund]{Object: "list", Data: []*refund{}, URL: "/v1/refunds"}
-	for _, re := range newestFirst {
-		if !keep(re) {
-			continue
-		}
-		if int64(len(out.Data)) == limit {
-			out.HasMore = true
-			break
-		}
-		out.Data = append(out.Data, re)
-	}
-	return jsonResponse(http.StatusOK, out), true
+	return jsonResponse(http.StatusOK, list[*refund]{Object: "list", Data: page, HasMore: more, URL: "/v1/refunds"}), true
 }
 
 // FailRefund makes the succeeded refund id fail, as a refund to a closed or expired card fails
 // at Stripe days after it was created: its status becomes failed (failure_reason
-// expired_or_canceled_card) and its amount is refundable again. No event is emitted. It returns
+// expired_or_canceled_card), its amount is refundable again, and a refund_failure balance
+// transaction (failure_balance_transaction) gives the amount back to the balance, created now
+// on Config.Clock. No event is emitted. It returns
 // an error naming the problem when the refund is unknown or not succeeded.
 func (s *Server) FailRefund(id string) error {
 	s.mu.Lock()
@@ -406,6 +423,7 @@ func (s *Server) FailRefund(id string) error {
 	}
 	re.Status = "failed"
 	re.FailureReason = ptr("expired_or_canceled_card")
+	re.FailureBalanceTransaction = ptr(s.recordBalanceLocked("refund_failure", re.Amount, re.Currency, re.ID, nil))
 	s.intents[re.PaymentIntent].refunded -= re.Amount
 	return nil
 }

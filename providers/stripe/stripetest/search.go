@@ -35,14 +35,9 @@ func (s *Server) searchPaymentIntents(c *call) (*response, bool) {
 		return errorResponse(http.StatusBadRequest, apiError{Type: typeInvalidRequest, Param: "query",
 			Message: "Invalid search query: " + err.Error()}), false
 	}
-	limit := int64(10)
-	if v := f.Get("limit"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1 || n > 100 {
-			return errorResponse(http.StatusBadRequest, apiError{Type: typeInvalidRequest, Code: "parameter_invalid_integer",
-				Param: "limit", Message: "Invalid limit: must be between 1 and 100"}), false
-		}
-		limit = n
+	limit, bad := listLimit(f)
+	if bad != nil {
+		return bad, false
 	}
 
 	newestFirst := slices.Clone(s.order)

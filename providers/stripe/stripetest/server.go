@@ -74,6 +74,8 @@ type Server struct {
 	order   []*paymentIntent // creation order
 	refunds map[string]*refund
 	rorder  []*refund
+	balance map[string]*balanceTransaction
+	border  []*balanceTransaction // creation order
 
 	wh *fakekit.Deliveries[Event] // event log and delivery queue; its own lock is taken after mu
 }
@@ -105,6 +107,7 @@ func NewUnstartedServer(cfg *Config) *Server {
 		keys:      fakekit.NewKeys[scopedKey, cached](),
 		intents:   make(map[string]*paymentIntent),
 		refunds:   make(map[string]*refund),
+		balance:   make(map[string]*balanceTransaction),
 	}
 	if s.clock == nil {
 		s.clock = time.Now
@@ -213,6 +216,10 @@ func (s *Server) route(r *http.Request) handler {
 		return s.listRefunds
 	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/refunds/") && strings.Count(p, "/") == 3:
 		return withID(p, s.getRefund)
+	case r.Method == http.MethodGet && p == "/v1/balance_transactions":
+		return s.listBalanceTransactions
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/balance_transactions/") && strings.Count(p, "/") == 3:
+		return withID(p, s.getBalanceTransaction)
 	}
 	return nil
 }

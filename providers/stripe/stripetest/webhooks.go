@@ -90,41 +90,43 @@ type eventRequest struct {
 // charge is the Charge object as a charge.refunded event carries it. The fake keeps no charges
 // of its own: it is derived from the PaymentIntent whose latest_charge it is.
 type charge struct {
-	ID             string            `json:"id"`
-	Object         string            `json:"object"`
-	Amount         int64             `json:"amount"`
-	AmountCaptured int64             `json:"amount_captured"`
-	AmountRefunded int64             `json:"amount_refunded"`
-	Captured       bool              `json:"captured"`
-	Created        int64             `json:"created"`
-	Currency       string            `json:"currency"`
-	Description    *string           `json:"description"`
-	Livemode       bool              `json:"livemode"`
-	Metadata       map[string]string `json:"metadata"`
-	Paid           bool              `json:"paid"`
-	PaymentIntent  string            `json:"payment_intent"`
-	PaymentMethod  *string           `json:"payment_method"`
-	Refunded       bool              `json:"refunded"`
-	Status         string            `json:"status"`
+	ID                 string            `json:"id"`
+	Object             string            `json:"object"`
+	Amount             int64             `json:"amount"`
+	AmountCaptured     int64             `json:"amount_captured"`
+	AmountRefunded     int64             `json:"amount_refunded"`
+	BalanceTransaction *string           `json:"balance_transaction"`
+	Captured           bool              `json:"captured"`
+	Created            int64             `json:"created"`
+	Currency           string            `json:"currency"`
+	Description        *string           `json:"description"`
+	Livemode           bool              `json:"livemode"`
+	Metadata           map[string]string `json:"metadata"`
+	Paid               bool              `json:"paid"`
+	PaymentIntent      string            `json:"payment_intent"`
+	PaymentMethod      *string           `json:"payment_method"`
+	Refunded           bool              `json:"refunded"`
+	Status             string            `json:"status"`
 }
 
 func chargeOf(pi *paymentIntent) *charge {
 	return &charge{
-		ID:             *pi.LatestCharge,
-		Object:         "charge",
-		Amount:         pi.Amount,
-		AmountCaptured: pi.AmountReceived,
-		AmountRefunded: pi.refunded,
-		Captured:       true,
-		Created:        pi.Created,
-		Currency:       pi.Currency,
-		Description:    pi.Description,
-		Metadata:       pi.Metadata,
-		Paid:           true,
-		PaymentIntent:  pi.ID,
-		PaymentMethod:  pi.PaymentMethod,
-		Refunded:       pi.refunded == pi.AmountReceived,
-		Status:         "succeeded",
+		ID:                 *pi.LatestCharge,
+		Object:             "charge",
+		Amount:             pi.Amount,
+		AmountCaptured:     pi.AmountReceived,
+		AmountRefunded:     pi.refunded,
+		BalanceTransaction: ptr(pi.balanceTxn),
+		Captured:           true,
+		Created:            pi.Created,
+		Currency:           pi.Currency,
+		Description:        pi.Description,
+		Metadata:           pi.Metadata,
+		Paid:               true,
+		PaymentIntent:      pi.ID,
+		PaymentMethod:      pi.PaymentMethod,
+		Refunded:           pi.refunded == pi.AmountReceived,
+		Status:             "succeeded",
 	}
 }
 
