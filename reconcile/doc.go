@@ -45,10 +45,10 @@
 // tell its refunded totals).
 //
 // Every Config.DriftEvery, the money each provider implementing
-// payments.Totaler (Stripe) moved over a period is compared per currency
+// payments.Totaler (Stripe, PayPal) moved over a period is compared per currency
 // with the ledger's entries for the intents created then (balance drift).
 //
 // Not yet covered: lookups of refund intents still open (a refund whose
 // outcome never arrives goes to review after its checks), and totals for
-// Adyen and PayPal.
+// Adyen.
 package reconcile

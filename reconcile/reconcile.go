@@ -55,7 +55,8 @@ type Config struct {
 	// DriftWindow and DriftLag: every DriftEvery, the money each provider
 	// implementing payments.Totaler moved in [now-DriftLag-DriftWindow,
 	// now-DriftLag) is compared per currency with the ledger's entries of
-	// the intents created in that window. Defaults 24h, 1h, 1h.
+	// the intents created in that window. Defaults 24h, 4h (PayPal's
+	// transaction search lags up to 3h), 1h.
 	DriftWindow, DriftLag, DriftEvery time.Duration
 	// StuckAfter reports idempotency records still PROCESSING this long
 	// after their lease ended. Default 5m.
@@ -111,7 +112,7 @@ func (c *Config) withDefaults() (Config, error) {
 	}{{&out.Grace, 2 * time.Minute, "Grace"}, {&out.ClaimTTL, 5 * time.Minute, "ClaimTTL"},
 		{&out.StuckAfter, 5 * time.Minute, "StuckAfter"}, {&out.VoidAfter, 30 * time.Minute, "VoidAfter"},
 		{&out.ActionGrace, 24 * time.Hour, "ActionGrace"}, {&out.VerifyWithin, 24 * time.Hour, "VerifyWithin"},
-		{&out.DriftWindow, 24 * time.Hour, "DriftWindow"}, {&out.DriftLag, time.Hour, "DriftLag"}, {&out.DriftEvery, time.Hour, "DriftEvery"}} {
+		{&out.DriftWindow, 24 * time.Hour, "DriftWindow"}, {&out.DriftLag, 4 * time.Hour, "DriftLag"}, {&out.DriftEvery, time.Hour, "DriftEvery"}} {
 		if err := def(f.d, f.v, f.name); err != nil {
 			return out, err
 		}

@@ -596,10 +596,19 @@ func TestConfigRefusals(t *testing.T) {
 // ledger's, per currency.
 func TestBalanceDrift(t *testing.T) {
 	t.Parallel()
+	for _, provider := range []string{"stripe", "paypal"} {
+		t.Run(provider, func(t *testing.T) {
+			t.Parallel()
+			testBalanceDrift(t, provider)
+		})
+	}
+}
+
+func testBalanceDrift(t *testing.T, provider string) {
 	w := newWorld(t)
 	ctx := context.Background()
 	for _, k := range []string{"b1", "b2"} {
-		if _, err := w.client.Charge(ctx, params("stripe", k)); err != nil {
+		if _, err := w.client.Charge(ctx, params(provider, k)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -610,7 +619,7 @@ func TestBalanceDrift(t *testing.T) {
 	r := w.reconciler(t, &reconcile.Config{Grace: time.Millisecond, DriftLag: time.Millisecond, DriftEvery: time.Millisecond})
 	drift := func() []reconcile.Item {
 		t.Helper()
-		time.Sleep(1100 * time.Millisecond) // the provider's created times are in seconds
+		time.Sleep(1100 * time.Millisecond) // the providers' times are in seconds
 		rep, err := r.RunOnce(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -628,12 +637,12 @@ func TestBalanceDrift(t *testing.T) {
 	}
 	// A refund made at the provider outside payonce.
 	in := w.intent(t, "b2")
-	if _, err := w.client.Provider("stripe").Refund(ctx, payments.RefundRequest{Key: composed("b2"), ProviderKey: "outside",
+	if _, err := w.client.Provider(provider).Refund(ctx, payments.RefundRequest{Key: composed("b2"), ProviderKey: "outside",
 		ChargeID: in.ProviderID, Amount: money.MustParse("1.00", money.EUR)}); err != nil {
 		t.Fatal(err)
 	}
 	got := drift()
-	if len(got) != 1 || got[0].Provider != "stripe" || got[0].Currency != "EUR" ||
+	if len(got) != 1 || got[0].Provider != provider || got[0].Currency != "EUR" ||
 		got[0].LocalState != "ledger: charged 24.68, refunded 2.00" || got[0].ProviderState != "charged 24.68, refunded 3.00" {
 		t.Fatalf("drift after a refund outside payonce: %+v", got)
 	}

@@ -1,6 +1,6 @@
-// Package paypal is payonce's PayPal adapter: a [payments.Provider] and
-// [payments.WebhookVerifier] over Orders v2 and Payments v2, on a small typed REST client
-// ([Client]) of its own.
+// Package paypal is payonce's PayPal adapter: a [payments.Provider],
+// [payments.WebhookVerifier] and [payments.Totaler] over Orders v2, Payments v2 and Transaction
+// Search, on a small typed REST client ([Client]) of its own.
 //
 //	p, err := paypal.New(&paypal.Config{
 //		ClientID:  os.Getenv("PAYPAL_CLIENT_ID"),
@@ -99,6 +99,16 @@
 // cannot filter by custom_id, so it is not used. With LookupRequest.WithRefunds the charge also
 // reports the sum of the order's COMPLETED refunds as Refunded, with RefundsKnown (after a
 // create replay, at the cost of one more GET of the order).
+//
+// # Totals
+//
+// [Provider.Totals] sums, per currency, the successful (status S) payments received (T00nn,
+// positive) and payment refunds (T1107, negated) that PayPal's Transaction Search (GET
+// /v1/reporting/transactions) lists in a window, for the reconciler's balance-level drift check.
+// Longer windows than PayPal's 31-day limit are read in 31-day requests. Transaction Search lags
+// up to 3 hours ([SearchLag]): totals of a window ending less than 3 hours ago may be
+// incomplete, so with PayPal set reconcile.Config.DriftLag to at least 3h (its default, 1h,
+// reports drift for the last hours' payments that is only lag).
 //
 // # Webhooks
 //

@@ -49,10 +49,12 @@ func RequestID(providerKey, step string) string {
 	return uuid.NewSHA1(Namespace, []byte(providerKey+"_"+step)).String()
 }
 
-// Provider is the PayPal adapter of [payments.Provider] and [payments.WebhookVerifier]. It holds
-// no globals; it is safe for concurrent use.
+// Provider is the PayPal adapter of [payments.Provider], [payments.WebhookVerifier] and
+// [payments.Totaler]. It holds no globals; it is safe for concurrent use.
 type Provider struct {
 	c *Client
+
+	pageSize int // Transaction Search page size; 0: MaxSearchPageSize (tests set it smaller)
 }
 
 var (

@@ -39,6 +39,22 @@
 //     fail later (status FAILED, its amount refundable again), which GET order and GET refund
 //     show.
 //   - POST /v1/notifications/verify-webhook-signature (see Webhooks).
+//   - GET /v1/reporting/transactions?start_date=...&end_date=...&page=...&page_size=...
+//     (Transaction Search). Every completed capture is recorded as a transaction with event
+//     code [EventCodeCheckoutPayment] (T0006) and its amount, every completed refund as
+//     [EventCodePaymentRefund] (T1107) with its amount negated, both status S, initiated at
+//     Config.Clock's time, with the capture's or refund's id as transaction_id (a refund's
+//     paypal_reference_id is its capture). [Server.FailRefund] turns the refund's transaction to
+//     status V. start_date and end_date are required, RFC 3339 with seconds, at most
+//     [MaxSearchRange] (31 days) apart; the range is inclusive at both ends, to the second
+//     (PayPal does not document whether end_date is; clients should not count on either).
+//     page (from 1) and page_size (1..[MaxSearchPageSize], default 100) page the oldest-first
+//     list; fields is ignored (transaction_info is always returned). A missing, malformed or
+//     out-of-range parameter is 400 INVALID_REQUEST with details[{field, value, location
+//     "query", issue}]. Config.SearchLag models the indexing delay (up to 3 h at PayPal):
+//     transactions initiated after now - SearchLag are not returned yet, and that time is the
+//     answer's last_refreshed_datetime. Dates in the answer use PayPal's form
+//     "2025-03-01T12:00:00+0000".
 //
 // Errors are PayPal's shape: {name, message, debug_id, details[{field, location, issue,
 // description}]}.

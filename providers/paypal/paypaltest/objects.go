@@ -360,6 +360,9 @@ func (s *Server) captureOrder(c *call) (*response, resourceRef) {
 	}
 	s.captures[cp.id] = cp
 	o.captures = append(o.captures, cp)
+	if cp.status == "COMPLETED" {
+		s.recordTransactionLocked(cp.id, "", EventCodeCheckoutPayment, cp.amount, cp.customID, cp.invoiceID, now)
+	}
 	// As PayPal shows for declined card captures, the order completes either way; its capture
 	// tells the outcome, and a second capture is refused.
 	o.status, o.updated = "COMPLETED", now
@@ -428,6 +431,7 @@ func (s *Server) refundCapture(c *call) (*response, resourceRef) {
 	s.refunds[re.id] = re
 	s.refundList = append(s.refundList, re)
 	cp.refunds = append(cp.refunds, re)
+	s.recordTransactionLocked(re.id, cp.id, EventCodePaymentRefund, amount.Neg(), re.customID, re.invoiceID, now)
 	cp.refunded, _ = cp.refunded.Add(amount)
 	cp.updated = now
 	if cp.refunded.Minor() == cp.amount.Minor() {
@@ -451,7 +455,9 @@ func (s *Server) getRefund(c *call) (*response, resourceRef) {
 // FailRefund makes the COMPLETED refund id fail later, as a refund PayPal could not return to
 // the payer's funding source does: its status becomes FAILED and its amount is refundable
 // again (the capture goes back to PARTIALLY_REFUNDED, or COMPLETED when nothing else is
-// refunded). No webhook event is emitted. It returns an error naming the problem when the
+// refunded), and its T1107 transaction in Transaction Search turns from status S to V
+// (reversed: PayPal does not document what a failed refund shows there). No webhook event is
+// emitted. It returns an error naming the problem when the
 // refund is unknown or not COMPLETED.
 func (s *Server) FailRefund(id string) error {
 	s.mu.Lock()
@@ -465,6 +471,9 @@ func (s *Server) FailRefund(id string) error {
 	}
 	now := s.clock()
 	re.status, re.updated = "FAILED", now
+	if tx := s.transactionByID[re.id]; tx != nil {
+		tx.status, tx.updated = TransactionReversed, now
+	}
 	cp := s.captures[re.captureID]
 	cp.refunded, _ = cp.refunded.Sub(re.amount)
 	cp.updated = now

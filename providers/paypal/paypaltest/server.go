@@ -82,6 +82,12 @@ type Config struct {
 	// WebhookClient sends the deliveries. Default: a client with a 5 s timeout, whose idle
 	// connections Close releases.
 	WebhookClient *http.Client
+
+	// SearchLag is Transaction Search's indexing delay: GET /v1/reporting/transactions does not
+	// return transactions initiated after Clock() - SearchLag yet, and reports that time as
+	// last_refreshed_datetime. PayPal's lag is up to 3 hours. Default: 0 (everything is
+	// searchable at once).
+	SearchLag time.Duration
 }
 
 // Server is a stateful fake of the PayPal REST endpoints payonce's adapter uses. It is an
@@ -93,6 +99,7 @@ type Server struct {
 	orderRetention   time.Duration
 	captureRetention time.Duration
 	webhookID        string
+	searchLag        time.Duration
 	mux              *http.ServeMux
 
 	life       *fakekit.Lifecycle
@@ -110,6 +117,9 @@ type Server struct {
 	refunds     map[string]*refund
 	refundList  []*refund
 	transmitted map[string]transmission // PAYPAL-TRANSMISSION-ID -> what was sent
+
+	transactions    []*transaction // Transaction Search history, in recording order
+	transactionByID map[string]*transaction
 
 	wh *fakekit.Deliveries[Event] // event log and delivery queue; its own lock is taken after mu
 }
@@ -145,6 +155,7 @@ func NewUnstartedServer(cfg *Config) *Server {
 		orderRetention:   orDur(cfg.OrderRetention, DefaultOrderRetention),
 		captureRetention: orDur(cfg.CaptureRetention, DefaultCaptureRetention),
 		webhookID:        or(cfg.WebhookID, DefaultWebhookID),
+		searchLag:        cfg.SearchLag,
 		life:             fakekit.NewLifecycle("paypaltest"),
 		faults:           fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x50415950414c5445), // "PAYPALTE"
 		requestIDs:       fakekit.NewKeys[requestScope, resourceRef](),
@@ -153,6 +164,7 @@ func NewUnstartedServer(cfg *Config) *Server {
 		captures:         make(map[string]*capture),
 		refunds:          make(map[string]*refund),
 		transmitted:      make(map[string]transmission),
+		transactionByID:  make(map[string]*transaction),
 	}
 	if s.clock == nil {
 		s.clock = time.Now
@@ -178,7 +190,7 @@ func orDur(v, def time.Duration) time.Duration {
 
 func (c *Config) validate() error {
 	for name, d := range map[string]time.Duration{"TokenLifetime": c.TokenLifetime,
-		"OrderRetention": c.OrderRetention, "CaptureRetention": c.CaptureRetention} {
+		"OrderRetention": c.OrderRetention, "CaptureRetention": c.CaptureRetention, "SearchLag": c.SearchLag} {
 		if d < 0 {
 			return fmt.Errorf("Config.%s must not be negative, got %v", name, d)
 		}
@@ -240,6 +252,7 @@ func (s *Server) routes() {
 	m.Handle("POST /v2/payments/captures/{id}/refund", s.api(opRefund, s.refundCapture))
 	m.Handle("GET /v2/payments/refunds/{id}", s.api(opRead, s.getRefund))
 	m.Handle("POST /v1/notifications/verify-webhook-signature", s.api(opRead, s.verifyWebhookSignature))
+	m.Handle("GET /v1/reporting/transactions", s.api(opRead, s.searchTransactions))
 	m.HandleFunc(fakekit.AdminPrefix, s.serveAdmin)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		apiError(http.StatusNotFound, "RESOURCE_NOT_FOUND", "The specified resource does not exist.",
