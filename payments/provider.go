@@ -225,3 +225,28 @@ type Totaler interface {
 type Totals struct {
 	Charged, Refunded money.Money
 }
+
+// RefundLooker is implemented by providers that can tell what exists for
+// a refund attempt: the reconciler resolves refund intents whose outcome
+// was lost with it.
+type RefundLooker interface {
+	LookupRefund(ctx context.Context, req RefundLookupRequest) (RefundLookupResult, error)
+}
+
+// RefundLookupRequest names a refund attempt.
+type RefundLookupRequest struct {
+	// Key is payonce's key of the refund; ProviderKey the reference (and
+	// idempotency key) it was sent with; ProviderID the refund's id when
+	// known.
+	Key, ProviderKey, ProviderID string
+	// ChargeID is the provider's id of the refunded charge.
+	ChargeID string
+}
+
+// RefundLookupResult lists the refunds found for the attempt.
+type RefundLookupResult struct {
+	Refunds []RefundResult
+	// Consistent is false when absence is not proof (an eventually
+	// consistent source, such as notifications that may still come).
+	Consistent bool
+}

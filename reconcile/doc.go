@@ -48,7 +48,7 @@
 // payments.Totaler (Stripe, PayPal) moved over a period is compared per currency
 // with the ledger's entries for the intents created then (balance drift).
 //
-// Not yet covered: lookups of refund intents still open (a refund whose
-// outcome never arrives goes to review after its checks), and totals for
-// Adyen.
+// Refund intents still open are looked up with payments.RefundLooker
+// (Stripe, PayPal: consistent; Adyen: its stored notifications). Not yet
+// covered: totals for Adyen (its settlement reports are files).
 package reconcile

@@ -647,3 +647,74 @@ func testBalanceDrift(t *testing.T, provider string) {
 		t.Fatalf("drift after a refund outside payonce: %+v", got)
 	}
 }
+
+// Refund intents whose outcome was lost are looked up at the provider: a
+// refund made is completed locally (one ledger entry), a refund never made
+// is failed with proof and its reservation on the charge released.
+func TestRefundOutcomesResolved(t *testing.T) {
+	t.Parallel()
+	for _, provider := range []string{"stripe", "paypal"} {
+		t.Run(provider, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			w.drop.Store(true) // no notifications: the reconciler alone
+			ctx := context.Background()
+			if _, err := w.client.Charge(ctx, params(provider, "rc")); err != nil {
+				t.Fatal(err)
+			}
+			refund := func(key string, amount string) error {
+				_, err := w.client.Refund(ctx, payments.RefundParams{Scope: "cus_r", Key: key, ChargeKey: "rc",
+					Amount: money.MustParse(amount, money.EUR)})
+				return err
+			}
+			inject := func(after bool) {
+				switch provider {
+				case "stripe":
+					kind := stripetest.FailBefore
+					if after {
+						kind = stripetest.ResetAfter
+					}
+					w.fakes.Stripe.Inject(stripetest.Fault{Kind: kind, Method: "POST", Path: "/v1/refunds"})
+				case "paypal":
+					kind := paypaltest.FailBefore
+					if after {
+						kind = paypaltest.ResetAfter
+					}
+					w.fakes.PayPal.Inject(paypaltest.Fault{Kind: kind, Method: "POST", Path: "/v2/payments/captures/*/refund"})
+				}
+			}
+			inject(true)
+			if err := refund("lost", "5.00"); !payments.OutcomeUnknown(err) {
+				t.Fatalf("lost refund response: %v", err)
+			}
+			inject(false)
+			if err := refund("never", "5.00"); !payments.OutcomeUnknown(err) && !payments.SafeToRetry(err) {
+				t.Fatalf("refund failed before the provider: %v", err)
+			}
+			if err := refund("more", "2.35"); !errors.Is(err, payments.ErrRefundExceedsCharge) {
+				t.Fatalf("both open refunds hold their reservation: %v", err)
+			}
+			r := w.reconciler(t, nil)
+			if _, err := r.RunOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lost, err := w.client.RefundIntent(ctx, "cus_r", "lost")
+			if err != nil || lost.Status != payments.IntentSucceeded || lost.ProviderID == "" {
+				t.Fatalf("lost refund after the reconciler: %+v %v", lost, err)
+			}
+			never, err := w.client.RefundIntent(ctx, "cus_r", "never")
+			if err != nil || never.Status != payments.IntentFailed {
+				t.Fatalf("refund never made after the reconciler: %+v %v", never, err)
+			}
+			var entries int
+			if err := w.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE step = 'refund'`).Scan(&entries); err != nil || entries != 1 {
+				t.Fatalf("%d refund ledger entries (%v), want 1", entries, err)
+			}
+			// The failed refund's reservation is released: what is left
+			// of the charge (12.34 - 5.00) can be refunded.
+			if err := refund("rest", "7.34"); err != nil {
+				t.Fatalf("refund of the rest: %v", err)
+			}
+		})
+	}
+}

@@ -33,8 +33,9 @@ const (
 	maxMetadataValueLen = 80
 )
 
-// ErrNoNotificationSource is returned by [Provider.Lookup] without Config.Notifications.
-var ErrNoNotificationSource = errors.New("adyen: Lookup needs Config.Notifications: Adyen has no read by reference, only webhooks tell what a reference became")
+// ErrNoNotificationSource is returned by [Provider.Lookup] and [Provider.LookupRefund] without
+// Config.Notifications.
+var ErrNoNotificationSource = errors.New("adyen: Lookup and LookupRefund need Config.Notifications: Adyen has no read by reference, only webhooks tell what a reference became")
 
 // Provider is the Adyen adapter of [payments.Provider] and [payments.WebhookVerifier]. It holds
 // no globals; it is safe for concurrent use.
@@ -169,7 +170,8 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 // Adyen only acknowledges a refund: the result is [payments.RefundPending] with the refund's
 // own pspReference, and the outcome comes in the REFUND notification ([Provider.VerifyWebhook]
 // maps it to payments.EventRefundSucceeded or EventRefundFailed; a refund over what is left
-// fails there, not here). Errors: as [Provider.Charge], without declines.
+// fails there, not here; [Provider.LookupRefund] reads it back). Errors: as [Provider.Charge],
+// without declines.
 func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (payments.RefundResult, error) {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
 		return payments.RefundResult{}, err

@@ -89,6 +89,11 @@
 // stored under the payment's reference hold none, and the Checkout API has no read of a
 // payment's refunds.
 //
+// [Provider.LookupRefund] ([payments.RefundLooker]) tells what became of a refund attempt from
+// the notifications stored under the refund's own reference: REFUND success true is succeeded;
+// REFUND success false, or REFUND_FAILED (even after a success), is failed. It is never
+// Consistent either: no notification yet proves nothing.
+//
 // # Retries
 //
 // The adapter never retries, and neither does Adyen on its side: payonce retries with the same

@@ -405,6 +405,18 @@ func (c *Client) RefundCapture(ctx context.Context, captureID, requestID string,
 	return RefundCaptureResult{Refund: &r, Replayed: status == http.StatusOK}, nil
 }
 
+// GetRefund is GET /v2/payments/refunds/{refundID}; an unknown id is a 404 *[APIError].
+func (c *Client) GetRefund(ctx context.Context, refundID string) (*Refund, error) {
+	if err := checkID("refundID", refundID); err != nil {
+		return nil, err
+	}
+	var r Refund
+	if _, err := c.do(ctx, http.MethodGet, "/v2/payments/refunds/"+url.PathEscape(refundID), "", nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // VerifyWebhookSignature is POST /v1/notifications/verify-webhook-signature. It returns
 // PayPal's verification_status, [VerificationSuccess] or [VerificationFailure].
 func (c *Client) VerifyWebhookSignature(ctx context.Context, req VerifyWebhookSignatureRequest) (string, error) {

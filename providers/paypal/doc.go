@@ -100,6 +100,11 @@
 // reports the sum of the order's COMPLETED refunds as Refunded, with RefundsKnown (after a
 // create replay, at the cost of one more GET of the order).
 //
+// [Provider.LookupRefund] ([payments.RefundLooker]) finds a refund attempt whose outcome was
+// lost: it reads the refund by id when known, else reads the order and keeps the refunds whose
+// custom_id is the attempt's ProviderKey. Both reads are consistent: an empty answer proves that
+// no refund was made with it.
+//
 // # Totals
 //
 // [Provider.Totals] sums, per currency, the successful (status S) payments received (T00nn,

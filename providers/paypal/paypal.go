@@ -308,14 +308,7 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 		return payments.RefundResult{}, &payments.KeyMismatchError{Provider: providerName,
 			Message: fmt.Sprintf("refund %s carries custom_id %q and %s; this refund is %q for %s", re.ID, re.CustomID, out.Amount, req.ProviderKey, req.Amount)}
 	}
-	switch re.Status {
-	case "COMPLETED":
-		out.Status = payments.RefundSucceeded
-	case "FAILED", "CANCELLED":
-		out.Status = payments.RefundFailed
-	default: // PENDING
-		out.Status = payments.RefundPending
-	}
+	out.Status = refundStatus(re.Status)
 	return out, nil
 }
 

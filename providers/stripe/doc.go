@@ -42,6 +42,12 @@
 // more request per charge) and reports the succeeded ones' sum as
 // Refunded, with RefundsKnown.
 //
+// [Provider.LookupRefund] ([payments.RefundLooker]) finds a refund attempt
+// whose outcome was lost: it reads the refund by id when known, else lists
+// the PaymentIntent's refunds and keeps those carrying the refund's key in
+// their metadata. Both are consistent reads: an empty answer proves that
+// no refund with the key exists.
+//
 // # Totals
 //
 // [Provider.Totals] sums, per currency, the balance transactions Stripe

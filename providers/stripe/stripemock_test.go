@@ -86,6 +86,20 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 		t.Fatalf("refund list: %+v, want stripe-mock's 1.00 USD refund, known", ch)
 	}
 
+	// LookupRefund's reads. stripe-mock's canned refunds carry no payonce
+	// key: the list keeps none, and the refund read by id is refused as
+	// another action's (after stripe-mock accepted the request).
+	found, err := p.LookupRefund(ctx, payments.RefundLookupRequest{Key: "usr_mock_refund_r1", ChargeID: res.ProviderID})
+	shapeOK(t, "refund lookup (GET /v1/refunds with payment_intent, limit)", err)
+	if !found.Consistent || len(found.Refunds) != 0 {
+		t.Fatalf("refund lookup: %+v, want none of stripe-mock's canned refunds, consistent", found)
+	}
+	_, err = p.LookupRefund(ctx, payments.RefundLookupRequest{Key: "usr_mock_refund_r1", ProviderID: "re_123"})
+	var inv *payments.InvalidRequestError
+	if !errors.As(err, &inv) || inv.Code != "payonce_refund_mismatch" {
+		t.Fatalf("refund lookup by id (GET /v1/refunds/{id}): %v, want the canned refund refused as another key's", err)
+	}
+
 	// stripe-mock answers any window with its one canned transaction: a
 	// 1.00 USD charge.
 	tot, err := p.Totals(ctx, now.Add(-24*time.Hour), now)

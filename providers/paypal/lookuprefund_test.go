@@ -1,0 +1,220 @@
+package paypal_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/paypal"
+	"github.com/payonce/payonce/providers/paypal/paypaltest"
+)
+
+// lookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
+func lookupOf(r payments.RefundRequest) payments.RefundLookupRequest {
+	return payments.RefundLookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ChargeID: r.ChargeID}
+}
+
+// onlyRefund fails t unless got is consistent and holds exactly one refund, id, in status st
+// for amount.
+func onlyRefund(t *testing.T, got payments.RefundLookupResult, id string, st payments.RefundStatus, amount money.Money) {
+	t.Helper()
+	if !got.Consistent || len(got.Refunds) != 1 {
+		t.Fatalf("found %+v, want only %s, consistent", got, id)
+	}
+	if r := got.Refunds[0]; r.ProviderID != id || r.Status != st || !r.Amount.Equal(amount) || r.Replayed {
+		t.Fatalf("found %+v, want %s %s for %s", r, id, st, amount)
+	}
+}
+
+// A refund whose response was lost is found in the order by its custom_id, and read by its id;
+// another refund of the same order is not returned, and a refund never sent is none,
+// consistently. A lookup sends reads only.
+func TestLookupRefundAfterLostResponse(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf", paypaltest.PaymentMethodVisa)))(t)
+	other := must(b.p.Refund(ctxT(t), refundReq("lrf-other", ch.ProviderID, eur("3.00"))))(t)
+
+	lost := refundReq("lrf-lost", ch.ProviderID, eur("5.00"))
+	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/payments/captures/*/refund"})
+	if _, err := b.p.Refund(ctxT(t), lost); !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost refund: %v, want an unknown outcome", err)
+	}
+	wantCounts(t, b, lost.ProviderKey, paypaltest.Counts{Refunds: 1})
+
+	p, rc := countedProvider(t, b)
+	got := must(p.LookupRefund(ctxT(t), lookupOf(lost)))(t)
+	if len(got.Refunds) != 1 || got.Refunds[0].ProviderID == other.ProviderID {
+		t.Fatalf("lookup %+v, want only the lost refund (not %s)", got, other.ProviderID)
+	}
+	id := got.Refunds[0].ProviderID
+	onlyRefund(t, got, id, payments.RefundSucceeded, eur("5.00"))
+	if reqs := rc.take(); !mapsEqual(reqs, map[string]int{"GET /v2/checkout/orders/" + ch.ProviderID: 1}) {
+		t.Fatalf("requests %v, want one read of the order", reqs)
+	}
+	// The retry the reconciler might have sent instead names the same refund.
+	if re := must(b.p.Refund(ctxT(t), lost))(t); re.ProviderID != id || !re.Replayed {
+		t.Fatalf("retry %+v, want a replay of %s", re, id)
+	}
+
+	byID := lookupOf(lost)
+	byID.ProviderID = id
+	onlyRefund(t, must(p.LookupRefund(ctxT(t), byID))(t), id, payments.RefundSucceeded, eur("5.00"))
+	if reqs := rc.take(); !mapsEqual(reqs, map[string]int{"GET /v2/payments/refunds/" + id: 1}) {
+		t.Fatalf("requests %v, want one read of the refund", reqs)
+	}
+
+	onlyRefund(t, must(p.LookupRefund(ctxT(t), lookupOf(refundReq("lrf-other", ch.ProviderID, eur("3.00")))))(t),
+		other.ProviderID, payments.RefundSucceeded, eur("3.00"))
+
+	never := refundReq("lrf-never", ch.ProviderID, eur("1.00"))
+	none := must(p.LookupRefund(ctxT(t), lookupOf(never)))(t)
+	if !none.Consistent || none.Refunds == nil || len(none.Refunds) != 0 {
+		t.Fatalf("never sent: %+v, want no refunds, consistent", none)
+	}
+	wantCounts(t, b, never.ProviderKey, paypaltest.Counts{})
+	// An order without a capture has no refunds.
+	var orderID string
+	uncaptured := chargeReq("lrf-uncaptured", paypaltest.PaymentMethodVisa)
+	uncaptured.Progress = func(_ context.Context, id string) error { orderID = id; return errors.New("stop") }
+	_, _ = b.p.Charge(ctxT(t), uncaptured)
+	if none := must(p.LookupRefund(ctxT(t), lookupOf(refundReq("lrf-uncaptured-refund", orderID, eur("1.00")))))(t); !none.Consistent || len(none.Refunds) != 0 {
+		t.Fatalf("uncaptured order: %+v", none)
+	}
+	for _, pk := range []string{lost.ProviderKey, refundReq("lrf-other", "", eur("3.00")).ProviderKey} {
+		wantCounts(t, b, pk, paypaltest.Counts{Refunds: 1})
+	}
+}
+
+// A refund that failed after it completed is found failed, in the order and by its id.
+func TestLookupRefundFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf-failed", paypaltest.PaymentMethodVisa)))(t)
+	req := refundReq("lrf-failed-refund", ch.ProviderID, eur("7.00"))
+	re := must(b.p.Refund(ctxT(t), req))(t)
+	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), lookupOf(req)))(t), re.ProviderID, payments.RefundSucceeded, eur("7.00"))
+
+	if err := b.srv.FailRefund(re.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), lookupOf(req)))(t), re.ProviderID, payments.RefundFailed, eur("7.00"))
+	byID := lookupOf(req)
+	byID.ProviderID, byID.ChargeID = re.ProviderID, ""
+	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), byID))(t), re.ProviderID, payments.RefundFailed, eur("7.00"))
+}
+
+// stripRefundCustomIDs removes custom_id from the refunds of the orders PayPal answers, as a
+// representation that leaves it out would.
+type stripRefundCustomIDs struct{ base http.RoundTripper }
+
+func (s stripRefundCustomIDs) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.base.RoundTrip(r)
+	if err != nil || r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/v2/checkout/orders/") {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var o map[string]any
+	if json.Unmarshal(body, &o) == nil {
+		pus, _ := o["purchase_units"].([]any)
+		for _, pu := range pus {
+			pay, _ := pu.(map[string]any)["payments"].(map[string]any)
+			refunds, _ := pay["refunds"].([]any)
+			for _, re := range refunds {
+				delete(re.(map[string]any), "custom_id")
+			}
+		}
+		body, _ = json.Marshal(o)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Del("Content-Length")
+	return resp, nil
+}
+
+// When the order lists its refunds without custom_id, each is read by its id to tell.
+func TestLookupRefundReadsRefundsWithoutCustomID(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf-strip", paypaltest.PaymentMethodVisa)))(t)
+	mine := must(b.p.Refund(ctxT(t), refundReq("lrf-strip-mine", ch.ProviderID, eur("4.00"))))(t)
+	must(b.p.Refund(ctxT(t), refundReq("lrf-strip-other", ch.ProviderID, eur("6.00"))))(t)
+
+	rc := &requestCounter{base: stripRefundCustomIDs{base: &http.Transport{DisableKeepAlives: true}}, counts: map[string]int{}}
+	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret,
+		BaseURL: b.srv.URL(), HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: rc},
+		WebhookID: paypaltest.DefaultWebhookID, Clock: b.clock.Now}))(t)
+	got := must(p.LookupRefund(ctxT(t), lookupOf(refundReq("lrf-strip-mine", ch.ProviderID, eur("4.00")))))(t)
+	onlyRefund(t, got, mine.ProviderID, payments.RefundSucceeded, eur("4.00"))
+	reqs := rc.take()
+	refundReads := 0
+	for k, n := range reqs {
+		if strings.HasPrefix(k, "GET /v2/payments/refunds/") {
+			refundReads += n
+		}
+	}
+	if reqs["GET /v2/checkout/orders/"+ch.ProviderID] != 1 || refundReads != 2 {
+		t.Fatalf("requests %v, want the order and both refunds read", reqs)
+	}
+}
+
+// Bad requests are refused before sending, naming the field; a refund id recorded for another
+// ProviderKey is a mismatch; an unknown refund or order is refused; a failing read is a
+// retryable unknown outcome.
+func TestLookupRefundRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf-x", paypaltest.PaymentMethodVisa)))(t)
+	req := refundReq("lrf-x-refund", ch.ProviderID, eur("2.00"))
+	re := must(b.p.Refund(ctxT(t), req))(t)
+	p, rc := countedProvider(t, b)
+
+	for _, tc := range []struct {
+		name, param string
+		req         payments.RefundLookupRequest
+	}{
+		{"no ProviderKey", "ProviderKey", payments.RefundLookupRequest{Key: req.Key, ChargeID: ch.ProviderID}},
+		{"ProviderKey too long", "ProviderKey", payments.RefundLookupRequest{ProviderKey: strings.Repeat("k", 128), ChargeID: ch.ProviderID}},
+		{"no ChargeID", "ChargeID", payments.RefundLookupRequest{ProviderKey: req.ProviderKey}},
+		{"bad ChargeID", "ChargeID", payments.RefundLookupRequest{ProviderKey: req.ProviderKey, ChargeID: "../x"}},
+		{"bad ProviderID", "ProviderID", payments.RefundLookupRequest{ProviderKey: req.ProviderKey, ProviderID: "a b"}},
+	} {
+		_, err := p.LookupRefund(ctxT(t), tc.req)
+		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != tc.param {
+			t.Fatalf("%s: %+v, want Param %s", tc.name, ie, tc.param)
+		}
+	}
+	if reqs := rc.take(); len(reqs) != 0 {
+		t.Fatalf("requests %v for refused lookups, want none", reqs)
+	}
+
+	_, err := p.LookupRefund(ctxT(t), payments.RefundLookupRequest{ProviderKey: "another", ProviderID: re.ProviderID})
+	errAs[*payments.KeyMismatchError](t, err)
+	for _, lr := range []payments.RefundLookupRequest{
+		{ProviderKey: req.ProviderKey, ProviderID: "REFUNKNOWN"},
+		{ProviderKey: req.ProviderKey, ChargeID: "ORDUNKNOWN"},
+	} {
+		_, err = p.LookupRefund(ctxT(t), lr)
+		if errAs[*payments.InvalidRequestError](t, err); payments.SafeToRetry(err) {
+			t.Fatalf("%+v: %v is retryable", lr, err)
+		}
+	}
+
+	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.FailBefore, Method: "GET", Path: "/v2/checkout/orders/*"})
+	_, err = p.LookupRefund(ctxT(t), lookupOf(req))
+	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+		t.Fatalf("%+v", ue)
+	}
+}
