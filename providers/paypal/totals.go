@@ -266,20 +266,8 @@ func addTransaction(totals map[money.Currency]payments.Totals, seen map[string]b
 	if charged && !amount.IsPositive() {
 		return nil // a payment the account sent
 	}
-	cur := amount.Currency()
-	t, ok := totals[cur]
-	if !ok {
-		zero, _ := money.FromMinor(0, cur) // cur is known: Money accepted it
-		t = payments.Totals{Charged: zero, Refunded: zero}
-	}
-	if charged {
-		t.Charged, err = t.Charged.Add(amount)
-	} else {
-		t.Refunded, err = t.Refunded.Sub(amount)
-	}
-	if err != nil {
+	if err := payments.AddMovement(totals, amount, charged); err != nil {
 		return fmt.Errorf("summing transaction %s (%s): %w", tx.TransactionID, tx.EventCode, err)
 	}
-	totals[cur] = t
 	return nil
 }

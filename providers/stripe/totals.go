@@ -103,19 +103,8 @@ func addBalanceTransaction(totals map[money.Currency]payments.Totals, bt *stripe
 	if err != nil {
 		return fmt.Errorf("balance transaction %s (%s): %w", bt.ID, bt.Type, err)
 	}
-	t, ok := totals[cur]
-	if !ok {
-		zero, _ := money.FromMinor(0, cur) // cur is known: ParseCurrency accepted it
-		t = payments.Totals{Charged: zero, Refunded: zero}
-	}
-	if charged {
-		t.Charged, err = t.Charged.Add(amount)
-	} else {
-		t.Refunded, err = t.Refunded.Sub(amount)
-	}
-	if err != nil {
+	if err := payments.AddMovement(totals, amount, charged); err != nil {
 		return fmt.Errorf("summing balance transaction %s (%s): %w", bt.ID, bt.Type, err)
 	}
-	totals[cur] = t
 	return nil
 }
