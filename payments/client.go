@@ -216,19 +216,10 @@ func (c *Client) ChargeTx(ctx context.Context, p ChargeParams, fn TxFunc) (Outco
 	}
 	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
 		c.hooks.call(pointAfterClaim, c.hooks.afterClaim, ctx, req.Key)
-		return c.charge(withTxFunc(ctx, fn), prov, req, p)
+		return c.charge(ctx, prov, req, p, fn)
 	})
 	c.hooks.call(pointAfterCommit, c.hooks.afterCommit, ctx, req.Key)
 	return c.outcome(res, err, p.Provider)
-}
-
-type txFuncKey struct{}
-
-func withTxFunc(ctx context.Context, fn TxFunc) context.Context {
-	if fn == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, txFuncKey{}, fn)
 }
 
 func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, error) {
@@ -336,20 +327,20 @@ func (pi priorIntent) final() bool {
 // settled completes the idempotency record from an intent already settled
 // by a webhook or the reconciler; post re-posts idempotently (the ledger
 // replays an existing entry).
-func (c *Client) settled(ctx context.Context, lease idempotency.Lease, req idempotency.Request, provider string,
+func (c *Client) settled(ctx context.Context, lease idempotency.Lease, req idempotency.Request, fn TxFunc, provider string,
 	prior priorIntent, amount money.Money, post func(pgx.Tx) error) (idempotency.Response, error) {
 	switch IntentStatus(prior.status) {
 	case IntentSucceeded:
 		out := Outcome{Status: IntentSucceeded, Provider: provider, ProviderID: prior.providerID,
 			Amount: amount.AmountString(), Currency: string(amount.Currency())}
-		return c.settle(ctx, lease, req, idempotency.StatusCompleted, IntentSucceeded, prior.providerID, "", stored{Result: &out}, post)
+		return c.settle(ctx, lease, req, fn, idempotency.StatusCompleted, IntentSucceeded, prior.providerID, "", stored{Result: &out}, post)
 	case IntentDeclined:
 		d := &DeclineError{Provider: provider, Code: "declined", DeclineCode: prior.declineCode,
 			Message: "declined, as the provider notified"}
-		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentDeclined, "", prior.declineCode, stored{Decline: d}, nil)
+		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentDeclined, "", prior.declineCode, stored{Decline: d}, nil)
 	default:
 		inv := &InvalidRequestError{Provider: provider, Code: "payment_failed", Message: "failed or voided at the provider: " + prior.declineCode}
-		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentFailed, "", prior.declineCode, stored{Invalid: inv}, nil)
+		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentFailed, "", prior.declineCode, stored{Invalid: inv}, nil)
 	}
 }
 
@@ -365,12 +356,12 @@ const progressSQL = `UPDATE payment_intents SET provider_id = $3, updated_at = n
 const settleIntentSQL = `UPDATE payment_intents
    SET status = CASE WHEN status IN ('SUCCEEDED', 'DECLINED', 'FAILED') AND $3 IN ('PENDING', 'UNKNOWN', 'REQUIRES_ACTION')
                      THEN status ELSE $3 END,
-       provider_id = coalesce($4, provider_id), decline_code = coalesce($5, decline_code), updated_at = now()
+       provider_id = coalesce(nullif($4, ''), provider_id), decline_code = coalesce(nullif($5, ''), decline_code), updated_at = now()
  WHERE idempotency_key = $1 AND user_id = $2`
 
 // charge runs under the key's lease: intent first, then the provider,
 // then the outcome in one transaction with the record.
-func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Request, p ChargeParams) (idempotency.Response, error) {
+func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Request, p ChargeParams, fn TxFunc) (idempotency.Response, error) {
 	lease, ok := idempotency.LeaseFromContext(ctx)
 	if !ok {
 		return idempotency.Response{}, errors.New("payments: no lease")
@@ -389,7 +380,7 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 		return idempotency.Response{}, fmt.Errorf("payments: record intent: %w", err)
 	}
 	if prior.final() {
-		return c.settled(ctx, lease, req, p.Provider, prior, p.Amount,
+		return c.settled(ctx, lease, req, fn, p.Provider, prior, p.Amount,
 			func(tx pgx.Tx) error { return c.postCharge(ctx, tx, req.Key, p.Provider, p.Amount) })
 	}
 	if prior.status == string(IntentNeedsReview) {
@@ -428,11 +419,11 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 		if status == IntentSucceeded {
 			post = func(tx pgx.Tx) error { return c.postCharge(ctx, tx, req.Key, p.Provider, p.Amount) }
 		}
-		return c.settle(ctx, lease, req, idempotency.StatusCompleted, status, pres.ProviderID, "", stored{Result: &result}, post)
+		return c.settle(ctx, lease, req, fn, idempotency.StatusCompleted, status, pres.ProviderID, "", stored{Result: &result}, post)
 	case errors.As(perr, &decline):
-		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentDeclined, "", decline.DeclineCode, stored{Decline: decline}, nil)
+		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentDeclined, "", decline.DeclineCode, stored{Decline: decline}, nil)
 	case errors.As(perr, &invalid):
-		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: invalid}, nil)
+		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: invalid}, nil)
 	case errors.As(perr, &mismatch):
 		// Never expected: keys are derived so that it cannot happen. The
 		// intent is left open for a human; the key stays released.
@@ -441,7 +432,7 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	default:
 		// Unknown, not sent, in progress at the provider: the intent stays
 		// open with the same provider key; the lease is released.
-		if _, err := c.pool.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(IntentUnknown), nil, nil); err != nil {
+		if _, err := c.pool.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(IntentUnknown), "", ""); err != nil {
 			return idempotency.Response{}, errors.Join(perr, err)
 		}
 		return idempotency.Response{}, perr
@@ -466,22 +457,15 @@ func (c *Client) postCharge(ctx context.Context, tx pgx.Tx, key, provider string
 // settle commits the intent's outcome, what else moved (post: ledger
 // postings, a released refund reservation) and the idempotency record in
 // one transaction.
-func (c *Client) settle(ctx context.Context, lease idempotency.Lease, req idempotency.Request, rec idempotency.Status,
+func (c *Client) settle(ctx context.Context, lease idempotency.Lease, req idempotency.Request, fn TxFunc, rec idempotency.Status,
 	status IntentStatus, providerID, declineCode string, s stored, post func(pgx.Tx) error) (idempotency.Response, error) {
-	body, err := json.Marshal(s)
+	body, err := encodeStored(s)
 	if err != nil {
 		return idempotency.Response{}, err
 	}
 	resp := idempotency.Response{Code: 200, Body: body}
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		var pid, dc any
-		if providerID != "" {
-			pid = providerID
-		}
-		if declineCode != "" {
-			dc = declineCode
-		}
-		if _, err := tx.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(status), pid, dc); err != nil {
+		if _, err := tx.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(status), providerID, declineCode); err != nil {
 			return err
 		}
 		if post != nil {
@@ -489,7 +473,7 @@ func (c *Client) settle(ctx context.Context, lease idempotency.Lease, req idempo
 				return err
 			}
 		}
-		if fn, ok := ctx.Value(txFuncKey{}).(TxFunc); ok {
+		if fn != nil {
 			out := Outcome{Status: status, ProviderID: providerID}
 			if s.Result != nil {
 				out = *s.Result

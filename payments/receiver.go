@@ -327,14 +327,11 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 	}
 	open := openStatus[in.status]
 	set := func(status IntentStatus, declineCode string) error {
-		var pid, dc any
-		if ev.ProviderID != "" && in.providerID == nil {
-			pid = ev.ProviderID
+		pid := ev.ProviderID
+		if in.providerID != nil {
+			pid = "" // the intent already names its provider object
 		}
-		if declineCode != "" {
-			dc = declineCode
-		}
-		_, err := tx.Exec(ctx, settleIntentSQL, in.key, in.user, string(status), pid, dc)
+		_, err := tx.Exec(ctx, settleIntentSQL, in.key, in.user, string(status), pid, declineCode)
 		return err
 	}
 	amount, err := intentAmount(in)
@@ -416,11 +413,7 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 }
 
 func intentAmount(in intentRow) (money.Money, error) {
-	cur, err := money.ParseCurrency(in.currency)
-	if err != nil {
-		return money.Money{}, err
-	}
-	return money.Parse(in.amount, cur)
+	return money.Parse(in.amount, money.Currency(in.currency))
 }
 
 func sameAmount(m money.Money, amount, currency string) bool {
@@ -453,10 +446,8 @@ func (c *Client) StoredEvents(ctx context.Context, provider, reference string) (
 		}
 		ev.Kind = EventKind(kind)
 		if amount != "" {
-			cur, err := money.ParseCurrency(currency)
-			if err == nil {
-				ev.Amount, err = money.Parse(amount, cur)
-			}
+			var err error
+			ev.Amount, err = money.Parse(amount, money.Currency(currency))
 			if err != nil {
 				return nil, fmt.Errorf("payments: stored event %s: amount: %w", ev.ID, err)
 			}

@@ -99,12 +99,12 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (Outco
 	}
 	req := idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}
 	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
-		return c.refund(withTxFunc(ctx, fn), prov, req, chargeKey, *chargeID, p.Amount)
+		return c.refund(ctx, prov, req, fn, chargeKey, *chargeID, p.Amount)
 	})
 	return c.outcome(res, err, provName)
 }
 
-func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Request, chargeKey, chargeID string, amount money.Money) (idempotency.Response, error) {
+func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Request, fn TxFunc, chargeKey, chargeID string, amount money.Money) (idempotency.Response, error) {
 	lease, _ := idempotency.LeaseFromContext(ctx)
 	pkey := ProviderKey(req.Key, "refund", 0, MaxReferenceLen(prov))
 	var prior priorIntent
@@ -126,13 +126,13 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation {
 		inv := &InvalidRequestError{Provider: "payonce", Code: "refund_exceeds_charge", Param: "amount",
 			Message: "the refunds of this charge would exceed what it captured"}
-		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: inv}, nil)
+		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: inv}, nil)
 	}
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("payments: record refund intent: %w", err)
 	}
 	if prior.final() {
-		return c.settled(ctx, lease, req, prov.Name(), prior, amount, func(tx pgx.Tx) error {
+		return c.settled(ctx, lease, req, fn, prov.Name(), prior, amount, func(tx pgx.Tx) error {
 			return c.postRefund(ctx, tx, req.Key, req.Scope, chargeKey, prov.Name(), amount)
 		})
 	}
@@ -163,14 +163,14 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 		}
 		out := Outcome{Status: status, Provider: prov.Name(), ProviderID: rres.ProviderID,
 			Amount: amount.AmountString(), Currency: string(amount.Currency())}
-		return c.settle(ctx, lease, req, idempotency.StatusCompleted, status, rres.ProviderID, "", stored{Result: &out}, post)
+		return c.settle(ctx, lease, req, fn, idempotency.StatusCompleted, status, rres.ProviderID, "", stored{Result: &out}, post)
 	case errors.As(rerr, &decline):
-		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentDeclined, "", decline.DeclineCode, stored{Decline: decline}, unreserve)
+		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentDeclined, "", decline.DeclineCode, stored{Decline: decline}, unreserve)
 	case errors.As(rerr, &invalid):
-		return c.settle(ctx, lease, req, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: invalid}, unreserve)
+		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: invalid}, unreserve)
 	default:
 		// Unknown: the reservation stays until the outcome is known.
-		if _, err := c.pool.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(IntentUnknown), nil, nil); err != nil {
+		if _, err := c.pool.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(IntentUnknown), "", ""); err != nil {
 			return idempotency.Response{}, errors.Join(rerr, err)
 		}
 		return idempotency.Response{}, rerr

@@ -101,10 +101,7 @@ func (c *Client) ResolveReview(ctx context.Context, scope, key string, p Proof, 
 	if status != string(IntentNeedsReview) {
 		return fmt.Errorf("payments: the intent is %s: %w", status, ErrNotUnderReview)
 	}
-	cur, err := money.ParseCurrency(currency)
-	if err == nil {
-		in.Amount, err = money.Parse(amount, cur)
-	}
+	in.Amount, err = money.Parse(amount, money.Currency(currency))
 	if err != nil {
 		return err
 	}
@@ -217,14 +214,7 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool,
 			}
 			return audit(ctx, tx)
 		}
-		var pid, dc any
-		if p.ProviderID != "" {
-			pid = p.ProviderID
-		}
-		if p.DeclineCode != "" {
-			dc = p.DeclineCode
-		}
-		if _, err := tx.Exec(ctx, settleIntentSQL, in.Key, in.Scope, string(p.Status), pid, dc); err != nil {
+		if _, err := tx.Exec(ctx, settleIntentSQL, in.Key, in.Scope, string(p.Status), p.ProviderID, p.DeclineCode); err != nil {
 			return err
 		}
 		if post != nil {

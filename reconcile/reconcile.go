@@ -255,10 +255,8 @@ func (r *Reconciler) claim(ctx context.Context) ([]item, error) {
 			return nil, err
 		}
 		it.Status = payments.IntentStatus(status)
-		cur, err := money.ParseCurrency(currency)
-		if err == nil {
-			it.Amount, err = money.Parse(amount, cur)
-		}
+		var err error
+		it.Amount, err = money.Parse(amount, money.Currency(currency))
 		if err != nil {
 			return nil, fmt.Errorf("intent amount %s %s: %w", amount, currency, err)
 		}
@@ -721,10 +719,8 @@ func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
 			rows.Close()
 			return err
 		}
-		cur, err := money.ParseCurrency(currency)
-		if err == nil {
-			it.Amount, err = money.Parse(amount, cur)
-		}
+		var err error
+		it.Amount, err = money.Parse(amount, money.Currency(currency))
 		if err != nil {
 			rows.Close()
 			return err

@@ -116,7 +116,7 @@ func (s *Set) Env() map[string]string {
 // Getenv reads the environment, falling back to the fakes' variables.
 func Getenv(env map[string]string) func(string) string {
 	return func(k string) string {
-		if v := getenv(k); v != "" {
+		if v := os.Getenv(k); v != "" {
 			return v
 		}
 		return env[k]
@@ -135,8 +135,6 @@ func (s *Set) Close() {
 		s.PayPal.Close()
 	}
 }
-
-var getenv = os.Getenv
 
 // Providers lists the running fakes' provider names.
 func (s *Set) Providers() []string {

@@ -50,6 +50,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -479,7 +480,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		problem(w, http.StatusBadRequest, "body-unreadable", "The body could not be read.", 0, nil)
 		return false
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
