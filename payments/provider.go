@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strconv"
 	"time"
 
@@ -66,6 +67,43 @@ type ChargeRequest struct {
 	Progress func(ctx context.Context, providerID string) error
 }
 
+// Steps of an action whose provider references payments derives from the
+// action's key ([ProviderKey]).
+const (
+	StepCharge = "charge"
+	StepRefund = "refund"
+)
+
+// StepWindower is implemented by providers whose deduplication window
+// differs by step: PayPal keeps the request ids of an order (create and
+// capture) 6 hours, those of a refund of a capture 45 days. DedupWindow
+// stays the longest of them (it bounds the local retention); payments
+// uses the step's own window to decide whether a retry may still re-send
+// a step's references ([DedupWindowOf]).
+type StepWindower interface {
+	// StepDedupWindow is the window of step (StepCharge, StepRefund); zero
+	// means DedupWindow.
+	StepDedupWindow(step string) time.Duration
+}
+
+// DedupWindowOf is how long p deduplicates the references of step: its
+// [StepWindower] window, else its DedupWindow.
+func DedupWindowOf(p Provider, step string) time.Duration {
+	if w, ok := p.(StepWindower); ok {
+		if d := w.StepDedupWindow(step); d > 0 {
+			return d
+		}
+	}
+	return p.DedupWindow()
+}
+
+// ErrCannotTell is wrapped by a Lookup or LookupRefund that cannot say what
+// an attempt did any more: the provider's window for replaying its
+// references has passed and it offers no other consistent lookup by them.
+// It is not an outage (looking again will not help): the reconciler flags
+// the intent NEEDS_REVIEW with the reason instead of rescheduling it.
+var ErrCannotTell = errors.New("payments: the provider can no longer tell what this attempt did")
+
 // ReferenceLimiter is implemented by providers whose business reference
 // (the ProviderKey payonce sends) must be shorter than 255 bytes: Adyen's
 // reference is at most 80 characters. payments derives ProviderKey with
@@ -106,6 +144,13 @@ type VoidRequest struct {
 	// Key is payonce's key of the action; ProviderKey the attempt's
 	// reference.
 	Key, ProviderKey string
+	// ProviderID is the provider's object of the attempt when payonce
+	// knows it (a pspReference from a Received answer). An adapter then
+	// voids that object whatever its state (Adyen: POST
+	// /payments/{pspReference}/reversals, cancel or refund), instead of by
+	// reference (Adyen's technical cancel, which cannot undo a captured
+	// payment).
+	ProviderID string
 }
 
 // ChargeStatus is a charge's state at the provider.

@@ -19,11 +19,20 @@ const (
 	EventRefundFailed     EventKind = "refund_failed"
 	EventCaptureSucceeded EventKind = "capture_succeeded"
 	EventCaptureFailed    EventKind = "capture_failed"
-	// EventCancelled: a payment was voided (Adyen TECHNICAL_CANCEL).
+	// EventCancelled: a payment was voided and no money stays moved: an
+	// authorisation cancelled (Adyen TECHNICAL_CANCEL or CANCEL_OR_REFUND
+	// success=true with action cancel), or a captured payment reversed
+	// in full (CANCEL_OR_REFUND success=true with action refund). The
+	// intent ends FAILED; ChargeID names the voided payment.
 	EventCancelled EventKind = "cancelled"
-	// EventCancelFailed: a void by reference cancelled nothing (Adyen
-	// TECHNICAL_CANCEL success=false: no cancellable payment with that
-	// reference). Recorded without effect; the reconciler reads it.
+	// EventCancelFailed: a void did not cancel anything (Adyen
+	// TECHNICAL_CANCEL or CANCEL_OR_REFUND success=false). It is NOT proof
+	// that no payment exists: a captured payment cannot be cancelled by
+	// reference, and a refused one cannot be cancelled at all. ChargeID is
+	// the payment's pspReference when the provider named one
+	// (originalReference), DeclineCode the provider's reason. Recorded
+	// without effect; the reconciler reads it and flags the intent for
+	// review with that reason.
 	EventCancelFailed EventKind = "cancel_failed"
 	// EventIgnored: a verified event payonce does not act on (it is
 	// acknowledged and recorded, so that the provider stops resending).
