@@ -29,6 +29,15 @@ type Config struct {
 	// a shorter one is refused. Default: the longest window of the
 	// providers, at least 24h.
 	Retention time.Duration
+	// WindowMargin is taken off every provider's deduplication window
+	// before payments decides that an open attempt may no longer be
+	// re-sent with its references: a retry (or an operator's release)
+	// past the window minus the margin looks the attempt up instead, and
+	// without proof flags the intent NEEDS_REVIEW. It covers the skew
+	// between the database's clock and the provider's. Default 1h
+	// ([DefaultWindowMargin]); it must be less than half of every
+	// provider's shortest window.
+	WindowMargin time.Duration
 	// Logger receives warnings. Default: discarded.
 	Logger *slog.Logger
 	// MeterProvider receives the payments instruments (payments.charges,
@@ -51,6 +60,8 @@ type Client struct {
 	providers map[string]Provider
 	log       *slog.Logger
 	hooks     hooks
+	// windowMargin: Config.WindowMargin.
+	windowMargin time.Duration
 }
 
 // ConfigError names a bad configuration field.
@@ -93,6 +104,20 @@ func New(pool *pgxpool.Pool, store *pgstore.Store, l *ledger.Ledger, providers [
 	if c.Retention == 0 {
 		c.Retention = window
 	}
+	switch {
+	case c.WindowMargin < 0:
+		return nil, &ConfigError{"Config.WindowMargin", "negative"}
+	case c.WindowMargin == 0:
+		c.WindowMargin = DefaultWindowMargin
+	}
+	for _, p := range providers {
+		for _, step := range []string{StepCharge, StepRefund} {
+			if w := DedupWindowOf(p, step); c.WindowMargin >= w/2 {
+				return nil, &ConfigError{"Config.WindowMargin", fmt.Sprintf("%s is not less than half of %s's %s deduplication window (%s)",
+					c.WindowMargin, p.Name(), step, w)}
+			}
+		}
+	}
 	for _, p := range providers {
 		if c.Retention < p.DedupWindow() {
 			return nil, &ConfigError{"Config.Retention", fmt.Sprintf("%s is shorter than %s's deduplication window (%s): a retry after the local record expired would charge again", c.Retention, p.Name(), p.DedupWindow())}
@@ -111,7 +136,8 @@ func New(pool *pgxpool.Pool, store *pgstore.Store, l *ledger.Ledger, providers [
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, providers: byName, log: log}, nil
+	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, providers: byName, log: log,
+		windowMargin: c.WindowMargin}, nil
 }
 
 // Provider returns the configured provider named name, or nil.
@@ -294,24 +320,39 @@ func checkMetadata(md map[string]string) error {
 }
 
 const insertIntentSQL = `INSERT INTO payment_intents
-    (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method)
-VALUES ($1, $2, 'CHARGE', $3, $4, $5, $6, $7, $8)
+    (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method, client_key, attempt_sent_at)
+VALUES ($1, $2, 'CHARGE', $3, $4, $5, $6, $7, $8, $9, now())
 ON CONFLICT (idempotency_key, user_id) DO NOTHING
 RETURNING provider_key`
 
-// readIntentSQL reads the provider key of an intent recorded by an earlier
-// attempt (a retry after an unknown outcome): the same key must be sent.
-const readIntentSQL = `SELECT provider_key, coalesce(provider_id, ''), status, coalesce(decline_code, ''), coalesce(review_reason, '')
-  FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`
+// resumeIntentSQL reads an intent recorded by an earlier attempt (a retry
+// after an unknown outcome): the same provider key must be sent, unless
+// the provider's deduplication window for it has passed. An open attempt
+// reopened by the reconciler (attempt_sent_at NULL) is about to be sent:
+// its window starts now.
+const resumeIntentSQL = `UPDATE payment_intents
+   SET attempt_sent_at = CASE WHEN status IN ('PENDING', 'UNKNOWN', 'REQUIRES_ACTION')
+                              THEN coalesce(attempt_sent_at, now()) ELSE attempt_sent_at END
+ WHERE idempotency_key = $1 AND user_id = $2
+RETURNING provider_key, coalesce(provider_id, ''), status, coalesce(decline_code, ''), coalesce(review_reason, ''),
+          attempt, coalesce(attempt_sent_at, now()), now()`
 
 // priorIntent is what an earlier attempt recorded of an intent.
 type priorIntent struct {
 	providerKey, providerID, status, declineCode, reviewReason string
+	attempt                                                    int
+	// sentAt is when the attempt's references were first sent, now the
+	// database's clock at the read.
+	sentAt, now time.Time
 }
 
 func (pi *priorIntent) scan(row pgx.Row) error {
-	return row.Scan(&pi.providerKey, &pi.providerID, &pi.status, &pi.declineCode, &pi.reviewReason)
+	return row.Scan(&pi.providerKey, &pi.providerID, &pi.status, &pi.declineCode, &pi.reviewReason,
+		&pi.attempt, &pi.sentAt, &pi.now)
 }
+
+// open reports whether the intent's outcome is still to be learnt.
+func (pi priorIntent) open() bool { return openStatus[pi.status] }
 
 // final reports whether a webhook or the reconciler settled the intent
 // while no call held its key: a retry then records that state instead of
@@ -368,13 +409,16 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	}
 	// The intent is recorded before the call (a retry finds it and reuses
 	// its provider key).
-	pkey := ProviderKey(req.Key, "charge", 0, MaxReferenceLen(prov))
+	pkey := ProviderKey(req.Key, StepCharge, 0, MaxReferenceLen(prov))
 	var prior priorIntent
 	err := c.pool.QueryRow(ctx, insertIntentSQL, req.Key, req.Scope, p.Provider, pkey,
-		p.Amount.AmountString(), string(p.Amount.Currency()), p.Recipient, p.PaymentMethod).Scan(&pkey)
+		p.Amount.AmountString(), string(p.Amount.Currency()), p.Recipient, p.PaymentMethod, p.Key).Scan(&pkey)
 	if errors.Is(err, pgx.ErrNoRows) { // recorded by an earlier attempt: reuse its provider key
-		err = prior.scan(c.pool.QueryRow(ctx, readIntentSQL, req.Key, req.Scope))
+		err = prior.scan(c.pool.QueryRow(ctx, resumeIntentSQL, req.Key, req.Scope))
 		pkey = prior.providerKey
+	}
+	if isForeignKeyUse(err) {
+		return idempotency.Response{}, foreignKey("charge")
 	}
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("payments: record intent: %w", err)
@@ -385,6 +429,12 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	}
 	if prior.status == string(IntentNeedsReview) {
 		return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
+	}
+	if prior.open() && c.beyondWindow(prov, StepCharge, prior) {
+		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindCharge, Provider: p.Provider, ProviderKey: pkey,
+			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: p.Amount,
+			Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, SentAt: prior.sentAt}
+		return c.settleBeyondWindow(ctx, lease, prov, in, fn)
 	}
 	known := prior.providerID
 	c.hooks.call(pointAfterIntent, c.hooks.afterIntent, ctx, req.Key)

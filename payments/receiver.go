@@ -45,6 +45,11 @@ const (
 	EventUnmatched = "unmatched"
 	// EventIgnoredOutcome: a type payonce does not act on.
 	EventIgnoredOutcome = "ignored"
+	// EventSecondObject: a success event naming another provider object
+	// than the one its intent settled with: a second charge (or refund)
+	// at the provider for one intent. Nothing changes; the reconciler
+	// reports it ("several charges at provider").
+	EventSecondObject = "second_object"
 )
 
 // WebhookHandler returns the receiver of the named provider's
@@ -340,6 +345,9 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 	}
 	switch ev.Kind {
 	case EventChargeSucceeded, EventCaptureSucceeded:
+		if other := otherObject(in, ev); other != "" {
+			return EventSecondObject, other, nil
+		}
 		switch {
 		case open:
 			if err := set(IntentSucceeded, ""); err != nil {
@@ -378,6 +386,9 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 		}
 		return EventConfirmed, "", nil
 	case EventRefundSucceeded:
+		if other := otherObject(in, ev); other != "" {
+			return EventSecondObject, other, nil
+		}
 		switch {
 		case open:
 			if err := set(IntentSucceeded, ""); err != nil {
@@ -410,6 +421,26 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 		}
 	}
 	return EventIgnoredOutcome, "kind " + string(ev.Kind) + " not applied", nil
+}
+
+// otherObject describes the second provider object a success event names
+// when its intent already names another one; "" when it names the same
+// (or the intent names none yet). A capture names its payment in ChargeID
+// (Adyen's originalReference); a charge or refund event its own object in
+// ProviderID.
+func otherObject(in intentRow, ev WebhookEvent) string {
+	if in.providerID == nil || *in.providerID == "" {
+		return ""
+	}
+	named := ev.ProviderID
+	if ev.Kind == EventCaptureSucceeded && ev.ChargeID != "" {
+		named = ev.ChargeID
+	}
+	if named == "" || named == *in.providerID {
+		return ""
+	}
+	return fmt.Sprintf("the provider reports %s succeeded for this intent, which %s with %s: a second object at the provider",
+		named, map[bool]string{true: "is open", false: "settled"}[openStatus[in.status]], *in.providerID)
 }
 
 func intentAmount(in intentRow) (money.Money, error) {

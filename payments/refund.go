@@ -40,8 +40,9 @@ const chargeForRefundSQL = `SELECT provider, provider_id, status, amount::text, 
 // amount on the charge in the same transaction. chk_refunds_within_charge
 // refuses a reservation beyond the charge, whatever runs concurrently.
 const insertRefundSQL = `INSERT INTO payment_intents
-    (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method, charge_key)
-VALUES ($1, $2, 'REFUND', $3, $4, $5, $6, '', '', $7)
+    (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method, charge_key,
+     client_key, attempt_sent_at)
+VALUES ($1, $2, 'REFUND', $3, $4, $5, $6, '', '', $7, $8, now())
 ON CONFLICT (idempotency_key, user_id) DO NOTHING
 RETURNING provider_key`
 
@@ -99,20 +100,21 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (Outco
 	}
 	req := idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}
 	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
-		return c.refund(ctx, prov, req, fn, chargeKey, *chargeID, p.Amount)
+		return c.refund(ctx, prov, req, fn, chargeKey, *chargeID, p.Key, p.Amount)
 	})
 	return c.outcome(res, err, provName)
 }
 
-func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Request, fn TxFunc, chargeKey, chargeID string, amount money.Money) (idempotency.Response, error) {
+func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Request, fn TxFunc, chargeKey, chargeID, clientKey string, amount money.Money) (idempotency.Response, error) {
 	lease, _ := idempotency.LeaseFromContext(ctx)
-	pkey := ProviderKey(req.Key, "refund", 0, MaxReferenceLen(prov))
+	pkey := ProviderKey(req.Key, StepRefund, 0, MaxReferenceLen(prov))
 	var prior priorIntent
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, insertRefundSQL, req.Key, req.Scope, prov.Name(), pkey, amount.AmountString(), string(amount.Currency()), chargeKey).Scan(&pkey)
+		err := tx.QueryRow(ctx, insertRefundSQL, req.Key, req.Scope, prov.Name(), pkey, amount.AmountString(), string(amount.Currency()),
+			chargeKey, clientKey).Scan(&pkey)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Recorded (and reserved) by an earlier attempt: reuse its key.
-			err = prior.scan(tx.QueryRow(ctx, readIntentSQL, req.Key, req.Scope))
+			err = prior.scan(tx.QueryRow(ctx, resumeIntentSQL, req.Key, req.Scope))
 			pkey = prior.providerKey
 			return err
 		}
@@ -128,6 +130,9 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 			Message: "the refunds of this charge would exceed what it captured"}
 		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: inv}, nil)
 	}
+	if isForeignKeyUse(err) {
+		return idempotency.Response{}, foreignKey("refund")
+	}
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("payments: record refund intent: %w", err)
 	}
@@ -138,6 +143,12 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 	}
 	if prior.status == string(IntentNeedsReview) {
 		return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
+	}
+	if prior.open() && c.beyondWindow(prov, StepRefund, prior) {
+		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindRefund, Provider: prov.Name(), ProviderKey: pkey,
+			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: amount,
+			ChargeKey: chargeKey, ChargeID: chargeID, SentAt: prior.sentAt}
+		return c.settleBeyondWindow(ctx, lease, prov, in, fn)
 	}
 	started := time.Now()
 	rres, rerr := prov.Refund(ctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})

@@ -29,6 +29,10 @@ type Examined struct {
 	// provider's id).
 	ChargeKey, ChargeID  string
 	CreatedAt, UpdatedAt time.Time
+	// SentAt is when the attempt's references were first sent (the
+	// database's clock); zero when the attempt was reopened and not sent
+	// since.
+	SentAt time.Time
 }
 
 // Proof is what the provider showed about an intent's outcome.
@@ -110,18 +114,15 @@ func (c *Client) ResolveReview(ctx context.Context, scope, key string, p Proof, 
 }
 
 func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool, audit func(ctx context.Context, tx pgx.Tx) error) error {
-	prov := c.providers[in.Provider]
-	if prov == nil {
+	if c.providers[in.Provider] == nil {
 		return &ConfigError{"Provider", fmt.Sprintf("the intent's provider %q is not configured", in.Provider)}
 	}
-	switch p.Status {
-	case IntentSucceeded, IntentDeclined, IntentFailed, IntentNeedsReview, IntentRequiresAction:
-	default:
-		return &ConfigError{"Proof.Status", fmt.Sprintf("%q is not an outcome", p.Status)}
+	if err := checkProof(p); err != nil {
+		return err
 	}
 	var fp idempotency.Fingerprint
 	var err error
-	if in.Kind == "REFUND" {
+	if in.Kind == KindRefund {
 		fp, err = refundFingerprint(in.ChargeKey, in.Amount)
 	} else {
 		fp, err = chargeFingerprint(in.Amount, in.Recipient, in.PaymentMethod, in.Provider)
@@ -147,17 +148,75 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool,
 	default:
 		return fmt.Errorf("payments: resolve: claim state %v", claim.State)
 	}
-	release := lease != nil
-	defer func() {
-		if release {
-			_ = c.store.Release(context.WithoutCancel(ctx), *lease)
+	_, completed, err := c.apply(ctx, in, p, review, lease, nil, audit)
+	if lease != nil && !completed {
+		_ = c.store.Release(context.WithoutCancel(ctx), *lease)
+	}
+	return err
+}
+
+func checkProof(p Proof) error {
+	switch p.Status {
+	case IntentSucceeded, IntentDeclined, IntentFailed, IntentNeedsReview, IntentRequiresAction:
+		return nil
+	}
+	return &ConfigError{"Proof.Status", fmt.Sprintf("%q is not an outcome", p.Status)}
+}
+
+// applyUnderLease applies proof to an open intent from inside the call
+// that holds the key's lease (a retry past the provider's window): the
+// record completes with the intent, or, for NEEDS_REVIEW, the caller gets
+// a *NeedsReviewError and the lease is released by the executor.
+func (c *Client) applyUnderLease(ctx context.Context, lease idempotency.Lease, in Examined, p Proof, fn TxFunc) (idempotency.Response, error) {
+	if err := checkProof(p); err != nil {
+		return idempotency.Response{}, err
+	}
+	done, completed, err := c.apply(ctx, in, p, false, &lease, fn, nil)
+	switch {
+	case errors.Is(err, ErrNotOpen):
+		// Settled meanwhile (a webhook under no lease): record that state.
+		prior := priorIntent{}
+		if rerr := prior.scan(c.pool.QueryRow(ctx, resumeIntentSQL, in.Key, in.Scope)); rerr != nil {
+			return idempotency.Response{}, rerr
 		}
-	}()
-	step := "charge"
-	if in.Kind == "REFUND" {
-		step = "refund"
+		if prior.status == string(IntentNeedsReview) {
+			return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
+		}
+		return c.settled(ctx, lease, idempotency.Request{Scope: in.Scope, Key: in.Key}, fn, in.Provider, prior, in.Amount,
+			c.postFor(ctx, in))
+	case err != nil:
+		return idempotency.Response{}, err
+	case completed:
+		return done.Response, idempotency.Recorded(done.Status, done.Response)
+	}
+	return idempotency.Response{}, &NeedsReviewError{Reason: p.Reason}
+}
+
+// postFor is the ledger posting of a succeeded intent.
+func (c *Client) postFor(ctx context.Context, in Examined) func(pgx.Tx) error {
+	if in.Kind == KindRefund {
+		return func(tx pgx.Tx) error { return c.postRefund(ctx, tx, in.Key, in.Scope, in.ChargeKey, in.Provider, in.Amount) }
+	}
+	return func(tx pgx.Tx) error { return c.postCharge(ctx, tx, in.Key, in.Provider, in.Amount) }
+}
+
+// apply applies proof in ONE transaction: the intent locked and checked
+// still open (or under review), its outcome, the ledger where money moved,
+// a refund's reservation released where none did, fn and audit, and the
+// idempotency record completed under lease (when given) with the response
+// a replay serves. completed reports that the record was completed.
+func (c *Client) apply(ctx context.Context, in Examined, p Proof, review bool, lease *idempotency.Lease, fn TxFunc,
+	audit func(ctx context.Context, tx pgx.Tx) error) (done idempotency.Completion, completed bool, err error) {
+	prov := c.providers[in.Provider]
+	step := StepCharge
+	if in.Kind == KindRefund {
+		step = StepRefund
+	}
+	if audit == nil {
+		audit = func(context.Context, pgx.Tx) error { return nil }
 	}
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		completed = false
 		var status string
 		var attempt int
 		err := tx.QueryRow(ctx, `SELECT status, attempt FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2 FOR UPDATE`,
@@ -179,12 +238,7 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool,
 			out := Outcome{Status: IntentSucceeded, Provider: in.Provider, ProviderID: p.ProviderID,
 				Amount: in.Amount.AmountString(), Currency: string(in.Amount.Currency())}
 			rec, s = idempotency.StatusCompleted, stored{Result: &out}
-			post = func(tx pgx.Tx) error { return c.postCharge(ctx, tx, in.Key, in.Provider, in.Amount) }
-			if in.Kind == "REFUND" {
-				post = func(tx pgx.Tx) error {
-					return c.postRefund(ctx, tx, in.Key, in.Scope, in.ChargeKey, in.Provider, in.Amount)
-				}
-			}
+			post = c.postFor(ctx, in)
 		case p.Status == IntentRequiresAction:
 			// Not final: the customer must act; the record serves this
 			// answer, as the synchronous call would have.
@@ -195,9 +249,11 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool,
 			rec, s = idempotency.StatusFailed, stored{Decline: &DeclineError{Provider: in.Provider, Code: "declined",
 				DeclineCode: p.DeclineCode, Message: p.Reason}}
 		case p.Status == IntentFailed && p.NextAttempt:
+			// The new attempt's window starts when it is first sent
+			// (attempt_sent_at NULL until then).
 			next := attempt + 1
 			_, err := tx.Exec(ctx, `UPDATE payment_intents SET attempt = $3, provider_key = $4, provider_id = NULL,
-				status = 'PENDING', updated_at = now() WHERE idempotency_key = $1 AND user_id = $2`,
+				status = 'PENDING', attempt_sent_at = NULL, updated_at = now() WHERE idempotency_key = $1 AND user_id = $2`,
 				in.Key, in.Scope, next, ProviderKey(in.Key, step, next, MaxReferenceLen(prov)))
 			if err != nil {
 				return err
@@ -222,8 +278,17 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool,
 				return err
 			}
 		}
-		if in.Kind == "REFUND" && p.Status != IntentSucceeded {
+		if in.Kind == KindRefund && p.Status != IntentSucceeded {
 			if _, err := tx.Exec(ctx, unreserveRefundSQL, in.ChargeKey, in.Scope, in.Amount.AmountString()); err != nil {
+				return err
+			}
+		}
+		if fn != nil {
+			out := Outcome{Status: p.Status, Provider: in.Provider, ProviderID: p.ProviderID}
+			if s.Result != nil {
+				out = *s.Result
+			}
+			if err := fn(ctx, tx, out); err != nil {
 				return err
 			}
 		}
@@ -237,15 +302,15 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool,
 		if err != nil {
 			return err
 		}
-		if err := c.store.CompleteTx(ctx, tx, *lease, idempotency.Completion{Status: rec,
-			Response: idempotency.Response{Code: 200, Body: body}, Retention: cfg.Retention}); err != nil {
+		done = idempotency.Completion{Status: rec, Response: idempotency.Response{Code: 200, Body: body}, Retention: c.exec.Config().Retention}
+		if err := c.store.CompleteTx(ctx, tx, *lease, done); err != nil {
 			return err
 		}
-		release = false
+		completed = true
 		return nil
 	})
 	if err != nil {
-		release = lease != nil
+		completed = false
 	}
-	return err
+	return done, completed, err
 }

@@ -151,20 +151,30 @@ func (s *Set) Providers() []string {
 	return out
 }
 
+// MaxAttempts bounds the attempt numbers [Set.Charges] counts: payments
+// moves to the next attempt only after proving the previous one left
+// nothing, so real intents stay far below it.
+const MaxAttempts = 32
+
 // Charges counts the charges that really exist at provider's fake for a
-// local key (payonce's composed key): PaymentIntents carrying it in their
-// metadata (Stripe), payments with its reference (Adyen), captures of
-// orders with its custom_id (PayPal). Attempt 0's references.
+// local key (payonce's composed key), over every attempt's references:
+// PaymentIntents carrying it in their metadata (Stripe), payments with an
+// attempt's reference (Adyen), captures of orders with an attempt's
+// custom_id (PayPal).
 func (s *Set) Charges(provider, key string) int {
-	switch provider {
-	case "stripe":
+	if provider == "stripe" {
 		return s.Stripe.CountsByMetadata(paystripe.MetadataKey, key).PaymentIntents
-	case "adyen":
-		return s.Adyen.Counts(payments.ProviderKey(key, "charge", 0, adyen.MaxReferenceLen)).Payments
-	case "paypal":
-		return s.PayPal.CountsByCustomID(payments.ProviderKey(key, "charge", 0, paypal.MaxProviderKeyLen)).Captures
 	}
-	return 0
+	n := 0
+	for attempt := range MaxAttempts {
+		switch provider {
+		case "adyen":
+			n += s.Adyen.Counts(payments.ProviderKey(key, payments.StepCharge, attempt, adyen.MaxReferenceLen)).Payments
+		case "paypal":
+			n += s.PayPal.CountsByCustomID(payments.ProviderKey(key, payments.StepCharge, attempt, paypal.MaxProviderKeyLen)).Captures
+		}
+	}
+	return n
 }
 
 // Net returns, per uppercase currency code, the money provider's fake

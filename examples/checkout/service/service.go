@@ -32,7 +32,8 @@
 //	400  bad input (names the field), missing or malformed Idempotency-Key
 //	401  no Authorization
 //	402  declined by the provider (decline_code); final for the key
-//	404  no such charge for this caller
+//	404  no such charge for this caller, or an Idempotency-Key that
+//	     belongs to another caller (nothing is created)
 //	409  the key is still being processed (Retry-After), or was used with
 //	     another amount, currency, recipient, payment method or provider,
 //	     or the payment is under review (NEEDS_REVIEW: never re-charged)
@@ -431,7 +432,9 @@ func (s *Service) answer(w http.ResponseWriter, key string, out payments.Outcome
 		problem(w, http.StatusConflict, "request-in-progress", "A payment with this key is still being processed; retry with the same key.", max(inFlight.RetryAfter, time.Second), nil)
 	case errors.Is(err, idempotency.ErrInProgress):
 		problem(w, http.StatusConflict, "request-in-progress", "A payment with this key is still being processed; retry with the same key.", time.Second, nil)
-	case errors.Is(err, idempotency.ErrNotFound):
+	case errors.Is(err, idempotency.ErrNotFound) || errors.Is(err, idempotency.ErrForeignKey):
+		// A key another customer used answers as if it did not exist:
+		// nothing is created, and nothing about the other charge leaks.
 		problem(w, http.StatusNotFound, "not-found", "No such charge for this caller.", 0, nil)
 	case errors.Is(err, idempotency.ErrExpired):
 		problem(w, http.StatusUnprocessableEntity, "idempotency-key-expired", "This Idempotency-Key is past its retention; use a new key for a new payment.", 0, nil)

@@ -1,0 +1,294 @@
+package payments_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/ledger"
+	"github.com/payonce/payonce/payments"
+	paystripe "github.com/payonce/payonce/providers/stripe"
+	"github.com/payonce/payonce/providers/stripe/stripetest"
+)
+
+// clocked is a payments client over a Stripe fake whose clock moves only
+// when told to: Stripe forgets idempotency keys 24 hours after their first
+// use and takes a reused one for a NEW request.
+type clocked struct {
+	bundle
+	clock *stripetest.ManualClock
+}
+
+func setupClocked(t *testing.T, wrap func(payments.Provider) payments.Provider) clocked {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := ledger.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := stripetest.NewManualClock(time.Now())
+	fake := stripetest.NewServer(&stripetest.Config{Clock: clock.Now})
+	t.Cleanup(fake.Close)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	sp, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_window", BaseURL: fake.URL(), HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prov payments.Provider = sp
+	if wrap != nil {
+		prov = wrap(sp)
+	}
+	c, err := payments.New(pool, store, l, []payments.Provider{prov}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clocked{bundle: bundle{pool: pool, client: c, ledger: l, fake: fake}, clock: clock}
+}
+
+// age moves time forward by d for everything the key's attempt left: the
+// database's rows of the action (as if they were written d ago) and the
+// provider fake's clock.
+func (c clocked) age(t *testing.T, action, key string, d time.Duration) {
+	t.Helper()
+	k, err := idempotency.ComposeKey("cus_1", action, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.pool.Exec(ctx, `UPDATE payment_intents SET created_at = created_at - $2::interval,
+		updated_at = updated_at - $2::interval, attempt_sent_at = attempt_sent_at - $2::interval
+		WHERE idempotency_key = $1`, k, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.pool.Exec(ctx, `UPDATE idempotency_store SET created_at = created_at - $2::interval,
+		expires_at = expires_at - $2::interval, locked_until = locked_until - $2::interval
+		WHERE idempotency_key = $1`, k, d); err != nil {
+		t.Fatal(err)
+	}
+	c.clock.Advance(d)
+}
+
+func (c clocked) status(t *testing.T, key string) (payments.IntentStatus, string) {
+	t.Helper()
+	k, _ := idempotency.ComposeKey("cus_1", "charge", key)
+	var status, reason string
+	if err := c.pool.QueryRow(context.Background(), `SELECT status, coalesce(review_reason, '') FROM payment_intents
+		WHERE idempotency_key = $1`, k).Scan(&status, &reason); err != nil {
+		t.Fatal(err)
+	}
+	return payments.IntentStatus(status), reason
+}
+
+// The finding: a response lost, nobody retries for a day, then a retry at
+// +25h. Stripe pruned the key, so re-sending it would create a second
+// PaymentIntent. payments looks the attempt up instead (Stripe's List is
+// consistent) and settles it from what it finds: one PaymentIntent, one
+// ledger entry.
+func TestRetryPastStripeWindowLooksUpInsteadOfResending(t *testing.T) {
+	t.Parallel()
+	c := setupClocked(t, nil)
+	ctx := context.Background()
+	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
+	if _, err := c.client.Charge(ctx, params(t, "late", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost response: %v", err)
+	}
+	c.age(t, "charge", "late", 25*time.Hour)
+	res, err := c.client.Charge(ctx, params(t, "late", "10.00", stripetest.PaymentMethodVisa))
+	if err != nil || res.Status != payments.IntentSucceeded || res.ProviderID == "" {
+		t.Fatalf("retry at +25h: %+v %v", res, err)
+	}
+	if n := pis(t, c.bundle, "late"); n != 1 {
+		t.Fatalf("PaymentIntents at Stripe = %d, want 1: the pruned key was re-sent", n)
+	}
+	if got := balance(t, c.bundle); got != "10.00" {
+		t.Fatalf("provider:stripe = %s, want 10.00", got)
+	}
+	again, err := c.client.Charge(ctx, params(t, "late", "10.00", stripetest.PaymentMethodVisa))
+	if err != nil || !again.Replayed || again.ProviderID != res.ProviderID {
+		t.Fatalf("replay: %+v %v", again, err)
+	}
+}
+
+// Inside the window the retry re-sends the same key and Stripe replays it
+// (the provider's lookup, which cannot tell here, is not used).
+func TestRetryInsideStripeWindowResends(t *testing.T) {
+	t.Parallel()
+	c := setupClocked(t, func(p payments.Provider) payments.Provider { return cannotTell{p} })
+	ctx := context.Background()
+	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
+	if _, err := c.client.Charge(ctx, params(t, "early", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost response: %v", err)
+	}
+	c.age(t, "charge", "early", 22*time.Hour)
+	res, err := c.client.Charge(ctx, params(t, "early", "10.00", stripetest.PaymentMethodVisa))
+	if err != nil || res.Status != payments.IntentSucceeded {
+		t.Fatalf("retry at +22h: %+v %v", res, err)
+	}
+	if n := pis(t, c.bundle, "early"); n != 1 {
+		t.Fatalf("PaymentIntents = %d, want 1", n)
+	}
+}
+
+// A 500 before Stripe did anything, then a retry past the window: the
+// consistent lookup finds nothing, which proves the attempt left nothing:
+// the intent fails with that proof and nothing is charged.
+func TestRetryPastStripeWindowNothingThereFailsWithProof(t *testing.T) {
+	t.Parallel()
+	c := setupClocked(t, nil)
+	ctx := context.Background()
+	c.fake.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Method: "POST", Path: "/v1/payment_intents"})
+	if _, err := c.client.Charge(ctx, params(t, "void", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
+		t.Fatalf("500: %v", err)
+	}
+	c.age(t, "charge", "void", 30*time.Hour)
+	_, err := c.client.Charge(ctx, params(t, "void", "10.00", stripetest.PaymentMethodVisa))
+	var inv *payments.InvalidRequestError
+	if !errors.As(err, &inv) || inv.Code != "payment_void" {
+		t.Fatalf("retry past the window: %v, want the attempt failed with proof", err)
+	}
+	if n := pis(t, c.bundle, "void"); n != 0 {
+		t.Fatalf("PaymentIntents = %d, want 0", n)
+	}
+	if st, _ := c.status(t, "void"); st != payments.IntentFailed {
+		t.Fatalf("intent %s, want FAILED", st)
+	}
+}
+
+// cannotTell is a provider whose lookup can no longer tell (PayPal past
+// its 6-hour request-id window without an order id): no proof either way.
+type cannotTell struct{ payments.Provider }
+
+func (p cannotTell) Lookup(context.Context, payments.LookupRequest) (payments.LookupResult, error) {
+	return payments.LookupResult{}, errors.Join(errors.New("request id forgotten"), payments.ErrCannotTell)
+}
+
+// Past the window with a provider that cannot tell: never re-sent, the
+// intent goes to NEEDS_REVIEW with the reason, and every later retry is
+// refused the same way.
+func TestRetryPastWindowWithoutProofNeedsReview(t *testing.T) {
+	t.Parallel()
+	c := setupClocked(t, func(p payments.Provider) payments.Provider { return cannotTell{p} })
+	ctx := context.Background()
+	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
+	if _, err := c.client.Charge(ctx, params(t, "blind", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost response: %v", err)
+	}
+	c.age(t, "charge", "blind", 25*time.Hour)
+	for i := 0; i < 2; i++ {
+		_, err := c.client.Charge(ctx, params(t, "blind", "10.00", stripetest.PaymentMethodVisa))
+		if !errors.Is(err, payments.ErrNeedsReview) {
+			t.Fatalf("retry %d past the window: %v, want NEEDS_REVIEW", i, err)
+		}
+	}
+	st, reason := c.status(t, "blind")
+	if st != payments.IntentNeedsReview || !strings.Contains(reason, "deduplication window") {
+		t.Fatalf("intent %s (%q), want NEEDS_REVIEW naming the window", st, reason)
+	}
+	if n := pis(t, c.bundle, "blind"); n != 1 {
+		t.Fatalf("PaymentIntents = %d, want the first attempt's only", n)
+	}
+	if got := balance(t, c.bundle); got != "0.00" {
+		t.Fatalf("posted %s without proof", got)
+	}
+}
+
+// A refund whose response was lost, retried past the window: looked up
+// (the charge's refunds by metadata), never re-sent: one refund.
+func TestRefundRetryPastWindowLooksUp(t *testing.T) {
+	t.Parallel()
+	c := setupClocked(t, nil)
+	ctx := context.Background()
+	if _, err := c.client.Charge(ctx, params(t, "ch", "10.00", stripetest.PaymentMethodVisa)); err != nil {
+		t.Fatal(err)
+	}
+	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/refunds"})
+	rp := payments.RefundParams{Scope: "cus_1", Key: "rf", ChargeKey: "ch", Amount: eur(t, "4.00")}
+	if _, err := c.client.Refund(ctx, rp); !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost refund response: %v", err)
+	}
+	c.age(t, "refund", "rf", 25*time.Hour)
+	res, err := c.client.Refund(ctx, rp)
+	if err != nil || res.Status != payments.IntentSucceeded {
+		t.Fatalf("refund retry at +25h: %+v %v", res, err)
+	}
+	k, _ := idempotency.ComposeKey("cus_1", "refund", "rf")
+	if n := c.fake.CountsByMetadata(paystripe.MetadataKey, k).Refunds; n != 1 {
+		t.Fatalf("refunds at Stripe = %d, want 1", n)
+	}
+	if got := balance(t, c.bundle); got != "6.00" {
+		t.Fatalf("provider:stripe = %s, want 6.00", got)
+	}
+}
+
+// A client key belongs to the scope that used it first: another scope
+// sending it is refused with idempotency.ErrForeignKey and nothing is
+// created (no intent, no record, no call to the provider).
+func TestKeyOfAnotherScopeIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.client.Charge(ctx, params(t, "shared", "10.00", stripetest.PaymentMethodVisa)); err != nil {
+		t.Fatal(err)
+	}
+	other := params(t, "shared", "10.00", stripetest.PaymentMethodVisa)
+	other.Scope = "cus_2"
+	for i := 0; i < 2; i++ {
+		if _, err := b.client.Charge(ctx, other); !errors.Is(err, idempotency.ErrForeignKey) {
+			t.Fatalf("charge %d with another scope's key: %v, want ErrForeignKey", i, err)
+		}
+	}
+	if _, err := b.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "rshared", ChargeKey: "shared", Amount: eur(t, "1.00")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Charge(ctx, payments.ChargeParams{Scope: "cus_2", Key: "own", Provider: "stripe", Amount: eur(t, "5.00"),
+		Recipient: "acct_shop", PaymentMethod: stripetest.PaymentMethodVisa}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Refund(ctx, payments.RefundParams{Scope: "cus_2", Key: "rshared", ChargeKey: "own", Amount: eur(t, "1.00")}); !errors.Is(err, idempotency.ErrForeignKey) {
+		t.Fatalf("refund with another scope's key: %v, want ErrForeignKey", err)
+	}
+	var intents, records int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM payment_intents WHERE user_id = 'cus_2'`).Scan(&intents); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_store WHERE user_id = 'cus_2'`).Scan(&records); err != nil {
+		t.Fatal(err)
+	}
+	if intents != 1 || records != 1 {
+		t.Fatalf("cus_2 has %d intents and %d records, want its own charge only", intents, records)
+	}
+	if n := pis(t, b, "shared"); n != 1 {
+		t.Fatalf("PaymentIntents for the shared key = %d, want 1", n)
+	}
+}
+
+// WindowMargin must leave most of every window.
+func TestWindowMarginRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	store, err := pgstore.New(b.pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: b.fake.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []time.Duration{-time.Minute, 12 * time.Hour} {
+		_, err := payments.New(b.pool, store, b.ledger, []payments.Provider{prov}, &payments.Config{WindowMargin: m})
+		var ce *payments.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "Config.WindowMargin" {
+			t.Fatalf("margin %s: %v, want a ConfigError naming Config.WindowMargin", m, err)
+		}
+	}
+}
