@@ -233,7 +233,7 @@ UPDATE payment_intents p
 RETURNING p.idempotency_key, p.user_id, p.kind, p.provider, p.provider_key, coalesce(p.provider_id, ''), p.attempt,
           p.status, p.amount::text, p.currency, p.recipient, p.payment_method, coalesce(p.charge_key, ''),
           coalesce((SELECT c.provider_id FROM payment_intents c WHERE c.idempotency_key = p.charge_key AND c.user_id = p.user_id), ''),
-          p.created_at, p.updated_at, p.reconcile_checks, now() - p.created_at`
+          p.created_at, p.updated_at, p.reconcile_checks, now() - p.created_at, p.attempt_sent_at`
 
 func (r *Reconciler) claim(ctx context.Context) ([]item, error) {
 	if r.client == nil {
@@ -249,10 +249,14 @@ func (r *Reconciler) claim(ctx context.Context) ([]item, error) {
 	for rows.Next() {
 		var it item
 		var status, amount, currency string
+		var sentAt *time.Time
 		if err := rows.Scan(&it.Key, &it.Scope, &it.Kind, &it.Provider, &it.ProviderKey, &it.ProviderID, &it.Attempt,
 			&status, &amount, &currency, &it.Recipient, &it.PaymentMethod, &it.ChargeKey, &it.ChargeID,
-			&it.CreatedAt, &it.UpdatedAt, &it.checks, &it.age); err != nil {
+			&it.CreatedAt, &it.UpdatedAt, &it.checks, &it.age, &sentAt); err != nil {
 			return nil, err
+		}
+		if sentAt != nil {
+			it.SentAt = *sentAt
 		}
 		it.Status = payments.IntentStatus(status)
 		var err error
@@ -349,6 +353,14 @@ const (
 	KindStuckRecord                = "stuck record"
 	KindUnmatchedProviderObject    = "provider object without local intent"
 	KindWebhookConflict            = "provider contradicts a final local state"
+	// KindPastProviderWindow: an open intent whose references are past the
+	// provider's deduplication window, and the provider can no longer say
+	// what the attempt did (no lookup by payonce's references then).
+	KindPastProviderWindow = "past provider's deduplication window"
+	// KindVoidRefused: a void of an attempt whose outcome was lost did not
+	// cancel anything (Adyen TECHNICAL_CANCEL or CANCEL_OR_REFUND
+	// success=false): the payment may exist, captured.
+	KindVoidRefused = "void refused at provider"
 )
 
 func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
@@ -361,7 +373,11 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 		return r.examineRefund(ctx, rep, it)
 	}
 	res, err := prov.Lookup(ctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey, ProviderID: it.ProviderID,
-		From: it.CreatedAt.Add(-10 * time.Minute), To: time.Now().Add(5 * time.Minute)})
+		From: it.lookupFrom(), To: time.Now().Add(5 * time.Minute)})
+	if errors.Is(err, payments.ErrCannotTell) {
+		return r.review(ctx, rep, it, Item{Kind: KindPastProviderWindow, ProviderState: "cannot tell", LocalState: string(it.Status)},
+			"past "+it.Provider+"'s deduplication window for attempt "+strconv.Itoa(it.Attempt)+": "+err.Error())
+	}
 	if err != nil {
 		// An outage: look again later, never fail on it.
 		return r.reschedule(ctx, rep, it, Item{Kind: KindProviderUnavailable, ProviderState: "lookup failed", Detail: err.Error()}, false)
@@ -409,6 +425,19 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 		}
 	case res.Consistent:
 		base.Kind, base.ProviderState = KindPendingMissingAtProvider, "none (consistent lookup)"
+		if it.SentAt.IsZero() {
+			// A reopened attempt nobody retried yet: reopening it again
+			// would only advance the attempt number on every run. It waits
+			// for the client's retry; once its checks run out, nothing was
+			// charged by any attempt and it fails with that proof.
+			if it.checks+1 >= r.cfg.MaxChecks {
+				base.Action = ActionFailedWithProof
+				return r.resolve(ctx, rep, it, base, payments.Proof{Status: payments.IntentFailed,
+					Reason: fmt.Sprintf("no charge at the provider for any attempt; attempt %d was reopened and never sent (no retry after %d checks)",
+						it.Attempt, it.checks+1)})
+			}
+			return r.reschedule(ctx, rep, it, base, true)
+		}
 		if r.cfg.Redrive {
 			base.Action = ActionNewAttempt
 			return r.resolve(ctx, rep, it, base, payments.Proof{Status: payments.IntentFailed, NextAttempt: true,
@@ -425,26 +454,29 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 				return err
 			}
 			if !sent {
-				if err := v.Void(ctx, payments.VoidRequest{Key: it.Key, ProviderKey: it.ProviderKey}); err != nil {
+				if err := v.Void(ctx, payments.VoidRequest{Key: it.Key, ProviderKey: it.ProviderKey, ProviderID: it.ProviderID}); err != nil {
 					return r.reschedule(ctx, rep, it, Item{Kind: KindProviderUnavailable, ProviderState: "void failed", Detail: err.Error()}, false)
 				}
-				base.Action, base.Detail = ActionVoidSent, "technical cancel by reference "+it.ProviderKey+"; its notification settles the intent"
+				base.Action, base.Detail = ActionVoidSent, "void of "+voidTarget(it)+"; its notification settles the intent"
 				return r.reschedule(ctx, rep, it, base, false)
 			}
-			// The void was sent long after the request (VoidAfter): a
-			// payment with this reference would exist by now and be
-			// cancelled. A cancel that found nothing, with no
-			// authorisation either, proves the attempt left nothing.
+			// A void that cancelled something settles the intent through
+			// its notification (EventCancelled). One that did not is no
+			// proof of absence: a captured payment cannot be cancelled by
+			// reference, a refused one cannot be cancelled at all. A human
+			// reads the provider's reason.
 			evs, err := r.client.StoredEvents(ctx, it.Provider, it.ProviderKey)
 			if err != nil {
 				return err
 			}
 			for _, ev := range evs {
 				if ev.Kind == payments.EventCancelFailed {
-					base.Kind, base.ProviderState = KindPendingMissingAtProvider, "void by reference found nothing: "+ev.DeclineCode
-					base.Action = ActionFailedWithProof
-					return r.resolve(ctx, rep, it, base, payments.Proof{Status: payments.IntentFailed,
-						Reason: "no authorisation, and a technical cancel by reference found no payment"})
+					base.Kind, base.ProviderState = KindVoidRefused, "void refused: "+ev.DeclineCode
+					if ev.ChargeID != "" {
+						base.ProviderState += " (payment " + ev.ChargeID + ")"
+					}
+					return r.review(ctx, rep, it, base, "the provider refused to void the attempt ("+ev.Type+": "+ev.DeclineCode+
+						"): the payment may exist and be captured; check it at the provider")
 				}
 			}
 		}
@@ -465,6 +497,10 @@ func (r *Reconciler) examineRefund(ctx context.Context, rep *Report, it item) er
 	}
 	res, err := rl.LookupRefund(ctx, payments.RefundLookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
 		ProviderID: it.ProviderID, ChargeID: it.ChargeID})
+	if errors.Is(err, payments.ErrCannotTell) {
+		return r.review(ctx, rep, it, Item{Kind: KindPastProviderWindow, ProviderState: "cannot tell", LocalState: string(it.Status)},
+			"past "+it.Provider+"'s deduplication window for the refund: "+err.Error())
+	}
 	if err != nil {
 		return r.reschedule(ctx, rep, it, Item{Kind: KindProviderUnavailable, ProviderState: "refund lookup failed", Detail: err.Error()}, false)
 	}
@@ -503,6 +539,27 @@ func (r *Reconciler) examineRefund(ctx context.Context, rep *Report, it item) er
 		base.ProviderState = "none yet (eventually consistent)"
 		return r.inconclusive(ctx, rep, it, base, "the refund's outcome never arrived")
 	}
+}
+
+// lookupFrom is where a lookup by creation time starts: a little before
+// the attempt was first sent (a reopened attempt's own send, not the
+// intent's creation).
+func (it item) lookupFrom() time.Time {
+	from := it.CreatedAt
+	if !it.SentAt.IsZero() && it.SentAt.After(from) {
+		from = it.SentAt
+	}
+	return from.Add(-10 * time.Minute)
+}
+
+// voidTarget says what a void addresses: the known provider object
+// (reversed whatever its state), else the attempt's reference (a
+// technical cancel).
+func voidTarget(it item) string {
+	if it.ProviderID != "" {
+		return "payment " + it.ProviderID + " (cancel or refund)"
+	}
+	return "reference " + it.ProviderKey + " (technical cancel)"
 }
 
 func (r *Reconciler) voidSent(ctx context.Context, it item) (bool, error) {
@@ -651,7 +708,7 @@ func (r *Reconciler) webhookDivergences(ctx context.Context, rep *Report) error 
 	rows, err := r.pool.Query(ctx, `SELECT provider, event_id, event_type, outcome, detail, coalesce(intent_user, ''),
 		coalesce(intent_key, ''), coalesce(currency, ''), coalesce(provider_id, ''), now() - received_at
 		FROM webhook_events
-		WHERE outcome IN ('unmatched', 'conflict')
+		WHERE outcome IN ('unmatched', 'conflict', 'second_object')
 		  AND received_at > coalesce((SELECT max(started_at) FROM reconcile_runs WHERE finished_at IS NOT NULL AND id <> $1), '-infinity')
 		ORDER BY received_at`, rep.RunID)
 	if err != nil {
@@ -665,9 +722,13 @@ func (r *Reconciler) webhookDivergences(ctx context.Context, rep *Report) error 
 			rows.Close()
 			return err
 		}
-		x.Kind = KindUnmatchedProviderObject
-		if outcome == "conflict" {
+		switch outcome {
+		case payments.EventConflict:
 			x.Kind = KindWebhookConflict
+		case payments.EventSecondObject:
+			x.Kind = KindDuplicateAtProvider
+		default:
+			x.Kind = KindUnmatchedProviderObject
 		}
 		x.ProviderState, x.Action = typ+" "+pid+" (event "+id+")", ActionReported
 		found = append(found, x)
@@ -752,6 +813,14 @@ func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
 			}
 		}
 		switch {
+		case len(res.Charges) > 1:
+			ids := ""
+			for _, ch := range res.Charges {
+				ids += ch.ProviderID + "(" + string(ch.Status) + ") "
+			}
+			x.Kind, x.ProviderState = KindDuplicateAtProvider, ids
+			x.Detail = fmt.Sprintf("%d charges at %s for one intent settled with %s: the customer may have paid more than once",
+				len(res.Charges), it.Provider, it.ProviderID)
 		case match == nil && res.Consistent:
 			x.Kind, x.ProviderState = KindSucceededMissingAtProvider, "none (consistent lookup)"
 			x.Detail = "payonce recorded a charge the provider does not have: the ledger counts money that never moved"

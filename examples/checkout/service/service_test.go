@@ -281,3 +281,37 @@ func TestPayPalChargeAndRefund(t *testing.T) {
 		t.Fatalf("PayPal totals: %+v, want net 4000", tot)
 	}
 }
+
+// A key another customer used answers 404 and creates nothing, for charges
+// and refunds: no PaymentIntent, no intent, nothing readable.
+func TestKeyOfAnotherCustomerAnswers404(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	if first := e.do(t, "POST", "/charges", "alice", "order-shared", visa49); first.code != 201 {
+		t.Fatalf("charge: %d %v", first.code, first.body)
+	}
+	for i := 0; i < 2; i++ {
+		other := e.do(t, "POST", "/charges", "mallory", "order-shared", visa49)
+		if other.code != 404 || other.body["type"] != "https://payonce.dev/problems/not-found" {
+			t.Fatalf("another customer's key (%d): %d %v", i, other.code, other.body)
+		}
+	}
+	if n := e.pis(t, "mallory", "order-shared"); n != 0 {
+		t.Fatalf("%d PaymentIntents for mallory, want 0", n)
+	}
+	if got := e.do(t, "GET", "/charges/order-shared", "mallory", "", ""); got.code != 404 {
+		t.Fatalf("mallory reads a charge: %d %v", got.code, got.body)
+	}
+	if r := e.do(t, "POST", "/refunds", "alice", "refund-shared", `{"charge_key": "order-shared", "amount": "1.00"}`); r.code != 201 {
+		t.Fatalf("alice's refund: %d %v", r.code, r.body)
+	}
+	if own := e.do(t, "POST", "/charges", "mallory", "order-mallory", visa49); own.code != 201 {
+		t.Fatalf("mallory's own charge: %d %v", own.code, own.body)
+	}
+	if r := e.do(t, "POST", "/refunds", "mallory", "refund-shared", `{"charge_key": "order-mallory", "amount": "1.00"}`); r.code != 404 {
+		t.Fatalf("another customer's refund key: %d %v", r.code, r.body)
+	}
+	if got := e.do(t, "GET", "/charges/order-mallory", "mallory", "", ""); got.code != 200 || got.body["status"] != "SUCCEEDED" {
+		t.Fatalf("mallory's charge: %d %v", got.code, got.body)
+	}
+}
