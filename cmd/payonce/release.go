@@ -27,8 +27,13 @@ Releases the lease of one idempotency record stuck PROCESSING, as its holder
 would release it: the lease ends now (an ended lease stays as it is), the
 record stays PROCESSING with its fingerprint, and the next retry of the key
 reclaims it under a new lock version and re-drives the action. A payment is
-re-driven with the same provider references, so the provider deduplicates
-it. Nothing else changes.
+re-driven with the same provider references, which the provider
+deduplicates only while it remembers them: Stripe forgets a key after 24
+hours, PayPal an order's request id after 6 hours, and then takes it for a
+NEW request. So past the provider's window (less payments.Config's
+WindowMargin, 1 hour by default) payments never re-sends them: the retry
+looks the attempt up at the provider and settles it from what it finds, or
+flags it NEEDS_REVIEW with the reason. Nothing else changes.
 
 <key> is the full stored key, as payonce stuck --show-keys prints it.
 

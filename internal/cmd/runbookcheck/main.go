@@ -94,7 +94,7 @@ func run() error {
 		reconcile.KindPendingFailedAtProvider, reconcile.KindPendingMissingAtProvider, reconcile.KindPendingUnknownAtProvider,
 		reconcile.KindAmountDiffers, reconcile.KindDuplicateAtProvider, reconcile.KindRefundOutcomeMissing,
 		reconcile.KindProviderUnavailable, reconcile.KindStuckRecord, reconcile.KindUnmatchedProviderObject,
-		reconcile.KindWebhookConflict}); err != nil {
+		reconcile.KindWebhookConflict, reconcile.KindPastProviderWindow, reconcile.KindVoidRefused}); err != nil {
 		return err
 	}
 	if err := tools(); err != nil {
