@@ -27,6 +27,23 @@
 // answered from Stripe's cache, Replayed in the result. After it, only
 // [Provider.Lookup] tells what exists.
 //
+// # Amounts
+//
+// Stripe's integer amounts follow Stripe's exponents, which are not ISO
+// 4217's (https://docs.stripe.com/currencies): [ToAmount] and [FromAmount]
+// convert. Most currencies are two-decimal (10.50 EUR is 1050);
+// zero-decimal ones are sent as they are (500 JPY is 500; MGA is
+// zero-decimal at Stripe and two-decimal in ISO); three-decimal ones (BHD,
+// JOD, KWD, OMR, TND) must end in 0 (1.230 KWD is 1230, 1.235 KWD is
+// refused); ISK and UGX are whole units written with two decimals (5000
+// ISK is 500000). HUF and TWD are two-decimal for charges and refunds
+// (Stripe's whole-unit rule for them is for payouts). An amount Stripe
+// cannot represent is refused before sending, by [Provider.ValidateCharge]
+// ([payments.Validator]: payments refuses it before recording anything),
+// [Provider.Charge] and [Provider.Refund], with an
+// *[payments.InvalidRequestError] naming Amount. Lookups, totals and
+// webhook events read Stripe's amounts back with the same table.
+//
 // # Lookup
 //
 // [Provider.Lookup] finds the PaymentIntents carrying a local key in their
@@ -75,7 +92,7 @@
 //
 //	Stripe answer                                   payments error            final?
 //	card_error (402)                                *DeclineError             yes, replayed for the key
-//	idempotency_error, idempotency_key_in_use (409) *InProgressError          retry later, same key
+//	409, or code idempotency_key_in_use (any type)  *InProgressError          retry later, same key
 //	idempotency_error (400, other parameters)       *KeyMismatchError         a bug: report
 //	invalid_request_error (400, 404, ...)           *InvalidRequestError      yes
 //	401, 403 (bad or restricted key)                *InvalidRequestError      yes (configuration)
@@ -95,7 +112,8 @@
 // [Provider.Lookup] (the reconciler) resolves it.
 //
 // Requests the adapter refuses before sending (bad metadata, missing
-// fields) are *[payments.InvalidRequestError] naming the field in Param.
+// fields, amounts Stripe cannot represent) are
+// *[payments.InvalidRequestError] naming the field in Param.
 //
 // # Webhooks
 //

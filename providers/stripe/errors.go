@@ -49,8 +49,16 @@ func classify(err error, sent *sentTracker) error {
 	}
 	status := se.HTTPStatusCode
 	switch {
-	case se.Type == stripego.ErrorTypeIdempotency &&
-		(se.Code == stripego.ErrorCodeIdempotencyKeyInUse || status == http.StatusConflict):
+	case se.Code == stripego.ErrorCodeIdempotencyKeyInUse || status == http.StatusConflict:
+		// Another request with the key is still executing. Stripe documents
+		// the status and the code (409 "The request conflicts with another
+		// request (perhaps due to using the same idempotent key)",
+		// https://docs.stripe.com/api/errors; idempotency_key_in_use,
+		// https://docs.stripe.com/error-codes) but not the type, which is
+		// observed as invalid_request_error. Stripe saves no result for such
+		// a collision (https://docs.stripe.com/api/idempotent_requests): the
+		// same key, later, gets the first request's answer. So the code or
+		// the 409 decides, whatever the type: never a permanent refusal.
 		return &payments.InProgressError{Provider: providerName}
 	case se.Type == stripego.ErrorTypeIdempotency:
 		return &payments.KeyMismatchError{Provider: providerName, Message: se.Msg}

@@ -171,14 +171,15 @@ func decodeObject(ev stripego.Event, object string, v any) error {
 	return nil
 }
 
-func eventAmount(minor int64, currency stripego.Currency) (money.Money, error) {
-	c, err := money.ParseCurrency(string(currency))
-	if err != nil {
+// eventAmount is an event object's amount as Money, in Stripe's units for
+// its currency ([FromAmount]).
+func eventAmount(amount int64, currency stripego.Currency) (money.Money, error) {
+	if _, err := money.ParseCurrency(string(currency)); err != nil {
 		return money.Money{}, fmt.Errorf("data.object.currency: %w", err)
 	}
-	m, err := money.FromMinor(minor, c)
+	m, err := FromAmount(amount, string(currency))
 	if err != nil {
-		return money.Money{}, fmt.Errorf("data.object amount %d %s: %w", minor, currency, err)
+		return money.Money{}, fmt.Errorf("data.object amount: %w", err)
 	}
 	return m, nil
 }

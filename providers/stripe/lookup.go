@@ -106,7 +106,7 @@ func (p *Provider) addRefunds(ctx context.Context, ch *payments.ChargeResult) er
 		if re.Status != stripego.RefundStatusSucceeded {
 			continue
 		}
-		amount, err := money.FromMinor(re.Amount, ch.Amount.Currency())
+		amount, err := FromAmount(re.Amount, string(ch.Amount.Currency()))
 		if err == nil && !strings.EqualFold(string(re.Currency), string(ch.Amount.Currency())) {
 			err = fmt.Errorf("it is in %q, the PaymentIntent in %s", re.Currency, ch.Amount.Currency())
 		}

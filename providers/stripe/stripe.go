@@ -80,44 +80,23 @@ func (p *Provider) DedupWindow() time.Duration { return DedupWindow }
 // Charge creates and confirms a card PaymentIntent for req, with
 // req.ProviderKey as its Idempotency-Key and req.Key in its metadata under
 // [MetadataKey]. req.Recipient is not used: charges land on the account
-// of Config.SecretKey (no Connect destination).
+// of Config.SecretKey (no Connect destination). req.Amount is sent in
+// Stripe's units for its currency ([ToAmount]).
 //
 // On a decline the result still names the declined PaymentIntent (status
 // [payments.ChargeFailed]) next to the error. Errors (see the package
 // documentation for the mapping): *[payments.DeclineError],
 // *[payments.InvalidRequestError] (also for requests refused before
-// sending: bad metadata, empty or too long ProviderKey, non-positive
-// amount), *[payments.NotSentError], *[payments.UnknownOutcomeError],
-// *[payments.InProgressError], *[payments.KeyMismatchError].
+// sending, as [Provider.ValidateCharge] refuses them: bad metadata, empty
+// or too long ProviderKey, an amount that is not positive or that Stripe
+// cannot represent), *[payments.NotSentError],
+// *[payments.UnknownOutcomeError], *[payments.InProgressError],
+// *[payments.KeyMismatchError].
 func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (payments.ChargeResult, error) {
-	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
-		return payments.ChargeResult{}, err
-	}
-	if err := checkAmount(req.Amount); err != nil {
-		return payments.ChargeResult{}, err
-	}
-	if req.PaymentMethod == "" {
-		return payments.ChargeResult{}, invalid("PaymentMethod", "is required")
-	}
-	md, err := metadata(req.Key, req.Metadata)
+	params, err := paymentIntentParams(req)
 	if err != nil {
 		return payments.ChargeResult{}, err
 	}
-
-	params := &stripego.PaymentIntentParams{
-		Amount:        stripego.Int64(req.Amount.Minor()),
-		Currency:      stripego.String(strings.ToLower(string(req.Amount.Currency()))),
-		PaymentMethod: stripego.String(req.PaymentMethod),
-		Confirm:       stripego.Bool(true),
-		// Cards only: with automatic payment methods, confirming would
-		// require a return_url for redirect-based methods.
-		PaymentMethodTypes: stripego.StringSlice([]string{"card"}),
-	}
-	if req.Description != "" {
-		params.Description = stripego.String(req.Description)
-	}
-	params.Metadata = md
-	params.SetIdempotencyKey(req.ProviderKey)
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 
@@ -136,8 +115,57 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 	return res, nil
 }
 
+var _ payments.Validator = (*Provider)(nil)
+
+// ValidateCharge refuses the requests that [Provider.Charge] would refuse
+// before sending them, so that payments refuses them before it records
+// anything: bad metadata, an empty or too long ProviderKey, no payment
+// method, and an amount that is not positive or that Stripe cannot
+// represent in its units ([ToAmount]: 10.50 MGA, 1.235 KWD). It sends
+// nothing. Errors: *[payments.InvalidRequestError] naming the field.
+func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
+	_, err := paymentIntentParams(req)
+	return err
+}
+
+// paymentIntentParams checks req and returns its PaymentIntent create,
+// without a context.
+func paymentIntentParams(req payments.ChargeRequest) (*stripego.PaymentIntentParams, error) {
+	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
+		return nil, err
+	}
+	amount, err := checkAmount(req.Amount)
+	if err != nil {
+		return nil, err
+	}
+	if req.PaymentMethod == "" {
+		return nil, invalid("PaymentMethod", "is required")
+	}
+	md, err := metadata(req.Key, req.Metadata)
+	if err != nil {
+		return nil, err
+	}
+
+	params := &stripego.PaymentIntentParams{
+		Amount:        stripego.Int64(amount),
+		Currency:      stripego.String(strings.ToLower(string(req.Amount.Currency()))),
+		PaymentMethod: stripego.String(req.PaymentMethod),
+		Confirm:       stripego.Bool(true),
+		// Cards only: with automatic payment methods, confirming would
+		// require a return_url for redirect-based methods.
+		PaymentMethodTypes: stripego.StringSlice([]string{"card"}),
+	}
+	if req.Description != "" {
+		params.Description = stripego.String(req.Description)
+	}
+	params.Metadata = md
+	params.SetIdempotencyKey(req.ProviderKey)
+	return params, nil
+}
+
 // Refund refunds req.Amount of the PaymentIntent req.ChargeID, with
 // req.ProviderKey as its Idempotency-Key and req.Key in its metadata.
+// req.Amount is sent in Stripe's units ([ToAmount]).
 // Errors: as [Provider.Charge]; refusing more than what is left to refund
 // is an *[payments.InvalidRequestError] (amount_too_large,
 // charge_already_refunded), final for the key.
@@ -145,7 +173,8 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
 		return payments.RefundResult{}, err
 	}
-	if err := checkAmount(req.Amount); err != nil {
+	amount, err := checkAmount(req.Amount)
+	if err != nil {
 		return payments.RefundResult{}, err
 	}
 	if req.ChargeID == "" {
@@ -157,7 +186,7 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 	}
 	params := &stripego.RefundParams{
 		PaymentIntent: stripego.String(req.ChargeID),
-		Amount:        stripego.Int64(req.Amount.Minor()),
+		Amount:        stripego.Int64(amount),
 	}
 	params.Metadata = md
 	params.SetIdempotencyKey(req.ProviderKey)
@@ -212,14 +241,10 @@ func refundStatus(s stripego.RefundStatus) payments.RefundStatus {
 	}
 }
 
-// amountOr is Stripe's amount as Money, or fallback when Stripe's currency
-// is not one money knows (it cannot be: it is the one we sent).
-func amountOr(minor int64, currency string, fallback money.Money) money.Money {
-	c, err := money.ParseCurrency(currency)
-	if err != nil {
-		return fallback
-	}
-	m, err := money.FromMinor(minor, c)
+// amountOr is Stripe's amount as Money ([FromAmount]), or fallback when
+// money cannot hold it (it cannot be: it is what we sent).
+func amountOr(amount int64, currency string, fallback money.Money) money.Money {
+	m, err := FromAmount(amount, currency)
 	if err != nil {
 		return fallback
 	}
@@ -248,14 +273,16 @@ func checkKeys(key, providerKey string) error {
 	return nil
 }
 
-func checkAmount(m money.Money) error {
+// checkAmount returns m in Stripe's units, refusing a zero Money, an
+// amount that is not positive and one Stripe cannot represent.
+func checkAmount(m money.Money) (int64, error) {
 	if m.Currency() == "" {
-		return invalid("Amount", "has no currency")
+		return 0, invalid("Amount", "has no currency")
 	}
-	if m.Minor() <= 0 {
-		return invalid("Amount", fmt.Sprintf("must be positive, got %s", m))
+	if !m.IsPositive() {
+		return 0, invalid("Amount", fmt.Sprintf("must be positive, got %s", m))
 	}
-	return nil
+	return ToAmount(m)
 }
 
 // metadata is extra plus [MetadataKey]: key, checked against Stripe's

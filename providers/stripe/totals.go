@@ -3,7 +3,6 @@ package stripe
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	stripego "github.com/stripe/stripe-go/v79"
@@ -95,11 +94,7 @@ func addBalanceTransaction(totals map[money.Currency]payments.Totals, bt *stripe
 	default:
 		return nil
 	}
-	cur, err := money.ParseCurrency(strings.ToUpper(string(bt.Currency)))
-	if err != nil {
-		return fmt.Errorf("balance transaction %s (%s): %w", bt.ID, bt.Type, err)
-	}
-	amount, err := money.FromMinor(bt.Amount, cur)
+	amount, err := FromAmount(bt.Amount, string(bt.Currency))
 	if err != nil {
 		return fmt.Errorf("balance transaction %s (%s): %w", bt.ID, bt.Type, err)
 	}

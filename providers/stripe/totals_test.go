@@ -88,7 +88,7 @@ func TestTotals(t *testing.T) {
 	}
 	for cur, tot := range b.srv.Totals() {
 		c := money.Currency(strings.ToUpper(cur))
-		if got[c].Charged.Minor() != tot.Succeeded || got[c].Refunded.Minor() != tot.Refunded {
+		if must(paystripe.ToAmount(got[c].Charged))(t) != tot.Succeeded || must(paystripe.ToAmount(got[c].Refunded))(t) != tot.Refunded {
 			t.Fatalf("%s: Totals %+v, the fake holds %+v", cur, got[c], tot)
 		}
 	}

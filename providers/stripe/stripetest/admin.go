@@ -15,7 +15,8 @@ type Counts struct {
 	Refunds        int `json:"refunds"`
 }
 
-// Total is the money moved in one currency, in minor units.
+// Total is the money moved in one currency, in Stripe's integer units for it, which are not
+// always ISO 4217's minor units (5000 ISK is 500000): [FormatAmount] reads them.
 type Total struct {
 	Succeeded int64 `json:"succeeded"` // sum of succeeded PaymentIntents' amount_received
 	Refunded  int64 `json:"refunded"`  // sum of succeeded refunds (not failed ones, see [Server.FailRefund])

@@ -62,14 +62,33 @@
 //
 // # Idempotency
 //
-// As at Stripe (see PROVIDERS.md): keys are scoped per API key and kept for Config.Retention
-// (24h by default) measured on Config.Clock; a reuse after that starts a new request. The
-// response of a request that started executing is cached, including declines, refund-bound
-// errors and 500s produced after execution ([FailAfter]); a replay with the same parameters
-// returns it with "Idempotent-Replayed: true" and "Original-Request". The same key with other
-// parameters or another endpoint gets 400 idempotency_error; while the first request still
-// executes, 409 idempotency_key_in_use. Parameter validation failures (missing or malformed
-// parameters, unknown ids) are not cached. Writes without a key just execute.
+// As Stripe documents it (https://docs.stripe.com/api/idempotent_requests): keys are scoped per
+// API key and kept for Config.Retention (24h by default) measured on Config.Clock; Stripe may
+// prune a key once it is at least 24 hours old and "generate[s] a new request if a key is reused
+// after the original is pruned", so a reuse after the retention executes anew and creates a new
+// object. The response of a request that started executing is cached, including declines,
+// refund-bound errors and 500s produced after execution ([FailAfter]); a replay with the same
+// parameters returns it with "Idempotent-Replayed: true" and "Original-Request". The same key
+// with other parameters or another endpoint gets 400 idempotency_error. While the first request
+// still executes, another with the same key gets 409 with code idempotency_key_in_use and type
+// invalid_request_error (https://docs.stripe.com/api/errors documents the 409 for "using the
+// same idempotent key", https://docs.stripe.com/error-codes the code; the type is the one
+// observed). Parameter validation failures (missing or malformed parameters, amounts Stripe
+// cannot take, unknown ids) and 409 collisions are not cached: a later request with the key
+// executes, or replays the first. Writes without a key just execute.
+//
+// # Amounts
+//
+// Integer amounts follow Stripe's exponents, which are not ISO 4217's
+// (https://docs.stripe.com/currencies), from the fake's own table: two decimals unless
+// specified otherwise; zero-decimal currencies (BIF, CLP, DJF, GNF, JPY, KMF, KRW, MGA, PYG,
+// RWF, VND, VUV, XAF, XOF, XPF); three-decimal ones (BHD, JOD, KWD, OMR, TND), whose amounts
+// on PaymentIntents and refunds must end in 0, else 400 invalid_request_error
+// invalid_charge_amount, param "amount"; ISK and UGX, whole units written with two decimals,
+// whose amounts must be multiples of 100, else 400 invalid_request_error
+// invalid_charge_amount_no_decimal_compatible with Stripe's message. Such refusals are
+// validation failures: nothing is created or cached. [FormatAmount] formats an integer amount
+// in major units by the same table.
 //
 // # Faults
 //

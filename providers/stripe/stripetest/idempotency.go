@@ -24,8 +24,23 @@ type cached struct {
 type keyEntry = fakekit.KeyEntry[scopedKey, cached]
 
 // claim looks the request's key up. It returns the new entry to execute under, or the completed
-// entry to replay, or an idempotency error response. Keys older than the retention are forgotten
-// first; an entry still executing is never forgotten.
+// entry to replay, or an idempotency error response. It models
+// https://docs.stripe.com/api/idempotent_requests:
+//
+//   - "Stripe saves the status code and body of the first request made with a given idempotency
+//     key after endpoint execution begins. Retries with the same key return the saved response,
+//     including 500 errors": a completed entry replays (see [Server.replay]).
+//   - "You can remove keys from the system automatically after they're at least 24 hours old. We
+//     generate a new request if a key is reused after the original is pruned": a completed entry
+//     at least Config.Retention old (24h by default, on Config.Clock) is forgotten first, and the
+//     request executes anew. An entry still executing is never forgotten.
+//   - "The idempotency layer compares incoming parameters to those of the original request and
+//     errors if they're not the same": 400 idempotency_error (the status is observed, not
+//     documented).
+//   - "If incoming parameters fail validation, or the request conflicts with another request
+//     that's executing concurrently, we don't save the idempotent result": a validation failure
+//     releases its entry ([Server.release]); a concurrent request gets 409 and leaves the entry
+//     alone.
 func (s *Server) claim(k scopedKey, r *http.Request) (claimed, replay *keyEntry, _ *response) {
 	endpoint := r.Method + " " + r.URL.Path
 	params := r.Form.Encode() // sorted by parameter name: order-insensitive, value-exact
@@ -43,8 +58,14 @@ func (s *Server) claim(k scopedKey, r *http.Request) (claimed, replay *keyEntry,
 			Message: "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '" +
 				k.key + "' if you meant to execute a different request."})
 	case state == fakekit.KeyInProgress:
-		return nil, nil, errorResponse(http.StatusConflict, apiError{Type: typeIdempotency, Code: "idempotency_key_in_use",
-			Message: "There is currently another in-progress request using this idempotency key (that probably means you submitted twice, and the other request is still going through): " +
+		// 409 Conflict, "The request conflicts with another request (perhaps due to using the
+		// same idempotent key)" (https://docs.stripe.com/api/errors), with the code
+		// idempotency_key_in_use (https://docs.stripe.com/error-codes). Stripe documents no type
+		// for it; idempotency_error is documented for a key "re-used on a request that does not
+		// match the first request's API endpoint and parameters", which this is not, and Stripe's
+		// answers to concurrent requests are seen with invalid_request_error and this message.
+		return nil, nil, errorResponse(http.StatusConflict, apiError{Type: typeInvalidRequest, Code: "idempotency_key_in_use",
+			Message: "There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through): " +
 				k.key + ". Please try again later."})
 	}
 	return nil, e, nil

@@ -136,8 +136,9 @@ func ptr(s string) *string {
 }
 
 // createPaymentIntent serves POST /v1/payment_intents. Parameter checks (missing or malformed
-// parameters, unknown payment methods) happen before execution and are not cached; a created
-// PaymentIntent, including a declined one, is an executed request.
+// parameters, an amount Stripe's rules for the currency refuse (see checkAmount), unknown
+// payment methods) happen before execution and are not cached; a created PaymentIntent,
+// including a declined one, is an executed request.
 func (s *Server) createPaymentIntent(c *call) (*response, bool) {
 	f := c.form
 	if f.Get("amount") == "" {
@@ -154,6 +155,9 @@ func (s *Server) createPaymentIntent(c *call) (*response, bool) {
 	if !currencyRE.MatchString(currency) {
 		return errorResponse(http.StatusBadRequest, apiError{Type: typeInvalidRequest, Code: "parameter_invalid_string",
 			Param: "currency", Message: "Invalid currency: " + f.Get("currency")}), false
+	}
+	if bad := checkAmount(currency, amount); bad != nil {
+		return bad, false
 	}
 	pm := f.Get("payment_method")
 	card, known := testCards[pm]
@@ -318,7 +322,8 @@ func (s *Server) listPaymentIntents(c *call) (*response, bool) {
 }
 
 // createRefund serves POST /v1/refunds for a succeeded PaymentIntent (payment_intent or
-// charge). Refunds are bounded by the amount received: charge_already_refunded when nothing is
+// charge). An amount Stripe's rules for the currency refuse is a validation failure (see
+// checkAmount), not cached. Refunds are bounded by the amount received: charge_already_refunded when nothing is
 // left, amount_too_large when the amount exceeds what is left. Those are executed requests and
 // are cached for the key.
 func (s *Server) createRefund(c *call) (*response, bool) {
@@ -348,6 +353,12 @@ func (s *Server) createRefund(c *call) (*response, bool) {
 			return bad, false
 		}
 		amount = n
+	}
+
+	if amount >= 0 {
+		if bad := checkAmount(pi.Currency, amount); bad != nil {
+			return bad, false
+		}
 	}
 
 	if pi.Status != "succeeded" {

@@ -174,6 +174,11 @@ func TestSameKeyDifferentParams(t *testing.T) {
 	wantCounts(t, b.srv, "k1", stripetest.Counts{PaymentIntents: 1})
 }
 
+// Stripe answers a request whose key another request is still executing with 409 Conflict
+// (https://docs.stripe.com/api/errors) and the code idempotency_key_in_use
+// (https://docs.stripe.com/error-codes); the type is invalid_request_error as observed. It saves
+// nothing for the collision (https://docs.stripe.com/api/idempotent_requests): once the first
+// request completed, the same key replays the first answer.
 func TestConcurrentSameKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -181,27 +186,37 @@ func TestConcurrentSameKey(t *testing.T) {
 
 	const n = 6
 	var wg sync.WaitGroup
+	pis := make([]*stripe.PaymentIntent, n)
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			_, errs[i] = b.sc.PaymentIntents.New(chargeParams("k1", 700, stripetest.PaymentMethodVisa))
+			pis[i], errs[i] = b.sc.PaymentIntents.New(chargeParams("k1", 700, stripetest.PaymentMethodVisa))
 		})
 	}
 	wg.Wait()
-	var ok, inUse int
-	for _, err := range errs {
+	var first *stripe.PaymentIntent
+	inUse := 0
+	for i, err := range errs {
 		if err == nil {
-			ok++
+			first = pis[i]
 			continue
 		}
 		se := stripeErr(t, err)
-		if se.HTTPStatusCode != 409 || se.Type != stripe.ErrorTypeIdempotency || se.Code != stripe.ErrorCodeIdempotencyKeyInUse {
+		if se.HTTPStatusCode != http.StatusConflict || se.Type != stripe.ErrorTypeInvalidRequest ||
+			se.Code != stripe.ErrorCodeIdempotencyKeyInUse || !strings.Contains(se.Msg, "k1") {
 			t.Fatalf("got %+v", se)
+		}
+		if h := se.LastResponse.Header.Get("Idempotent-Replayed"); h != "" {
+			t.Fatalf("a collision is not a replay: Idempotent-Replayed %q", h)
 		}
 		inUse++
 	}
-	if ok != 1 || inUse != n-1 {
-		t.Fatalf("ok=%d inUse=%d", ok, inUse)
+	if first == nil || inUse != n-1 {
+		t.Fatalf("ok=%v inUse=%d", first != nil, inUse)
+	}
+	again, err := b.sc.PaymentIntents.New(chargeParams("k1", 700, stripetest.PaymentMethodVisa))
+	if err != nil || again.ID != first.ID || again.LastResponse.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("after the collisions the key must replay the first answer: %v, %v", again, err)
 	}
 	wantCounts(t, b.srv, "k1", stripetest.Counts{PaymentIntents: 1})
 }
@@ -364,25 +379,49 @@ func TestHangReleasesKey(t *testing.T) {
 	wantCounts(t, b.srv, "k1", stripetest.Counts{PaymentIntents: 1})
 }
 
-func TestRetention(t *testing.T) {
+// "You can remove keys from the system automatically after they're at least 24 hours old. We
+// generate a new request if a key is reused after the original is pruned."
+// (https://docs.stripe.com/api/idempotent_requests) Within 24 hours on the fake's clock the key
+// replays; past them it creates a second PaymentIntent, which the key then replays.
+func TestKeyPrunedAfter24Hours(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	first, err := b.sc.PaymentIntents.New(chargeParams("k1", 300, stripetest.PaymentMethodVisa))
-	if err != nil {
-		t.Fatal(err)
+	charge := func() *stripe.PaymentIntent {
+		t.Helper()
+		pi, err := b.sc.PaymentIntents.New(chargeParams("k1", 300, stripetest.PaymentMethodVisa))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pi
 	}
+	replayed := func(pi *stripe.PaymentIntent) bool {
+		return pi.LastResponse.Header.Get("Idempotent-Replayed") == "true"
+	}
+
+	first := charge()
+	for _, d := range []time.Duration{time.Hour, 22 * time.Hour, 59*time.Minute + 59*time.Second} { // up to 24h - 1s
+		b.clock.Advance(d)
+		if again := charge(); again.ID != first.ID || !replayed(again) {
+			t.Fatalf("%v after the first request: %s (replayed %v), want a replay of %s",
+				b.clock.Now().Sub(t0), again.ID, replayed(again), first.ID)
+		}
+	}
+	wantCounts(t, b.srv, "k1", stripetest.Counts{PaymentIntents: 1})
+
+	b.clock.Advance(2 * time.Second) // 24h + 1s
+	fresh := charge()
+	if fresh.ID == first.ID || replayed(fresh) || fresh.Created != b.clock.Now().Unix() {
+		t.Fatalf("after 24h the key must start a new request, got %s", fresh.LastResponse.RawJSON)
+	}
+	wantCounts(t, b.srv, "k1", stripetest.Counts{PaymentIntents: 2})
+	if tot := b.srv.Totals()["usd"]; tot.Succeeded != 600 {
+		t.Fatalf("totals %+v: both PaymentIntents charged", tot)
+	}
+
+	// The key now belongs to the second request, for another 24 hours.
 	b.clock.Advance(23 * time.Hour)
-	again, err := b.sc.PaymentIntents.New(chargeParams("k1", 300, stripetest.PaymentMethodVisa))
-	if err != nil || again.ID != first.ID {
-		t.Fatalf("within retention: %v, %v", again, err)
-	}
-	b.clock.Advance(time.Hour + time.Second)
-	fresh, err := b.sc.PaymentIntents.New(chargeParams("k1", 300, stripetest.PaymentMethodVisa))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fresh.ID == first.ID || fresh.LastResponse.Header.Get("Idempotent-Replayed") != "" {
-		t.Fatalf("after retention the key must start a new request, got %s", fresh.LastResponse.RawJSON)
+	if again := charge(); again.ID != fresh.ID || !replayed(again) {
+		t.Fatalf("the pruned key's new request is not replayed: %s", again.LastResponse.RawJSON)
 	}
 	wantCounts(t, b.srv, "k1", stripetest.Counts{PaymentIntents: 2})
 }
