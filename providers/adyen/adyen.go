@@ -10,7 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 )
 
@@ -60,8 +59,8 @@ func New(cfg *Config) (*Provider, error) {
 	return &Provider{c: newClient(c), cfg: c, hmacKeys: keys}, nil
 }
 
-// Client returns the Provider's REST client, for the calls payments does not make (Capture,
-// Cancel).
+// Client returns the Provider's REST client, for calls payments does not make itself (a
+// partial capture, a refund or cancel made by hand).
 func (p *Provider) Client() *Client { return p.c }
 
 // Name returns "adyen".
@@ -93,43 +92,46 @@ func IdempotencyKey(reference string) string {
 // Charge authorises req.Amount on the stored card req.PaymentMethod (a card-on-file payment:
 // shopperInteraction ContAuth, recurringProcessingModel UnscheduledCardOnFile), with
 // req.ProviderKey as the reference, [IdempotencyKey] of it as the Idempotency-Key, and req.Key
-// in the metadata under [MetadataKey] when it fits. Payments are assumed to be captured
-// automatically (the merchant account's default): Authorised is reported as succeeded.
-// req.Recipient and req.Description are not sent (no split, no shopper statement).
+// in the metadata under [MetadataKey] when it fits. req.Recipient and req.Description are not
+// sent (no split, no shopper statement). The amount is sent in Adyen's minor units
+// ([Decimals]).
+//
+// What Authorised means depends on Config.CaptureMode:
+//
+//   - [CaptureAutomatic]: Adyen captures the payment by itself, so Authorised is
+//     [payments.ChargeSucceeded]: the money moved.
+//   - [CaptureManual]: Authorised only reserves the funds. Charge reports the payment's
+//     pspReference to req.Progress (so that the caller records it), then captures the full
+//     amount with POST /payments/{pspReference}/captures (reference req.ProviderKey,
+//     Idempotency-Key [payments.ProviderKey](req.ProviderKey, "capture", 0, 64)). Adyen only
+//     acknowledges a capture, so the result is [payments.ChargePending]; the CAPTURE
+//     notification settles it ([Provider.VerifyWebhook]: payments.EventCaptureSucceeded or
+//     EventCaptureFailed). A retry that knows the pspReference (req.ProviderID) resumes at the
+//     capture with the same Idempotency-Key: a capture whose response was lost is replayed, not
+//     made twice. If Progress fails, Charge stops before the capture with an unknown outcome.
+//     (A payment that answered Pending or RedirectShopper is captured the same way by a retry
+//     that knows it; Adyen refuses, by CAPTURE notification, to capture what is not authorised.)
+//
+// Under automatic capture req.ProviderID is not used: a retry resends the payment with the same
+// Idempotency-Key, which Adyen answers with the first response.
 //
 // Replayed is always false: Adyen answers a replay with the first response and no marker.
 //
 // On a refusal the result names the refused payment (status [payments.ChargeFailed]) next to
 // the error. Errors (see the package documentation for the mapping): *[payments.DeclineError],
-// *[payments.InvalidRequestError] (also for requests refused before sending: missing fields,
-// a reference over 80 characters, metadata over Adyen's limits), *[payments.NotSentError],
-// *[payments.UnknownOutcomeError], *[payments.InProgressError], *[payments.KeyMismatchError].
+// *[payments.InvalidRequestError] (also for requests refused before sending: see
+// [Provider.ValidateCharge]), *[payments.NotSentError], *[payments.UnknownOutcomeError]
+// (also for a capture that could not be sent: the authorisation exists),
+// *[payments.InProgressError], *[payments.KeyMismatchError].
 func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (payments.ChargeResult, error) {
-	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
-		return payments.ChargeResult{}, err
-	}
-	amount, err := adyenAmount(req.Amount)
+	preq, err := p.paymentRequest(req)
 	if err != nil {
 		return payments.ChargeResult{}, err
 	}
-	if req.PaymentMethod == "" {
-		return payments.ChargeResult{}, invalid("PaymentMethod", "is required (a storedPaymentMethodId)")
-	}
-	md, err := metadata(req.Key, req.Metadata)
-	if err != nil {
-		return payments.ChargeResult{}, err
-	}
-	preq := PaymentRequest{
-		Amount:                   amount,
-		Reference:                req.ProviderKey,
-		PaymentMethod:            PaymentMethod{Type: "scheme", StoredPaymentMethodID: req.PaymentMethod},
-		ReturnURL:                p.cfg.ReturnURL,
-		ShopperInteraction:       "ContAuth",
-		RecurringProcessingModel: "UnscheduledCardOnFile",
-		Metadata:                 md,
-	}
-	if p.cfg.ShopperReference != nil {
-		preq.ShopperReference = p.cfg.ShopperReference(req)
+	manual := p.cfg.CaptureMode == CaptureManual
+	if manual && req.ProviderID != "" {
+		// An earlier call got the payment authorised and recorded it: resume at its capture.
+		return p.capture(ctx, req, preq.Amount, req.ProviderID)
 	}
 	resp, err := p.c.Payments(ctx, preq, IdempotencyKey(req.ProviderKey))
 	if err != nil {
@@ -141,7 +143,17 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 	}
 	switch resp.ResultCode {
 	case "Authorised":
-		res.Status = payments.ChargeSucceeded
+		if !manual {
+			res.Status = payments.ChargeSucceeded
+			break
+		}
+		if req.Progress != nil {
+			if err := req.Progress(ctx, resp.PSPReference); err != nil {
+				return payments.ChargeResult{ProviderID: resp.PSPReference}, &payments.UnknownOutcomeError{Provider: providerName,
+					Err: fmt.Errorf("adyen: payment %s is authorised, recording it before its capture failed: %w", resp.PSPReference, err)}
+			}
+		}
+		return p.capture(ctx, req, preq.Amount, resp.PSPReference)
 	case "Refused":
 		res.Status = payments.ChargeFailed
 		reason := resp.RefusalReason
@@ -165,23 +177,116 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 	return res, nil
 }
 
+// captureKey is the Idempotency-Key of the capture of the payment whose reference is
+// reference: derived from it, never random, within Adyen's 64 characters.
+func captureKey(reference string) string {
+	return payments.ProviderKey(reference, "capture", 0, MaxIdempotencyKeyLen)
+}
+
+// capture captures the full amount of the authorised payment psp (manual capture). Its
+// reference is the payment's own (req.ProviderKey), so that the CAPTURE notification names the
+// payment's reference whichever reference Adyen echoes in it.
+func (p *Provider) capture(ctx context.Context, req payments.ChargeRequest, amount Amount, psp string) (payments.ChargeResult, error) {
+	res := payments.ChargeResult{ProviderID: psp, Amount: req.Amount}
+	resp, err := p.c.Capture(ctx, psp, ModificationRequest{Amount: amount, Reference: req.ProviderKey}, captureKey(req.ProviderKey))
+	if err != nil {
+		err = classify(err)
+		var ns *payments.NotSentError
+		if errors.As(err, &ns) {
+			// The capture never left, but the authorisation exists: "not sent" must not be
+			// read as "nothing at Adyen".
+			err = &payments.UnknownOutcomeError{Provider: providerName,
+				Err: fmt.Errorf("adyen: payment %s is authorised, its capture was not sent: %w", psp, ns.Err)}
+		}
+		return res, err
+	}
+	if resp.Status != "received" || resp.PSPReference == "" {
+		return res, &payments.UnknownOutcomeError{Provider: providerName, Status: 201,
+			Err: fmt.Errorf("adyen: capture of %s answered status %q, pspReference %q", psp, resp.Status, resp.PSPReference)}
+	}
+	res.Status = payments.ChargePending
+	return res, nil
+}
+
+var _ payments.Validator = (*Provider)(nil)
+
+// ValidateCharge refuses, before anything is recorded or sent, a charge Adyen would refuse or
+// could not represent: a missing Key or PaymentMethod, a ProviderKey that is empty or over 80
+// characters, an amount without currency, not positive, or finer than Adyen's decimals for
+// its currency ([Decimals]: 1000.50 CVE cannot be sent, Adyen counts CVE in whole escudos),
+// metadata over Adyen's limits. Errors: *[payments.InvalidRequestError] whose Param names the
+// field.
+func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
+	_, err := p.paymentRequest(req)
+	return err
+}
+
+// ValidateRefund is [Provider.ValidateCharge] for a refund: Key, ProviderKey, ChargeID and an
+// amount Adyen can represent. [Provider.Refund] runs it before sending. Errors:
+// *[payments.InvalidRequestError] whose Param names the field.
+func (p *Provider) ValidateRefund(req payments.RefundRequest) error {
+	_, err := refundAmount(req)
+	return err
+}
+
+func refundAmount(req payments.RefundRequest) (Amount, error) {
+	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
+		return Amount{}, err
+	}
+	amount, err := toAmount("Amount", req.Amount)
+	if err != nil {
+		return Amount{}, err
+	}
+	if req.ChargeID == "" {
+		return Amount{}, invalid("ChargeID", "is required (the payment's pspReference)")
+	}
+	return amount, nil
+}
+
+// paymentRequest is req as Adyen's /payments body, or the *payments.InvalidRequestError that
+// refuses it before sending.
+func (p *Provider) paymentRequest(req payments.ChargeRequest) (PaymentRequest, error) {
+	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
+		return PaymentRequest{}, err
+	}
+	amount, err := toAmount("Amount", req.Amount)
+	if err != nil {
+		return PaymentRequest{}, err
+	}
+	if req.PaymentMethod == "" {
+		return PaymentRequest{}, invalid("PaymentMethod", "is required (a storedPaymentMethodId)")
+	}
+	md, err := metadata(req.Key, req.Metadata)
+	if err != nil {
+		return PaymentRequest{}, err
+	}
+	preq := PaymentRequest{
+		Amount:                   amount,
+		Reference:                req.ProviderKey,
+		PaymentMethod:            PaymentMethod{Type: "scheme", StoredPaymentMethodID: req.PaymentMethod},
+		ReturnURL:                p.cfg.ReturnURL,
+		ShopperInteraction:       "ContAuth",
+		RecurringProcessingModel: "UnscheduledCardOnFile",
+		Metadata:                 md,
+	}
+	if p.cfg.ShopperReference != nil {
+		preq.ShopperReference = p.cfg.ShopperReference(req)
+	}
+	return preq, nil
+}
+
 // Refund refunds req.Amount of the payment req.ChargeID (its pspReference), with
 // req.ProviderKey as the refund's reference and [IdempotencyKey] of it as the Idempotency-Key.
 // Adyen only acknowledges a refund: the result is [payments.RefundPending] with the refund's
 // own pspReference, and the outcome comes in the REFUND notification ([Provider.VerifyWebhook]
-// maps it to payments.EventRefundSucceeded or EventRefundFailed; a refund over what is left
-// fails there, not here; [Provider.LookupRefund] reads it back). Errors: as [Provider.Charge],
-// without declines.
+// maps it to payments.EventRefundSucceeded or EventRefundFailed; a refund over what is left,
+// or of a payment not captured yet, fails there, not here; [Provider.LookupRefund] reads it
+// back). The amount is refused before sending when Adyen cannot represent it
+// ([Provider.ValidateRefund]). Errors: as [Provider.Charge], without declines.
 func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (payments.RefundResult, error) {
-	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
-		return payments.RefundResult{}, err
-	}
-	amount, err := adyenAmount(req.Amount)
+	amount, err := refundAmount(req)
 	if err != nil {
 		return payments.RefundResult{}, err
-	}
-	if req.ChargeID == "" {
-		return payments.RefundResult{}, invalid("ChargeID", "is required (the payment's pspReference)")
 	}
 	resp, err := p.c.Refund(ctx, req.ChargeID, ModificationRequest{Amount: amount, Reference: req.ProviderKey}, IdempotencyKey(req.ProviderKey))
 	if err != nil {
@@ -200,9 +305,14 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 
 // Lookup tells what Adyen made of req.ProviderKey (the reference payonce sent) from its
 // notifications (Config.Notifications): one result per payment (pspReference) with an
-// AUTHORISATION notification, succeeded or failed, and failed when a TECHNICAL_CANCEL or
-// CANCELLATION voided it later. Notifications may still be on their way, so the result is never
-// Consistent. req.From and req.To are not used (notifications are found by reference).
+// AUTHORISATION notification. A refused one is failed. An authorised one is succeeded under
+// [CaptureAutomatic]; under [CaptureManual] it is pending until a CAPTURE success names it
+// (originalReference; the capture carries the payment's reference, see [Provider.Charge]),
+// and stays pending after a failed capture (nothing moved, the authorisation stands). A
+// payment that a TECHNICAL_CANCEL, CANCELLATION or CANCEL_OR_REFUND voided later
+// (payments.EventCancelled) is failed: no money stays moved. Notifications may still be on
+// their way, so the result is never Consistent. req.From and req.To are not used
+// (notifications are found by reference).
 //
 // req.WithRefunds is not served: RefundsKnown stays false on every charge. Adyen has no read of
 // a payment's refunds, and the notifications found by the payment's reference hold none: a
@@ -228,13 +338,20 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 	res := payments.LookupResult{Charges: []payments.ChargeResult{}}
 	index := map[string]int{}
 	cancelled := map[string]bool{}
+	captured := map[string]bool{}
+	authorised := payments.ChargeSucceeded
+	if p.cfg.CaptureMode == CaptureManual {
+		authorised = payments.ChargePending
+	}
 	for _, ev := range events {
 		switch {
 		case ev.Kind == payments.EventCancelled:
 			cancelled[ev.ChargeID] = true
+		case ev.Type == "CAPTURE" && ev.Kind == payments.EventCaptureSucceeded:
+			captured[ev.ChargeID] = true
 		case ev.Type == "AUTHORISATION" && ev.Reference == req.ProviderKey &&
-			(ev.Kind == payments.EventChargeSucceeded || ev.Kind == payments.EventChargeFailed):
-			st := payments.ChargeSucceeded
+			(ev.Kind == payments.EventChargeSucceeded || ev.Kind == payments.EventChargePending || ev.Kind == payments.EventChargeFailed):
+			st := authorised
 			if ev.Kind == payments.EventChargeFailed {
 				st = payments.ChargeFailed
 			}
@@ -249,36 +366,14 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 		}
 	}
 	for i, ch := range res.Charges {
-		if cancelled[ch.ProviderID] {
+		switch {
+		case cancelled[ch.ProviderID]:
 			res.Charges[i].Status = payments.ChargeFailed
+		case ch.Status == payments.ChargePending && captured[ch.ProviderID]:
+			res.Charges[i].Status = payments.ChargeSucceeded
 		}
 	}
 	return res, nil
-}
-
-// adyenAmount is m in Adyen's terms, refused before sending when it cannot be charged.
-func adyenAmount(m money.Money) (Amount, error) {
-	if m.Currency() == "" {
-		return Amount{}, invalid("Amount", "has no currency")
-	}
-	if m.Minor() <= 0 {
-		return Amount{}, invalid("Amount", fmt.Sprintf("must be positive, got %s", m))
-	}
-	return Amount{Currency: string(m.Currency()), Value: m.Minor()}, nil
-}
-
-// amountOr is Adyen's amount as Money, or fallback when Adyen's currency is not one money
-// knows (it cannot be: it is the one we sent).
-func amountOr(a Amount, fallback money.Money) money.Money {
-	c, err := money.ParseCurrency(a.Currency)
-	if err != nil {
-		return fallback
-	}
-	m, err := money.FromMinor(a.Value, c)
-	if err != nil {
-		return fallback
-	}
-	return m
 }
 
 // invalid is a request refused before sending it.

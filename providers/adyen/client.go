@@ -82,8 +82,8 @@ type ModificationRequest struct {
 	Reference       string `json:"reference,omitempty"`
 }
 
-// ModificationResponse is the answer of a refund, a capture or a cancel: Status "received";
-// the outcome comes by webhook.
+// ModificationResponse is the answer of a refund, a capture, a reversal or a cancel: Status
+// "received"; the outcome comes by webhook.
 type ModificationResponse struct {
 	MerchantAccount     string  `json:"merchantAccount"`
 	PSPReference        string  `json:"pspReference"`
@@ -159,6 +159,22 @@ func (c *Client) modify(ctx context.Context, psp, op string, req ModificationReq
 	}
 	var out ModificationResponse
 	if err := c.post(ctx, "/payments/"+url.PathEscape(psp)+"/"+op, key, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Reversal calls POST /payments/{pspReference}/reversals, Adyen's cancel or refund: it cancels
+// the payment if it is not captured yet and refunds it in full if it is
+// (https://docs.adyen.com/online-payments/reversal); reference is the reversal's own. The
+// outcome comes in the CANCEL_OR_REFUND notification. Errors: *[APIError], *[TransportError].
+func (c *Client) Reversal(ctx context.Context, pspReference, reference, idempotencyKey string) (*ModificationResponse, error) {
+	body := struct {
+		MerchantAccount string `json:"merchantAccount"`
+		Reference       string `json:"reference,omitempty"`
+	}{c.merchant, reference}
+	var out ModificationResponse
+	if err := c.post(ctx, "/payments/"+url.PathEscape(pspReference)+"/reversals", idempotencyKey, body, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -69,12 +69,34 @@ type Config struct {
 	// [MinRetention] (7 days) is refused.
 	Retention time.Duration
 
+	// CaptureMode is how the merchant account captures card payments: Adyen's setting in the
+	// Customer Area (Settings > Account settings > Capture delay), which the adapter cannot
+	// read and must be told (https://docs.adyen.com/online-payments/capture). Default:
+	// [CaptureAutomatic], Adyen's default: Authorised means the money moved. A capture delay
+	// on the account is automatic capture too (the money moves without a request).
+	// [CaptureManual]: Authorised only reserves the funds; [Provider.Charge] captures each
+	// payment itself and reports it pending until the CAPTURE notification. Any other value is
+	// refused.
+	CaptureMode CaptureMode
+
 	// ShopperReference, when set, names the shopper a stored payment method belongs to
 	// (shopperReference); Adyen requires it with storedPaymentMethodId. payments.ChargeRequest
 	// carries no customer, so the caller derives it (from Metadata, for instance). Default:
 	// nil, no shopperReference.
 	ShopperReference func(payments.ChargeRequest) string
 }
+
+// CaptureMode is the merchant account's capture setting. See Config.CaptureMode.
+type CaptureMode string
+
+const (
+	// CaptureAutomatic: Adyen captures every authorised payment by itself, at authorisation or
+	// after the account's capture delay. The zero CaptureMode means it.
+	CaptureAutomatic CaptureMode = "automatic"
+	// CaptureManual: an authorised payment stays uncaptured until a capture request
+	// (POST /payments/{pspReference}/captures).
+	CaptureManual CaptureMode = "manual"
+)
 
 // ConfigError reports an invalid [Config] field.
 type ConfigError struct {
@@ -102,6 +124,14 @@ func (c *Config) withDefaults() (Config, [][]byte, error) {
 	}
 	if out.ReturnURL == "" {
 		return out, nil, &ConfigError{Field: "ReturnURL", Reason: "is required: Adyen needs a returnUrl on every payment"}
+	}
+	switch out.CaptureMode {
+	case "":
+		out.CaptureMode = CaptureAutomatic
+	case CaptureAutomatic, CaptureManual:
+	default:
+		return out, nil, &ConfigError{Field: "CaptureMode", Reason: fmt.Sprintf("is %q; want %q (Adyen's default) or %q",
+			out.CaptureMode, CaptureAutomatic, CaptureManual)}
 	}
 	if out.BaseURL == "" {
 		out.BaseURL = DefaultBaseURL

@@ -1,7 +1,7 @@
-// Package adyen is payonce's Adyen adapter: a [payments.Provider] and
-// [payments.WebhookVerifier] over Adyen's Checkout API v71, through a small typed REST
-// [Client] (the official Go library is not available to this module): POST /payments,
-// /payments/{pspReference}/refunds and /captures, and /cancels.
+// Package adyen is payonce's Adyen adapter: a [payments.Provider], [payments.Validator],
+// [payments.Voider] and [payments.WebhookVerifier] over Adyen's Checkout API v71, through a
+// small typed REST [Client] (the official Go library is not available to this module): POST
+// /payments, /payments/{pspReference}/refunds, /captures and /reversals, and /cancels.
 //
 //	p, err := adyen.New(&adyen.Config{
 //		APIKey:          os.Getenv("ADYEN_API_KEY"),
@@ -38,11 +38,26 @@
 // # Outcomes
 //
 // Payments are card-on-file (shopperInteraction ContAuth, recurringProcessingModel
-// UnscheduledCardOnFile) and assumed to be captured automatically, the merchant account's
-// default, so Authorised means the money moved:
+// UnscheduledCardOnFile). What Authorised means depends on the merchant account's capture
+// setting, which the adapter cannot read and Config.CaptureMode states
+// (https://docs.adyen.com/online-payments/capture):
+//
+//   - [CaptureAutomatic] (Adyen's default, and a capture delay too): Adyen captures by itself,
+//     Authorised means the money moved, and the AUTHORISATION notification is
+//     payments.EventChargeSucceeded.
+//   - [CaptureManual]: Authorised only reserves the funds. [Provider.Charge] reports the
+//     pspReference through ChargeRequest.Progress, then captures (POST
+//     /payments/{pspReference}/captures, whose answer is only "received"): the charge is
+//     ChargePending, the AUTHORISATION notification payments.EventChargePending, and the
+//     CAPTURE notification settles it (EventCaptureSucceeded or EventCaptureFailed, ChargeID
+//     the payment). A retry with ChargeRequest.ProviderID resumes at the capture, whose
+//     Idempotency-Key makes a lost capture response a replay.
+//
+// The answers map as follows:
 //
 //	resultCode                                   ChargeResult / error
-//	Authorised                                   ChargeSucceeded
+//	Authorised                                   ChargeSucceeded (automatic capture),
+//	                                             ChargePending after the capture request (manual)
 //	Refused                                      ChargeFailed + *DeclineError (DeclineCode = refusalReason)
 //	Pending, Received                            ChargePending (the AUTHORISATION webhook decides)
 //	RedirectShopper, ChallengeShopper,           ChargeRequiresAction
@@ -65,23 +80,48 @@
 // it is reported as unknown rather than not-sent because the request did reach Adyen and
 // nothing proves it did nothing, and both classes are equally safe to retry. A 5xx without
 // that header is final for the key at Adyen: a retry replays it, and only the AUTHORISATION
-// notification ([Provider.Lookup]) or a technical cancel ([Client.Cancel]) resolves it.
+// notification ([Provider.Lookup]) resolves it (a technical cancel, [Provider.Void], voids it
+// only while it is not captured).
 //
 // Replayed is always false: Adyen answers a replay with the first response, byte for byte,
 // and no marker (the echoed Idempotency-Key header is on every keyed response).
 //
 // Refunds are only acknowledged ("received"): [Provider.Refund] returns RefundPending with the
 // refund's pspReference, and the REFUND notification says whether it succeeded (a refund over
-// what is left fails there).
+// what is left, or of a payment not captured yet, fails there).
+//
+// # Amounts
+//
+// Adyen's amount.value is in Adyen's minor units, whose decimals are Adyen's own and differ
+// from ISO 4217 (which package money follows) for four currencies: CLP and ISK take 2 decimals
+// (ISO: 0), CVE and IDR 0 (ISO: 2) (https://docs.adyen.com/development-resources/currency-codes).
+// [Decimals] is that table, and every conversion uses it: 1000 CVE is sent as value 1000, 1000
+// CLP as value 100000, and notifications are read back the same way. An amount Adyen cannot
+// represent (1000.50 CVE) is refused before anything is recorded or sent
+// ([Provider.ValidateCharge], [Provider.ValidateRefund]), naming the field.
+//
+// # Voids
+//
+// [Provider.Void] ([payments.Voider]) makes an attempt void. With the payment's pspReference it
+// sends a reversal (POST /payments/{pspReference}/reversals: Adyen cancels the payment if it is
+// not captured and refunds it in full if it is; CANCEL_OR_REFUND notification). Without it,
+// the technical cancel by reference (POST /cancels; TECHNICAL_CANCEL), which only cancels an
+// authorisation that is not captured yet: under automatic capture, a payment that was made is
+// captured, and the technical cancel fails. A successful void is payments.EventCancelled
+// (DeclineCode "cancelled", or "refunded" for a reversal that refunded); a failed one is
+// payments.EventCancelFailed with Adyen's reason, and proves nothing about the payment's
+// absence.
 //
 // # Lookup
 //
 // Adyen has no read by reference. [Provider.Lookup] asks Config.Notifications for the events
-// stored under the reference and reports one charge per pspReference with an AUTHORISATION
-// (failed when a later TECHNICAL_CANCEL or CANCELLATION voided it). Notifications can lag, so
-// the answer is never Consistent, and "nothing" is no proof of absence: within the dedup
-// window, resend with the same key; otherwise a technical cancel by reference voids whatever
-// may exist and its TECHNICAL_CANCEL notification reports what it found.
+// stored under the reference and reports one charge per pspReference with an AUTHORISATION:
+// failed when refused or when a later TECHNICAL_CANCEL, CANCELLATION or CANCEL_OR_REFUND voided
+// it; under manual capture, pending until a CAPTURE success names it. Notifications can lag,
+// so the answer is never Consistent, and "nothing" is no proof of absence: within the dedup
+// window, resend with the same key. A technical cancel by reference is no proof either: it
+// fails on a captured payment, and its TECHNICAL_CANCEL then names the payment it found
+// (ChargeID), which a reversal can undo.
 //
 // Lookup cannot tell what Adyen refunded of a charge (payments.LookupRequest.WithRefunds):
 // RefundsKnown stays false. A REFUND notification carries the refund's own reference as

@@ -50,5 +50,5 @@ func Example() {
 	// Output:
 	// outcome unknown: true safe to retry: true
 	// succeeded 20.00 EUR key: order-42_charge_0
-	// {Payments:1 Refunds:0 Captures:0 Cancels:0}
+	// {Payments:1 Refunds:0 Captures:0 Cancels:0 Reversals:0}
 }

@@ -12,8 +12,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
-	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 )
 
@@ -81,16 +81,23 @@ func (it *notificationItem) signingString() string {
 //
 // Events: ID "pspReference:eventCode:success" (Adyen's dedup key), Type the eventCode,
 // Reference the merchantReference, ProviderID the pspReference, ChargeID the
-// originalReference, Amount the amount, DeclineCode the reason of a failure, Key the
+// originalReference (for a modification: the payment it modifies), Amount the amount read in
+// Adyen's minor units ([Decimals]), DeclineCode Adyen's reason of a failure, Key the
 // metadata.payonce_key Adyen echoes in additionalData, Body the item's JSON. Kinds:
 //
-//	AUTHORISATION success / failure       EventChargeSucceeded / EventChargeFailed
+//	AUTHORISATION success                 EventChargeSucceeded ([CaptureAutomatic]: the money moved)
+//	                                      EventChargePending ([CaptureManual]: funds reserved only)
+//	AUTHORISATION failure                 EventChargeFailed
 //	REFUND success / failure              EventRefundSucceeded / EventRefundFailed
 //	REFUND_FAILED                         EventRefundFailed (a refund failed after success)
 //	CAPTURE success / failure             EventCaptureSucceeded / EventCaptureFailed
 //	CAPTURE_FAILED                        EventCaptureFailed
-//	TECHNICAL_CANCEL, CANCELLATION ok     EventCancelled
-//	TECHNICAL_CANCEL, CANCELLATION failed EventCancelFailed (DeclineCode = reason)
+//	TECHNICAL_CANCEL, CANCELLATION ok     EventCancelled, DeclineCode "cancelled"
+//	CANCEL_OR_REFUND ok                   EventCancelled, DeclineCode "cancelled" or "refunded"
+//	                                      (additionalData "modification.action" cancel or refund)
+//	TECHNICAL_CANCEL, CANCELLATION,       EventCancelFailed, DeclineCode = reason: nothing was
+//	  CANCEL_OR_REFUND failed               voided, which is no proof that no payment exists (a
+//	                                        captured payment cannot be cancelled)
 //	anything else                         EventIgnored
 //
 // Errors: wrapping [payments.ErrWebhookSignature] when an item's signature is missing or
@@ -134,7 +141,7 @@ func (p *Provider) VerifyWebhook(ctx context.Context, header http.Header, body [
 	}
 	events := make([]payments.WebhookEvent, len(items))
 	for i := range items {
-		ev, err := event(&items[i], n.NotificationItems[i].Item)
+		ev, err := p.event(&items[i], n.NotificationItems[i].Item)
 		if err != nil {
 			return nil, fmt.Errorf("adyen: %w: notificationItems[%d]: %v", payments.ErrWebhookMalformed, i, err)
 		}
@@ -161,7 +168,18 @@ func (p *Provider) signed(it *notificationItem) bool {
 	return ok
 }
 
-func event(it *notificationItem, raw json.RawMessage) (payments.WebhookEvent, error) {
+// Decline codes of a payments.EventCancelled: what the void did.
+const (
+	declineCancelled = "cancelled" // an uncaptured authorisation was cancelled
+	declineRefunded  = "refunded"  // a captured payment was refunded in full (CANCEL_OR_REFUND)
+)
+
+// modificationAction is the additionalData key of a CANCEL_OR_REFUND naming what the reversal
+// did, "cancel" or "refund" (https://docs.adyen.com/api-explorer/Webhooks/1/post/REVERSAL; the
+// CANCEL_OR_REFUND example of Adyen's webhook specification carries it).
+const modificationAction = "modification.action"
+
+func (p *Provider) event(it *notificationItem, raw json.RawMessage) (payments.WebhookEvent, error) {
 	ev := payments.WebhookEvent{
 		ID:         it.PSPReference + ":" + it.EventCode + ":" + it.Success.text,
 		Type:       it.EventCode,
@@ -172,13 +190,11 @@ func event(it *notificationItem, raw json.RawMessage) (payments.WebhookEvent, er
 		Body:       append(json.RawMessage(nil), raw...),
 	}
 	if it.Amount != nil && it.Amount.Currency != "" {
-		c, err := money.ParseCurrency(it.Amount.Currency)
+		m, err := fromAmount(*it.Amount)
 		if err != nil {
-			return ev, fmt.Errorf("amount.currency: %v", err)
+			return ev, err
 		}
-		if ev.Amount, err = money.FromMinor(it.Amount.Value, c); err != nil {
-			return ev, fmt.Errorf("amount.value: %v", err)
-		}
+		ev.Amount = m
 	}
 	ok := it.Success.text == "true"
 	if !ok {
@@ -186,7 +202,11 @@ func event(it *notificationItem, raw json.RawMessage) (payments.WebhookEvent, er
 	}
 	switch it.EventCode {
 	case "AUTHORISATION":
-		ev.Kind = pick(ok, payments.EventChargeSucceeded, payments.EventChargeFailed)
+		authorised := payments.EventChargeSucceeded
+		if p.cfg.CaptureMode == CaptureManual {
+			authorised = payments.EventChargePending // reserved, not moved: the CAPTURE decides
+		}
+		ev.Kind = pick(ok, authorised, payments.EventChargeFailed)
 	case "REFUND":
 		ev.Kind = pick(ok, payments.EventRefundSucceeded, payments.EventRefundFailed)
 	case "REFUND_FAILED":
@@ -197,11 +217,28 @@ func event(it *notificationItem, raw json.RawMessage) (payments.WebhookEvent, er
 		ev.Kind, ev.DeclineCode = payments.EventCaptureFailed, it.Reason
 	case "TECHNICAL_CANCEL", "CANCELLATION":
 		ev.Kind = pick(ok, payments.EventCancelled, payments.EventCancelFailed)
-		if !ok {
-			ev.DeclineCode = it.Reason
+		if ok {
+			ev.DeclineCode = declineCancelled
+		}
+	case "CANCEL_OR_REFUND":
+		ev.Kind = pick(ok, payments.EventCancelled, payments.EventCancelFailed)
+		if ok {
+			switch act := it.AdditionalData[modificationAction]; act {
+			case "cancel":
+				ev.DeclineCode = declineCancelled
+			case "refund":
+				ev.DeclineCode = declineRefunded
+			case "":
+				ev.DeclineCode = "cancelled_or_refunded"
+			default:
+				ev.DeclineCode = act
+			}
 		}
 	default:
 		ev.Kind = payments.EventIgnored
+	}
+	if ev.Kind == payments.EventCancelFailed && ev.DeclineCode == "" {
+		ev.DeclineCode = "not_cancelled" // Adyen gave no reason; the failure still needs one for review
 	}
 	return ev, nil
 }
@@ -223,21 +260,47 @@ func (p *Provider) WebhookAck() (contentType string, body []byte) {
 
 var _ payments.Voider = (*Provider)(nil)
 
-// Void sends a technical cancel (POST /cancels) for the payment with
-// reference req.ProviderKey, with a deterministic Idempotency-Key: Adyen
-// cancels the payment if it exists and is cancellable. The outcome comes
-// by the TECHNICAL_CANCEL notification (success true: the payment is void;
-// false: nothing was cancelled, which proves nothing about a request still
-// in flight). Errors: as [Provider.Charge]'s transport and API errors.
+// Void makes the attempt req void at Adyen, with a deterministic Idempotency-Key; the outcome
+// comes by notification.
+//
+//   - With req.ProviderID (the payment's pspReference): POST /payments/{pspReference}/reversals,
+//     Adyen's cancel or refund, safe whatever the capture state: it cancels an uncaptured
+//     authorisation and refunds a captured payment in full
+//     (https://docs.adyen.com/online-payments/reversal). Its reference is req.ProviderKey, so
+//     that the CANCEL_OR_REFUND notification names the payment's reference; its key
+//     [payments.ProviderKey](req.ProviderKey, "reversal", 0, 64).
+//   - Without it: the technical cancel by reference, POST /cancels {paymentReference:
+//     req.ProviderKey}. It only cancels an authorisation that is not captured yet
+//     (https://docs.adyen.com/api-explorer/Checkout/71/post/cancels): under automatic capture
+//     (Adyen's default) a payment that was made is already captured, and the TECHNICAL_CANCEL
+//     then fails. Its reference is [payments.ProviderKey](req.ProviderKey, "cancel", 0, 80).
+//
+// [Provider.VerifyWebhook] maps the outcome: success to payments.EventCancelled (ChargeID the
+// payment, DeclineCode "cancelled" or "refunded"), failure to payments.EventCancelFailed
+// (DeclineCode Adyen's reason), which proves nothing about a payment's absence: a captured
+// payment cannot be cancelled by reference, and a request still in flight may create one
+// later. Errors: *[payments.InvalidRequestError] for a ProviderKey that is empty or over 80
+// characters; otherwise as [Provider.Charge]'s transport and API errors.
 func (p *Provider) Void(ctx context.Context, req payments.VoidRequest) error {
-	if req.ProviderKey == "" || len(req.ProviderKey) > MaxReferenceLen {
+	if n := utf8.RuneCountInString(req.ProviderKey); n == 0 || n > MaxReferenceLen {
 		return &payments.InvalidRequestError{Provider: providerName, Code: "invalid_reference", Param: "ProviderKey",
-			Message: fmt.Sprintf("1 to %d characters", MaxReferenceLen)}
+			Message: fmt.Sprintf("ProviderKey must be 1 to %d characters, got %d", MaxReferenceLen, n)}
 	}
-	ref := payments.ProviderKey(req.ProviderKey, "cancel", 0, MaxReferenceLen)
-	_, err := p.c.Cancel(ctx, req.ProviderKey, ref, IdempotencyKey(ref))
+	var err error
+	if req.ProviderID != "" {
+		_, err = p.c.Reversal(ctx, req.ProviderID, req.ProviderKey, reversalKey(req.ProviderKey))
+	} else {
+		ref := payments.ProviderKey(req.ProviderKey, "cancel", 0, MaxReferenceLen)
+		_, err = p.c.Cancel(ctx, req.ProviderKey, ref, IdempotencyKey(ref))
+	}
 	if err != nil {
 		return classify(err)
 	}
 	return nil
+}
+
+// reversalKey is the Idempotency-Key of the reversal of the payment whose reference is
+// reference.
+func reversalKey(reference string) string {
+	return payments.ProviderKey(reference, "reversal", 0, MaxIdempotencyKeyLen)
 }

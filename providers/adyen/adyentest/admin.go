@@ -10,19 +10,31 @@ import (
 
 // Counts is how many objects really exist at the fake for a reference or an idempotency key:
 // the ground truth for exactly-once assertions. Every payment counts, whatever its resultCode;
-// every refund, capture and cancel request that was received counts, whatever its outcome.
+// every refund, capture, reversal and technical cancel request that was received counts,
+// whatever its outcome.
 type Counts struct {
-	Payments int `json:"payments"`
-	Refunds  int `json:"refunds"`
-	Captures int `json:"captures"`
-	Cancels  int `json:"cancels"`
+	Payments  int `json:"payments"`
+	Refunds   int `json:"refunds"`
+	Captures  int `json:"captures"`
+	Cancels   int `json:"cancels"`
+	Reversals int `json:"reversals"`
 }
 
-// Total is the money moved in one currency, in minor units.
+// Total is the money in one currency, in Adyen's minor units for that currency ([Decimals]).
 type Total struct {
-	Authorised int64 `json:"authorised"` // payments Authorised and not cancelled (auto-capture)
-	Refunded   int64 `json:"refunded"`   // successful refunds
-	Net        int64 `json:"net"`        // Authorised - Refunded
+	// Authorised sums the payments authorised and not cancelled, captured or not.
+	Authorised int64 `json:"authorised"`
+	// Captured sums what was captured: the money that moved to the merchant (at authorisation
+	// under automatic capture, by capture requests under manual capture).
+	Captured int64 `json:"captured"`
+	// Refunded sums successful refunds and the refunds of successful reversals.
+	Refunded int64 `json:"refunded"`
+	// Net is Captured - Refunded: what the merchant holds.
+	Net int64 `json:"net"`
+	// NetAmount is Net as a decimal amount under Adyen's decimals for the currency, as the fake
+	// reads Adyen's currency codes page: "1000" for 1000 CVE (0 decimals), "1000.00" for
+	// 100000 CLP (2 decimals).
+	NetAmount string `json:"net_amount"`
 }
 
 func (c *Counts) add(kind string) {
@@ -33,12 +45,14 @@ func (c *Counts) add(kind string) {
 		c.Captures++
 	case "cancel":
 		c.Cancels++
+	case "reversal":
+		c.Reversals++
 	}
 }
 
-// Counts counts the payments whose reference is reference, and the refunds, captures and
-// cancels whose own reference is reference; a cancel also counts under its paymentReference.
-// Replays create nothing and are not counted.
+// Counts counts the payments whose reference is reference, and the refunds, captures,
+// reversals and cancels whose own reference is reference; a technical cancel also counts under
+// its paymentReference. Replays create nothing and are not counted.
 func (s *Server) Counts(reference string) Counts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -75,30 +89,29 @@ func (s *Server) CountsByIdempotencyKey(key string) Counts {
 	return c
 }
 
-// Totals returns, per currency code, the money authorised (and, the fake's payments being
-// auto-captured, moved) and refunded, for comparison with a ledger.
+// Totals returns, per currency code, the money authorised, captured and refunded, for
+// comparison with a ledger: Net is what moved. Automatic captures that are due on Config.Clock
+// are applied first.
 func (s *Server) Totals() map[string]Total {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.capturesDueLocked()
 	out := map[string]Total{}
 	for _, p := range s.porder {
-		if !p.authorised || p.resultCode == "Cancelled" {
+		if !p.authorised {
 			continue
 		}
 		t := out[p.amount.Currency]
-		t.Authorised += p.amount.Value
+		if !p.cancelled() {
+			t.Authorised += p.amount.Value
+		}
+		t.Captured += p.captured
+		t.Refunded += p.refunded
 		out[p.amount.Currency] = t
 	}
-	for _, m := range s.mods {
-		if m.kind != "refund" || !m.success {
-			continue
-		}
-		t := out[m.amount.Currency]
-		t.Refunded += m.amount.Value
-		out[m.amount.Currency] = t
-	}
 	for cur, t := range out {
-		t.Net = t.Authorised - t.Refunded
+		t.Net = t.Captured - t.Refunded
+		t.NetAmount = FormatValue(cur, t.Net)
 		out[cur] = t
 	}
 	return out

@@ -12,7 +12,8 @@
 //
 // # Endpoints
 //
-// Under /v71 ([Server.URL] includes it):
+// Under /v71 ([Server.URL] includes it). Each behaviour below is Adyen's documented one, with
+// the page it comes from; where Adyen documents nothing, the text says what the fake chose.
 //
 //   - POST /payments {merchantAccount, amount{currency, value}, reference (<= 80),
 //     paymentMethod{type "scheme", storedPaymentMethodId}, returnUrl, metadata (<= 20 entries,
@@ -20,23 +21,53 @@
 //     Authorised; [PaymentMethodDeclined] Refused with refusalReason "Refused" (code 2);
 //     [PaymentMethodInsufficientFunds] Refused, "Not enough balance" (code 12);
 //     [PaymentMethodAuthenticationRequired] RedirectShopper with a redirect action (finish it
-//     with [Server.CompleteRedirect]). Anything else: 422 invalid_payment_method. Payments are
-//     captured automatically: Authorised counts as money moved.
-//   - POST /payments/{pspReference}/refunds and /captures {merchantAccount, amount,
-//     reference}: 201 {pspReference, paymentPspReference, status "received"}. The outcome is
-//     decided at once and told only by the REFUND or CAPTURE notification: success "false"
-//     when the amount exceeds what is left to refund (or capture), the currency differs, or
-//     the payment is not authorised or was cancelled. An unknown pspReference: 422
-//     unknown_psp_reference.
-//   - POST /cancels {merchantAccount, paymentReference, reference}: 201 {status "received"}
-//     and one TECHNICAL_CANCEL per payment carrying that reference: success "true" when it
-//     was Authorised without refunds, awaiting authentication, or already cancelled (it is
-//     void and leaves [Server.Totals]); "false" when it was refused or refunded. When no
-//     payment has the reference, one TECHNICAL_CANCEL with success "false" ("No payment with
-//     this reference"): the fake does not claim to void what it does not hold, and a later
-//     payment with that reference is not blocked (Adyen does not deduplicate references). So a
-//     successful technical cancel proves the payment void; a failed one proves nothing about a
-//     request still in flight.
+//     with [Server.CompleteRedirect]). Anything else: 422 invalid_payment_method.
+//   - Capture (https://docs.adyen.com/online-payments/capture): "By default, payments are
+//     captured automatically without a delay, immediately after authorization"; a capture
+//     delay, or manual capture, is a merchant account setting. Config.CaptureMode
+//     ([CaptureAutomatic] by default, or [CaptureManual]) and Config.CaptureDelay model it:
+//     under automatic capture an Authorised payment is captured (the money moved) at
+//     authorisation or once the delay passed on Config.Clock, and no CAPTURE notification is
+//     emitted (Adyen's CAPTURE webhook is "the result of the request to capture a payment":
+//     https://docs.adyen.com/api-explorer/Webhooks/1/post/CAPTURE); under manual capture it
+//     stays authorised, nothing moved, until a capture request. AUTHORISATION success "true"
+//     reports the authorisation in both modes.
+//   - POST /payments/{pspReference}/captures {merchantAccount, amount, reference}: 201 {status
+//     "received"}; the CAPTURE notification says whether it succeeded
+//     (https://docs.adyen.com/api-explorer/Checkout/71/post/payments/(paymentPspReference)/captures).
+//     It succeeds once per payment (the rest of a partial capture is released), on an
+//     authorised payment not captured yet nor cancelled; under automatic capture it fails.
+//   - POST /payments/{pspReference}/refunds {merchantAccount, amount, reference}: 201 {status
+//     "received"}; the REFUND notification decides: success "false" for more than what was
+//     captured and not refunded, another currency, or an uncaptured payment
+//     ([ReasonRefundNotCaptured], Adyen's own text in its REFUND example,
+//     https://github.com/Adyen/adyen-openapi/blob/main/json/Webhooks-v1.json).
+//   - POST /payments/{pspReference}/reversals {merchantAccount, reference}: cancel or refund,
+//     "Refunds a payment if it has already been captured, and cancels a payment if it has not
+//     yet been captured", always the full amount
+//     (https://docs.adyen.com/api-explorer/Checkout/71/post/payments/(paymentPspReference)/reversals,
+//     https://docs.adyen.com/online-payments/reversal). 201 {status "received"}, then
+//     CANCEL_OR_REFUND with success, reason, originalReference (the payment) and
+//     additionalData "modification.action" ([ModificationAction]) "cancel" or "refund"
+//     (https://docs.adyen.com/api-explorer/Webhooks/1/post/REVERSAL, and the CANCEL_OR_REFUND
+//     example of Adyen's webhook spec).
+//   - POST /cancels {merchantAccount, paymentReference, reference}: the technical cancel,
+//     "Cancels the authorisation on a payment that has not yet been captured ... in a
+//     TECHNICAL_CANCEL webhook" (https://docs.adyen.com/api-explorer/Checkout/71/post/cancels);
+//     "After a payment has been captured, you can no longer cancel it"
+//     (https://docs.adyen.com/online-payments/cancel). 201 {status "received"} and one
+//     TECHNICAL_CANCEL per payment carrying that reference: success "true" for an uncaptured
+//     authorisation (or a payment awaiting authentication, or one already cancelled); success
+//     "false" with reason [ReasonCancelCaptured] for a captured payment, whose money stays
+//     captured, and "false" for a refused one. When no payment has the reference (Adyen
+//     documents nothing for that case), one TECHNICAL_CANCEL success "false" with
+//     [ReasonNoPayment] and no originalReference; a later payment with that reference is not
+//     blocked (Adyen does not deduplicate references). So a failed technical cancel is never
+//     proof that no payment exists.
+//   - Amounts are in Adyen's minor units, whose decimals are Adyen's own
+//     (https://docs.adyen.com/development-resources/currency-codes): 2 for CLP and ISK, 0 for
+//     CVE and IDR, unlike ISO 4217. The fake reads them with its own table ([Decimals],
+//     [FormatValue]); [Server.Totals] reports NetAmount under it.
 //
 // Validation errors are 422 with errorType "validation" and the fake's own errorCodes
 // (required_field, invalid_field, invalid_payment_method, ...), not Adyen's numeric catalogue;
@@ -68,8 +99,9 @@
 // # Webhooks
 //
 // Every payment outcome emits AUTHORISATION (success "true" or "false" with the refusal
-// reason; additionalData carries "metadata.<key>" entries), and refunds, captures and cancels
-// emit REFUND, CAPTURE and TECHNICAL_CANCEL. Each item is signed as Adyen signs it:
+// reason; additionalData carries "metadata.<key>" entries); captures, refunds, reversals and
+// technical cancels emit CAPTURE, REFUND, CANCEL_OR_REFUND and TECHNICAL_CANCEL. Each item is
+// signed as Adyen signs it:
 // additionalData.hmacSignature = base64(HMAC-SHA256(hex-decoded Config.HMACKey,
 // [NotificationItem.SigningString])); see [Sign]. With Config.WebhookURL set, one goroutine
 // owned by the Server POSTs {live "false", notificationItems} there in emission order, up to 5
@@ -84,7 +116,7 @@
 // [Server.Counts] (by reference), [Server.CountsByIdempotencyKey] and [Server.Totals] report
 // what really exists at the fake; the same is served over HTTP at the root, unauthenticated:
 //
-//	GET /_fake/counts?reference=R         -> {"payments":n,"refunds":n,"captures":n,"cancels":n}
+//	GET /_fake/counts?reference=R         -> {"payments":n,"refunds":n,"captures":n,"cancels":n,"reversals":n}
 //	GET /_fake/counts?idempotency_key=K   -> the same
-//	GET /_fake/totals                     -> {"EUR":{"authorised":n,"refunded":n,"net":n}}
+//	GET /_fake/totals                     -> {"EUR":{"authorised":n,"captured":n,"refunded":n,"net":n,"net_amount":"d.dd"}}
 package adyentest

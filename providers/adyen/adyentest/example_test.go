@@ -38,7 +38,7 @@ func Example() {
 	fmt.Printf("%+v\n", srv.Totals())
 	// Output:
 	// replay is identical: true
-	// {Payments:1 Refunds:0 Captures:0 Cancels:0}
-	// {Payments:2 Refunds:0 Captures:0 Cancels:0}
-	// map[EUR:{Authorised:4000 Refunded:0 Net:4000}]
+	// {Payments:1 Refunds:0 Captures:0 Cancels:0 Reversals:0}
+	// {Payments:2 Refunds:0 Captures:0 Cancels:0 Reversals:0}
+	// map[EUR:{Authorised:4000 Captured:4000 Refunded:0 Net:4000 NetAmount:40.00}]
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"time"
 	"unicode/utf8"
 )
 
@@ -39,7 +40,8 @@ const (
 	maxMetadataValueLen = 80
 )
 
-// Amount is Adyen's amount: an ISO 4217 code and a value in minor units.
+// Amount is Adyen's amount: an ISO 4217 currency code and a value in Adyen's minor units for
+// that currency, whose decimals are Adyen's own ([Decimals]).
 type Amount struct {
 	Currency string `json:"currency"`
 	Value    int64  `json:"value"`
@@ -71,18 +73,27 @@ type payment struct {
 	refusalReasonCode string
 	metadata          map[string]string
 	idempotencyKey    string
-	authorised        bool // was Authorised (money moved unless cancelled)
-	refunded          int64
-	captured          int64
+	authorised        bool      // was Authorised at some point (a cancel keeps it: resultCode says Cancelled)
+	authorisedAt      time.Time // on Config.Clock
+	captureDone       bool      // captured (automatically or by a capture request): nothing more to capture
+	captured          int64     // minor units captured: the money that moved to the merchant
+	refunded          int64     // minor units refunded by successful refunds and reversals
 }
 
-// modification is a refund, a capture or a technical cancel.
+func (p *payment) cancelled() bool { return p.resultCode == "Cancelled" }
+
+// uncaptured reports whether p holds an authorisation that can still be cancelled: authorised,
+// not captured, not cancelled. See https://docs.adyen.com/online-payments/cancel ("After a
+// payment has been captured, you can no longer cancel it").
+func (p *payment) uncaptured() bool { return p.resultCode == "Authorised" && !p.captureDone }
+
+// modification is a refund, a capture, a reversal or a technical cancel.
 type modification struct {
-	kind             string // "refund", "capture", "cancel"
+	kind             string // "refund", "capture", "reversal", "cancel"
 	psp              string
-	paymentPSP       string // "" for a cancel by reference
+	paymentPSP       string // "" for a technical cancel that found no payment
 	reference        string
-	paymentReference string // cancels only
+	paymentReference string // technical cancels only
 	amount           Amount
 	success          bool
 	idempotencyKey   string
@@ -226,9 +237,7 @@ func (s *Server) createPayment(c *call) *response {
 		out.RefusalReason, out.RefusalReasonCode = p.refusalReason, p.refusalReasonCode
 		s.emitLocked(s.authorisationItem(p, false))
 	default:
-		p.resultCode = "Authorised"
-		p.authorised = true
-		s.emitLocked(s.authorisationItem(p, true))
+		s.authoriseLocked(p)
 	}
 	out.ResultCode = p.resultCode
 	return jsonResponse(http.StatusOK, out)
@@ -252,9 +261,9 @@ func (s *Server) authorisationItem(p *payment, success bool) NotificationItem {
 }
 
 // CompleteRedirect finishes the shopper's authentication of a RedirectShopper payment, as if
-// the shopper came back and /payments/details was called: the payment becomes Authorised (or
-// Refused with refusalReason "3D Not Authenticated") and its AUTHORISATION notification is
-// emitted. It fails when psp names no payment awaiting authentication.
+// the shopper came back and /payments/details was called: the payment becomes Authorised (and
+// is captured as Config.CaptureMode says) or Refused with refusalReason "3D Not
+// Authenticated", and its AUTHORISATION notification is emitted. It fails when psp names no payment awaiting authentication.
 func (s *Server) CompleteRedirect(psp string, authorised bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -265,165 +274,48 @@ func (s *Server) CompleteRedirect(psp string, authorised bool) error {
 	if p.resultCode != "RedirectShopper" {
 		return fmt.Errorf("adyentest: CompleteRedirect: payment %q is %s, not awaiting authentication", psp, p.resultCode)
 	}
-	if authorised {
-		p.resultCode, p.authorised = "Authorised", true
-	} else {
+	if !authorised {
 		p.resultCode, p.refusalReason, p.refusalReasonCode = "Refused", "3D Not Authenticated", "11"
+		s.emitLocked(s.authorisationItem(p, false))
+		return nil
 	}
-	s.emitLocked(s.authorisationItem(p, authorised))
+	s.authoriseLocked(p)
 	return nil
 }
 
-type modificationRequest struct {
-	MerchantAccount string  `json:"merchantAccount"`
-	Amount          *Amount `json:"amount"`
-	Reference       string  `json:"reference"`
+// authoriseLocked makes p Authorised now and emits its AUTHORISATION success "true". Under
+// automatic capture without a delay, p is captured at once (see captureDueLocked); under manual
+// capture it stays authorised until POST /payments/{psp}/captures. The AUTHORISATION
+// notification is the same in every mode: it reports the authorisation, not the capture
+// (https://docs.adyen.com/online-payments/capture: "The authorization reserves the funds on
+// the shopper's bank account. Then, when you send a request to capture the payment, the
+// reserved funds are transferred").
+func (s *Server) authoriseLocked(p *payment) {
+	p.resultCode, p.authorised, p.authorisedAt = "Authorised", true, s.clock()
+	s.captureDueLocked(p)
+	s.emitLocked(s.authorisationItem(p, true))
 }
 
-type modificationResponse struct {
-	MerchantAccount     string `json:"merchantAccount"`
-	PaymentPSPReference string `json:"paymentPspReference"`
-	PSPReference        string `json:"pspReference"`
-	Reference           string `json:"reference,omitempty"`
-	Status              string `json:"status"`
-	Amount              Amount `json:"amount"`
+// captureDueLocked applies the automatic capture to p when it is due: under CaptureAutomatic,
+// an authorised, uncancelled, uncaptured payment is captured in full once Config.CaptureDelay
+// has passed since its authorisation on Config.Clock ("By default, payments are captured
+// automatically without a delay, immediately after authorization", and a capture delay can be
+// set: https://docs.adyen.com/online-payments/capture). No CAPTURE notification is emitted:
+// Adyen's CAPTURE webhook is "the result of the request to capture a payment"
+// (https://docs.adyen.com/api-explorer/Webhooks/1/post/CAPTURE), and no request was made.
+func (s *Server) captureDueLocked(p *payment) {
+	if s.captureMode != CaptureAutomatic || !p.uncaptured() || s.clock().Before(p.authorisedAt.Add(s.captureDelay)) {
+		return
+	}
+	p.captureDone, p.captured = true, p.amount.Value
 }
 
-func (s *Server) createRefund(c *call) *response  { return s.modify(c, "refund") }
-func (s *Server) createCapture(c *call) *response { return s.modify(c, "capture") }
-
-// modify serves POST /payments/{psp}/refunds and /captures: the request is "received" and its
-// outcome is decided at once but told only by the REFUND or CAPTURE notification. A refund
-// succeeds when the payment is authorised, not cancelled, in the same currency and the amount
-// is at most what is left to refund; a capture when it is at most what is left to capture.
-func (s *Server) modify(c *call, kind string) *response {
-	var req modificationRequest
-	if bad := decode(c, &req); bad != nil {
-		return bad
-	}
-	if bad := s.checkMerchant(req.MerchantAccount); bad != nil {
-		return bad
-	}
-	if bad := req.Amount.check("amount"); bad != nil {
-		return bad
-	}
-	if bad := checkReference("reference", req.Reference, false); bad != nil {
-		return bad
-	}
-	p, ok := s.payments[c.psp]
-	if !ok {
-		return validation(codeUnknownPSP, fmt.Sprintf("Original pspReference %q does not name a payment.", c.psp))
-	}
-	m := &modification{kind: kind, psp: s.newPSPLocked(), paymentPSP: p.psp, reference: req.Reference,
-		amount: *req.Amount, idempotencyKey: c.key}
-	s.mods = append(s.mods, m)
-
-	done := &p.refunded
-	eventCode, what := "REFUND", "refund"
-	if kind == "capture" {
-		done, eventCode, what = &p.captured, "CAPTURE", "capture"
-	}
-	left := p.amount.Value - *done
-	var reason string
-	switch {
-	case !p.authorised:
-		reason = fmt.Sprintf("Payment %s is %s: nothing to %s", p.psp, p.resultCode, what)
-	case p.resultCode == "Cancelled":
-		reason = fmt.Sprintf("Payment %s was cancelled: nothing to %s", p.psp, what)
-	case m.amount.Currency != p.amount.Currency:
-		reason = fmt.Sprintf("Currency %s differs from the payment's %s", m.amount.Currency, p.amount.Currency)
-	case m.amount.Value > left:
-		reason = fmt.Sprintf("Amount %d exceeds the %d %s left to %s", m.amount.Value, left, p.amount.Currency, what)
-	default:
-		m.success = true
-		*done += m.amount.Value
-	}
-	s.emitLocked(NotificationItem{
-		Amount: m.amount, EventCode: eventCode, MerchantAccountCode: req.MerchantAccount, MerchantReference: m.reference,
-		OriginalReference: p.psp, PaymentMethod: "visa", PSPReference: m.psp, Reason: reason, Success: boolString(m.success),
-	})
-	return jsonResponse(http.StatusCreated, modificationResponse{MerchantAccount: req.MerchantAccount,
-		PaymentPSPReference: p.psp, PSPReference: m.psp, Reference: m.reference, Status: "received", Amount: m.amount})
-}
-
-type cancelRequest struct {
-	MerchantAccount  string `json:"merchantAccount"`
-	PaymentReference string `json:"paymentReference"`
-	Reference        string `json:"reference"`
-}
-
-type cancelResponse struct {
-	MerchantAccount  string `json:"merchantAccount"`
-	PaymentReference string `json:"paymentReference"`
-	PSPReference     string `json:"pspReference"`
-	Reference        string `json:"reference,omitempty"`
-	Status           string `json:"status"`
-}
-
-// createCancel serves POST /cancels, the technical cancel by the payment's reference. Every
-// payment with that reference is voided if it is Authorised without refunds or awaits
-// authentication (TECHNICAL_CANCEL success "true"; it stops counting in Totals), or was
-// already cancelled (success "true" again: it is void). A refused or refunded payment is not
-// cancellable (success "false"). When no payment has the reference, one TECHNICAL_CANCEL with
-// success "false" says so: the fake does not pretend to void what it does not hold, and it
-// does not block a later payment with that reference either, since Adyen does not deduplicate
-// references.
-func (s *Server) createCancel(c *call) *response {
-	var req cancelRequest
-	if bad := decode(c, &req); bad != nil {
-		return bad
-	}
-	if bad := s.checkMerchant(req.MerchantAccount); bad != nil {
-		return bad
-	}
-	if bad := checkReference("paymentReference", req.PaymentReference, true); bad != nil {
-		return bad
-	}
-	if bad := checkReference("reference", req.Reference, false); bad != nil {
-		return bad
-	}
-	m := &modification{kind: "cancel", psp: s.newPSPLocked(), reference: req.Reference,
-		paymentReference: req.PaymentReference, idempotencyKey: c.key}
-	s.mods = append(s.mods, m)
-
-	psp := m.psp
-	found := false
+// capturesDueLocked applies the automatic captures that are due, before anything reads or
+// changes the payments. Called with s.mu held.
+func (s *Server) capturesDueLocked() {
 	for _, p := range s.porder {
-		if p.reference != req.PaymentReference {
-			continue
-		}
-		if found {
-			psp = s.newPSPLocked() // each voided payment is its own modification
-		}
-		found = true
-		var reason string
-		switch {
-		case p.resultCode == "Cancelled":
-		case p.resultCode == "RedirectShopper", p.resultCode == "Authorised" && p.refunded == 0:
-			p.resultCode = "Cancelled"
-		default:
-			reason = fmt.Sprintf("Payment %s is %s and cannot be cancelled", p.psp, p.resultCode)
-			if p.refunded > 0 {
-				reason = fmt.Sprintf("Payment %s is partly refunded and cannot be cancelled", p.psp)
-			}
-		}
-		ok := reason == ""
-		m.success = m.success || ok
-		m.paymentPSP = p.psp
-		s.emitLocked(NotificationItem{
-			Amount: p.amount, EventCode: "TECHNICAL_CANCEL", MerchantAccountCode: req.MerchantAccount,
-			MerchantReference: req.PaymentReference, OriginalReference: p.psp, PSPReference: psp,
-			Reason: reason, Success: boolString(ok),
-		})
+		s.captureDueLocked(p)
 	}
-	if !found {
-		s.emitLocked(NotificationItem{
-			EventCode: "TECHNICAL_CANCEL", MerchantAccountCode: req.MerchantAccount, MerchantReference: req.PaymentReference,
-			PSPReference: m.psp, Reason: "No payment with this reference", Success: "false",
-		})
-	}
-	return jsonResponse(http.StatusCreated, cancelResponse{MerchantAccount: req.MerchantAccount,
-		PaymentReference: req.PaymentReference, PSPReference: m.psp, Reference: req.Reference, Status: "received"})
 }
 
 func boolString(b bool) string {

@@ -71,7 +71,31 @@ type Config struct {
 	// WebhookClient sends the deliveries. Default: a client with a 5 s timeout, whose idle
 	// connections Close releases.
 	WebhookClient *http.Client
+
+	// CaptureMode is the merchant account's capture setting (Customer Area > Account settings
+	// > Capture delay: immediate, a delay, or manual; https://docs.adyen.com/online-payments/capture).
+	// Default: [CaptureAutomatic], Adyen's default ("By default, payments are captured
+	// automatically without a delay, immediately after authorization").
+	CaptureMode CaptureMode
+
+	// CaptureDelay is, under [CaptureAutomatic], the time between a payment's authorisation and
+	// its automatic capture, on Config.Clock (advance a [ManualClock] past it). Meanwhile the
+	// authorisation can still be cancelled. Default: 0, captured at authorisation. It must be 0
+	// under [CaptureManual].
+	CaptureDelay time.Duration
 }
+
+// CaptureMode is when the fake captures an authorised payment. See Config.CaptureMode.
+type CaptureMode string
+
+const (
+	// CaptureAutomatic captures every Authorised payment in full, at authorisation or after
+	// Config.CaptureDelay. The zero CaptureMode means it.
+	CaptureAutomatic CaptureMode = "automatic"
+	// CaptureManual leaves an Authorised payment uncaptured (no money moved, cancellable) until
+	// POST /payments/{pspReference}/captures.
+	CaptureManual CaptureMode = "manual"
+)
 
 // Server is a stateful fake of the Adyen Checkout API endpoints payonce's adapter uses. It is
 // an [http.Handler]; [NewServer] also starts it on a loopback port. It is safe for concurrent
@@ -82,6 +106,9 @@ type Server struct {
 	apiKey    string
 	merchant  string
 	hmacKey   string // hex
+
+	captureMode  CaptureMode
+	captureDelay time.Duration
 
 	life   *fakekit.Lifecycle
 	faults *fakekit.Faults[Fault]
@@ -115,15 +142,17 @@ func NewUnstartedServer(cfg *Config) *Server {
 		panic("adyentest: " + err.Error())
 	}
 	s := &Server{
-		clock:     cfg.Clock,
-		retention: cfg.Retention,
-		apiKey:    cfg.APIKey,
-		merchant:  cfg.MerchantAccount,
-		hmacKey:   cfg.HMACKey,
-		life:      fakekit.NewLifecycle("adyentest"),
-		faults:    fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x414459454e544553), // "ADYENTES"
-		keys:      fakekit.NewKeys[scopedKey, *response](),
-		payments:  make(map[string]*payment),
+		clock:        cfg.Clock,
+		retention:    cfg.Retention,
+		apiKey:       cfg.APIKey,
+		merchant:     cfg.MerchantAccount,
+		hmacKey:      cfg.HMACKey,
+		captureMode:  cfg.CaptureMode,
+		captureDelay: cfg.CaptureDelay,
+		life:         fakekit.NewLifecycle("adyentest"),
+		faults:       fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x414459454e544553), // "ADYENTES"
+		keys:         fakekit.NewKeys[scopedKey, *response](),
+		payments:     make(map[string]*payment),
 	}
 	if s.clock == nil {
 		s.clock = time.Now
@@ -134,6 +163,9 @@ func NewUnstartedServer(cfg *Config) *Server {
 	if s.hmacKey == "" {
 		s.hmacKey = DefaultHMACKey
 	}
+	if s.captureMode == "" {
+		s.captureMode = CaptureAutomatic
+	}
 	s.wh = newWebhooks(cfg)
 	return s
 }
@@ -141,6 +173,17 @@ func NewUnstartedServer(cfg *Config) *Server {
 func (c *Config) validate() error {
 	if c.Retention < 0 {
 		return fmt.Errorf("Config.Retention must not be negative, got %v", c.Retention)
+	}
+	switch c.CaptureMode {
+	case "", CaptureAutomatic, CaptureManual:
+	default:
+		return fmt.Errorf("Config.CaptureMode must be %q or %q, got %q", CaptureAutomatic, CaptureManual, c.CaptureMode)
+	}
+	switch {
+	case c.CaptureDelay < 0:
+		return fmt.Errorf("Config.CaptureDelay must not be negative, got %v", c.CaptureDelay)
+	case c.CaptureDelay > 0 && c.CaptureMode == CaptureManual:
+		return fmt.Errorf("Config.CaptureDelay is %v: a capture delay applies to automatic capture only", c.CaptureDelay)
 	}
 	if err := faultType.ValidateRules(c.Faults); err != nil {
 		return err
@@ -257,6 +300,8 @@ func (s *Server) route(method, p string) (handler, string) {
 			return s.createRefund, parts[2]
 		case "captures":
 			return s.createCapture, parts[2]
+		case "reversals":
+			return s.createReversal, parts[2]
 		}
 	}
 	return nil, ""
@@ -275,6 +320,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, c *call, h hand
 	}
 
 	s.mu.Lock()
+	s.capturesDueLocked()
 	resp := h(c)
 	s.mu.Unlock()
 

@@ -285,7 +285,7 @@ func TestValidation(t *testing.T) {
 	if resp.StatusCode != 401 {
 		t.Fatalf("no API key: %d", resp.StatusCode)
 	}
-	if a := b.post(t, "/payments/X/reversals", "", map[string]any{}); a.status != 404 {
+	if a := b.post(t, "/payments/X/amountUpdates", "", map[string]any{}); a.status != 404 {
 		t.Fatalf("unknown endpoint: %d", a.status)
 	}
 }
@@ -470,6 +470,8 @@ func TestProbabilisticFaultsAreSeeded(t *testing.T) {
 	}
 }
 
+// Under automatic capture (the default) an Authorised payment is captured at once: refunds
+// work on it, a capture request and a technical cancel fail, and the money stays captured.
 func TestRefundsCapturesCancels(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -496,8 +498,8 @@ func TestRefundsCapturesCancels(t *testing.T) {
 		t.Fatalf("unknown psp: %d %s", a.status, a.raw)
 	}
 
-	// Cancels: a refunded payment is not cancellable; a fresh one is; an unknown reference gets
-	// success=false.
+	// Technical cancels: a captured payment is not cancellable, refunded or not; an unknown
+	// reference gets success=false too.
 	cancel := func(key, paymentRef string) answer {
 		return b.post(t, "/cancels", key, map[string]any{"merchantAccount": merchant, "paymentReference": paymentRef, "reference": key})
 	}
@@ -517,8 +519,8 @@ func TestRefundsCapturesCancels(t *testing.T) {
 		byRef[it.EventCode+" "+it.MerchantReference] = it
 	}
 	for key, want := range map[string]string{
-		"REFUND ref-r1": "true", "REFUND ref-r2": "false", "CAPTURE ref-c": "true",
-		"TECHNICAL_CANCEL ref-p": "false", "TECHNICAL_CANCEL ref-q": "true", "TECHNICAL_CANCEL ref-none": "false",
+		"REFUND ref-r1": "true", "REFUND ref-r2": "false", "CAPTURE ref-c": "false",
+		"TECHNICAL_CANCEL ref-p": "false", "TECHNICAL_CANCEL ref-q": "false", "TECHNICAL_CANCEL ref-none": "false",
 	} {
 		it, ok := byRef[key]
 		if !ok || it.Success != want {
@@ -528,13 +530,19 @@ func TestRefundsCapturesCancels(t *testing.T) {
 			t.Fatalf("%s: no reason", key)
 		}
 	}
+	if _, ok := byRef["CAPTURE ref-p"]; ok {
+		t.Fatal("an automatic capture emitted a CAPTURE notification")
+	}
 	if it := byRef["REFUND ref-r1"]; it.OriginalReference != psp || it.Amount.Value != 600 {
 		t.Fatalf("refund item %+v", it)
 	}
-	if it := byRef["TECHNICAL_CANCEL ref-q"]; it.OriginalReference != fresh {
-		t.Fatalf("cancel item %+v", it)
+	if it := byRef["TECHNICAL_CANCEL ref-q"]; it.OriginalReference != fresh || it.Reason != adyentest.ReasonCancelCaptured {
+		t.Fatalf("cancel of a captured payment: %+v", it)
 	}
-	if tot := b.srv.Totals()["EUR"]; tot != (adyentest.Total{Authorised: 1000, Refunded: 600, Net: 400}) {
+	if it := byRef["TECHNICAL_CANCEL ref-none"]; it.OriginalReference != "" || it.Reason != adyentest.ReasonNoPayment {
+		t.Fatalf("cancel of nothing: %+v", it)
+	}
+	if tot := b.srv.Totals()["EUR"]; tot != (adyentest.Total{Authorised: 1500, Captured: 1500, Refunded: 600, Net: 900, NetAmount: "9.00"}) {
 		t.Fatalf("totals %+v", tot)
 	}
 	wantCounts(t, b, "ref-r1", adyentest.Counts{Refunds: 1})
@@ -543,15 +551,169 @@ func TestRefundsCapturesCancels(t *testing.T) {
 	if c := b.srv.CountsByIdempotencyKey("key-c"); c != (adyentest.Counts{Captures: 1}) {
 		t.Fatalf("by key: %+v", c)
 	}
-	// A cancelled payment cannot be refunded.
-	if a := b.post(t, "/payments/"+fresh+"/refunds", "", map[string]any{"merchantAccount": merchant, "reference": "ref-late",
-		"amount": map[string]any{"currency": "EUR", "value": 1}}); a.status != 201 {
-		t.Fatalf("%d", a.status)
-	}
+}
+
+// itemsByRef maps "EVENTCODE merchantReference" to the last item delivered with them.
+func (b *bundle) itemsByRef(t *testing.T) map[string]adyentest.NotificationItem {
+	t.Helper()
 	b.wait(t)
-	items := b.sink.items(t)
-	if last := items[len(items)-1]; last.EventCode != "REFUND" || last.Success != "false" {
-		t.Fatalf("refund of a cancelled payment: %+v", last)
+	out := map[string]adyentest.NotificationItem{}
+	for _, it := range b.sink.items(t) {
+		out[it.EventCode+" "+it.MerchantReference] = it
+	}
+	return out
+}
+
+func (b *bundle) modify(t *testing.T, psp, op, key, ref string, value int64) answer {
+	t.Helper()
+	body := map[string]any{"merchantAccount": merchant, "reference": ref}
+	if value > 0 {
+		body["amount"] = map[string]any{"currency": "EUR", "value": value}
+	}
+	a := b.post(t, "/payments/"+psp+"/"+op, key, body)
+	if a.status != 201 || a.body["status"] != "received" || a.body["paymentPspReference"] != psp {
+		t.Fatalf("%s of %s: %d %s", op, psp, a.status, a.raw)
+	}
+	return a
+}
+
+// Under manual capture an Authorised payment moves no money: a refund fails with Adyen's
+// reason, a technical cancel voids it, a capture captures it once, and after the capture the
+// technical cancel fails.
+func TestManualCapture(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &adyentest.Config{CaptureMode: adyentest.CaptureManual})
+	held := b.post(t, "/payments", "key-h", payment("ref-h", adyentest.PaymentMethodVisa, 1000)).body["pspReference"].(string)
+	if tot := b.srv.Totals()["EUR"]; tot != (adyentest.Total{Authorised: 1000, NetAmount: "0.00"}) {
+		t.Fatalf("an uncaptured authorisation moved money: %+v", tot)
+	}
+	b.modify(t, held, "refunds", "key-hr", "ref-hr", 1000)
+	b.post(t, "/cancels", "key-hx", map[string]any{"merchantAccount": merchant, "paymentReference": "ref-h", "reference": "ref-hx"})
+	b.modify(t, held, "captures", "key-hc", "ref-hc", 1000) // too late: cancelled
+
+	paid := b.post(t, "/payments", "key-p", payment("ref-p", adyentest.PaymentMethodVisa, 1000)).body["pspReference"].(string)
+	b.modify(t, paid, "captures", "key-pc", "ref-pc", 1000)
+	b.modify(t, paid, "captures", "key-pc2", "ref-pc2", 1000) // one capture per payment
+	b.post(t, "/cancels", "key-px", map[string]any{"merchantAccount": merchant, "paymentReference": "ref-p", "reference": "ref-px"})
+	b.modify(t, paid, "refunds", "key-pr", "ref-pr", 400)
+
+	items := b.itemsByRef(t)
+	for key, want := range map[string]string{
+		"AUTHORISATION ref-h": "true", "REFUND ref-hr": "false", "TECHNICAL_CANCEL ref-h": "true", "CAPTURE ref-hc": "false",
+		"AUTHORISATION ref-p": "true", "CAPTURE ref-pc": "true", "CAPTURE ref-pc2": "false", "TECHNICAL_CANCEL ref-p": "false",
+		"REFUND ref-pr": "true",
+	} {
+		if it, ok := items[key]; !ok || it.Success != want {
+			t.Fatalf("%s: %+v (ok %v), want success %s", key, it, ok, want)
+		}
+	}
+	if it := items["REFUND ref-hr"]; it.Reason != adyentest.ReasonRefundNotCaptured {
+		t.Fatalf("refund of an uncaptured payment: %+v", it)
+	}
+	if it := items["CAPTURE ref-pc"]; it.OriginalReference != paid || it.Amount.Value != 1000 {
+		t.Fatalf("capture item %+v", it)
+	}
+	if it := items["TECHNICAL_CANCEL ref-p"]; it.OriginalReference != paid || it.Reason != adyentest.ReasonCancelCaptured {
+		t.Fatalf("cancel after the capture: %+v", it)
+	}
+	if tot := b.srv.Totals()["EUR"]; tot != (adyentest.Total{Authorised: 1000, Captured: 1000, Refunded: 400, Net: 600, NetAmount: "6.00"}) {
+		t.Fatalf("totals %+v", tot)
+	}
+	wantCounts(t, b, "ref-pc", adyentest.Counts{Captures: 1})
+}
+
+// A capture delay keeps an automatic-capture payment cancellable until it passes on the clock.
+func TestCaptureDelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &adyentest.Config{CaptureDelay: time.Hour})
+	b.post(t, "/payments", "key-early", payment("ref-early", adyentest.PaymentMethodVisa, 700))
+	b.post(t, "/payments", "key-late", payment("ref-late", adyentest.PaymentMethodVisa, 300))
+	if tot := b.srv.Totals()["EUR"]; tot.Captured != 0 || tot.Authorised != 1000 {
+		t.Fatalf("captured before the delay: %+v", tot)
+	}
+	b.post(t, "/cancels", "key-xe", map[string]any{"merchantAccount": merchant, "paymentReference": "ref-early"})
+	b.clock.Advance(time.Hour)
+	b.post(t, "/cancels", "key-xl", map[string]any{"merchantAccount": merchant, "paymentReference": "ref-late"})
+	items := b.itemsByRef(t)
+	if items["TECHNICAL_CANCEL ref-early"].Success != "true" || items["TECHNICAL_CANCEL ref-late"].Success != "false" {
+		t.Fatalf("cancels: %+v", items)
+	}
+	if tot := b.srv.Totals()["EUR"]; tot != (adyentest.Total{Authorised: 300, Captured: 300, Net: 300, NetAmount: "3.00"}) {
+		t.Fatalf("totals %+v", tot)
+	}
+}
+
+// POST /payments/{psp}/reversals refunds a captured payment and cancels an uncaptured one; its
+// CANCEL_OR_REFUND says which in additionalData "modification.action".
+func TestReversals(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []adyentest.CaptureMode{adyentest.CaptureAutomatic, adyentest.CaptureManual} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &adyentest.Config{CaptureMode: mode})
+			psp := b.post(t, "/payments", "key-p", payment("ref-p", adyentest.PaymentMethodVisa, 1000)).body["pspReference"].(string)
+			first := b.modify(t, psp, "reversals", "key-v1", "ref-v1", 0)
+			if again := b.modify(t, psp, "reversals", "key-v1", "ref-v1", 0); !bytes.Equal(again.raw, first.raw) {
+				t.Fatalf("replay: %s", again.raw)
+			}
+			b.modify(t, psp, "reversals", "key-v2", "ref-v2", 0) // nothing left to reverse
+			refused := b.post(t, "/payments", "key-d", payment("ref-d", adyentest.PaymentMethodDeclined, 1000)).body["pspReference"].(string)
+			b.modify(t, refused, "reversals", "key-v3", "", 0)
+			if a := b.post(t, "/payments/NOSUCHPSP0000000/reversals", "", map[string]any{"merchantAccount": merchant}); a.status != 422 {
+				t.Fatalf("unknown psp: %d %s", a.status, a.raw)
+			}
+
+			items := b.itemsByRef(t)
+			action := map[adyentest.CaptureMode]string{adyentest.CaptureAutomatic: "refund", adyentest.CaptureManual: "cancel"}[mode]
+			ok := items["CANCEL_OR_REFUND ref-v1"]
+			if ok.Success != "true" || ok.OriginalReference != psp || ok.PSPReference != first.body["pspReference"] ||
+				ok.AdditionalData[adyentest.ModificationAction] != action || ok.Amount.Value != 1000 {
+				t.Fatalf("reversal: %+v, want success with action %s", ok, action)
+			}
+			for _, key := range []string{"CANCEL_OR_REFUND ref-v2", "CANCEL_OR_REFUND ref-d"} {
+				if it := items[key]; it.Success != "false" || it.Reason == "" || it.AdditionalData[adyentest.ModificationAction] != "" {
+					t.Fatalf("%s: %+v, want success false with a reason", key, it)
+				}
+			}
+			want := adyentest.Total{Captured: 1000, Refunded: 1000, Authorised: 1000, NetAmount: "0.00"}
+			if mode == adyentest.CaptureManual {
+				want = adyentest.Total{NetAmount: "0.00"}
+			}
+			if tot := b.srv.Totals()["EUR"]; tot != want {
+				t.Fatalf("totals %+v, want %+v", tot, want)
+			}
+			wantCounts(t, b, "ref-v1", adyentest.Counts{Reversals: 1})
+		})
+	}
+}
+
+// The fake reads amounts with Adyen's decimals, which differ from ISO 4217 for CLP, CVE, IDR
+// and ISK.
+func TestDecimals(t *testing.T) {
+	t.Parallel()
+	for cur, want := range map[string]int{"EUR": 2, "CLP": 2, "ISK": 2, "CVE": 0, "IDR": 0, "JPY": 0, "KWD": 3} {
+		if got := adyentest.Decimals(cur); got != want {
+			t.Errorf("Decimals(%s) = %d, want %d", cur, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		cur   string
+		value int64
+		want  string
+	}{{"CLP", 100000, "1000.00"}, {"CVE", 1000, "1000"}, {"KWD", 5, "0.005"}, {"EUR", -150, "-1.50"}, {"EUR", 0, "0.00"}} {
+		if got := adyentest.FormatValue(tc.cur, tc.value); got != tc.want {
+			t.Errorf("FormatValue(%s, %d) = %q, want %q", tc.cur, tc.value, got, tc.want)
+		}
+	}
+	b := setup(t, nil)
+	for cur, value := range map[string]int64{"CVE": 1000, "CLP": 100000} {
+		p := payment("ref-"+cur, adyentest.PaymentMethodVisa, value)
+		p["amount"] = map[string]any{"currency": cur, "value": value}
+		b.post(t, "/payments", "key-"+cur, p)
+	}
+	tot := b.srv.Totals()
+	if tot["CVE"].NetAmount != "1000" || tot["CLP"].NetAmount != "1000.00" {
+		t.Fatalf("totals %+v", tot)
 	}
 }
 
@@ -611,7 +773,7 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 	var tot map[string]adyentest.Total
-	if get("/_fake/totals", &tot); tot["EUR"] != (adyentest.Total{Authorised: 1234, Net: 1234}) {
+	if get("/_fake/totals", &tot); tot["EUR"] != (adyentest.Total{Authorised: 1234, Captured: 1234, Net: 1234, NetAmount: "12.34"}) {
 		t.Fatalf("%+v", tot)
 	}
 	if s := get("/_fake/counts", nil); s != 400 {
@@ -631,6 +793,9 @@ func TestConfigValidation(t *testing.T) {
 		"Config.DuplicateWebhooks": {DuplicateWebhooks: -1},
 		"Config.WebhookURL":        {WebhookURL: "localhost:80"},
 		"Config.HMACKey":           {HMACKey: "zz"},
+		"Config.CaptureMode":       {CaptureMode: "later"},
+		"Config.CaptureDelay":      {CaptureDelay: -time.Second},
+		"Config.CaptureDelay is":   {CaptureMode: adyentest.CaptureManual, CaptureDelay: time.Hour},
 	} {
 		func() {
 			defer func() {
