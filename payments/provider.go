@@ -130,6 +130,15 @@ type Validator interface {
 	ValidateCharge(req ChargeRequest) error
 }
 
+// RefundValidator is implemented by providers with limits on a refund's
+// request (an amount in a currency they cannot represent): payments calls
+// ValidateRefund before the refund is recorded or its amount reserved, so
+// a refund the provider would refuse leaves nothing behind. It returns an
+// *InvalidRequestError naming the field.
+type RefundValidator interface {
+	ValidateRefund(req RefundRequest) error
+}
+
 // Voider is implemented by providers that can make an attempt whose
 // outcome is unknown provably void by its reference (Adyen's technical
 // cancel): whatever the provider did or will do with that reference is

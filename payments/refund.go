@@ -94,6 +94,12 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (Outco
 	if prov == nil {
 		return Outcome{}, &ConfigError{"Provider", fmt.Sprintf("the charge's provider %q is not configured", provName)}
 	}
+	if v, ok := prov.(RefundValidator); ok {
+		if err := v.ValidateRefund(RefundRequest{Key: key, ProviderKey: ProviderKey(key, StepRefund, 0, MaxReferenceLen(prov)),
+			ChargeID: *chargeID, Amount: p.Amount}); err != nil {
+			return Outcome{}, err
+		}
+	}
 	fp, err := refundFingerprint(chargeKey, p.Amount)
 	if err != nil {
 		return Outcome{}, err

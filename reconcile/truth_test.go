@@ -13,6 +13,7 @@ import (
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/adyen/adyentest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 	"github.com/payonce/payonce/reconcile"
@@ -187,5 +188,55 @@ func TestLookupThatCannotTellNeedsReview(t *testing.T) {
 	in, err := client.Intent(ctx, "cus_r", "blind")
 	if err != nil || in.Status != payments.IntentNeedsReview {
 		t.Fatalf("intent: %+v %v", in, err)
+	}
+}
+
+// Adyen captures automatically: a payment whose response and AUTHORISATION
+// notification were both lost is captured. The reconciler's technical
+// cancel by reference cannot cancel it (TECHNICAL_CANCEL success=false):
+// the intent must not be FAILED (the customer paid); it goes to review with
+// Adyen's reason, and the money stays where it is.
+func TestAdyenCapturedPaymentWithLostAuthorisationGoesToReview(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	w.drop.Store(true) // the AUTHORISATION never arrives
+	w.fakes.Adyen.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments"})
+	if _, err := w.client.Charge(ctx, params("adyen", "captured")); !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost response: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.fakes.WaitDeliveries(wctx); err != nil {
+		t.Fatal(err)
+	}
+	w.drop.Store(false) // the void's own notification does arrive
+	if n := w.fakes.Charges("adyen", composed("captured")); n != 1 {
+		t.Fatalf("payments at Adyen = %d, want 1", n)
+	}
+	r := w.reconciler(t, &reconcile.Config{Grace: time.Millisecond, VoidAfter: time.Millisecond, Schedule: []time.Duration{time.Millisecond}, MaxChecks: 8})
+	in := w.settle(t, r, "captured")
+	if in.Status != payments.IntentNeedsReview {
+		t.Fatalf("intent %s, want NEEDS_REVIEW (a refused cancel is no proof that nothing was charged)", in.Status)
+	}
+	var reason string
+	if err := w.pool.QueryRow(ctx, `SELECT review_reason FROM payment_intents WHERE idempotency_key = $1`, composed("captured")).Scan(&reason); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(reason, "refused to void") {
+		t.Fatalf("review reason %q does not say the void was refused", reason)
+	}
+	items, err := reconcile.Items(ctx, w.pool, reconcile.Filter{Kind: reconcile.KindVoidRefused})
+	if err != nil || len(items) != 1 || items[0].IntentKey != composed("captured") {
+		t.Fatalf("void refused items: %+v %v", items, err)
+	}
+	if n := w.fakes.Charges("adyen", composed("captured")); n != 1 {
+		t.Fatalf("payments at Adyen = %d after the reconciler, want 1", n)
+	}
+	if net := w.fakes.Net("adyen")["EUR"]; net != 1234 {
+		t.Fatalf("Adyen holds %d EUR cents, want the captured 1234", net)
+	}
+	if e := w.entries(t, "captured"); e != 0 {
+		t.Fatalf("%d ledger entries before a human decided", e)
 	}
 }

@@ -224,6 +224,8 @@ func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
 // ValidateRefund is [Provider.ValidateCharge] for a refund: Key, ProviderKey, ChargeID and an
 // amount Adyen can represent. [Provider.Refund] runs it before sending. Errors:
 // *[payments.InvalidRequestError] whose Param names the field.
+var _ payments.RefundValidator = (*Provider)(nil)
+
 func (p *Provider) ValidateRefund(req payments.RefundRequest) error {
 	_, err := refundAmount(req)
 	return err

@@ -128,6 +128,20 @@ func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
 	return err
 }
 
+var _ payments.RefundValidator = (*Provider)(nil)
+
+// ValidateRefund refuses the refunds that [Provider.Refund] would refuse
+// before sending them (an amount Stripe cannot represent, bad keys), so
+// that payments refuses them before it records or reserves anything. It
+// sends nothing. Errors: *[payments.InvalidRequestError] naming the field.
+func (p *Provider) ValidateRefund(req payments.RefundRequest) error {
+	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
+		return err
+	}
+	_, err := checkAmount(req.Amount)
+	return err
+}
+
 // paymentIntentParams checks req and returns its PaymentIntent create,
 // without a context.
 func paymentIntentParams(req payments.ChargeRequest) (*stripego.PaymentIntentParams, error) {
