@@ -54,14 +54,15 @@ type ChargeRequest struct {
 	Description   string
 	Metadata      map[string]string
 	// ProviderID is the provider's object for this attempt when an earlier
-	// call already learnt it (a PayPal order id recorded through
-	// Progress): a multi-step adapter resumes from it instead of creating
-	// anew. Empty on a first call.
+	// call already learnt it (a PayPal order id, an Adyen pspReference
+	// recorded through Progress): the adapter resumes from it instead of
+	// creating anew. Empty on a first call.
 	ProviderID string
-	// Progress, when set, is called by a multi-step adapter as soon as the
-	// provider's object exists (PayPal's order, before its capture), so
-	// that the caller records it before the next step: a lost later
-	// response is then resolved by a read of that object. An error from
+	// Progress, when set, is called by an adapter as soon as the
+	// provider's object exists and before any further step (PayPal's
+	// order, when its create answers; Adyen's payment under manual
+	// capture, before its capture), so that the caller records it: a lost
+	// later response is then resolved by a read of that object. An error from
 	// Progress stops the charge before the next step (its outcome is then
 	// unknown, and a retry resumes).
 	Progress func(ctx context.Context, providerID string) error

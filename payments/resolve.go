@@ -195,7 +195,9 @@ func (c *Client) applyUnderLease(ctx context.Context, lease idempotency.Lease, i
 // postFor is the ledger posting of a succeeded intent.
 func (c *Client) postFor(ctx context.Context, in Examined) func(pgx.Tx) error {
 	if in.Kind == KindRefund {
-		return func(tx pgx.Tx) error { return c.postRefund(ctx, tx, in.Key, in.Scope, in.ChargeKey, in.Provider, in.Amount) }
+		return func(tx pgx.Tx) error {
+			return c.postRefund(ctx, tx, in.Key, in.Scope, in.ChargeKey, in.Provider, in.Amount)
+		}
 	}
 	return func(tx pgx.Tx) error { return c.postCharge(ctx, tx, in.Key, in.Provider, in.Amount) }
 }

@@ -198,13 +198,14 @@ func (r pvRig) cash(t testing.TB) string {
 }
 
 // loseCharge makes a charge whose response is lost after the provider
-// acted (the capture's, at PayPal): the intent is left UNKNOWN.
+// acted (at PayPal, the create's: a create with a payment source captures
+// at once): the intent is left UNKNOWN.
 func (r pvRig) loseCharge(t *testing.T, key, amount string) payments.ChargeParams {
 	t.Helper()
 	if r.fakes.Adyen != nil {
 		r.fakes.Adyen.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments"})
 	} else {
-		r.fakes.PayPal.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/checkout/orders/*/capture"})
+		r.fakes.PayPal.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/checkout/orders"})
 	}
 	p := pvParams(t, r.provider, key, amount)
 	if _, err := r.client.Charge(context.Background(), p); !payments.OutcomeUnknown(err) {

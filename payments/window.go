@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/money"
 )
 
 // Kinds of intent (payment_intents.kind).
@@ -63,75 +65,109 @@ func (c *Client) settleBeyondWindow(ctx context.Context, lease idempotency.Lease
 // objects, another amount, an eventually consistent "none"). An error is
 // an outage or a charge still pending at the provider: look again later.
 func LookupBeyondWindow(ctx context.Context, prov Provider, in Examined, window time.Duration) (Proof, error) {
-	past := fmt.Sprintf("past %s's deduplication window (%s) for attempt %d", in.Provider, window, in.Attempt)
-	review := func(why string) (Proof, error) {
-		return Proof{Status: IntentNeedsReview, Reason: past + ": " + why}, nil
-	}
 	from := in.SentAt
 	if from.IsZero() {
 		from = in.CreatedAt
 	}
+	noun := "charge"
+	var found []foundObject
+	var consistent bool
+	var err error
 	if in.Kind == KindRefund {
-		rl, ok := prov.(RefundLooker)
-		if !ok {
-			return review("the provider has no refund lookup; only its notification can tell")
-		}
-		res, err := rl.LookupRefund(ctx, RefundLookupRequest{Key: in.Key, ProviderKey: in.ProviderKey,
-			ProviderID: in.ProviderID, ChargeID: in.ChargeID})
-		switch {
-		case errors.Is(err, ErrCannotTell):
-			return review(err.Error())
-		case err != nil:
-			return Proof{}, err
-		}
-		switch {
-		case len(res.Refunds) > 1:
-			return review(fmt.Sprintf("%d refunds at the provider for one attempt", len(res.Refunds)))
-		case len(res.Refunds) == 1:
-			rf := res.Refunds[0]
-			switch {
-			case rf.Amount.Currency() != "" && !rf.Amount.Equal(in.Amount):
-				return review("the provider refunded " + rf.Amount.String() + ", the intent is " + in.Amount.String())
-			case rf.Status == RefundSucceeded:
-				return Proof{Status: IntentSucceeded, ProviderID: rf.ProviderID, Reason: past + ": the provider reports the refund succeeded"}, nil
-			case rf.Status == RefundFailed:
-				return Proof{Status: IntentFailed, ProviderID: rf.ProviderID, Reason: past + ": the provider reports the refund failed"}, nil
+		noun = "refund"
+		found, consistent, err = lookupRefundObjects(ctx, prov, in)
+	} else {
+		var res LookupResult
+		res, err = prov.Lookup(ctx, LookupRequest{Key: in.Key, ProviderKey: in.ProviderKey, ProviderID: in.ProviderID,
+			From: from.Add(-10 * time.Minute), To: LookupUntil(from, window)})
+		for _, ch := range res.Charges {
+			f := foundObject{id: ch.ProviderID, amount: ch.Amount}
+			switch ch.Status {
+			case ChargeSucceeded:
+				f.status = IntentSucceeded
+			case ChargeFailed:
+				f.status = IntentDeclined
+			case ChargeRequiresAction:
+				f.status = IntentRequiresAction
 			}
-			return Proof{}, errors.New("the refund is still pending at the provider")
-		case res.Consistent:
-			return Proof{Status: IntentFailed, Reason: past + ": a consistent lookup found no refund for this attempt"}, nil
+			found = append(found, f)
 		}
-		return review("the provider's lookup found no refund, and it is not proof of absence")
+		consistent = res.Consistent
 	}
-	res, err := prov.Lookup(ctx, LookupRequest{Key: in.Key, ProviderKey: in.ProviderKey, ProviderID: in.ProviderID,
-		From: from.Add(-10 * time.Minute), To: time.Now().Add(5 * time.Minute)})
+	past := fmt.Sprintf("past %s's deduplication window (%s) for attempt %d", in.Provider, window, in.Attempt)
+	review := func(why string) (Proof, error) {
+		return Proof{Status: IntentNeedsReview, Reason: past + ": " + why}, nil
+	}
 	switch {
 	case errors.Is(err, ErrCannotTell):
 		return review(err.Error())
 	case err != nil:
 		return Proof{}, err
+	case len(found) > 1:
+		return review(fmt.Sprintf("%d %ss at the provider for one attempt", len(found), noun))
+	case len(found) == 0 && consistent:
+		return Proof{Status: IntentFailed, Reason: past + ": a consistent lookup found no " + noun + " for this attempt"}, nil
+	case len(found) == 0:
+		return review("the provider's lookup found no " + noun + ", and that is not proof of absence")
 	}
+	f := found[0]
 	switch {
-	case len(res.Charges) > 1:
-		return review(fmt.Sprintf("%d charges at the provider for one attempt", len(res.Charges)))
-	case len(res.Charges) == 1:
-		ch := res.Charges[0]
-		switch {
-		case ch.Amount.Currency() != "" && !ch.Amount.Equal(in.Amount):
-			return review("the provider charged " + ch.Amount.String() + ", the intent is " + in.Amount.String())
-		case ch.Status == ChargeSucceeded:
-			return Proof{Status: IntentSucceeded, ProviderID: ch.ProviderID, Reason: past + ": the provider reports the charge succeeded"}, nil
-		case ch.Status == ChargeFailed:
-			return Proof{Status: IntentDeclined, ProviderID: ch.ProviderID, DeclineCode: "declined",
-				Reason: past + ": the provider reports the charge failed"}, nil
-		case ch.Status == ChargeRequiresAction:
-			return Proof{Status: IntentRequiresAction, ProviderID: ch.ProviderID, Reason: past + ": the provider waits for the customer"}, nil
-		}
-		return Proof{}, errors.New("the charge is still pending at the provider")
-	case res.Consistent:
-		return Proof{Status: IntentFailed, Reason: past + ": a consistent lookup found no charge for this attempt"}, nil
+	case f.amount.Currency() != "" && !f.amount.Equal(in.Amount):
+		return review("the provider's " + noun + " is " + f.amount.String() + ", the intent " + in.Amount.String())
+	case f.status == "":
+		return Proof{}, errors.New("the " + noun + " is still pending at the provider")
 	}
-	return review("the provider's lookup found no charge, and it is not proof of absence")
+	p := Proof{Status: f.status, ProviderID: f.id, Reason: past + ": the provider reports the " + noun + " " + strings.ToLower(string(f.status))}
+	if f.status == IntentDeclined {
+		p.DeclineCode = "declined"
+	}
+	return p, nil
+}
+
+// foundObject is a charge or refund a lookup found, with the intent
+// status it proves ("" while still pending there).
+type foundObject struct {
+	id     string
+	amount money.Money
+	status IntentStatus
+}
+
+func lookupRefundObjects(ctx context.Context, prov Provider, in Examined) ([]foundObject, bool, error) {
+	rl, ok := prov.(RefundLooker)
+	if !ok {
+		return nil, false, fmt.Errorf("%s has no refund lookup; only its notification can tell: %w", in.Provider, ErrCannotTell)
+	}
+	res, err := rl.LookupRefund(ctx, RefundLookupRequest{Key: in.Key, ProviderKey: in.ProviderKey,
+		ProviderID: in.ProviderID, ChargeID: in.ChargeID})
+	var found []foundObject
+	for _, rf := range res.Refunds {
+		f := foundObject{id: rf.ProviderID, amount: rf.Amount}
+		switch rf.Status {
+		case RefundSucceeded:
+			f.status = IntentSucceeded
+		case RefundFailed:
+			f.status = IntentFailed
+		}
+		found = append(found, f)
+	}
+	return found, res.Consistent, err
+}
+
+// LookupUntil is where a lookup of an attempt first sent at sentAt may
+// stop: its references are re-sent only inside the provider's window, so
+// nothing the attempt made can have been created after sentAt + window
+// (plus a few minutes for a request in flight at its edge), or after now.
+// A bounded period lets a lookup whose index lags (PayPal's transaction
+// search, up to 3 hours) prove absence once the period is old enough.
+func LookupUntil(sentAt time.Time, window time.Duration) time.Time {
+	now := time.Now().Add(5 * time.Minute)
+	if sentAt.IsZero() || window <= 0 {
+		return now
+	}
+	if end := sentAt.Add(window + 5*time.Minute); end.Before(now) {
+		return end
+	}
+	return now
 }
 
 // isForeignKeyUse reports the unique violation of a client key another

@@ -23,9 +23,13 @@ import (
 type clocked struct {
 	bundle
 	clock *stripetest.ManualClock
+	// past is how far back the test starts: the fake's clock starts then,
+	// and age moves the database's rows back by as much, so that both
+	// agree on when things happened once the clock is advanced to now.
+	past time.Duration
 }
 
-func setupClocked(t *testing.T, wrap func(payments.Provider) payments.Provider) clocked {
+func setupClocked(t *testing.T, past time.Duration, wrap func(payments.Provider) payments.Provider) clocked {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	store, err := pgstore.New(pool, nil)
@@ -36,7 +40,7 @@ func setupClocked(t *testing.T, wrap func(payments.Provider) payments.Provider) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := stripetest.NewManualClock(time.Now())
+	clock := stripetest.NewManualClock(time.Now().Add(-past))
 	fake := stripetest.NewServer(&stripetest.Config{Clock: clock.Now})
 	t.Cleanup(fake.Close)
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
@@ -52,14 +56,15 @@ func setupClocked(t *testing.T, wrap func(payments.Provider) payments.Provider) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return clocked{bundle: bundle{pool: pool, client: c, ledger: l, fake: fake}, clock: clock}
+	return clocked{bundle: bundle{pool: pool, client: c, ledger: l, fake: fake}, clock: clock, past: past}
 }
 
-// age moves time forward by d for everything the key's attempt left: the
-// database's rows of the action (as if they were written d ago) and the
-// provider fake's clock.
-func (c clocked) age(t *testing.T, action, key string, d time.Duration) {
+// age moves time forward by c.past for everything the key's attempt left:
+// the database's rows of the action (as if they were written c.past ago)
+// and the provider fake's clock (now back at the present).
+func (c clocked) age(t *testing.T, action, key string) {
 	t.Helper()
+	d := c.past
 	k, err := idempotency.ComposeKey("cus_1", action, key)
 	if err != nil {
 		t.Fatal(err)
@@ -96,13 +101,13 @@ func (c clocked) status(t *testing.T, key string) (payments.IntentStatus, string
 // ledger entry.
 func TestRetryPastStripeWindowLooksUpInsteadOfResending(t *testing.T) {
 	t.Parallel()
-	c := setupClocked(t, nil)
+	c := setupClocked(t, 25*time.Hour, nil)
 	ctx := context.Background()
 	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
 	if _, err := c.client.Charge(ctx, params(t, "late", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
 		t.Fatalf("lost response: %v", err)
 	}
-	c.age(t, "charge", "late", 25*time.Hour)
+	c.age(t, "charge", "late")
 	res, err := c.client.Charge(ctx, params(t, "late", "10.00", stripetest.PaymentMethodVisa))
 	if err != nil || res.Status != payments.IntentSucceeded || res.ProviderID == "" {
 		t.Fatalf("retry at +25h: %+v %v", res, err)
@@ -123,13 +128,13 @@ func TestRetryPastStripeWindowLooksUpInsteadOfResending(t *testing.T) {
 // (the provider's lookup, which cannot tell here, is not used).
 func TestRetryInsideStripeWindowResends(t *testing.T) {
 	t.Parallel()
-	c := setupClocked(t, func(p payments.Provider) payments.Provider { return cannotTell{p} })
+	c := setupClocked(t, 22*time.Hour, func(p payments.Provider) payments.Provider { return cannotTell{p} })
 	ctx := context.Background()
 	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
 	if _, err := c.client.Charge(ctx, params(t, "early", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
 		t.Fatalf("lost response: %v", err)
 	}
-	c.age(t, "charge", "early", 22*time.Hour)
+	c.age(t, "charge", "early")
 	res, err := c.client.Charge(ctx, params(t, "early", "10.00", stripetest.PaymentMethodVisa))
 	if err != nil || res.Status != payments.IntentSucceeded {
 		t.Fatalf("retry at +22h: %+v %v", res, err)
@@ -144,13 +149,13 @@ func TestRetryInsideStripeWindowResends(t *testing.T) {
 // the intent fails with that proof and nothing is charged.
 func TestRetryPastStripeWindowNothingThereFailsWithProof(t *testing.T) {
 	t.Parallel()
-	c := setupClocked(t, nil)
+	c := setupClocked(t, 30*time.Hour, nil)
 	ctx := context.Background()
 	c.fake.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Method: "POST", Path: "/v1/payment_intents"})
 	if _, err := c.client.Charge(ctx, params(t, "void", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
 		t.Fatalf("500: %v", err)
 	}
-	c.age(t, "charge", "void", 30*time.Hour)
+	c.age(t, "charge", "void")
 	_, err := c.client.Charge(ctx, params(t, "void", "10.00", stripetest.PaymentMethodVisa))
 	var inv *payments.InvalidRequestError
 	if !errors.As(err, &inv) || inv.Code != "payment_void" {
@@ -177,13 +182,13 @@ func (p cannotTell) Lookup(context.Context, payments.LookupRequest) (payments.Lo
 // refused the same way.
 func TestRetryPastWindowWithoutProofNeedsReview(t *testing.T) {
 	t.Parallel()
-	c := setupClocked(t, func(p payments.Provider) payments.Provider { return cannotTell{p} })
+	c := setupClocked(t, 25*time.Hour, func(p payments.Provider) payments.Provider { return cannotTell{p} })
 	ctx := context.Background()
 	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
 	if _, err := c.client.Charge(ctx, params(t, "blind", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
 		t.Fatalf("lost response: %v", err)
 	}
-	c.age(t, "charge", "blind", 25*time.Hour)
+	c.age(t, "charge", "blind")
 	for i := 0; i < 2; i++ {
 		_, err := c.client.Charge(ctx, params(t, "blind", "10.00", stripetest.PaymentMethodVisa))
 		if !errors.Is(err, payments.ErrNeedsReview) {
@@ -206,7 +211,7 @@ func TestRetryPastWindowWithoutProofNeedsReview(t *testing.T) {
 // (the charge's refunds by metadata), never re-sent: one refund.
 func TestRefundRetryPastWindowLooksUp(t *testing.T) {
 	t.Parallel()
-	c := setupClocked(t, nil)
+	c := setupClocked(t, 25*time.Hour, nil)
 	ctx := context.Background()
 	if _, err := c.client.Charge(ctx, params(t, "ch", "10.00", stripetest.PaymentMethodVisa)); err != nil {
 		t.Fatal(err)
@@ -216,7 +221,7 @@ func TestRefundRetryPastWindowLooksUp(t *testing.T) {
 	if _, err := c.client.Refund(ctx, rp); !payments.OutcomeUnknown(err) {
 		t.Fatalf("lost refund response: %v", err)
 	}
-	c.age(t, "refund", "rf", 25*time.Hour)
+	c.age(t, "refund", "rf")
 	res, err := c.client.Refund(ctx, rp)
 	if err != nil || res.Status != payments.IntentSucceeded {
 		t.Fatalf("refund retry at +25h: %+v %v", res, err)

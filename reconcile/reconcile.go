@@ -373,7 +373,7 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 		return r.examineRefund(ctx, rep, it)
 	}
 	res, err := prov.Lookup(ctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey, ProviderID: it.ProviderID,
-		From: it.lookupFrom(), To: time.Now().Add(5 * time.Minute)})
+		From: it.lookupFrom(), To: payments.LookupUntil(it.SentAt, payments.DedupWindowOf(prov, payments.StepCharge))})
 	if errors.Is(err, payments.ErrCannotTell) {
 		return r.review(ctx, rep, it, Item{Kind: KindPastProviderWindow, ProviderState: "cannot tell", LocalState: string(it.Status)},
 			"past "+it.Provider+"'s deduplication window for attempt "+strconv.Itoa(it.Attempt)+": "+err.Error())
@@ -469,14 +469,24 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 			if err != nil {
 				return err
 			}
+			// The payment such a refusal hints at announces itself by its
+			// AUTHORISATION (Adyen retries deliveries), which the next
+			// lookups find: the intent waits for it, and goes to review
+			// only once its checks run out.
 			for _, ev := range evs {
 				if ev.Kind == payments.EventCancelFailed {
-					base.Kind, base.ProviderState = KindVoidRefused, "void refused: "+ev.DeclineCode
+					base.ProviderState = "void refused: " + ev.DeclineCode
 					if ev.ChargeID != "" {
 						base.ProviderState += " (payment " + ev.ChargeID + ")"
 					}
-					return r.review(ctx, rep, it, base, "the provider refused to void the attempt ("+ev.Type+": "+ev.DeclineCode+
-						"): the payment may exist and be captured; check it at the provider")
+					if it.checks+1 >= r.cfg.MaxChecks {
+						base.Kind = KindVoidRefused
+						return r.review(ctx, rep, it, base, fmt.Sprintf("the provider refused to void the attempt (%s: %s) and no "+
+							"notification of the payment came after %d checks: the payment may exist and be captured; check it at the provider",
+							ev.Type, ev.DeclineCode, it.checks+1))
+					}
+					base.Detail = "the void was refused (" + ev.DeclineCode + "): waiting for the payment's notification"
+					return r.reschedule(ctx, rep, it, base, true)
 				}
 			}
 		}

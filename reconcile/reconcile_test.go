@@ -374,7 +374,7 @@ func stripeReset() stripetest.Fault {
 }
 
 func paypalReset() paypaltest.Fault {
-	return paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/checkout/orders/*/capture"}
+	return paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/checkout/orders"}
 }
 
 // Injected divergences of every kind appear in the report, classified.

@@ -5,9 +5,12 @@ package fakes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
@@ -42,6 +45,9 @@ type Options struct {
 	LoseAfter, FailBefore float64
 	// Seed makes the faults deterministic.
 	Seed int64
+	// WebhookRetryFor is how long each fake retries a failing webhook
+	// delivery (the providers retry for days); 0: the fakes' short default.
+	WebhookRetryFor time.Duration
 }
 
 // Set is the running fakes.
@@ -69,7 +75,8 @@ func Start(o Options) *Set {
 		if o.FailBefore > 0 {
 			faults = append(faults, stripetest.Fault{Kind: stripetest.FailBefore, Method: "POST", Path: "/v1/", Probability: o.FailBefore / (1 - o.LoseAfter)})
 		}
-		s.Stripe = stripetest.NewServer(&stripetest.Config{Seed: o.Seed, Faults: faults, WebhookURL: hook(o.WebhookBase, "stripe")})
+		s.Stripe = stripetest.NewServer(&stripetest.Config{Seed: o.Seed, Faults: faults, WebhookURL: hook(o.WebhookBase, "stripe"),
+			WebhookRetryFor: o.WebhookRetryFor})
 	}
 	if o.Adyen {
 		var faults []adyentest.Fault
@@ -80,7 +87,7 @@ func Start(o Options) *Set {
 			faults = append(faults, adyentest.Fault{Kind: adyentest.FailBefore, Probability: o.FailBefore / (1 - o.LoseAfter)})
 		}
 		s.Adyen = adyentest.NewServer(&adyentest.Config{Seed: o.Seed + 1, Faults: faults, APIKey: AdyenAPIKey,
-			MerchantAccount: AdyenMerchantAccount, WebhookURL: hook(o.WebhookBase, "adyen")})
+			MerchantAccount: AdyenMerchantAccount, WebhookURL: hook(o.WebhookBase, "adyen"), WebhookRetryFor: o.WebhookRetryFor})
 	}
 	if o.PayPal {
 		var faults []paypaltest.Fault
@@ -90,7 +97,8 @@ func Start(o Options) *Set {
 		if o.FailBefore > 0 {
 			faults = append(faults, paypaltest.Fault{Kind: paypaltest.FailBefore, Method: "POST", Path: "/v2/*", Probability: o.FailBefore / (1 - o.LoseAfter)})
 		}
-		s.PayPal = paypaltest.NewServer(&paypaltest.Config{Seed: o.Seed + 2, Faults: faults, WebhookURL: hook(o.WebhookBase, "paypal")})
+		s.PayPal = paypaltest.NewServer(&paypaltest.Config{Seed: o.Seed + 2, Faults: faults, WebhookURL: hook(o.WebhookBase, "paypal"),
+			WebhookRetryFor: o.WebhookRetryFor})
 	}
 	return s
 }
@@ -178,7 +186,8 @@ func (s *Set) Charges(provider, key string) int {
 }
 
 // Net returns, per uppercase currency code, the money provider's fake
-// holds in minor units: charged minus refunded.
+// holds in that provider's own minor units: charged minus refunded (see
+// [Set.NetAmounts] for amounts).
 func (s *Set) Net(provider string) map[string]int64 {
 	out := map[string]int64{}
 	switch provider {
@@ -196,6 +205,46 @@ func (s *Set) Net(provider string) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// NetAmounts returns, per uppercase currency code, the money provider's
+// fake holds (charged minus refunded) as amounts, read in that provider's
+// own units (Stripe writes ISK with two decimals, Adyen CVE with none),
+// for comparison with the ledger.
+func (s *Set) NetAmounts(provider string) (map[string]money.Money, error) {
+	out := map[string]money.Money{}
+	add := func(code string, amount string) error {
+		cur := money.Currency(strings.ToUpper(code))
+		m, err := money.Parse(amount, cur)
+		if err != nil {
+			return fmt.Errorf("%s net %s %s: %w", provider, amount, cur, err)
+		}
+		out[string(cur)] = m
+		return nil
+	}
+	switch provider {
+	case "stripe":
+		for c, t := range s.Stripe.Totals() {
+			if err := add(c, stripetest.FormatAmount(t.Net, c)); err != nil {
+				return nil, err
+			}
+		}
+	case "adyen":
+		for c, t := range s.Adyen.Totals() {
+			if err := add(c, t.NetAmount); err != nil {
+				return nil, err
+			}
+		}
+	case "paypal":
+		for c, t := range s.PayPal.Totals() { // the PayPal fake sums ISO minor units
+			m, err := money.FromMinor(t.Net, money.Currency(strings.ToUpper(c)))
+			if err != nil {
+				return nil, err
+			}
+			out[strings.ToUpper(c)] = m
+		}
+	}
+	return out, nil
 }
 
 // WaitDeliveries waits until every fake has delivered (or given up on)

@@ -36,7 +36,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"Secret", func(c *paypal.Config) { c.Secret = "" }},
 		{"BaseURL", func(c *paypal.Config) { c.BaseURL = "api-m.paypal.com" }},
 		{"OrderRetention", func(c *paypal.Config) { c.OrderRetention = time.Hour }},
-		{"CaptureRetention", func(c *paypal.Config) { c.CaptureRetention = 24 * time.Hour }},
+		{"RefundRetention", func(c *paypal.Config) { c.RefundRetention = 24 * time.Hour }},
 	} {
 		c := ok
 		tc.modify(&c)
@@ -52,11 +52,41 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	long := ok
 	long.OrderRetention = 72 * time.Hour
 	p := must(paypal.New(&long))(t)
-	if p.DedupWindow() != 45*24*time.Hour {
-		t.Fatalf("DedupWindow %v", p.DedupWindow())
+	if p.DedupWindow() != 45*24*time.Hour || p.StepDedupWindow(payments.StepCharge) != 72*time.Hour {
+		t.Fatalf("DedupWindow %v, charge step %v", p.DedupWindow(), p.StepDedupWindow(payments.StepCharge))
 	}
 }
 
+// The charge's create and capture are Orders v2 calls, whose request ids PayPal keeps 6 hours;
+// a refund of a capture is a Payments v2 call, kept 45 days. payments decides from these whether
+// a retry may still re-send a step's request ids.
+func TestStepDedupWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var w payments.StepWindower = b.p
+	if got := w.StepDedupWindow(payments.StepCharge); got != 6*time.Hour {
+		t.Fatalf("charge step window %v, want 6h", got)
+	}
+	if got := w.StepDedupWindow(payments.StepRefund); got != 45*24*time.Hour {
+		t.Fatalf("refund step window %v, want 45 days", got)
+	}
+	if got := w.StepDedupWindow("other"); got != 0 {
+		t.Fatalf("unknown step window %v, want 0 (DedupWindow)", got)
+	}
+	if got := payments.DedupWindowOf(b.p, payments.StepCharge); got != 6*time.Hour {
+		t.Fatalf("DedupWindowOf charge %v", got)
+	}
+	if got := payments.DedupWindowOf(b.p, payments.StepRefund); got != b.p.DedupWindow() || got != 45*24*time.Hour {
+		t.Fatalf("DedupWindowOf refund %v, DedupWindow %v", got, b.p.DedupWindow())
+	}
+	if paypal.OrderRetention != 6*time.Hour || paypal.RefundRetention != 45*24*time.Hour {
+		t.Fatalf("documented retentions %v %v", paypal.OrderRetention, paypal.RefundRetention)
+	}
+}
+
+// A create with a payment source is single-step at PayPal: the create captures, the adapter
+// reads the capture from its answer and never calls capture; a retry with the same references
+// inside the 6-hour window is a 200 replay of the same, captured order.
 func TestChargeSucceedsAndReplays(t *testing.T) {
 	t.Parallel()
 	b, s := setupWithSink(t, nil)
@@ -67,20 +97,32 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 	if !strings.HasPrefix(res.ProviderID, "ORDFAKE") || res.Status != payments.ChargeSucceeded || !res.Amount.Equal(req.Amount) || res.Replayed {
 		t.Fatalf("first charge: %+v", res)
 	}
+	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+	if n := b.sent.count("POST", "/v2/checkout/orders/*/capture"); n != 0 {
+		t.Fatalf("the adapter called capture %d times on an order its create captured", n)
+	}
+	if got := b.sent.all(); len(got) != 1 || got[0] != "POST /v2/checkout/orders" {
+		t.Fatalf("requests %v, want the create alone", got)
+	}
+
+	b.clock.Advance(6*time.Hour - time.Minute) // still inside PayPal's window
 	again := must(b.p.Charge(ctx, req))(t)
 	if again.ProviderID != res.ProviderID || again.Status != payments.ChargeSucceeded || !again.Replayed {
 		t.Fatalf("replay: %+v, first %+v", again, res)
 	}
 	resumed := must(b.p.Charge(ctx, withProviderID(req, res.ProviderID)))(t)
-	if resumed.ProviderID != res.ProviderID || !resumed.Replayed {
+	if resumed.ProviderID != res.ProviderID || !resumed.Replayed || resumed.Status != payments.ChargeSucceeded {
 		t.Fatalf("resume from the order id: %+v", resumed)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
-	if c := b.srv.CountsByRequestID(paypal.RequestID(req.ProviderKey, paypal.StepCreate)); c.Orders != 1 {
-		t.Fatalf("create request id: %+v", c)
+	if n := b.sent.count("POST", "/v2/checkout/orders/*/capture"); n != 0 {
+		t.Fatalf("capture called %d times", n)
 	}
-	if c := b.srv.CountsByRequestID(paypal.RequestID(req.ProviderKey, paypal.StepCapture)); c.Captures != 1 {
-		t.Fatalf("capture request id: %+v", c)
+	if c := b.srv.CountsByRequestID(paypal.RequestID(req.ProviderKey, paypal.StepCreate)); c != (paypaltest.Counts{Orders: 1, Captures: 1}) {
+		t.Fatalf("create request id: %+v, want the order and its capture", c)
+	}
+	if c := b.srv.CountsByRequestID(paypal.RequestID(req.ProviderKey, paypal.StepCapture)); c != (paypaltest.Counts{}) {
+		t.Fatalf("capture request id: %+v, want nothing", c)
 	}
 	if got := b.srv.Totals()["EUR"]; got != (paypaltest.Total{Captured: 2000, Net: 2000}) {
 		t.Fatalf("totals %+v", got)
@@ -93,6 +135,42 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 	}
 	if evs := b.srv.Events(); len(evs) != 1 || evs[0].Type != "PAYMENT.CAPTURE.COMPLETED" || len(s.all()) != 1 {
 		t.Fatalf("events %+v, %d deliveries", evs, len(s.all()))
+	}
+}
+
+// PayPal forgets a create's request id after 6 hours: the same request id is then a NEW
+// request, and with a payment source a second order, charged again. The fake is faithful; it is
+// payments that must not re-send past the charge step's window (StepDedupWindow), and Lookup
+// that finds both orders.
+func TestRequestIDForgottenAfterSixHoursChargesAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := chargeReq("order-6h", paypaltest.PaymentMethodVisa)
+	first := must(b.p.Charge(ctxT(t), req))(t)
+
+	b.clock.Advance(6*time.Hour + time.Second)
+	second := must(b.p.Charge(ctxT(t), req))(t)
+	if second.ProviderID == first.ProviderID || second.Replayed || second.Status != payments.ChargeSucceeded {
+		t.Fatalf("after 6h: %+v, first %+v: want a second, new order", second, first)
+	}
+	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 2, Captures: 2})
+	if got := b.srv.Totals()["EUR"].Captured; got != 4000 {
+		t.Fatalf("captured %d, want both charges", got)
+	}
+	if c := b.srv.CountsByRequestID(paypal.RequestID(req.ProviderKey, paypal.StepCreate)); c != (paypaltest.Counts{Orders: 2, Captures: 2}) {
+		t.Fatalf("create request id: %+v", c)
+	}
+
+	// Past the window, Lookup searches Transaction Search for the ProviderKey: both orders.
+	b.clock.Advance(4 * time.Hour)
+	found := must(b.p.Lookup(ctxT(t), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey,
+		From: t0.Add(-10 * time.Minute), To: t0.Add(6*time.Hour + time.Minute)}))(t)
+	if len(found.Charges) != 2 || !found.Consistent {
+		t.Fatalf("lookup: %+v, want both orders", found)
+	}
+	ids := map[string]bool{found.Charges[0].ProviderID: true, found.Charges[1].ProviderID: true}
+	if !ids[first.ProviderID] || !ids[second.ProviderID] {
+		t.Fatalf("lookup found %v, want %s and %s", ids, first.ProviderID, second.ProviderID)
 	}
 }
 
@@ -136,10 +214,15 @@ func TestChargeDeclined(t *testing.T) {
 			if got := b.srv.Totals()["EUR"]; got.Captured != 0 {
 				t.Fatalf("a declined capture moved money: %+v", got)
 			}
+			if n := b.sent.count("POST", "/v2/checkout/orders/*/capture"); n != 0 {
+				t.Fatalf("capture called %d times", n)
+			}
 		})
 	}
 }
 
+// A card that needs 3-D Secure: nothing is captured at create; once the payer acted, the
+// order is APPROVED and the retry naming it captures it explicitly, once.
 func TestChargeRequiresAction(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -156,9 +239,18 @@ func TestChargeRequiresAction(t *testing.T) {
 	if done.Status != payments.ChargeSucceeded || done.ProviderID != res.ProviderID {
 		t.Fatalf("after the payer acted: %+v", done)
 	}
+	again := must(b.p.Charge(ctxT(t), withProviderID(req, res.ProviderID)))(t)
+	if again.Status != payments.ChargeSucceeded || !again.Replayed {
+		t.Fatalf("again: %+v", again)
+	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+	if n := b.sent.count("POST", "/v2/checkout/orders/*/capture"); n != 1 {
+		t.Fatalf("capture called %d times, want once", n)
+	}
 }
 
+// The create's answer is lost after PayPal captured: the outcome is unknown, and the retry with
+// the same request id replays the captured order (200).
 func TestLostCreateResponse(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []paypaltest.FaultKind{paypaltest.ResetAfter, paypaltest.FailAfter} {
@@ -170,28 +262,6 @@ func TestLostCreateResponse(t *testing.T) {
 			_, err := b.p.Charge(ctxT(t), req)
 			if !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) {
 				t.Fatalf("err = %v, want unknown outcome", err)
-			}
-			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1})
-			res := must(b.p.Charge(ctxT(t), req))(t)
-			if res.Status != payments.ChargeSucceeded {
-				t.Fatalf("%+v", res)
-			}
-			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
-		})
-	}
-}
-
-func TestLostCaptureResponse(t *testing.T) {
-	t.Parallel()
-	for _, kind := range []paypaltest.FaultKind{paypaltest.ResetAfter, paypaltest.FailAfter} {
-		t.Run(kind.String(), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, nil)
-			req := chargeReq("lost-capture", paypaltest.PaymentMethodVisa)
-			b.srv.Inject(paypaltest.Fault{Kind: kind, Method: "POST", Path: "/v2/checkout/orders/*/capture"})
-			_, err := b.p.Charge(ctxT(t), req)
-			if ue := errAs[*payments.UnknownOutcomeError](t, err); !payments.SafeToRetry(err) || (kind == paypaltest.FailAfter) != (ue.Status == 500) {
-				t.Fatalf("err = %+v", ue)
 			}
 			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
 			res := must(b.p.Charge(ctxT(t), req))(t)
@@ -206,31 +276,67 @@ func TestLostCaptureResponse(t *testing.T) {
 	}
 }
 
+// The explicit capture of a 3-D Secure order loses its answer: the retry replays it.
+func TestLostCaptureResponse(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []paypaltest.FaultKind{paypaltest.ResetAfter, paypaltest.FailAfter} {
+		t.Run(kind.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			req := chargeReq("lost-capture", paypaltest.PaymentMethodAuthenticationRequired)
+			order := must(b.p.Charge(ctxT(t), req))(t)
+			if err := b.srv.CompletePayerAction(order.ProviderID); err != nil {
+				t.Fatal(err)
+			}
+			b.srv.Inject(paypaltest.Fault{Kind: kind, Method: "POST", Path: "/v2/checkout/orders/*/capture"})
+			_, err := b.p.Charge(ctxT(t), withProviderID(req, order.ProviderID))
+			if ue := errAs[*payments.UnknownOutcomeError](t, err); !payments.SafeToRetry(err) || (kind == paypaltest.FailAfter) != (ue.Status == 500) {
+				t.Fatalf("err = %+v", ue)
+			}
+			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+			res := must(b.p.Charge(ctxT(t), req))(t) // without the order id: the create replays
+			if res.Status != payments.ChargeSucceeded || !res.Replayed || res.ProviderID != order.ProviderID {
+				t.Fatalf("%+v", res)
+			}
+			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+			if got := b.srv.Totals()["EUR"].Captured; got != 2000 {
+				t.Fatalf("captured %d", got)
+			}
+		})
+	}
+}
+
 // A capture that PayPal refuses as ORDER_ALREADY_CAPTURED (another capture request id got there
-// first, or the capture's request id was forgotten) is resolved by reading the order.
+// first) is resolved by reading the order.
 func TestAlreadyCapturedReadsTheOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	req := chargeReq("already-captured", paypaltest.PaymentMethodVisa)
+	req := chargeReq("already-captured", paypaltest.PaymentMethodAuthenticationRequired)
+	order := must(b.p.Charge(ctxT(t), req))(t)
+	if err := b.srv.CompletePayerAction(order.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	// The retry's create replays the APPROVED order; someone captures it before the adapter.
 	req.Progress = func(ctx context.Context, orderID string) error {
 		_, err := b.p.Client().CaptureOrder(ctx, orderID, "someone-else")
 		return err
 	}
 	res := must(b.p.Charge(ctxT(t), req))(t)
-	if res.Status != payments.ChargeSucceeded || !res.Replayed {
+	if res.Status != payments.ChargeSucceeded || !res.Replayed || res.ProviderID != order.ProviderID {
 		t.Fatalf("%+v", res)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
 }
 
+// Progress receives the order id as soon as the create answered; the create already captured.
 func TestProgress(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	req := chargeReq("progress", paypaltest.PaymentMethodVisa)
 	var recorded []string
 	req.Progress = func(ctx context.Context, orderID string) error {
-		if c := b.srv.CountsByCustomID(req.ProviderKey); c != (paypaltest.Counts{Orders: 1}) {
-			t.Errorf("Progress called with %+v at the fake, want the order alone", c)
+		if c := b.srv.CountsByCustomID(req.ProviderKey); c != (paypaltest.Counts{Orders: 1, Captures: 1}) {
+			t.Errorf("Progress called with %+v at the fake, want the order captured at create", c)
 		}
 		recorded = append(recorded, orderID)
 		return nil
@@ -241,7 +347,9 @@ func TestProgress(t *testing.T) {
 	}
 }
 
-func TestProgressErrorStopsBeforeCapture(t *testing.T) {
+// A failed Progress leaves the outcome unknown to the caller (the money may have moved); the
+// retry after the create's window resumes from the recorded order, which a read shows captured.
+func TestProgressErrorIsUnknownAndResumes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	req := chargeReq("progress-fails", paypaltest.PaymentMethodVisa)
@@ -254,24 +362,19 @@ func TestProgressErrorStopsBeforeCapture(t *testing.T) {
 	if !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) || !strings.Contains(err.Error(), "database down") || res.ProviderID != orderID {
 		t.Fatalf("err = %v, res %+v", err, res)
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1})
+	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
 
 	// The retry, after the create's 6-hour request id window, resumes from the recorded order.
 	b.clock.Advance(7 * time.Hour)
 	req.Progress = nil
 	res = must(b.p.Charge(ctxT(t), withProviderID(req, orderID)))(t)
-	if res.Status != payments.ChargeSucceeded || res.ProviderID != orderID {
+	if res.Status != payments.ChargeSucceeded || res.ProviderID != orderID || !res.Replayed {
 		t.Fatalf("%+v", res)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
-
-	// Without the order id, the same retry would have made a second order: Lookup refuses to
-	// draw conclusions there.
-	_, err = b.p.Lookup(ctxT(t), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0, To: t0.Add(time.Minute)})
-	if !errors.Is(err, paypal.ErrOrderWindowPassed) || !payments.OutcomeUnknown(err) {
-		t.Fatalf("lookup after the window: %v", err)
+	if n := b.sent.count("POST", "/v2/checkout/orders"); n != 1 {
+		t.Fatalf("%d creates, want 1", n)
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
 }
 
 func TestSameProviderKeyOtherAmountIsAMismatch(t *testing.T) {
@@ -285,11 +388,12 @@ func TestSameProviderKeyOtherAmountIsAMismatch(t *testing.T) {
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
 }
 
-func TestInFlightCapture(t *testing.T) {
+// A duplicate while the first create still executes is refused (409): one order, one capture.
+func TestInFlightCreate(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	req := chargeReq("inflight-capture", paypaltest.PaymentMethodVisa)
-	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: 400 * time.Millisecond, Path: "/v2/checkout/orders/*/capture"})
+	req := chargeReq("inflight-create", paypaltest.PaymentMethodVisa)
+	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: 400 * time.Millisecond, Method: "POST", Path: "/v2/checkout/orders"})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var first error
@@ -297,11 +401,7 @@ func TestInFlightCapture(t *testing.T) {
 		defer wg.Done()
 		_, first = b.p.Charge(ctxT(t), req)
 	}()
-	deadline := time.Now().Add(2 * time.Second)
-	for b.srv.CountsByCustomID(req.ProviderKey).Orders == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond)
 	_, err := b.p.Charge(ctxT(t), req)
 	wg.Wait()
 	if !errors.Is(err, payments.ErrInProgress) || first != nil {

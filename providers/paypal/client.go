@@ -23,7 +23,8 @@ const tokenRefreshMargin = 5 * time.Minute
 // maxResponseBytes bounds a response body read.
 const maxResponseBytes = 4 << 20
 
-// Client is a small typed PayPal REST client (Orders v2, Payments v2, webhook verification) on
+// Client is a small typed PayPal REST client (Orders v2, Payments v2, Transaction Search, webhook
+// verification) on
 // net/http. It fetches an OAuth2 access token with the client credentials, caches it, replaces
 // it shortly before it expires (concurrent callers share one refresh), and, when PayPal answers
 // 401 anyway, refreshes once and resends the request once: a 401 executed nothing. It does not
@@ -389,6 +390,19 @@ func (c *Client) GetOrder(ctx context.Context, orderID string) (*Order, error) {
 		return nil, err
 	}
 	return &o, nil
+}
+
+// GetCapture is GET /v2/payments/captures/{captureID}; an unknown id is a 404 *[APIError]. The
+// capture names its order in supplementary_data.related_ids.order_id.
+func (c *Client) GetCapture(ctx context.Context, captureID string) (*Capture, error) {
+	if err := checkID("captureID", captureID); err != nil {
+		return nil, err
+	}
+	var cp Capture
+	if _, err := c.do(ctx, http.MethodGet, "/v2/payments/captures/"+url.PathEscape(captureID), "", nil, &cp); err != nil {
+		return nil, err
+	}
+	return &cp, nil
 }
 
 // RefundCapture is POST /v2/payments/captures/{captureID}/refund with requestID as

@@ -19,11 +19,15 @@ const DefaultHTTPTimeout = 30 * time.Second
 
 // PayPal's documented retention of PayPal-Request-Id values: the minimums [Config] accepts.
 const (
-	// OrderRetention: Orders v2 (create) keeps a request id 6 hours; PayPal extends it to 72
-	// hours on request.
+	// OrderRetention: the Orders v2 API keeps the request id of a create AND of a capture of an
+	// order 6 hours ("The server stores keys for 6 hours. The API callers can request the times
+	// to up to 72 hours by speaking to their Account Manager", on both
+	// https://developer.paypal.com/api/orders/v2/#orders_create and #orders_capture).
 	OrderRetention = 6 * time.Hour
-	// CaptureRetention: Payments v2 (captures, refunds of captures) keeps a request id 45 days.
-	CaptureRetention = 45 * 24 * time.Hour
+	// RefundRetention: the Payments v2 API keeps the request id of a refund of a capture (POST
+	// /v2/payments/captures/{id}/refund) 45 days ("The server stores keys for 45 days",
+	// https://developer.paypal.com/api/payments/v2/#captures_refund).
+	RefundRetention = 45 * 24 * time.Hour
 )
 
 // Config configures a [Client] and a [Provider]. A nil *Config means all defaults, which fails
@@ -46,18 +50,23 @@ type Config struct {
 	// verify-webhook-signature. Required by [Provider.VerifyWebhook] only. Default: "".
 	WebhookID string
 
-	// OrderRetention is how long PayPal keeps the request id of an order create for this account.
-	// [Provider.Lookup] trusts a create replay as proof of absence only inside it, so set the
-	// 72-hour extension only once PayPal confirmed it. Default and minimum: [OrderRetention]
-	// (6h): a shorter value would understate [Provider.DedupWindow].
+	// OrderRetention is how long PayPal keeps the request ids of the Orders v2 calls (the create
+	// and the capture of an order) for this account: the charge step's window
+	// ([Provider.StepDedupWindow] of [payments.StepCharge]). [Provider.Lookup] trusts a create
+	// replay as proof of absence only inside it, and payments re-sends a charge's request ids
+	// only inside it, so set the 72-hour extension only once PayPal confirmed it. Default and
+	// minimum: [OrderRetention] (6h).
 	OrderRetention time.Duration
 
-	// CaptureRetention is how long PayPal keeps the request id of a capture or a refund.
-	// Default and minimum: [CaptureRetention] (45 days), for the same reason.
-	CaptureRetention time.Duration
+	// RefundRetention is how long PayPal keeps the request id of a refund of a capture: the
+	// refund step's window ([Provider.StepDedupWindow] of [payments.StepRefund]) and, being the
+	// longest, [Provider.DedupWindow]. Default and minimum: [RefundRetention] (45 days): a
+	// shorter value would understate how long PayPal replays a refund's request id.
+	RefundRetention time.Duration
 
-	// Clock is the application's clock, used to refresh tokens before they expire and to decide
-	// whether an order's request id is still inside OrderRetention. Default: time.Now.
+	// Clock is the application's clock, used to refresh tokens before they expire, to decide
+	// whether an order's request ids are still inside OrderRetention and whether Transaction
+	// Search has indexed a period yet. Default: time.Now.
 	Clock func() time.Time
 }
 
@@ -102,14 +111,16 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.OrderRetention < OrderRetention {
 		return out, &ConfigError{Field: "OrderRetention", Reason: fmt.Sprintf(
-			"is %v, below PayPal's documented %v: DedupWindow would understate how long PayPal replays a request id", out.OrderRetention, OrderRetention)}
+			"is %v, below PayPal's documented %v: the charge step's window would understate how long PayPal replays an order's request ids",
+			out.OrderRetention, OrderRetention)}
 	}
-	if out.CaptureRetention == 0 {
-		out.CaptureRetention = CaptureRetention
+	if out.RefundRetention == 0 {
+		out.RefundRetention = RefundRetention
 	}
-	if out.CaptureRetention < CaptureRetention {
-		return out, &ConfigError{Field: "CaptureRetention", Reason: fmt.Sprintf(
-			"is %v, below PayPal's documented %v: DedupWindow would understate how long PayPal replays a request id", out.CaptureRetention, CaptureRetention)}
+	if out.RefundRetention < RefundRetention {
+		return out, &ConfigError{Field: "RefundRetention", Reason: fmt.Sprintf(
+			"is %v, below PayPal's documented %v: DedupWindow would understate how long PayPal replays a refund's request id",
+			out.RefundRetention, RefundRetention)}
 	}
 	if out.Clock == nil {
 		out.Clock = time.Now

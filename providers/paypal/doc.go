@@ -1,4 +1,5 @@
-// Package paypal is payonce's PayPal adapter: a [payments.Provider],
+// Package paypal is payonce's PayPal adapter: a [payments.Provider] (also a
+// [payments.StepWindower], [payments.Validator] and [payments.RefundLooker]),
 // [payments.WebhookVerifier] and [payments.Totaler] over Orders v2, Payments v2 and Transaction
 // Search, on a small typed REST client ([Client]) of its own.
 //
@@ -13,53 +14,86 @@
 //		ProviderKey:   payments.ProviderKey("order-42", "charge", 0, paypal.MaxProviderKeyLen),
 //		Amount:        money.MustParse("20.00", money.EUR),
 //		PaymentMethod: vaultID, // a saved card
-//		Progress:      recordOrderID,
+//		Progress:      recordOrderID, // the order id, before anything else can be lost
 //	})
 //
-// # Two steps
+// # One step, sometimes two
 //
-// A PayPal charge is two writes, and either response can be lost:
+// A PayPal charge of a vaulted card is single-step: PayPal authorizes and captures in the
+// create itself. "When a payer is using a card to check out, the Orders API allows you to
+// capture the payment in a single request ... the Authorize and Capture requests occur in a
+// single request" (https://developer.paypal.com/api/orders-v2/save-with-purchase/cards/), and
+// the PayPal-Request-Id "is mandatory for all single-step create order calls (E.g. Create Order
+// Request with payment source information like Card, PayPal.vault_id, ...)"
+// (https://developer.paypal.com/api/orders/v2/#orders_create).
 //
 //  1. POST /v2/checkout/orders {intent CAPTURE, one purchase unit with custom_id = ProviderKey
-//     and the amount as a decimal string with the currency's minor digits, payment_source
-//     card.vault_id}. The order is APPROVED (or PAYER_ACTION_REQUIRED, when the card needs 3-D
-//     Secure: the charge is then reported [payments.ChargeRequiresAction] and not captured).
-//     No money moves yet. ChargeRequest.Progress receives the order id before step 2, so that
-//     the caller records it; if Progress fails, Charge stops with an unknown outcome and the
-//     retry resumes.
-//  2. POST /v2/checkout/orders/{id}/capture. The capture moves the money; its status decides
-//     the result (COMPLETED succeeded, PENDING pending, DECLINED or FAILED a
-//     *[payments.DeclineError] whose DeclineCode is the processor's response code).
+//     and the amount as a decimal string with PayPal's decimal places for the currency,
+//     payment_source card.vault_id}. The money moves here: the order comes back COMPLETED with
+//     purchase_units[].payments.captures[], whose status decides the result (COMPLETED
+//     succeeded, PENDING pending, DECLINED or FAILED a *[payments.DeclineError] whose
+//     DeclineCode is the processor's response code: "A completed order can indicate a payment
+//     was authorized, an authorized payment was captured, or a payment was declined",
+//     https://developer.paypal.com/api/orders/v2/definitions/order_status/). When the card needs
+//     3-D Secure the order is PAYER_ACTION_REQUIRED, nothing is captured, and the charge is
+//     reported [payments.ChargeRequiresAction]. ChargeRequest.Progress receives the order id
+//     as soon as the create answered, whatever its status, so that the caller records it: a
+//     read of the order then settles a lost answer at any age. If Progress fails, Charge stops
+//     with an unknown outcome (the order may be captured already) and the retry resumes.
+//  2. Only for an order that is APPROVED and not captured (a 3-D Secure order whose payer
+//     completed the challenge, which a retry names in ChargeRequest.ProviderID): POST
+//     /v2/checkout/orders/{id}/capture.
 //
 // A retry that knows the order id (ChargeRequest.ProviderID) reads the order instead of
-// creating one, and captures it only if it is not captured yet. An order admits one capture:
-// a second capture is refused 422 ORDER_ALREADY_CAPTURED, which Charge resolves by reading
-// the capture from the order. So the capture cannot happen twice whatever the request ids;
-// the request ids make the create unique and let a lost answer be replayed. The result's
-// ProviderID is always the order id: it exists from step 1, and [Provider.Lookup] and
+// creating one, and captures it only if it is APPROVED. An order admits one capture: a second
+// capture is refused 422 ORDER_ALREADY_CAPTURED, which Charge resolves by reading the capture
+// from the order. The result's ProviderID is always the order id: [Provider.Lookup] and
 // [Provider.Refund] take it.
 //
 // # Request ids
 //
 // Every write carries a PayPal-Request-Id derived from the ProviderKey and the step:
 // [RequestID](ProviderKey, step) = UUIDv5([Namespace], ProviderKey+"_"+step) for the steps
-// [StepCreate], [StepCapture] and [StepRefund]. A retry sends the same ids. PayPal answers a
-// request id it has seen with 200 and the latest status of the resource it made then (201
-// for a new one): the result's Replayed. It does so whatever the parameters, so the adapter
-// checks that a returned order carries this ProviderKey and amount, and a returned refund
-// this custom_id and amount (*[payments.KeyMismatchError] otherwise). A request id still
-// executing is refused 409 PREVIOUS_REQUEST_IN_PROGRESS: *[payments.InProgressError].
+// [StepCreate], [StepCapture] and [StepRefund]. A retry sends the same ids. "When you include a
+// previously specified PayPal-Request-Id header in a request, PayPal returns the latest status
+// of the previous request that used that same header"
+// (https://developer.paypal.com/api/rest/reference/idempotency/), with 200 where the first
+// answer was 201 (https://developer.paypal.com/api/rest/responses/): the result's Replayed. So a
+// retry of a charge inside the window returns the same, captured order, and no second capture
+// happens. PayPal does so whatever the parameters, so the adapter checks that a returned order
+// carries this ProviderKey and amount, and a returned refund this custom_id and amount
+// (*[payments.KeyMismatchError] otherwise). A request id still executing is refused 409
+// PREVIOUS_REQUEST_IN_PROGRESS: *[payments.InProgressError].
 //
 // # Retention
 //
-// PayPal keeps an order create's request id 6 hours (72 on request) and a capture's or a
-// refund's 45 days (Config.OrderRetention, Config.CaptureRetention; New refuses values below
-// these). [Provider.DedupWindow] is the longest, 45 days: payonce must keep the local key at
-// least that long, or a new request under a forgotten local key could be answered with an old
-// refund. After 6 hours a create replay makes a new order: only the recorded order id finds
-// the old one, which is why Progress exists. A capture after 45 days is still unique (one
-// capture per order); a refund retried after 45 days would be a second refund, which payonce's
-// local retention prevents.
+// PayPal keeps the request ids of the Orders v2 calls, the create AND the capture of an order, 6
+// hours ("The server stores keys for 6 hours. The API callers can request the times to up to 72
+// hours by speaking to their Account Manager", on both the create and the capture reference,
+// https://developer.paypal.com/api/orders/v2/#orders_create and #orders_capture), and the
+// request id of a refund of a capture (Payments v2) 45 days ("The server stores keys for 45
+// days", https://developer.paypal.com/api/payments/v2/#captures_refund): Config.OrderRetention
+// and Config.RefundRetention; New refuses values below these. The Provider is a
+// [payments.StepWindower]: [Provider.StepDedupWindow] is OrderRetention for
+// [payments.StepCharge] and RefundRetention for [payments.StepRefund]; [Provider.DedupWindow] is
+// the longest, 45 days, how long payonce must keep the local key.
+//
+// After 6 hours a create with the same request id is a NEW request: PayPal makes a second order
+// and, the create being single-step, charges the card a second time. payments therefore never
+// re-sends a charge's request ids past the charge step's window; it looks the attempt up
+// instead ([Provider.Lookup]). A refund retried after 45 days would be a second refund, which
+// payonce's local retention and the refund step's window prevent.
+//
+// # Currencies
+//
+// PayPal takes the currencies of its own table, with its own decimal places, which differ from
+// ISO 4217 (the money package's): HUF and TWD take no decimals at PayPal, as JPY
+// (https://developer.paypal.com/api/rest/reference/currency-codes/: "This currency does not
+// support decimals. If you pass a decimal amount, an error occurs"). [AmountOf] writes amounts
+// with PayPal's decimals (10 HUF is "10"); a charge or refund in a currency PayPal does not
+// support, or with more decimals than it takes (10.50 HUF), is refused before anything is sent
+// or recorded ([Provider.ValidateCharge], which payments calls first), naming the field. See
+// [Currencies].
 //
 // # Retries
 //
@@ -76,6 +110,7 @@
 //
 //	PayPal answer                                          payments error          final?
 //	capture DECLINED / FAILED, 422 INSTRUMENT_DECLINED     *DeclineError           yes
+//	422 DECIMALS_NOT_SUPPORTED, CURRENCY_NOT_SUPPORTED     *InvalidRequestError    yes (refused before sending)
 //	409 PREVIOUS_REQUEST_IN_PROGRESS                       *InProgressError        retry later, same ids
 //	400, 404, 422 (validation, REFUND_AMOUNT_EXCEEDED)     *InvalidRequestError    yes
 //	401 after one token refresh, token refused             *InvalidRequestError    yes (credentials)
@@ -87,18 +122,23 @@
 //	order of another ProviderKey or amount                 *KeyMismatchError       a bug: report
 //
 // Requests refused before sending (missing Key, ProviderKey over 127 bytes, non-positive
-// amount, ...) are *[payments.InvalidRequestError] naming the field in Param.
+// amount, a currency or a precision PayPal does not take, ...) are
+// *[payments.InvalidRequestError] naming the field in Param.
 //
 // # Lookup
 //
-// [Provider.Lookup] reads the order when its id is known. Without it, it replays the create's
-// request id with a probe order (no payment source, so it can never be paid): an existing order
-// comes back 200; a 201 means PayPal never saw the request id, and no charge exists. That is a
-// proof only inside the create's 6-hour window; beyond it Lookup answers a *[WindowError]
-// (outcome unknown) instead of guessing. PayPal's transaction search lags up to 3 hours and
-// cannot filter by custom_id, so it is not used. With LookupRequest.WithRefunds the charge also
-// reports the sum of the order's COMPLETED refunds as Refunded, with RefundsKnown (after a
-// create replay, at the cost of one more GET of the order).
+// [Provider.Lookup] reads the order when its id is known, at any age. Without it, inside the
+// create's 6-hour window, it replays the create's request id with a probe order (no payment
+// source, so it can never be paid): an existing order comes back 200; a 201 means PayPal never
+// saw the request id, and no charge exists. Past the window, where a replay would be a new
+// request, it searches Transaction Search over the attempt's creation period for payments whose
+// custom_field (custom_id) or invoice_id is the ProviderKey, and reads their orders; PayPal
+// documents that transactions take up to 3 hours to appear there, so an empty answer is
+// consistent (proof of absence) only for a period that ended more than 3 hours ago. Without
+// LookupRequest.From and To it cannot tell, and says so with an error matching
+// [payments.ErrCannotTell] (the reconciler flags the intent for review). With
+// LookupRequest.WithRefunds the charge also reports the sum of the order's COMPLETED refunds as
+// Refunded, with RefundsKnown.
 //
 // [Provider.LookupRefund] ([payments.RefundLooker]) finds a refund attempt whose outcome was
 // lost: it reads the refund by id when known, else reads the order and keeps the refunds whose

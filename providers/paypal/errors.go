@@ -71,30 +71,23 @@ func invalid(param, msg string) error {
 		Message: param + " " + msg + " (refused before sending)"}
 }
 
-// ErrOrderWindowPassed is matched by a [*WindowError].
-var ErrOrderWindowPassed = errors.New("paypal: the order's request id may have expired at PayPal")
-
-// WindowError is [Provider.Lookup]'s answer when it has no order id and the order's create may
-// be older than Config.OrderRetention: PayPal may have forgotten its request id, so a replay of
-// the create would make a new order and prove nothing. The outcome stays unknown (it matches
-// [payments.ErrOutcomeUnknown] and [ErrOrderWindowPassed]); only the order id (recorded through
-// ChargeRequest.Progress), a webhook, or a person with PayPal's dashboard can resolve it.
-type WindowError struct {
-	// From is the earliest the order may have been created (LookupRequest.From; zero: unknown).
-	From time.Time
-	// Window is Config.OrderRetention.
+// CannotTellError is [Provider.Lookup]'s answer when no lookup can say what an attempt did: it
+// has no order id, and the request does not bound when the order may have been created
+// (LookupRequest.From or To is zero), or the period is older than Transaction Search reaches.
+// Looking again will not help: it matches [payments.ErrCannotTell], and the reconciler flags the
+// intent for review (a person with PayPal's dashboard can tell) instead of rescheduling it.
+type CannotTellError struct {
+	// From and To are the LookupRequest's bounds, zero when not given.
+	From, To time.Time
+	// Window is Config.OrderRetention, how long PayPal replays the create's request id.
 	Window time.Duration
+	// Reason says why.
+	Reason string
 }
 
-func (e *WindowError) Error() string {
-	if e.From.IsZero() {
-		return fmt.Sprintf("paypal: lookup without an order id needs LookupRequest.From to prove the create is within PayPal's %v request id window; outcome unknown", e.Window)
-	}
-	return fmt.Sprintf("paypal: lookup without an order id: the create may date from %s, beyond PayPal's %v request id window; outcome unknown",
-		e.From.UTC().Format(time.RFC3339), e.Window)
+func (e *CannotTellError) Error() string {
+	return fmt.Sprintf("paypal: cannot tell what this attempt did (PayPal keeps an order's request id %v): %s", e.Window, e.Reason)
 }
 
-// Is reports [payments.ErrOutcomeUnknown] and [ErrOrderWindowPassed].
-func (e *WindowError) Is(target error) bool {
-	return target == payments.ErrOutcomeUnknown || target == ErrOrderWindowPassed
-}
+// Is reports [payments.ErrCannotTell].
+func (e *CannotTellError) Is(target error) bool { return target == payments.ErrCannotTell }

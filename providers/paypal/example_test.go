@@ -11,9 +11,9 @@ import (
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
 
-// A charge whose capture response is lost after PayPal committed it: the outcome is unknown,
-// the retry with the same ProviderKey replays both steps, and exactly one order and one capture
-// exist.
+// A charge whose response is lost after PayPal committed it (the create of an order with a
+// payment source captures at once): the outcome is unknown, the retry with the same ProviderKey
+// replays the create, and exactly one order and one capture exist.
 func Example() {
 	srv := paypaltest.NewServer(nil)
 	defer srv.Close()
@@ -35,12 +35,12 @@ func Example() {
 		Amount:        money.MustParse("20.00", money.EUR),
 		PaymentMethod: paypaltest.PaymentMethodVisa,
 		Progress: func(ctx context.Context, orderID string) error {
-			fmt.Println("order recorded before its capture")
+			fmt.Println("order recorded")
 			return nil
 		},
 	}
 
-	srv.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Path: "/v2/checkout/orders/*/capture"})
+	srv.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Path: "/v2/checkout/orders"})
 	_, err = p.Charge(context.Background(), req)
 	fmt.Println("outcome unknown:", payments.OutcomeUnknown(err), "safe to retry:", payments.SafeToRetry(err))
 
@@ -51,9 +51,8 @@ func Example() {
 	fmt.Println(res.Status, res.Amount, "replayed:", res.Replayed)
 	fmt.Printf("%+v\n", srv.CountsByCustomID(req.ProviderKey))
 	// Output:
-	// order recorded before its capture
 	// outcome unknown: true safe to retry: true
-	// order recorded before its capture
+	// order recorded
 	// succeeded 20.00 EUR replayed: true
 	// {Orders:1 Captures:1 Refunds:0}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,7 +32,8 @@ const (
 )
 
 // lookupClockMargin is how much earlier than Config.OrderRetention Lookup stops trusting a
-// create replay: PayPal's clock and ours differ.
+// create replay, and how much later than [SearchLag] it trusts Transaction Search: PayPal's clock
+// and ours differ.
 const lookupClockMargin = 5 * time.Minute
 
 // Lookup's probe order, sent only to replay a create by its request id (see [Provider.Lookup]).
@@ -60,6 +60,8 @@ type Provider struct {
 var (
 	_ payments.Provider         = (*Provider)(nil)
 	_ payments.ReferenceLimiter = (*Provider)(nil)
+	_ payments.StepWindower     = (*Provider)(nil)
+	_ payments.Validator        = (*Provider)(nil)
 	_ payments.WebhookVerifier  = (*Provider)(nil)
 )
 
@@ -79,45 +81,82 @@ func (p *Provider) Client() *Client { return p.c }
 // Name returns "paypal".
 func (p *Provider) Name() string { return providerName }
 
-// DedupWindow returns the longest time PayPal replays a request id of the flow: the captures'
-// and refunds' (Config.CaptureRetention, 45 days), or the orders' if that was set longer.
+// DedupWindow returns the longest time PayPal replays a request id of the flow: the refunds'
+// (Config.RefundRetention, 45 days), or the orders' if that was set longer. payments keeps local
+// keys at least that long.
 func (p *Provider) DedupWindow() time.Duration {
-	return max(p.c.cfg.OrderRetention, p.c.cfg.CaptureRetention)
+	return max(p.c.cfg.OrderRetention, p.c.cfg.RefundRetention)
+}
+
+// StepDedupWindow returns how long PayPal replays the request ids of a step
+// ([payments.StepWindower]): for [payments.StepCharge], Config.OrderRetention (6 hours: the
+// charge's create and capture are both Orders v2 calls); for [payments.StepRefund],
+// Config.RefundRetention (45 days: a refund of a capture is a Payments v2 call); 0 (meaning
+// DedupWindow) for any other step. Past the charge step's window a retry must not re-send the
+// charge's request ids: PayPal would take the create for a new one, and with a payment source
+// charge the card again.
+func (p *Provider) StepDedupWindow(step string) time.Duration {
+	switch step {
+	case payments.StepCharge:
+		return p.c.cfg.OrderRetention
+	case payments.StepRefund:
+		return p.c.cfg.RefundRetention
+	}
+	return 0
 }
 
 // MaxReferenceLen returns [MaxProviderKeyLen] (127), custom_id's limit: payments derives
 // ProviderKey under it.
 func (p *Provider) MaxReferenceLen() int { return MaxProviderKeyLen }
 
-// Charge charges req.Amount to the vaulted card req.PaymentMethod in two steps (see the package
-// documentation): it creates an order (or, with req.ProviderID, reads that order), calls
-// req.Progress with the order id, then captures the order. The result's ProviderID is the order
-// id. req.Recipient and req.Metadata are not sent (PayPal orders have no metadata; the
-// ProviderKey travels as custom_id); req.Description becomes the purchase unit's description.
-//
-// Results: a completed capture is [payments.ChargeSucceeded]; a pending one
-// [payments.ChargePending]; an order waiting for the payer (3-D Secure)
-// [payments.ChargeRequiresAction], not captured. Replayed is true when PayPal answered the
-// capture (or the create of an already captured order) from its request id.
-//
-// Errors: *[payments.DeclineError] (capture DECLINED or FAILED, DeclineCode the processor's
-// response code; the result names the order), *[payments.InvalidRequestError] (also for
-// requests refused before sending), *[payments.NotSentError], *[payments.UnknownOutcomeError]
-// (also when req.Progress fails: the order exists and is not captured yet),
-// *[payments.InProgressError], *[payments.KeyMismatchError] (the order PayPal returned for the
-// request id or req.ProviderID carries another custom_id or amount).
-func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (payments.ChargeResult, error) {
+// ValidateCharge refuses, before anything is recorded or sent ([payments.Validator]), a charge
+// PayPal would refuse: no Key or ProviderKey, a ProviderKey over 127 bytes, a non-positive
+// amount, a currency PayPal does not support or an amount with more decimal places than PayPal
+// takes for its currency (10.50 HUF; see [Currencies]), no PaymentMethod, a Description over
+// 127 bytes. Errors: *[payments.InvalidRequestError] naming the field in Param.
+func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
-		return payments.ChargeResult{}, err
+		return err
 	}
 	if err := checkAmount(req.Amount); err != nil {
-		return payments.ChargeResult{}, err
+		return err
 	}
 	switch {
 	case req.PaymentMethod == "":
-		return payments.ChargeResult{}, invalid("PaymentMethod", "is required (a vaulted card's id)")
+		return invalid("PaymentMethod", "is required (a vaulted card's id)")
 	case len(req.Description) > 127:
-		return payments.ChargeResult{}, invalid("Description", fmt.Sprintf("is %d bytes, PayPal allows 127", len(req.Description)))
+		return invalid("Description", fmt.Sprintf("is %d bytes, PayPal allows 127", len(req.Description)))
+	}
+	return nil
+}
+
+// Charge charges req.Amount to the vaulted card req.PaymentMethod (see the package
+// documentation): it creates an order with the card as payment source, which PayPal authorizes
+// and captures in the create itself, and calls req.Progress with the order id. It captures
+// explicitly only an order PayPal answered APPROVED and not captured yet (one whose payer
+// completed 3-D Secure, when the retry names it in req.ProviderID). With req.ProviderID it reads
+// that order instead of creating one. The result's ProviderID is the order id. req.Recipient and
+// req.Metadata are not sent (PayPal orders have no metadata; the ProviderKey travels as
+// custom_id); req.Description becomes the purchase unit's description.
+//
+// Results: a completed capture is [payments.ChargeSucceeded]; a pending one
+// [payments.ChargePending]; an order waiting for the payer (3-D Secure)
+// [payments.ChargeRequiresAction], not captured. Replayed is true when PayPal answered from its
+// request id (200 instead of 201) or when the order was read from req.ProviderID.
+//
+// Errors: *[payments.DeclineError] (capture DECLINED or FAILED, DeclineCode the processor's
+// response code; the result names the order), *[payments.InvalidRequestError] (also for
+// requests refused before sending, see [Provider.ValidateCharge]), *[payments.NotSentError],
+// *[payments.UnknownOutcomeError] (also when req.Progress fails: the order exists, and may be
+// captured already), *[payments.InProgressError], *[payments.KeyMismatchError] (the order PayPal
+// returned for the request id or req.ProviderID carries another custom_id or amount).
+func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (payments.ChargeResult, error) {
+	if err := p.ValidateCharge(req); err != nil {
+		return payments.ChargeResult{}, err
+	}
+	amount, err := AmountOf(req.Amount)
+	if err != nil {
+		return payments.ChargeResult{}, err
 	}
 
 	var order *Order
@@ -129,7 +168,7 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 				ReferenceID: "default",
 				CustomID:    req.ProviderKey,
 				Description: req.Description,
-				Amount:      ptr(AmountOf(req.Amount)),
+				Amount:      &amount,
 			}},
 			PaymentSource: &PaymentSource{Card: &CardSource{VaultID: req.PaymentMethod}},
 		})
@@ -141,9 +180,11 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 			return payments.ChargeResult{}, err
 		}
 		if req.Progress != nil {
+			// Recorded whatever the order's state: a read of the order settles a lost answer at
+			// any age, where the create's request id is forgotten after 6 hours.
 			if err := req.Progress(ctx, order.ID); err != nil {
 				return pending(order.ID, req.Amount), &payments.UnknownOutcomeError{Provider: providerName,
-					Err: fmt.Errorf("recording order %s before its capture: %w", order.ID, err)}
+					Err: fmt.Errorf("recording order %s (%s): %w", order.ID, order.Status, err)}
 			}
 		}
 	} else {
@@ -162,8 +203,17 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 
 	switch order.Status {
 	case "COMPLETED":
-		return fromCapture(order, req.Amount, true)
+		if _, ok := order.capture(); !ok {
+			// An answer that leaves the payments out (a minimal representation): read the order.
+			o, err := p.c.GetOrder(ctx, order.ID)
+			if err != nil {
+				return pending(order.ID, req.Amount), classify(err)
+			}
+			order = o
+		}
+		return fromCapture(order, req.Amount, replayed)
 	case "APPROVED":
+		// Approved and not captured yet: the explicit capture below.
 	case "PAYER_ACTION_REQUIRED", "CREATED", "SAVED":
 		return payments.ChargeResult{ProviderID: order.ID, Status: payments.ChargeRequiresAction, Amount: req.Amount, Replayed: replayed}, nil
 	case "VOIDED":
@@ -181,8 +231,8 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 		if !errors.As(err, &apiErr) || !apiErr.HasIssue("ORDER_ALREADY_CAPTURED") {
 			return pending(order.ID, req.Amount), classify(err)
 		}
-		// Captured before (a lost capture response whose request id PayPal no longer keeps, or a
-		// concurrent capture): the order holds the capture.
+		// Captured meanwhile (a concurrent capture, or a lost capture answer whose request id
+		// PayPal no longer keeps): the order holds the capture.
 		o, gerr := p.c.GetOrder(ctx, order.ID)
 		if gerr != nil {
 			return pending(order.ID, req.Amount), classify(gerr)
@@ -191,8 +241,6 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 	}
 	return fromCapture(res.Order, req.Amount, res.Replayed)
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func pending(orderID string, amount money.Money) payments.ChargeResult {
 	return payments.ChargeResult{ProviderID: orderID, Status: payments.ChargePending, Amount: amount}
@@ -259,13 +307,15 @@ func declineCode(cp *Capture) string {
 
 // Refund refunds req.Amount of the order req.ChargeID (a Charge's ProviderID): it reads the
 // order to find its capture, then refunds the capture with custom_id req.ProviderKey and
-// PayPal-Request-Id [RequestID](req.ProviderKey, [StepRefund]). COMPLETED is
-// [payments.RefundSucceeded], PENDING [payments.RefundPending], FAILED and CANCELLED
-// [payments.RefundFailed].
+// PayPal-Request-Id [RequestID](req.ProviderKey, [StepRefund]), which PayPal keeps 45 days.
+// COMPLETED is [payments.RefundSucceeded], PENDING [payments.RefundPending], FAILED and
+// CANCELLED [payments.RefundFailed].
 //
-// Errors: as [Provider.Charge]; more than what is left of the capture (422
-// REFUND_AMOUNT_EXCEEDED, CAPTURE_FULLY_REFUNDED), an order without a completed capture, or
-// another currency is an *[payments.InvalidRequestError], final for the key.
+// Errors: as [Provider.Charge]; an amount PayPal cannot take (a currency it does not support,
+// more decimal places than it takes: 10.50 HUF) is refused before anything is sent; more than
+// what is left of the capture (422 REFUND_AMOUNT_EXCEEDED, CAPTURE_FULLY_REFUNDED), an order
+// without a completed capture, or another currency is an *[payments.InvalidRequestError], final
+// for the key.
 func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (payments.RefundResult, error) {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
 		return payments.RefundResult{}, err
@@ -274,6 +324,10 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 		return payments.RefundResult{}, err
 	}
 	if err := checkID("ChargeID", req.ChargeID); err != nil {
+		return payments.RefundResult{}, err
+	}
+	amount, err := AmountOf(req.Amount)
+	if err != nil {
 		return payments.RefundResult{}, err
 	}
 	o, err := p.c.GetOrder(ctx, req.ChargeID)
@@ -293,7 +347,7 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 		return payments.RefundResult{}, invalid("Amount", fmt.Sprintf("is in %s, the capture in %s", req.Amount.Currency(), cp.Amount.CurrencyCode))
 	}
 	res, err := p.c.RefundCapture(ctx, cp.ID, RequestID(req.ProviderKey, StepRefund), RefundCaptureRequest{
-		Amount:   ptr(AmountOf(req.Amount)),
+		Amount:   &amount,
 		CustomID: req.ProviderKey,
 	})
 	if err != nil {
@@ -312,171 +366,6 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 	return out, nil
 }
 
-// Lookup reports the charge PayPal holds for a key. It is consistent (read from the order
-// itself, not from transaction search, which lags hours and cannot filter by custom_id).
-//
-// With req.ProviderID (the order id, recorded through ChargeRequest.Progress) it reads that
-// order: a capture is reported with its status, an order waiting for the payer as
-// [payments.ChargeRequiresAction]; an order never captured, or an unknown order id (404), is no
-// charge: no money moved, and nothing but this flow would capture it.
-//
-// Without it, it replays the create with [RequestID](req.ProviderKey, [StepCreate]): PayPal
-// answers a known request id with its order (200), whatever the body, and creating an order
-// moves no money. The replay's body is a probe order without a payment source (USD 1.00,
-// reference_id "payonce_lookup"): when PayPal does not know the request id it creates that
-// probe (201), which no payer can approve and nothing captures, and the answer is no charge.
-// That answer is a proof only while PayPal still keeps the request id, so Lookup refuses to
-// replay unless req.From is set and now < req.From + Config.OrderRetention - 5 min; otherwise
-// it returns a *[WindowError] (outcome unknown). After the window, only the order id decides.
-// A probe also takes the request id: an original create still on its way would get the probe
-// back and fail with a *[payments.KeyMismatchError] instead of creating its order.
-//
-// With req.WithRefunds, the charge found also reports what PayPal refunded of it, read from
-// the order (GET /v2/checkout/orders/{id} shows purchase_units[].payments.refunds): Refunded
-// is the sum of the refunds in status COMPLETED (PENDING, FAILED and CANCELLED ones moved no
-// money back; a zero Money of the charge's currency when there are none) and RefundsKnown is
-// set. With req.ProviderID that is the order Lookup reads anyway; after a create replay it is
-// one more GET of the order, since a replay is not documented to show the refunds. Without
-// req.WithRefunds RefundsKnown stays false.
-//
-// Errors: *[WindowError], *[payments.InvalidRequestError], *[payments.NotSentError],
-// *[payments.UnknownOutcomeError], *[payments.InProgressError] (the create is executing),
-// *[payments.KeyMismatchError] (the order carries another custom_id).
-func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
-	none := payments.LookupResult{Charges: []payments.ChargeResult{}, Consistent: true}
-	if req.ProviderKey != "" && len(req.ProviderKey) > MaxProviderKeyLen {
-		return payments.LookupResult{}, invalid("ProviderKey", fmt.Sprintf("is %d bytes, custom_id allows %d", len(req.ProviderKey), MaxProviderKeyLen))
-	}
-	if req.ProviderID != "" {
-		if err := checkID("ProviderID", req.ProviderID); err != nil {
-			return payments.LookupResult{}, err
-		}
-		o, err := p.c.GetOrder(ctx, req.ProviderID)
-		var apiErr *APIError
-		if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
-			return none, nil
-		}
-		if err != nil {
-			return payments.LookupResult{}, classify(err)
-		}
-		if err := checkOrder(o, orDefault(req.ProviderKey, customID(o)), money.Money{}); err != nil {
-			return payments.LookupResult{}, err
-		}
-		charges := chargesOf(o)
-		if req.WithRefunds {
-			if err := addRefunds(o, charges); err != nil {
-				return payments.LookupResult{}, err
-			}
-		}
-		return payments.LookupResult{Charges: charges, Consistent: true}, nil
-	}
-
-	if req.ProviderKey == "" {
-		return payments.LookupResult{}, invalid("ProviderKey", "is required without ProviderID")
-	}
-	now := p.c.cfg.Clock()
-	window := p.c.cfg.OrderRetention
-	if req.From.IsZero() || !now.Before(req.From.Add(window-lookupClockMargin)) {
-		return payments.LookupResult{}, &WindowError{From: req.From, Window: window}
-	}
-	res, err := p.c.CreateOrder(ctx, RequestID(req.ProviderKey, StepCreate), OrderRequest{
-		Intent: "CAPTURE",
-		PurchaseUnits: []PurchaseUnit{{
-			ReferenceID: probeReferenceID,
-			CustomID:    req.ProviderKey,
-			Description: probeDescription,
-			Amount:      &Amount{CurrencyCode: "USD", Value: "1.00"},
-		}},
-	})
-	if err != nil {
-		return payments.LookupResult{}, classify(err)
-	}
-	if !res.Replayed {
-		return none, nil // PayPal did not know the request id: no order was created with it
-	}
-	if err := checkOrder(res.Order, req.ProviderKey, money.Money{}); err != nil {
-		return payments.LookupResult{}, err
-	}
-	charges := chargesOf(res.Order)
-	if req.WithRefunds && len(charges) > 0 {
-		o, err := p.c.GetOrder(ctx, res.Order.ID)
-		if err != nil {
-			return payments.LookupResult{}, classify(err)
-		}
-		if err := addRefunds(o, charges); err != nil {
-			return payments.LookupResult{}, err
-		}
-	}
-	return payments.LookupResult{Charges: charges, Consistent: true}, nil
-}
-
-// addRefunds sets Refunded and RefundsKnown on the charges of o (one at most: payonce captures
-// an order once) from the order's refunds: the sum of those COMPLETED. An order answered
-// without purchase units (a minimal representation), or a charge whose currency is unknown,
-// leaves RefundsKnown false: nothing can be told.
-func addRefunds(o *Order, charges []payments.ChargeResult) error {
-	if len(o.PurchaseUnits) == 0 {
-		return nil
-	}
-	for i := range charges {
-		ch := &charges[i]
-		total, err := money.FromMinor(0, ch.Amount.Currency())
-		if ch.Amount.Currency() == "" || err != nil {
-			continue
-		}
-		for _, pu := range o.PurchaseUnits {
-			if pu.Payments == nil {
-				continue
-			}
-			for _, re := range pu.Payments.Refunds {
-				if re.Status != "COMPLETED" {
-					continue
-				}
-				m, err := re.Amount.Money()
-				if err == nil {
-					total, err = total.Add(m) // another currency is an error too
-				}
-				if err != nil {
-					return &payments.UnknownOutcomeError{Provider: providerName,
-						Err: fmt.Errorf("refund %s of order %s: amount %s %s: %w", re.ID, o.ID, re.Amount.Value, re.Amount.CurrencyCode, err)}
-				}
-			}
-		}
-		ch.Refunded, ch.RefundsKnown = total, true
-	}
-	return nil
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
-}
-
-func customID(o *Order) string {
-	if len(o.PurchaseUnits) > 0 {
-		return o.PurchaseUnits[0].CustomID
-	}
-	return ""
-}
-
-// chargesOf is what an order holds as charges: its capture, or an order waiting for the payer.
-func chargesOf(o *Order) []payments.ChargeResult {
-	if _, ok := o.capture(); ok {
-		res, _ := fromCapture(o, money.Money{}, false) // a decline is a charge in status failed
-		return []payments.ChargeResult{res}
-	}
-	if o.Status == "PAYER_ACTION_REQUIRED" {
-		res := payments.ChargeResult{ProviderID: o.ID, Status: payments.ChargeRequiresAction}
-		if len(o.PurchaseUnits) > 0 && o.PurchaseUnits[0].Amount != nil {
-			res.Amount, _ = o.PurchaseUnits[0].Amount.Money()
-		}
-		return []payments.ChargeResult{res}
-	}
-	return []payments.ChargeResult{}
-}
-
 func checkKeys(key, providerKey string) error {
 	switch {
 	case key == "":
@@ -489,6 +378,8 @@ func checkKeys(key, providerKey string) error {
 	return nil
 }
 
+// checkAmount refuses a charge or refund amount that is not positive or that PayPal cannot take
+// (see [AmountOf]).
 func checkAmount(m money.Money) error {
 	if m.Currency() == "" {
 		return invalid("Amount", "has no currency")
@@ -496,5 +387,5 @@ func checkAmount(m money.Money) error {
 	if m.Minor() <= 0 {
 		return invalid("Amount", fmt.Sprintf("must be positive, got %s", m))
 	}
-	return nil
+	return checkCurrency("Amount", m)
 }

@@ -1,7 +1,6 @@
 package paypal_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -136,15 +135,28 @@ func TestLookup(t *testing.T) {
 	errAs[*payments.KeyMismatchError](t, err)
 	wantCounts(t, b, absent.ProviderKey, paypaltest.Counts{Orders: 1})
 
-	// Outside the create's request id window, or without a bound, the answer is unknown.
-	for _, from := range []time.Time{{}, t0.Add(-6 * time.Hour)} {
-		lr := window
-		lr.From = from
+	// Without a bound, no lookup can tell: an error the reconciler flags for review, never an
+	// outage to look at again.
+	for _, lr := range []payments.LookupRequest{
+		{Key: req.Key, ProviderKey: req.ProviderKey, To: window.To},
+		{Key: req.Key, ProviderKey: req.ProviderKey, From: window.From},
+	} {
 		_, err := b.p.Lookup(ctxT(t), lr)
-		var we *paypal.WindowError
-		if !errors.As(err, &we) || !payments.OutcomeUnknown(err) {
-			t.Fatalf("from %v: %v", from, err)
+		var ct *paypal.CannotTellError
+		if !errors.As(err, &ct) || !errors.Is(err, payments.ErrCannotTell) || payments.OutcomeUnknown(err) || payments.SafeToRetry(err) {
+			t.Fatalf("%+v: %v", lr, err)
 		}
+	}
+	creates := b.sent.count("POST", "/v2/checkout/orders")
+	// Past the create's window it searches instead of replaying (a replay would create).
+	past := window
+	past.From = t0.Add(-6 * time.Hour)
+	got := must(b.p.Lookup(ctxT(t), past))(t)
+	if len(got.Charges) != 1 || got.Charges[0].ProviderID != ch.ProviderID || got.Consistent {
+		t.Fatalf("past the window: %+v, want the charge, not consistent (the period ends now)", got)
+	}
+	if n := b.sent.count("POST", "/v2/checkout/orders"); n != creates || b.sent.count("GET", "/v1/reporting/transactions") == 0 {
+		t.Fatalf("past the window: %v", b.sent.all())
 	}
 }
 
@@ -165,10 +177,11 @@ func TestLookupStates(t *testing.T) {
 		}
 	}
 	// An approved order that was never captured is no charge.
-	req := chargeReq("lk-uncaptured", paypaltest.PaymentMethodVisa)
-	var orderID string
-	req.Progress = func(_ context.Context, id string) error { orderID = id; return errors.New("stop") }
-	_, _ = b.p.Charge(ctxT(t), req)
+	req := chargeReq("lk-uncaptured", paypaltest.PaymentMethodAuthenticationRequired)
+	orderID := must(b.p.Charge(ctxT(t), req))(t).ProviderID
+	if err := b.srv.CompletePayerAction(orderID); err != nil {
+		t.Fatal(err)
+	}
 	got := must(b.p.Lookup(ctxT(t), payments.LookupRequest{ProviderID: orderID, ProviderKey: req.ProviderKey}))(t)
 	if len(got.Charges) != 0 {
 		t.Fatalf("%+v", got)

@@ -7,16 +7,11 @@ import (
 	"github.com/payonce/payonce/money"
 )
 
-// Amount is PayPal's money: an ISO 4217 code and a decimal string with the currency's number of
-// decimal places ("10.50" EUR, "1050" JPY).
+// Amount is PayPal's money: an ISO 4217 code and a decimal string with PayPal's number of
+// decimal places for the currency ("10.50" EUR, "1050" JPY, "10" HUF; see [AmountOf]).
 type Amount struct {
 	CurrencyCode string `json:"currency_code"`
 	Value        string `json:"value"`
-}
-
-// AmountOf is m as an Amount.
-func AmountOf(m money.Money) Amount {
-	return Amount{CurrencyCode: string(m.Currency()), Value: m.AmountString()}
 }
 
 // Money parses a as money.Money. Errors: money's (*money.Error) for an unknown currency or a

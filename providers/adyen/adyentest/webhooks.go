@@ -93,6 +93,7 @@ func newWebhooks(cfg *Config) *fakekit.Deliveries[Event] {
 	return fakekit.NewDeliveries(fakekit.DeliveryConfig[Event]{
 		URL:        cfg.WebhookURL,
 		Duplicates: cfg.DuplicateWebhooks,
+		RetryFor:   cfg.WebhookRetryFor,
 		Client:     cfg.WebhookClient,
 		Batch:      maxBatch,
 		Payload: func(batch []*Event) []byte {

@@ -12,12 +12,21 @@ import (
 )
 
 // Delivery policy: a delivery that errs or answers non-2xx is tried WebhookAttempts times in
-// all, waiting WebhookBackoff, then twice that, and so on, between attempts. The default client
-// gives up on an attempt after WebhookTimeout.
+// all, waiting WebhookBackoff, then twice that, and so on, between attempts (175ms in all), or,
+// with DeliveryConfig.RetryFor, until that long has passed, the backoff growing up to
+// WebhookMaxBackoff. The default client gives up on an attempt after WebhookTimeout.
+//
+// The providers retry for days: Stripe for up to three days with exponential backoff
+// (https://docs.stripe.com/webhooks#retries), Adyen with increasing intervals for up to 30 days
+// (https://docs.adyen.com/development-resources/webhooks/troubleshoot), PayPal up to 25 times
+// over three days (https://developer.paypal.com/api/rest/webhooks/). The fakes compress that:
+// by default into a moment (tests of a receiver that is down for good do not wait), with
+// RetryFor into long enough to outlast a receiver that restarts (the demo).
 const (
-	WebhookAttempts = 4
-	WebhookBackoff  = 25 * time.Millisecond
-	WebhookTimeout  = 5 * time.Second
+	WebhookAttempts   = 4
+	WebhookBackoff    = 25 * time.Millisecond
+	WebhookMaxBackoff = time.Second
+	WebhookTimeout    = 5 * time.Second
 )
 
 // ValidateWebhooks checks a fake's Config.WebhookURL ("" or an absolute http(s) URL) and
@@ -64,6 +73,11 @@ type DeliveryConfig[E any] struct {
 
 	// ErrClosed is what Wait returns when Close comes first.
 	ErrClosed error
+
+	// RetryFor, when positive, retries a failing delivery until this long has passed since its
+	// first attempt instead of WebhookAttempts times, the backoff doubling up to
+	// WebhookMaxBackoff.
+	RetryFor time.Duration
 }
 
 // Deliveries records a fake's events and delivers them, in emission order, from one goroutine
@@ -221,7 +235,14 @@ func (d *Deliveries[E]) run() {
 // back.
 func (d *Deliveries[E]) deliver(payload []byte) bool {
 	backoff := WebhookBackoff
-	for attempt := 0; attempt < WebhookAttempts; attempt++ {
+	first := time.Now()
+	more := func(attempt int) bool {
+		if d.cfg.RetryFor > 0 {
+			return attempt == 0 || time.Since(first)+backoff <= d.cfg.RetryFor
+		}
+		return attempt < WebhookAttempts
+	}
+	for attempt := 0; more(attempt); attempt++ {
 		if attempt > 0 {
 			t := time.NewTimer(backoff)
 			select {
@@ -230,7 +251,7 @@ func (d *Deliveries[E]) deliver(payload []byte) bool {
 				t.Stop()
 				return false
 			}
-			backoff *= 2
+			backoff = min(2*backoff, WebhookMaxBackoff)
 		}
 		if d.post(payload) == nil {
 			return true

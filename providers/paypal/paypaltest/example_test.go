@@ -9,8 +9,9 @@ import (
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
 
-// A create whose response is lost after PayPal committed it: the retry with the same
-// PayPal-Request-Id answers 200 with the same order, and the fake proves one order exists.
+// A single-step create (with a payment source, so PayPal captures in the create) whose response
+// is lost after PayPal committed it: the retry with the same PayPal-Request-Id answers 200 with
+// the same order, and the fake proves one order and one capture exist.
 func Example() {
 	srv := paypaltest.NewServer(nil)
 	defer srv.Close()
@@ -60,5 +61,5 @@ func Example() {
 	// Output:
 	// first attempt lost: true
 	// retry: 200
-	// {Orders:1 Captures:0 Refunds:0}
+	// {Orders:1 Captures:1 Refunds:0}
 }

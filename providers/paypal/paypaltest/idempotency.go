@@ -15,8 +15,8 @@ type opKind int
 const (
 	opRead        opKind = iota // no request id semantics (GETs, signature verification)
 	opCreateOrder               // POST /v2/checkout/orders: request id kept OrderRetention
-	opCapture                   // POST .../capture: request id kept CaptureRetention
-	opRefund                    // POST .../refund: request id kept CaptureRetention
+	opCapture                   // POST /v2/checkout/orders/{id}/capture: an Orders call, kept OrderRetention
+	opRefund                    // POST /v2/payments/captures/{id}/refund: Payments v2, kept RefundRetention
 )
 
 // requestScope is a request id in its scope, the REST app (client id) that sent it.
@@ -87,11 +87,14 @@ func (s *Server) api(kind opKind, h handler) http.Handler {
 	})
 }
 
+// retentionOf is how long a request id of kind is kept: the Orders API's 6 hours for a create
+// and for a capture of an order (both documented on the Orders v2 reference), Payments v2's 45
+// days for a refund of a capture. See [DefaultOrderRetention], [DefaultRefundRetention].
 func (s *Server) retentionOf(kind opKind) time.Duration {
-	if kind == opCreateOrder {
-		return s.orderRetention
+	if kind == opRefund {
+		return s.refundRetention
 	}
-	return s.captureRetention
+	return s.orderRetention
 }
 
 // compactBody is the body without insignificant whitespace (as sent when it is not JSON).

@@ -2,7 +2,6 @@ package paypaltest
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -80,8 +79,9 @@ type amountJSON struct {
 	Value        string `json:"value"`
 }
 
+// amountOf is m as PayPal writes it, with PayPal's decimal places for the currency.
 func amountOf(m money.Money) amountJSON {
-	return amountJSON{CurrencyCode: string(m.Currency()), Value: m.AmountString()}
+	return amountJSON{CurrencyCode: string(m.Currency()), Value: formatValue(m)}
 }
 
 type link struct {
@@ -221,36 +221,28 @@ func (r *refund) view() refundJSON {
 			{Href: "/v2/payments/captures/" + r.captureID, Rel: "up", Method: "GET"}}}
 }
 
-// parseAmount reads {currency_code, value} at field (a JSON pointer for error details).
-func parseAmount(a *amountJSON, field string) (money.Money, *response) {
-	if a == nil {
-		return money.Money{}, invalidRequest(field, "MISSING_REQUIRED_PARAMETER", "A required field / parameter is missing.")
-	}
-	cur, err := money.ParseCurrency(a.CurrencyCode)
-	if err != nil {
-		return money.Money{}, invalidRequest(field+"/currency_code", "INVALID_PARAMETER_VALUE",
-			fmt.Sprintf("Currency code %q is not a known ISO 4217 code.", a.CurrencyCode))
-	}
-	m, err := money.Parse(a.Value, cur)
-	switch {
-	case errors.Is(err, money.ErrTooPrecise):
-		return money.Money{}, unprocessable("DECIMAL_PRECISION",
-			fmt.Sprintf("%s: %q has more decimal places than %s allows.", field+"/value", a.Value, cur))
-	case err != nil:
-		return money.Money{}, invalidRequest(field+"/value", "INVALID_PARAMETER_SYNTAX",
-			fmt.Sprintf("The value %q is not a decimal amount.", a.Value))
-	case !m.IsPositive():
-		return money.Money{}, unprocessable("CANNOT_BE_ZERO_OR_NEGATIVE",
-			fmt.Sprintf("%s: must be greater than zero, got %q.", field+"/value", a.Value))
-	}
-	return m, nil
-}
-
 func tooLong(field string, max int) *response {
 	return invalidRequest(field, "INVALID_STRING_MAX_LENGTH", fmt.Sprintf("The value of a field is too long (at most %d characters).", max))
 }
 
 // createOrder is POST /v2/checkout/orders.
+//
+// With a payment source the create is single-step: PayPal authorizes and captures in the create
+// itself (intent CAPTURE), and answers the order COMPLETED with
+// purchase_units[].payments.captures[] ("When a payer is using a card to check out, the Orders
+// API allows you to capture the payment in a single request ... the Authorize and Capture
+// requests occur in a single request",
+// https://developer.paypal.com/api/orders-v2/save-with-purchase/cards/; the PayPal-Request-Id
+// "is mandatory for all single-step create order calls (E.g. Create Order Request with payment
+// source information like Card, PayPal.vault_id, ...)",
+// https://developer.paypal.com/api/orders/v2/#orders_create). A declined card also gives a
+// COMPLETED order, whose capture is DECLINED ("A completed order can indicate a payment was
+// authorized, an authorized payment was captured, or a payment was declined",
+// https://developer.paypal.com/api/orders/v2/definitions/order_status/). A card that needs 3-D
+// Secure gives PAYER_ACTION_REQUIRED and no capture (same page; "The API response returns the
+// order status as PAYER_ACTION_REQUIRED", save-with-purchase/cards). Without a payment source the
+// order is CREATED and waits for the payer's approval; it is captured by an explicit POST
+// .../capture once APPROVED.
 func (s *Server) createOrder(c *call) (*response, resourceRef) {
 	var req struct {
 		Intent        string `json:"intent"`
@@ -290,6 +282,7 @@ func (s *Server) createOrder(c *call) (*response, resourceRef) {
 		return errResp, resourceRef{}
 	}
 	status, vaultID := "CREATED", ""
+	var card testCard
 	if req.PaymentSource != nil {
 		if c.requestID == "" {
 			return apiError(http.StatusBadRequest, "INVALID_REQUEST", "Request is not well-formed, syntactically incorrect, or violates schema.",
@@ -301,12 +294,12 @@ func (s *Server) createOrder(c *call) (*response, resourceRef) {
 				"paypaltest supports payment_source.card.vault_id only."), resourceRef{}
 		}
 		vaultID = req.PaymentSource.Card.VaultID
-		card, ok := testCards[vaultID]
-		if !ok {
+		var ok bool
+		if card, ok = testCards[vaultID]; !ok {
 			return unprocessable("PAYMENT_SOURCE_CANNOT_BE_USED",
 				fmt.Sprintf("The vault id %q is not a payment method paypaltest knows.", vaultID)), resourceRef{}
 		}
-		status = "APPROVED"
+		status = "APPROVED" // authorized; captured just below unless the payer must act
 		if card.needsAction {
 			status = "PAYER_ACTION_REQUIRED"
 		}
@@ -320,6 +313,9 @@ func (s *Server) createOrder(c *call) (*response, resourceRef) {
 		requestID: c.requestID, created: now, updated: now}
 	s.orders[o.id] = o
 	s.orderList = append(s.orderList, o)
+	if status == "APPROVED" {
+		s.captureLocked(o, card, c.requestID, now) // single-step: the create captures
+	}
 	return jsonResponse(http.StatusCreated, o.view(s)), resourceRef{"order", o.id}
 }
 
@@ -332,7 +328,11 @@ func (s *Server) getOrder(c *call) (*response, resourceRef) {
 	return jsonResponse(http.StatusOK, o.view(s)), resourceRef{}
 }
 
-// captureOrder is POST /v2/checkout/orders/{id}/capture.
+// captureOrder is POST /v2/checkout/orders/{id}/capture: "To successfully capture payment for an
+// order, the buyer must first approve the order" (https://developer.paypal.com/api/orders/v2/#orders_capture).
+// An order that is not APPROVED is 422 ORDER_NOT_APPROVED; one already captured (by an earlier
+// capture, or by its single-step create) 422 ORDER_ALREADY_CAPTURED ("Order already captured.
+// If 'intent=CAPTURE' only one capture per order is allowed", Orders v2 errors).
 func (s *Server) captureOrder(c *call) (*response, resourceRef) {
 	id := c.r.PathValue("id")
 	o, ok := s.orders[id]
@@ -347,10 +347,20 @@ func (s *Server) captureOrder(c *call) (*response, resourceRef) {
 	case "VOIDED":
 		return unprocessable("ORDER_ALREADY_VOIDED", "The order was voided."), resourceRef{}
 	}
-	now := s.clock()
-	card := testCards[o.vaultID]
+	s.captureLocked(o, testCards[o.vaultID], c.requestID, s.clock())
+	return jsonResponse(http.StatusCreated, o.view(s)), resourceRef{"order", o.id}
+}
+
+// captureLocked captures the APPROVED order o with card (the zero testCard, a payment that
+// succeeds, for an order the payer approved without a vaulted card): one capture, COMPLETED or
+// DECLINED, recorded in Transaction Search when it completed (with the order's custom_id and
+// invoice_id, as transaction_info's custom_field and invoice_id) and announced by webhook. The
+// order becomes COMPLETED either way, as PayPal shows for card declines; a second capture is
+// refused. requestID is the PayPal-Request-Id of the request that captured (the create's, for
+// a single-step create). It is called with s.mu held.
+func (s *Server) captureLocked(o *order, card testCard, requestID string, now time.Time) {
 	cp := &capture{id: s.newIDLocked("CAPFAKE"), status: "COMPLETED", orderID: o.id, amount: o.amount,
-		customID: o.customID, invoiceID: o.invoiceID, responseCode: "0000", requestID: c.requestID,
+		customID: o.customID, invoiceID: o.invoiceID, responseCode: "0000", requestID: requestID,
 		created: now, updated: now}
 	cp.refunded, _ = money.FromMinor(0, o.amount.Currency())
 	event := "PAYMENT.CAPTURE.COMPLETED"
@@ -363,11 +373,8 @@ func (s *Server) captureOrder(c *call) (*response, resourceRef) {
 	if cp.status == "COMPLETED" {
 		s.recordTransactionLocked(cp.id, "", EventCodeCheckoutPayment, cp.amount, cp.customID, cp.invoiceID, now)
 	}
-	// As PayPal shows for declined card captures, the order completes either way; its capture
-	// tells the outcome, and a second capture is refused.
 	o.status, o.updated = "COMPLETED", now
 	s.emitLocked(event, "capture", cp.id, cp.view())
-	return jsonResponse(http.StatusCreated, o.view(s)), resourceRef{"order", o.id}
 }
 
 // getCapture is GET /v2/payments/captures/{id}.
@@ -497,6 +504,26 @@ func (s *Server) CompletePayerAction(orderID string) error {
 		return fmt.Errorf("paypaltest: no order %q", orderID)
 	case o.status != "PAYER_ACTION_REQUIRED":
 		return fmt.Errorf("paypaltest: order %q is %s, not PAYER_ACTION_REQUIRED", orderID, o.status)
+	}
+	o.status, o.updated = "APPROVED", s.clock()
+	return nil
+}
+
+// ApproveOrder simulates a payer approving an order created without a payment source (on
+// PayPal's approval page): the order goes from CREATED to APPROVED and can then be captured by
+// POST /v2/checkout/orders/{id}/capture, successfully ("APPROVED: The customer approved the
+// payment through the PayPal wallet or another form of guest or unbranded payment",
+// https://developer.paypal.com/api/orders/v2/definitions/order_status/). It returns an error
+// naming the problem when the order is unknown or not CREATED.
+func (s *Server) ApproveOrder(orderID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.orders[orderID]
+	switch {
+	case !ok:
+		return fmt.Errorf("paypaltest: no order %q", orderID)
+	case o.status != "CREATED":
+		return fmt.Errorf("paypaltest: order %q is %s, not CREATED", orderID, o.status)
 	}
 	o.status, o.updated = "APPROVED", s.clock()
 	return nil

@@ -13,16 +13,13 @@ import (
 // paypalDate is t in Transaction Search's own date form.
 func paypalDate(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05-0700") }
 
-// captured creates and captures an order of value EUR with card vaultID; it returns the capture.
+// captured creates an order of value EUR with card vaultID, which the single-step create
+// captures; it returns the capture.
 func (b *bundle) captured(t *testing.T, key, value, vaultID string) map[string]any {
 	t.Helper()
 	s, o := b.call(t, "POST", "/v2/checkout/orders", key+"-create", orderBody(key, value, vaultID))
-	if s != 201 {
+	if s != 201 || o["status"] != "COMPLETED" {
 		t.Fatalf("create %s: %d %v", key, s, o)
-	}
-	s, o = b.call(t, "POST", "/v2/checkout/orders/"+o["id"].(string)+"/capture", key+"-capture", "{}")
-	if s != 201 {
-		t.Fatalf("capture %s: %d %v", key, s, o)
 	}
 	return captureOf(t, o)
 }
@@ -258,4 +255,39 @@ func TestSearchLag(t *testing.T) {
 		}
 	}()
 	paypaltest.NewUnstartedServer(&paypaltest.Config{SearchLag: -time.Second})
+}
+
+// An order captured by its single-step create is a T0006 transaction like any capture, with the
+// purchase unit's custom_id as custom_field and its invoice_id: what a lookup by reference past
+// the request id window searches for. An order captured by an explicit capture carries them too.
+func TestSearchCarriesReferencesOfSingleStepCaptures(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	body := `{"intent":"CAPTURE","purchase_units":[{"custom_id":"ref-1","invoice_id":"inv-1","amount":{"currency_code":"HUF","value":"100"}}],` +
+		`"payment_source":{"card":{"vault_id":"` + paypaltest.PaymentMethodVisa + `"}}}`
+	s, o := b.call(t, "POST", "/v2/checkout/orders", "ref-1", body)
+	if s != 201 || o["status"] != "COMPLETED" {
+		t.Fatalf("%d %v", s, o)
+	}
+	_, o2 := b.call(t, "POST", "/v2/checkout/orders", "", `{"intent":"CAPTURE","purchase_units":[{"custom_id":"ref-2","invoice_id":"inv-2","amount":{"currency_code":"EUR","value":"2.00"}}]}`)
+	if err := b.srv.ApproveOrder(o2["id"].(string)); err != nil {
+		t.Fatal(err)
+	}
+	if s, c := b.call(t, "POST", "/v2/checkout/orders/"+o2["id"].(string)+"/capture", "ref-2-capture", "{}"); s != 201 {
+		t.Fatalf("%d %v", s, c)
+	}
+	_, infos := b.searchOK(t, t0, t0.Add(time.Minute))
+	if len(infos) != 2 {
+		t.Fatalf("%v", infos)
+	}
+	for i, want := range []struct{ id, custom, invoice, amount string }{
+		{captureOf(t, o)["id"].(string), "ref-1", "inv-1", "100 HUF"},
+		{"", "ref-2", "inv-2", "2.00 EUR"},
+	} {
+		in := infos[i]
+		if (want.id != "" && in["transaction_id"] != want.id) || in["custom_field"] != want.custom || in["invoice_id"] != want.invoice ||
+			amount(in) != want.amount || in["transaction_event_code"] != paypaltest.EventCodeCheckoutPayment {
+			t.Fatalf("transaction %d: %v, want %+v", i, in, want)
+		}
+	}
 }

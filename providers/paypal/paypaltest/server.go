@@ -21,13 +21,17 @@ const (
 	// DefaultTokenLifetime is the expires_in of issued access tokens: PayPal's usual 9 hours.
 	DefaultTokenLifetime = 9 * time.Hour
 
-	// DefaultOrderRetention is how long a PayPal-Request-Id of an order create is remembered:
-	// PayPal's documented 6 hours (72 hours on request).
+	// DefaultOrderRetention is how long a PayPal-Request-Id of an Orders v2 call (create and
+	// capture) is remembered: "The server stores keys for 6 hours. The API callers can request
+	// the times to up to 72 hours by speaking to their Account Manager", on both
+	// https://developer.paypal.com/api/orders/v2/#orders_create and
+	// https://developer.paypal.com/api/orders/v2/#orders_capture.
 	DefaultOrderRetention = 6 * time.Hour
 
-	// DefaultCaptureRetention is how long a PayPal-Request-Id of a capture or a refund is
-	// remembered: Payments v2's documented 45 days.
-	DefaultCaptureRetention = 45 * 24 * time.Hour
+	// DefaultRefundRetention is how long a PayPal-Request-Id of a refund of a capture (Payments
+	// v2, POST /v2/payments/captures/{id}/refund) is remembered: "The server stores keys for 45
+	// days" (https://developer.paypal.com/api/payments/v2/#captures_refund).
+	DefaultRefundRetention = 45 * 24 * time.Hour
 
 	// DefaultWebhookID is the id of the fake's webhook subscription.
 	DefaultWebhookID = "WH-FAKE-PAYONCE"
@@ -51,13 +55,14 @@ type Config struct {
 	// [Server.RevokeTokens].
 	TokenLifetime time.Duration
 
-	// OrderRetention is how long the request id of an order create is remembered; a create
-	// reusing it later makes a new order. Default: [DefaultOrderRetention] (6h).
+	// OrderRetention is how long the request id of an Orders v2 call (a create, a capture) is
+	// remembered; a create reusing it later is a new request and makes (and, with a payment
+	// source, captures) a new order. Default: [DefaultOrderRetention] (6h).
 	OrderRetention time.Duration
 
-	// CaptureRetention is how long the request id of a capture or a refund is remembered.
-	// Default: [DefaultCaptureRetention] (45 days).
-	CaptureRetention time.Duration
+	// RefundRetention is how long the request id of a refund of a capture is remembered.
+	// Default: [DefaultRefundRetention] (45 days).
+	RefundRetention time.Duration
 
 	// Seed seeds the random source that decides the probabilistic Faults. Default: 1.
 	Seed int64
@@ -79,6 +84,11 @@ type Config struct {
 	// (and a new transmission id), as PayPal's at-least-once delivery may do. Default: 0.
 	DuplicateWebhooks int
 
+	// WebhookRetryFor is how long a failing delivery is retried. The provider retries for days;
+	// by default the fake gives up after 4 attempts over 175ms, so that a test of a receiver
+	// that is down for good does not wait. Set it to outlast a receiver that restarts.
+	WebhookRetryFor time.Duration
+
 	// WebhookClient sends the deliveries. Default: a client with a 5 s timeout, whose idle
 	// connections Close releases.
 	WebhookClient *http.Client
@@ -97,7 +107,7 @@ type Server struct {
 	clientID, secret string
 	tokenLifetime    time.Duration
 	orderRetention   time.Duration
-	captureRetention time.Duration
+	refundRetention  time.Duration
 	webhookID        string
 	searchLag        time.Duration
 	mux              *http.ServeMux
@@ -148,23 +158,23 @@ func NewUnstartedServer(cfg *Config) *Server {
 		panic("paypaltest: " + err.Error())
 	}
 	s := &Server{
-		clock:            cfg.Clock,
-		clientID:         or(cfg.ClientID, DefaultClientID),
-		secret:           or(cfg.Secret, DefaultSecret),
-		tokenLifetime:    orDur(cfg.TokenLifetime, DefaultTokenLifetime),
-		orderRetention:   orDur(cfg.OrderRetention, DefaultOrderRetention),
-		captureRetention: orDur(cfg.CaptureRetention, DefaultCaptureRetention),
-		webhookID:        or(cfg.WebhookID, DefaultWebhookID),
-		searchLag:        cfg.SearchLag,
-		life:             fakekit.NewLifecycle("paypaltest"),
-		faults:           fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x50415950414c5445), // "PAYPALTE"
-		requestIDs:       fakekit.NewKeys[requestScope, resourceRef](),
-		tokens:           make(map[string]*token),
-		orders:           make(map[string]*order),
-		captures:         make(map[string]*capture),
-		refunds:          make(map[string]*refund),
-		transmitted:      make(map[string]transmission),
-		transactionByID:  make(map[string]*transaction),
+		clock:           cfg.Clock,
+		clientID:        or(cfg.ClientID, DefaultClientID),
+		secret:          or(cfg.Secret, DefaultSecret),
+		tokenLifetime:   orDur(cfg.TokenLifetime, DefaultTokenLifetime),
+		orderRetention:  orDur(cfg.OrderRetention, DefaultOrderRetention),
+		refundRetention: orDur(cfg.RefundRetention, DefaultRefundRetention),
+		webhookID:       or(cfg.WebhookID, DefaultWebhookID),
+		searchLag:       cfg.SearchLag,
+		life:            fakekit.NewLifecycle("paypaltest"),
+		faults:          fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x50415950414c5445), // "PAYPALTE"
+		requestIDs:      fakekit.NewKeys[requestScope, resourceRef](),
+		tokens:          make(map[string]*token),
+		orders:          make(map[string]*order),
+		captures:        make(map[string]*capture),
+		refunds:         make(map[string]*refund),
+		transmitted:     make(map[string]transmission),
+		transactionByID: make(map[string]*transaction),
 	}
 	if s.clock == nil {
 		s.clock = time.Now
@@ -190,7 +200,7 @@ func orDur(v, def time.Duration) time.Duration {
 
 func (c *Config) validate() error {
 	for name, d := range map[string]time.Duration{"TokenLifetime": c.TokenLifetime,
-		"OrderRetention": c.OrderRetention, "CaptureRetention": c.CaptureRetention, "SearchLag": c.SearchLag} {
+		"OrderRetention": c.OrderRetention, "RefundRetention": c.RefundRetention, "SearchLag": c.SearchLag} {
 		if d < 0 {
 			return fmt.Errorf("Config.%s must not be negative, got %v", name, d)
 		}
@@ -369,6 +379,13 @@ func unprocessable(issue, description string) *response {
 	return apiError(http.StatusUnprocessableEntity, "UNPROCESSABLE_ENTITY",
 		"The requested action could not be performed, semantically incorrect, or failed business validation.",
 		detail{Issue: issue, Description: description})
+}
+
+// unprocessableAt is a 422 naming the body field and value at fault.
+func unprocessableAt(field, value, issue, description string) *response {
+	return apiError(http.StatusUnprocessableEntity, "UNPROCESSABLE_ENTITY",
+		"The requested action could not be performed, semantically incorrect, or failed business validation.",
+		detail{Field: field, Value: value, Location: "body", Issue: issue, Description: description})
 }
 
 func invalidRequest(field, issue, description string) *response {

@@ -136,31 +136,24 @@ func TestAuthentication(t *testing.T) {
 	}
 }
 
-func TestCreateCaptureReplay(t *testing.T) {
+// A create with a payment source is single-step (PayPal authorizes and captures in the create):
+// 201 COMPLETED with the capture; a replay of its request id is 200 with the same order; a
+// capture of it is 422 ORDER_ALREADY_CAPTURED; after 6 hours the request id is forgotten and the
+// same create makes and captures a second order.
+func TestSingleStepCreateCaptures(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	s, o := b.call(t, "POST", "/v2/checkout/orders", "rid-create", orderBody("k1", "20.00", paypaltest.PaymentMethodVisa))
-	if s != 201 || o["status"] != "APPROVED" {
+	if s != 201 || o["status"] != "COMPLETED" || captureOf(t, o)["status"] != "COMPLETED" || captureOf(t, o)["custom_id"] != "k1" {
 		t.Fatalf("%d %v", s, o)
 	}
 	id := o["id"].(string)
 	s, again := b.call(t, "POST", "/v2/checkout/orders", "rid-create", orderBody("k1", "20.00", paypaltest.PaymentMethodVisa))
-	if s != 200 || again["id"] != id {
+	if s != 200 || again["id"] != id || again["status"] != "COMPLETED" || captureOf(t, again)["id"] != captureOf(t, o)["id"] {
 		t.Fatalf("replay %d %v", s, again)
 	}
-	s, c := b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-capture", "{}")
-	if s != 201 || c["status"] != "COMPLETED" || captureOf(t, c)["status"] != "COMPLETED" {
-		t.Fatalf("capture %d %v", s, c)
-	}
-	// Replaying the create now shows the latest status of the order.
-	if s, again = b.call(t, "POST", "/v2/checkout/orders", "rid-create", orderBody("k1", "20.00", paypaltest.PaymentMethodVisa)); s != 200 || again["status"] != "COMPLETED" {
-		t.Fatalf("%d %v", s, again)
-	}
-	if s, c = b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-capture", "{}"); s != 200 || captureOf(t, c)["status"] != "COMPLETED" {
-		t.Fatalf("capture replay %d %v", s, c)
-	}
-	if s, c = b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-other", "{}"); s != 422 || issue(c) != "ORDER_ALREADY_CAPTURED" {
-		t.Fatalf("second capture %d %v", s, c)
+	if s, c := b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-capture", "{}"); s != 422 || issue(c) != "ORDER_ALREADY_CAPTURED" {
+		t.Fatalf("capture of an order captured at create: %d %v", s, c)
 	}
 	// Other parameters under a known request id: the original order, counted as a mismatch.
 	if s, again = b.call(t, "POST", "/v2/checkout/orders", "rid-create", orderBody("k1", "99.00", paypaltest.PaymentMethodVisa)); s != 200 || again["id"] != id {
@@ -172,26 +165,168 @@ func TestCreateCaptureReplay(t *testing.T) {
 	if got := b.srv.CountsByCustomID("k1"); got != (paypaltest.Counts{Orders: 1, Captures: 1}) {
 		t.Fatalf("%+v", got)
 	}
-	if got := b.srv.CountsByRequestID("rid-capture"); got != (paypaltest.Counts{Captures: 1}) {
+	if got := b.srv.CountsByRequestID("rid-create"); got != (paypaltest.Counts{Orders: 1, Captures: 1}) {
+		t.Fatalf("%+v", got)
+	}
+	if got := b.srv.Totals()["EUR"]; got != (paypaltest.Total{Captured: 2000, Net: 2000}) {
 		t.Fatalf("%+v", got)
 	}
 
-	// Retention: the create's id is forgotten after 6 h, the capture's kept 45 days.
-	b.clock.Advance(6 * time.Hour)
+	// Just inside 6 hours the request id still replays; at 6 hours it is forgotten: a new
+	// request, a second order, charged again.
+	b.clock.Advance(6*time.Hour - time.Second)
 	b.token = b.newToken(t)
-	if s, c = b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-capture", "{}"); s != 200 {
-		t.Fatalf("capture id after 6h: %d %v", s, c)
+	if s, again = b.call(t, "POST", "/v2/checkout/orders", "rid-create", orderBody("k1", "20.00", paypaltest.PaymentMethodVisa)); s != 200 || again["id"] != id {
+		t.Fatalf("create id just before 6h: %d %v", s, again)
 	}
-	if s, again = b.call(t, "POST", "/v2/checkout/orders", "rid-create", orderBody("k1", "20.00", paypaltest.PaymentMethodVisa)); s != 201 || again["id"] == id {
+	b.clock.Advance(time.Second)
+	s, again = b.call(t, "POST", "/v2/checkout/orders", "rid-create", orderBody("k1", "20.00", paypaltest.PaymentMethodVisa))
+	if s != 201 || again["id"] == id || again["status"] != "COMPLETED" {
 		t.Fatalf("create id after 6h: %d %v", s, again)
 	}
-	b.clock.Advance(45 * 24 * time.Hour)
-	b.token = b.newToken(t)
-	if s, c = b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-capture", "{}"); s != 422 || issue(c) != "ORDER_ALREADY_CAPTURED" {
-		t.Fatalf("capture id after 45 days: %d %v", s, c)
-	}
-	if got := b.srv.CountsByCustomID("k1"); got != (paypaltest.Counts{Orders: 2, Captures: 1}) {
+	if got := b.srv.CountsByCustomID("k1"); got != (paypaltest.Counts{Orders: 2, Captures: 2}) {
 		t.Fatalf("%+v", got)
+	}
+	if got := b.srv.Totals()["EUR"].Captured; got != 4000 {
+		t.Fatalf("captured %d", got)
+	}
+}
+
+// Without a payment source the order waits for the payer (CREATED); once APPROVED, an explicit
+// capture captures it. The capture's request id is an Orders v2 request id: kept 6 hours, not 45
+// days.
+func TestTwoStepCreateThenCapture(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	s, o := b.call(t, "POST", "/v2/checkout/orders", "", orderBody("k2", "20.00", ""))
+	if s != 201 || o["status"] != "CREATED" || o["purchase_units"].([]any)[0].(map[string]any)["payments"] != nil {
+		t.Fatalf("%d %v", s, o)
+	}
+	id := o["id"].(string)
+	if s, c := b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-cap", "{}"); s != 422 || issue(c) != "ORDER_NOT_APPROVED" {
+		t.Fatalf("capture before approval: %d %v", s, c)
+	}
+	if err := b.srv.ApproveOrder(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.srv.ApproveOrder(id); err == nil || !strings.Contains(err.Error(), "APPROVED") {
+		t.Fatalf("twice: %v", err)
+	}
+	if err := b.srv.ApproveOrder("ORDNONE"); err == nil {
+		t.Fatal("unknown order approved")
+	}
+	s, c := b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-cap", "{}")
+	if s != 201 || c["status"] != "COMPLETED" || captureOf(t, c)["status"] != "COMPLETED" {
+		t.Fatalf("capture %d %v", s, c)
+	}
+	if s, c = b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-cap", "{}"); s != 200 || captureOf(t, c)["status"] != "COMPLETED" {
+		t.Fatalf("capture replay %d %v", s, c)
+	}
+	if s, c = b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-other", "{}"); s != 422 || issue(c) != "ORDER_ALREADY_CAPTURED" {
+		t.Fatalf("second capture %d %v", s, c)
+	}
+	if got := b.srv.CountsByRequestID("rid-cap"); got != (paypaltest.Counts{Captures: 1}) {
+		t.Fatalf("%+v", got)
+	}
+	// After 6 hours the capture's request id is forgotten too: a new request, which PayPal
+	// refuses since the order admits one capture.
+	b.clock.Advance(6 * time.Hour)
+	b.token = b.newToken(t)
+	if s, c = b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "rid-cap", "{}"); s != 422 || issue(c) != "ORDER_ALREADY_CAPTURED" {
+		t.Fatalf("capture id after 6h: %d %v", s, c)
+	}
+	if got := b.srv.CountsByCustomID("k2"); got != (paypaltest.Counts{Orders: 1, Captures: 1}) {
+		t.Fatalf("%+v", got)
+	}
+}
+
+// A refund's request id is a Payments v2 one: replayed for 45 days, then forgotten (a second
+// refund).
+func TestRefundRequestIDRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	_, o := b.call(t, "POST", "/v2/checkout/orders", "c1", orderBody("rr", "10.00", paypaltest.PaymentMethodVisa))
+	capID := captureOf(t, o)["id"].(string)
+	refund := func() int {
+		s, _ := b.call(t, "POST", "/v2/payments/captures/"+capID+"/refund", "rr-1", `{"amount":{"currency_code":"EUR","value":"1.00"},"custom_id":"rr-1"}`)
+		return s
+	}
+	if s := refund(); s != 201 {
+		t.Fatal(s)
+	}
+	b.clock.Advance(45*24*time.Hour - time.Second)
+	b.token = b.newToken(t)
+	if s := refund(); s != 200 {
+		t.Fatalf("refund id before 45 days: %d", s)
+	}
+	b.clock.Advance(time.Second)
+	b.token = b.newToken(t)
+	if s := refund(); s != 201 {
+		t.Fatalf("refund id after 45 days: %d", s)
+	}
+	if got := b.srv.CountsByCustomID("rr-1"); got.Refunds != 2 {
+		t.Fatalf("%+v", got)
+	}
+}
+
+func orderBodyIn(customID, currency, value string) string {
+	return `{"intent":"CAPTURE","purchase_units":[{"custom_id":"` + customID + `","amount":{"currency_code":"` + currency +
+		`","value":"` + value + `"}}],"payment_source":{"card":{"vault_id":"` + paypaltest.PaymentMethodVisa + `"}}}`
+}
+
+// The fake checks amounts against PayPal's currency table, not ISO 4217's: HUF, JPY and TWD take
+// no decimals at PayPal (ISO gives HUF and TWD two), and it writes amounts the same way.
+func TestCurrencies(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for _, tc := range []struct {
+		currency, value string
+		status          int
+		issue, written  string
+	}{
+		{"HUF", "10", 201, "", "10"},
+		{"TWD", "1500", 201, "", "1500"},
+		{"JPY", "1500", 201, "", "1500"},
+		{"EUR", "10.5", 201, "", "10.50"},
+		{"USD", "7", 201, "", "7.00"},
+		{"HUF", "10.50", 422, "DECIMALS_NOT_SUPPORTED", ""},
+		{"HUF", "10.00", 422, "DECIMALS_NOT_SUPPORTED", ""},
+		{"TWD", "3.5", 422, "DECIMALS_NOT_SUPPORTED", ""},
+		{"JPY", "1.0", 422, "DECIMALS_NOT_SUPPORTED", ""},
+		{"EUR", "10.505", 422, "DECIMAL_PRECISION", ""},
+		{"KWD", "1.500", 422, "CURRENCY_NOT_SUPPORTED", ""},
+		{"KRW", "1000", 422, "CURRENCY_NOT_SUPPORTED", ""},
+		{"RUB", "10.00", 422, "CURRENCY_NOT_SUPPORTED", ""},
+		{"eur", "10.00", 400, "INVALID_CURRENCY_CODE", ""},
+		{"EURO", "10.00", 400, "INVALID_CURRENCY_CODE", ""},
+		{"EUR", "1e3", 400, "INVALID_PARAMETER_SYNTAX", ""},
+	} {
+		rid := "cur-" + tc.currency + "-" + tc.value
+		s, o := b.call(t, "POST", "/v2/checkout/orders", rid, orderBodyIn(rid, tc.currency, tc.value))
+		if s != tc.status || issue(o) != tc.issue {
+			t.Fatalf("%s %s: %d %v", tc.value, tc.currency, s, o)
+		}
+		if tc.status != 201 {
+			if got := b.srv.CountsByCustomID(rid); got != (paypaltest.Counts{}) {
+				t.Fatalf("%s %s refused but %+v exist", tc.value, tc.currency, got)
+			}
+			continue
+		}
+		if v := captureOf(t, o)["amount"].(map[string]any)["value"]; v != tc.written {
+			t.Fatalf("%s %s captured as %v, want %s", tc.value, tc.currency, v, tc.written)
+		}
+	}
+	// Refunds follow the same table.
+	_, o := b.call(t, "POST", "/v2/checkout/orders", "huf", orderBodyIn("huf", "HUF", "100"))
+	capID := captureOf(t, o)["id"].(string)
+	if s, r := b.call(t, "POST", "/v2/payments/captures/"+capID+"/refund", "huf-r1", `{"amount":{"currency_code":"HUF","value":"0.50"}}`); s != 422 || issue(r) != "DECIMALS_NOT_SUPPORTED" {
+		t.Fatalf("%d %v", s, r)
+	}
+	if s, r := b.call(t, "POST", "/v2/payments/captures/"+capID+"/refund", "huf-r2", `{"amount":{"currency_code":"HUF","value":"40"}}`); s != 201 || r["amount"].(map[string]any)["value"] != "40" {
+		t.Fatalf("%d %v", s, r)
+	}
+	if s, r := b.call(t, "POST", "/v2/payments/captures/"+capID+"/refund", "huf-r3", `{}`); s != 201 || r["amount"].(map[string]any)["value"] != "60" {
+		t.Fatalf("refund of the rest: %d %v", s, r)
 	}
 }
 
@@ -222,7 +357,7 @@ func TestValidation(t *testing.T) {
 	if s, body := b.call(t, "POST", "/v2/checkout/orders", "r1", orderBody("v", "1.00", paypaltest.PaymentMethodVisa)); s != 201 {
 		t.Fatalf("%d %v", s, body)
 	}
-	if got := b.srv.CountsByCustomID("v"); got.Orders != 1 {
+	if got := b.srv.CountsByCustomID("v"); got != (paypaltest.Counts{Orders: 1, Captures: 1}) {
 		t.Fatalf("%+v", got)
 	}
 	// Without a payment source, no request id is needed and the order waits for a payer.
@@ -237,22 +372,26 @@ func TestValidation(t *testing.T) {
 func TestDeclineAndPayerAction(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	_, o := b.call(t, "POST", "/v2/checkout/orders", "d1", orderBody("d", "5.00", paypaltest.PaymentMethodInsufficientFunds))
-	s, c := b.call(t, "POST", "/v2/checkout/orders/"+o["id"].(string)+"/capture", "d2", "")
-	cp := captureOf(t, c)
-	if s != 201 || cp["status"] != "DECLINED" || cp["processor_response"].(map[string]any)["response_code"] != "0051" {
+	// A declined card: the single-step create answers a COMPLETED order with a DECLINED capture.
+	s, o := b.call(t, "POST", "/v2/checkout/orders", "d1", orderBody("d", "5.00", paypaltest.PaymentMethodInsufficientFunds))
+	cp := captureOf(t, o)
+	if s != 201 || o["status"] != "COMPLETED" || cp["status"] != "DECLINED" || cp["processor_response"].(map[string]any)["response_code"] != "0051" {
+		t.Fatalf("%d %v", s, o)
+	}
+	if s, c := b.call(t, "POST", "/v2/checkout/orders/"+o["id"].(string)+"/capture", "d2", ""); s != 422 || issue(c) != "ORDER_ALREADY_CAPTURED" {
 		t.Fatalf("%d %v", s, c)
 	}
 	if tot := b.srv.Totals()["EUR"]; tot.Captured != 0 {
 		t.Fatalf("%+v", tot)
 	}
 
+	// 3-D Secure: nothing captured at create; captured explicitly once the payer acted.
 	_, o = b.call(t, "POST", "/v2/checkout/orders", "a1", orderBody("a", "5.00", paypaltest.PaymentMethodAuthenticationRequired))
 	id := o["id"].(string)
-	if o["status"] != "PAYER_ACTION_REQUIRED" {
+	if o["status"] != "PAYER_ACTION_REQUIRED" || o["purchase_units"].([]any)[0].(map[string]any)["payments"] != nil {
 		t.Fatalf("%v", o)
 	}
-	if s, c = b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "a2", ""); s != 422 || issue(c) != "ORDER_NOT_APPROVED" {
+	if s, c := b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "a2", ""); s != 422 || issue(c) != "ORDER_NOT_APPROVED" {
 		t.Fatalf("%d %v", s, c)
 	}
 	if err := b.srv.CompletePayerAction(id); err != nil {
@@ -261,8 +400,11 @@ func TestDeclineAndPayerAction(t *testing.T) {
 	if err := b.srv.CompletePayerAction(id); err == nil || !strings.Contains(err.Error(), "APPROVED") {
 		t.Fatalf("twice: %v", err)
 	}
-	if s, c = b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "a2", ""); s != 201 || c["status"] != "COMPLETED" {
+	if s, c := b.call(t, "POST", "/v2/checkout/orders/"+id+"/capture", "a2", ""); s != 201 || c["status"] != "COMPLETED" {
 		t.Fatalf("%d %v", s, c)
+	}
+	if got := b.srv.CountsByCustomID("a"); got != (paypaltest.Counts{Orders: 1, Captures: 1}) {
+		t.Fatalf("%+v", got)
 	}
 }
 
@@ -270,7 +412,6 @@ func TestRefundBounds(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	_, o := b.call(t, "POST", "/v2/checkout/orders", "c1", orderBody("r", "10.00", paypaltest.PaymentMethodVisa))
-	_, o = b.call(t, "POST", "/v2/checkout/orders/"+o["id"].(string)+"/capture", "c2", "")
 	capID := captureOf(t, o)["id"].(string)
 	refund := func(rid, value string) (int, map[string]any) {
 		return b.call(t, "POST", "/v2/payments/captures/"+capID+"/refund", rid,
@@ -409,6 +550,7 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	for field, cfg := range map[string]*paypaltest.Config{
 		"Config.OrderRetention":    {OrderRetention: -1},
+		"Config.RefundRetention":   {RefundRetention: -1},
 		"Config.TokenLifetime":     {TokenLifetime: time.Millisecond},
 		"Config.Faults[0]":         {Faults: []paypaltest.Fault{{Kind: paypaltest.Latency, Probability: 1}}},
 		"Config.WebhookURL":        {WebhookURL: "nope"},
@@ -443,8 +585,7 @@ func TestWebhookDeliveryAndVerification(t *testing.T) {
 	}))
 	defer sink.Close()
 	b := setup(t, &paypaltest.Config{WebhookURL: sink.URL, DuplicateWebhooks: 1})
-	_, o := b.call(t, "POST", "/v2/checkout/orders", "w1", orderBody("w", "3.00", paypaltest.PaymentMethodVisa))
-	b.call(t, "POST", "/v2/checkout/orders/"+o["id"].(string)+"/capture", "w2", "")
+	b.call(t, "POST", "/v2/checkout/orders", "w1", orderBody("w", "3.00", paypaltest.PaymentMethodVisa))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := b.srv.WaitDeliveries(ctx); err != nil {

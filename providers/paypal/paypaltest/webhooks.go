@@ -69,6 +69,7 @@ func newWebhooks(cfg *Config, s *Server) *fakekit.Deliveries[Event] {
 	return fakekit.NewDeliveries(fakekit.DeliveryConfig[Event]{
 		URL:        cfg.WebhookURL,
 		Duplicates: cfg.DuplicateWebhooks,
+		RetryFor:   cfg.WebhookRetryFor,
 		Client:     cfg.WebhookClient,
 		Payload:    func(batch []*Event) []byte { return batch[0].Payload },
 		Header: func(payload []byte) http.Header {

@@ -47,6 +47,11 @@ type Config struct {
 	// id, as Stripe's at-least-once delivery may do. Default: 0 (each event once).
 	DuplicateWebhooks int
 
+	// WebhookRetryFor is how long a failing delivery is retried. The provider retries for days;
+	// by default the fake gives up after 4 attempts over 175ms, so that a test of a receiver
+	// that is down for good does not wait. Set it to outlast a receiver that restarts.
+	WebhookRetryFor time.Duration
+
 	// WebhookClient sends the deliveries. Default: a client with a 5 s timeout, whose idle
 	// connections Close releases.
 	WebhookClient *http.Client

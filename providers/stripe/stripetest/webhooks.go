@@ -50,6 +50,7 @@ func newWebhooks(cfg *Config, clock func() time.Time) *fakekit.Deliveries[Event]
 	return fakekit.NewDeliveries(fakekit.DeliveryConfig[Event]{
 		URL:        cfg.WebhookURL,
 		Duplicates: cfg.DuplicateWebhooks,
+		RetryFor:   cfg.WebhookRetryFor,
 		Client:     cfg.WebhookClient,
 		Payload:    func(batch []*Event) []byte { return batch[0].Payload },
 		Header: func(payload []byte) http.Header {
