@@ -38,6 +38,13 @@ type Config struct {
 	// ([DefaultWindowMargin]); it must be less than half of every
 	// provider's shortest window.
 	WindowMargin time.Duration
+	// Store is the idempotency store of payments' keys; it must be on the
+	// client's database (records complete in the same transactions as the
+	// intents). Default: pgstore.New(pool, nil).
+	Store *pgstore.Store
+	// Ledger receives the postings; it must be on the client's database.
+	// Default: ledger.New(pool, nil).
+	Ledger *ledger.Ledger
 	// Logger receives warnings. Default: discarded.
 	Logger *slog.Logger
 	// MeterProvider receives the payments instruments (payments.charges,
@@ -57,6 +64,7 @@ type Client struct {
 	store     *pgstore.Store
 	exec      *pgstore.Executor
 	ledger    *ledger.Ledger
+	inbox     *Inbox
 	providers map[string]Provider
 	log       *slog.Logger
 	hooks     hooks
@@ -69,9 +77,10 @@ type ConfigError struct{ Field, Reason string }
 
 func (e *ConfigError) Error() string { return "payments: " + e.Field + ": " + e.Reason }
 
-// New returns a Client. The pool's database must be migrated (package
-// migrations). It returns a *ConfigError naming a bad field.
-func New(pool *pgxpool.Pool, store *pgstore.Store, l *ledger.Ledger, providers []Provider, cfg *Config) (*Client, error) {
+// New returns a Client on pool's database, which must be migrated
+// (package migrations), building its idempotency store and ledger unless
+// cfg gives them. It returns a *ConfigError naming a bad field.
+func New(pool *pgxpool.Pool, providers []Provider, cfg *Config) (*Client, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -79,12 +88,20 @@ func New(pool *pgxpool.Pool, store *pgstore.Store, l *ledger.Ledger, providers [
 	switch {
 	case pool == nil:
 		return nil, &ConfigError{"pool", "nil"}
-	case store == nil:
-		return nil, &ConfigError{"store", "nil"}
-	case l == nil:
-		return nil, &ConfigError{"ledger", "nil"}
 	case len(providers) == 0:
 		return nil, &ConfigError{"providers", "at least one provider is required"}
+	}
+	store, l := c.Store, c.Ledger
+	var err error
+	if store == nil {
+		if store, err = pgstore.New(pool, nil); err != nil {
+			return nil, err
+		}
+	}
+	if l == nil {
+		if l, err = ledger.New(pool, nil); err != nil {
+			return nil, err
+		}
 	}
 	byName := map[string]Provider{}
 	window := 24 * time.Hour
@@ -136,9 +153,18 @@ func New(pool *pgxpool.Pool, store *pgstore.Store, l *ledger.Ledger, providers [
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, providers: byName, log: log,
+	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, inbox: NewInbox(pool), providers: byName, log: log,
 		windowMargin: c.WindowMargin}, nil
 }
+
+// Operator is the client's operator and reconciler calls, apart from the
+// customer calls on [Client]: settling intents with proof ([Operator.Resolve],
+// [Operator.ResolveReview]) and the webhook inbox ([Operator.ApplyEvents],
+// [Operator.StoredEvents]).
+type Operator struct{ c *Client }
+
+// Operator returns the client's operator calls.
+func (c *Client) Operator() *Operator { return &Operator{c} }
 
 // Provider returns the configured provider named name, or nil.
 func (c *Client) Provider(name string) Provider { return c.providers[name] }

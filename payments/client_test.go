@@ -55,11 +55,21 @@ func setupWith(t *testing.T, cfg *payments.Config) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := payments.New(pool, store, l, []payments.Provider{prov}, cfg)
+	c, err := payments.New(pool, []payments.Provider{prov}, withStore(cfg, store, l))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return bundle{pool: pool, client: c, ledger: l, fake: fake}
+}
+
+// withStore is cfg (nil: defaults) with the test's store and ledger.
+func withStore(cfg *payments.Config, store *pgstore.Store, l *ledger.Ledger) *payments.Config {
+	c := payments.Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Store, c.Ledger = store, l
+	return &c
 }
 
 func eur(t *testing.T, s string) money.Money {
@@ -252,7 +262,7 @@ func TestRetentionShorterThanDedupWindowRefused(t *testing.T) {
 	b := setup(t)
 	store, _ := pgstore.New(b.pool, nil)
 	prov, _ := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: b.fake.URL()})
-	_, err := payments.New(b.pool, store, b.ledger, []payments.Provider{prov}, &payments.Config{Retention: time.Hour})
+	_, err := payments.New(b.pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: b.ledger, Retention: time.Hour})
 	var ce *payments.ConfigError
 	if !errors.As(err, &ce) || ce.Field != "Config.Retention" {
 		t.Fatalf("err = %v", err)

@@ -53,7 +53,7 @@ func crashClient(t testing.TB, pool *pgxpool.Pool, stripeURL string) *payments.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := payments.New(pool, store, l, []payments.Provider{prov}, &payments.Config{LockTimeout: crashLockTimeout})
+	c, err := payments.New(pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: crashLockTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	paystripe "github.com/payonce/payonce/providers/stripe"
@@ -25,10 +23,8 @@ import (
 func Example() {
 	ctx := context.Background()
 	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	store, _ := pgstore.New(pool, nil)
-	book, _ := ledger.New(pool, nil)
 	stripe, _ := paystripe.New(&paystripe.Config{SecretKey: os.Getenv("STRIPE_SECRET_KEY")})
-	client, err := payments.New(pool, store, book, []payments.Provider{stripe}, nil)
+	client, err := payments.New(pool, []payments.Provider{stripe}, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -109,7 +109,7 @@ func pvClient(t testing.TB, pool *pgxpool.Pool, prov payments.Provider, lock tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := payments.New(pool, store, l, []payments.Provider{prov}, &payments.Config{LockTimeout: lock})
+	c, err := payments.New(pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: lock})
 	if err != nil {
 		t.Fatal(err)
 	}

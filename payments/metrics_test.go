@@ -12,9 +12,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/internal/pgtest"
-	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/payments"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -94,9 +92,7 @@ func TestWebhookMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, _ := pgstore.New(pool, nil)
-	l, _ := ledger.New(pool, nil)
-	c, err := payments.New(pool, store, l, []payments.Provider{prov},
+	c, err := payments.New(pool, []payments.Provider{prov},
 		&payments.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	if err != nil {
 		t.Fatal(err)

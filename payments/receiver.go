@@ -140,7 +140,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "verification unavailable", http.StatusServiceUnavailable)
 		return
 	}
-	if _, err := rc.c.ApplyEvents(r.Context(), rc.provider, events); err != nil {
+	if _, err := rc.c.applyEvents(r.Context(), rc.provider, events); err != nil {
 		refuse("store_failed")
 		rc.cfg.Logger.Error("payments: webhook not stored", "provider", rc.provider, "err", err)
 		http.Error(w, "not stored", http.StatusServiceUnavailable)
@@ -173,7 +173,11 @@ type AppliedEvent struct {
 // [Client.WebhookHandler]). It is what the receiver calls; use it for
 // events obtained another way (a provider's event list). Events must be
 // verified.
-func (c *Client) ApplyEvents(ctx context.Context, provider string, events []WebhookEvent) ([]AppliedEvent, error) {
+func (o *Operator) ApplyEvents(ctx context.Context, provider string, events []WebhookEvent) ([]AppliedEvent, error) {
+	return o.c.applyEvents(ctx, provider, events)
+}
+
+func (c *Client) applyEvents(ctx context.Context, provider string, events []WebhookEvent) ([]AppliedEvent, error) {
 	var out []AppliedEvent
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		out = out[:0]
@@ -453,40 +457,7 @@ func sameAmount(m money.Money, amount, currency string) bool {
 }
 
 // StoredEvents returns the verified events of provider stored for a
-// reference (the ProviderKey payonce sent), oldest first, as the inbox
-// holds them. It is the notification source of adapters whose provider
-// has no lookup by reference (Adyen's Lookup reads its AUTHORISATION
-// notifications from here). Body, Reference, ProviderID, ChargeID, Key,
-// Kind, Type, DeclineCode and Amount are restored.
-func (c *Client) StoredEvents(ctx context.Context, provider, reference string) ([]WebhookEvent, error) {
-	rows, err := c.pool.Query(ctx, `SELECT event_id, event_type, kind, coalesce(reference, ''), coalesce(local_key, ''),
-		coalesce(provider_id, ''), coalesce(charge_id, ''), coalesce(amount::text, ''), coalesce(currency, ''),
-		coalesce(decline_code, ''), body
-		FROM webhook_events WHERE provider = $1 AND reference = $2 ORDER BY received_at, event_id`, provider, reference)
-	if err != nil {
-		return nil, fmt.Errorf("payments: stored events: %w", err)
-	}
-	defer rows.Close()
-	var out []WebhookEvent
-	for rows.Next() {
-		var ev WebhookEvent
-		var kind, amount, currency string
-		if err := rows.Scan(&ev.ID, &ev.Type, &kind, &ev.Reference, &ev.Key, &ev.ProviderID, &ev.ChargeID,
-			&amount, &currency, &ev.DeclineCode, &ev.Body); err != nil {
-			return nil, fmt.Errorf("payments: stored events: %w", err)
-		}
-		ev.Kind = EventKind(kind)
-		if amount != "" {
-			var err error
-			ev.Amount, err = money.Parse(amount, money.Currency(currency))
-			if err != nil {
-				return nil, fmt.Errorf("payments: stored event %s: amount: %w", ev.ID, err)
-			}
-		}
-		out = append(out, ev)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("payments: stored events: %w", err)
-	}
-	return out, nil
+// reference, oldest first (see [Inbox.Events]).
+func (o *Operator) StoredEvents(ctx context.Context, provider, reference string) ([]WebhookEvent, error) {
+	return o.c.inbox.Events(ctx, provider, reference)
 }

@@ -52,7 +52,7 @@ func setupWebhooks(t *testing.T, dup int) whBundle {
 	}
 	store, _ := pgstore.New(pool, nil)
 	l, _ := ledger.New(pool, nil)
-	c, err := payments.New(pool, store, l, []payments.Provider{prov}, &payments.Config{LockTimeout: 2 * time.Second})
+	c, err := payments.New(pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

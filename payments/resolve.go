@@ -12,7 +12,7 @@ import (
 	"github.com/payonce/payonce/money"
 )
 
-// Examined is an intent as the reconciler reads it (see [Client.Resolve]).
+// Examined is an intent as the reconciler reads it (see [Operator.Resolve]).
 type Examined struct {
 	Scope string
 	// Key is payonce's key of the action ("<scope>_charge_<client key>").
@@ -53,7 +53,7 @@ type Proof struct {
 	NextAttempt bool
 }
 
-// ErrNotOpen is returned by [Client.Resolve] when the intent was settled
+// ErrNotOpen is returned by [Operator.Resolve] when the intent was settled
 // meanwhile (by a webhook, a retry or another reconciler): nothing done.
 var ErrNotOpen = errors.New("payments: intent no longer open")
 
@@ -64,8 +64,8 @@ var ErrNotOpen = errors.New("payments: intent no longer open")
 // response a replay will serve (a retry then gets the outcome, never a
 // new charge), and runs audit in the same transaction. An intent settled
 // meanwhile gives ErrNotOpen and changes nothing.
-func (c *Client) Resolve(ctx context.Context, in Examined, p Proof, audit func(ctx context.Context, tx pgx.Tx) error) error {
-	return c.resolve(ctx, in, p, false, audit)
+func (o *Operator) Resolve(ctx context.Context, in Examined, p Proof, audit func(ctx context.Context, tx pgx.Tx) error) error {
+	return o.c.resolve(ctx, in, p, false, audit)
 }
 
 // ErrNotUnderReview is returned by [Client.ResolveReview] for an intent
@@ -75,12 +75,13 @@ var ErrNotUnderReview = errors.New("payments: intent not under review")
 // ResolveReview settles an intent flagged NEEDS_REVIEW with a human's
 // decision (from the provider's own records): IntentSucceeded with the
 // charge kept (its ProviderID), IntentDeclined or IntentFailed. As
-// [Client.Resolve]: one transaction with the ledger entry where money
+// [Operator.Resolve]: one transaction with the ledger entry where money
 // moved, the idempotency record completed so that a retry gets the
 // decision, and audit. key is payonce's key ("<scope>_charge_<client
 // key>" or "..._refund_..."). Errors: idempotency.ErrNotFound,
 // ErrNotUnderReview, *ConfigError for a proof that is not a decision.
-func (c *Client) ResolveReview(ctx context.Context, scope, key string, p Proof, audit func(ctx context.Context, tx pgx.Tx) error) error {
+func (o *Operator) ResolveReview(ctx context.Context, scope, key string, p Proof, audit func(ctx context.Context, tx pgx.Tx) error) error {
+	c := o.c
 	switch {
 	case p.NextAttempt:
 		return &ConfigError{"Proof.NextAttempt", "a review ends the intent; a new purchase takes a new key"}

@@ -58,7 +58,7 @@ func TestRetryPastPayPalWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			client, err := payments.New(pool, store, l, []payments.Provider{prov}, nil)
+			client, err := payments.New(pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: l})
 			if err != nil {
 				t.Fatal(err)
 			}

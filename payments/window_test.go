@@ -52,7 +52,7 @@ func setupClocked(t *testing.T, past time.Duration, wrap func(payments.Provider)
 	if wrap != nil {
 		prov = wrap(sp)
 	}
-	c, err := payments.New(pool, store, l, []payments.Provider{prov}, nil)
+	c, err := payments.New(pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestWindowMarginRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []time.Duration{-time.Minute, 12 * time.Hour} {
-		_, err := payments.New(b.pool, store, b.ledger, []payments.Provider{prov}, &payments.Config{WindowMargin: m})
+		_, err := payments.New(b.pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: b.ledger, WindowMargin: m})
 		var ce *payments.ConfigError
 		if !errors.As(err, &ce) || ce.Field != "Config.WindowMargin" {
 			t.Fatalf("margin %s: %v, want a ConfigError naming Config.WindowMargin", m, err)

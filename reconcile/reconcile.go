@@ -465,7 +465,7 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 			// proof of absence: a captured payment cannot be cancelled by
 			// reference, a refused one cannot be cancelled at all. A human
 			// reads the provider's reason.
-			evs, err := r.client.StoredEvents(ctx, it.Provider, it.ProviderKey)
+			evs, err := r.client.Operator().StoredEvents(ctx, it.Provider, it.ProviderKey)
 			if err != nil {
 				return err
 			}
@@ -626,7 +626,7 @@ func (r *Reconciler) resolve(ctx context.Context, rep *Report, it item, base Ite
 		base.Detail = p.Reason
 	}
 	base.LocalState = string(it.Status)
-	err := r.client.Resolve(ctx, it.Examined, p, func(ctx context.Context, tx pgx.Tx) error {
+	err := r.client.Operator().Resolve(ctx, it.Examined, p, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE payment_intents SET reconcile_checks = reconcile_checks + 1, reconcile_claimed_until = NULL
 			WHERE idempotency_key = $1 AND user_id = $2`, it.Key, it.Scope); err != nil {
 			return err

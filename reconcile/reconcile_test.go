@@ -437,7 +437,7 @@ func TestDivergencesAreClassified(t *testing.T) {
 		Amount: money.MustParse("3.00", money.EUR), Recipient: "acct_r", PaymentMethod: "pm_card_chargeDeclined"}); !errors.Is(err, payments.ErrDeclined) {
 		t.Fatalf("declined: %v", err)
 	}
-	if _, err := w.client.ApplyEvents(ctx, "stripe", []payments.WebhookEvent{{ID: "evt_contradiction", Type: "payment_intent.succeeded",
+	if _, err := w.client.Operator().ApplyEvents(ctx, "stripe", []payments.WebhookEvent{{ID: "evt_contradiction", Type: "payment_intent.succeeded",
 		Kind: payments.EventChargeSucceeded, Key: composed("declined"), Body: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
 	}

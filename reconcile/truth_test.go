@@ -165,7 +165,7 @@ func TestLookupThatCannotTellNeedsReview(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := payments.New(pool, store, l, []payments.Provider{blindStripe{sp}}, nil)
+	client, err := payments.New(pool, []payments.Provider{blindStripe{sp}}, &payments.Config{Store: store, Ledger: l})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,7 +117,7 @@ func runResolve(args []string) error {
 	detail, _ := json.Marshal(map[string]string{"status": string(proof.Status), "provider_id": proof.ProviderID,
 		"decline_code": proof.DeclineCode, "reason": *reason, "host": hostname()})
 	var auditID int64
-	err = client.ResolveReview(ctx, scope, key, proof, func(ctx context.Context, tx pgx.Tx) error {
+	err = client.Operator().ResolveReview(ctx, scope, key, proof, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE payment_intents SET review_reason = review_reason || '; ' || $3
 			WHERE idempotency_key = $1 AND user_id = $2`, key, scope, proof.Reason); err != nil {
 			return err

@@ -67,8 +67,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
@@ -182,15 +180,6 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
 	if cfg.AdyenReturnURL == "" {
 		cfg.AdyenReturnURL = "http://localhost/checkout/return"
 	}
-	store, err := pgstore.New(pool, nil)
-	if err != nil {
-		return nil, err
-	}
-	l, err := ledger.New(pool, nil)
-	if err != nil {
-		return nil, err
-	}
-	var client *payments.Client
 	var provs []payments.Provider
 	if cfg.StripeAPIBase != "" {
 		var secrets []string
@@ -213,9 +202,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
 			BaseURL: cfg.AdyenAPIBase, HTTPClient: cfg.HTTPClient, HMACKeys: keys, ReturnURL: cfg.AdyenReturnURL,
 			// Adyen has no lookup by reference: its notifications, as the
 			// receiver stored them, are the lookup.
-			Notifications: func(ctx context.Context, reference string) ([]payments.WebhookEvent, error) {
-				return client.StoredEvents(ctx, "adyen", reference)
-			}})
+			Notifications: payments.NewInbox(pool).Source("adyen")})
 		if err != nil {
 			return nil, err
 		}
@@ -232,8 +219,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
 	if len(provs) == 0 {
 		return nil, errors.New("checkout: no provider configured (set STRIPE_API_BASE, ADYEN_API_BASE or PAYPAL_API_BASE)")
 	}
-	client, err = payments.New(pool, store, l, provs, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout})
-	return client, err
+	return payments.New(pool, provs, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout})
 }
 
 // Close releases the database pool.

@@ -1,0 +1,68 @@
+package payments
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/money"
+)
+
+// Inbox reads the webhook inbox (webhook_events): every verified provider
+// event payonce stored, once. It needs only the database, so an adapter
+// whose provider has no lookup by reference (Adyen) can be given its
+// notifications before any [Client] exists:
+//
+//	inbox := payments.NewInbox(pool)
+//	ad, err := adyen.New(&adyen.Config{..., Notifications: inbox.Source("adyen")})
+//	client, err := payments.New(pool, []payments.Provider{ad}, nil)
+type Inbox struct{ pool *pgxpool.Pool }
+
+// NewInbox returns the inbox of pool's database.
+func NewInbox(pool *pgxpool.Pool) *Inbox { return &Inbox{pool: pool} }
+
+// Source returns Events for one provider, as a notification source
+// (adyen.Config.Notifications).
+func (i *Inbox) Source(provider string) func(ctx context.Context, reference string) ([]WebhookEvent, error) {
+	return func(ctx context.Context, reference string) ([]WebhookEvent, error) {
+		return i.Events(ctx, provider, reference)
+	}
+}
+
+// Events returns the verified events of provider stored for a reference
+// (the ProviderKey payonce sent), oldest first, as the inbox holds them.
+// Body, Reference, ProviderID, ChargeID, Key, Kind, Type, DeclineCode and
+// Amount are restored.
+func (i *Inbox) Events(ctx context.Context, provider, reference string) ([]WebhookEvent, error) {
+	rows, err := i.pool.Query(ctx, `SELECT event_id, event_type, kind, coalesce(reference, ''), coalesce(local_key, ''),
+		coalesce(provider_id, ''), coalesce(charge_id, ''), coalesce(amount::text, ''), coalesce(currency, ''),
+		coalesce(decline_code, ''), body
+		FROM webhook_events WHERE provider = $1 AND reference = $2 ORDER BY received_at, event_id`, provider, reference)
+	if err != nil {
+		return nil, fmt.Errorf("payments: stored events: %w", err)
+	}
+	defer rows.Close()
+	var out []WebhookEvent
+	for rows.Next() {
+		var ev WebhookEvent
+		var kind, amount, currency string
+		if err := rows.Scan(&ev.ID, &ev.Type, &kind, &ev.Reference, &ev.Key, &ev.ProviderID, &ev.ChargeID,
+			&amount, &currency, &ev.DeclineCode, &ev.Body); err != nil {
+			return nil, fmt.Errorf("payments: stored events: %w", err)
+		}
+		ev.Kind = EventKind(kind)
+		if amount != "" {
+			var err error
+			ev.Amount, err = money.Parse(amount, money.Currency(currency))
+			if err != nil {
+				return nil, fmt.Errorf("payments: stored event %s: amount: %w", ev.ID, err)
+			}
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("payments: stored events: %w", err)
+	}
+	return out, nil
+}
