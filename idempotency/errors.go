@@ -49,6 +49,10 @@ func (e *InProgressError) Error() string {
 // Is reports ErrInProgress.
 func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
 
+// SafeToRetry reports true: retry with the same key once the lease ends
+// (RetryAfter); the retry replays the outcome or takes the key over.
+func (e *InProgressError) SafeToRetry() bool { return true }
+
 // FailedError carries a stored permanent failure: on the first execution
 // it wraps the action's own error; on replays Err is nil and Response is
 // what was stored.

@@ -77,6 +77,9 @@ type ConfigError struct{ Field, Reason string }
 
 func (e *ConfigError) Error() string { return "payments: " + e.Field + ": " + e.Reason }
 
+// Is reports idempotency.ErrInvalid: bad input or configuration, named.
+func (e *ConfigError) Is(target error) bool { return target == idempotency.ErrInvalid }
+
 // New returns a Client on pool's database, which must be migrated
 // (package migrations), building its idempotency store and ledger unless
 // cfg gives them. It returns a *ConfigError naming a bad field.
@@ -391,26 +394,6 @@ func (pi priorIntent) final() bool {
 	return false
 }
 
-// settled completes the idempotency record from an intent already settled
-// by a webhook or the reconciler; post re-posts idempotently (the ledger
-// replays an existing entry).
-func (c *Client) settled(ctx context.Context, lease idempotency.Lease, req idempotency.Request, fn TxFunc, provider string,
-	prior priorIntent, amount money.Money, post func(pgx.Tx) error) (idempotency.Response, error) {
-	switch IntentStatus(prior.status) {
-	case IntentSucceeded:
-		out := Outcome{Status: IntentSucceeded, Provider: provider, ProviderID: prior.providerID,
-			Amount: amount.AmountString(), Currency: string(amount.Currency())}
-		return c.settle(ctx, lease, req, fn, idempotency.StatusCompleted, IntentSucceeded, prior.providerID, "", stored{Result: &out}, post)
-	case IntentDeclined:
-		d := &DeclineError{Provider: provider, Code: "declined", DeclineCode: prior.declineCode,
-			Message: "declined, as the provider notified"}
-		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentDeclined, "", prior.declineCode, stored{Decline: d}, nil)
-	default:
-		inv := &InvalidRequestError{Provider: provider, Code: "payment_failed", Message: "failed or voided at the provider: " + prior.declineCode}
-		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentFailed, "", prior.declineCode, stored{Invalid: inv}, nil)
-	}
-}
-
 // progressSQL records the provider's object as soon as a multi-step
 // adapter knows it (PayPal's order, before its capture).
 const progressSQL = `UPDATE payment_intents SET provider_id = $3, updated_at = now()
@@ -449,15 +432,15 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	if err != nil {
 		return idempotency.Response{}, fmt.Errorf("payments: record intent: %w", err)
 	}
+	subj := subject{scope: req.Scope, key: req.Key, kind: KindCharge, provider: p.Provider, amount: p.Amount}
 	if prior.final() {
-		return c.settled(ctx, lease, req, fn, p.Provider, prior, p.Amount,
-			func(tx pgx.Tx) error { return c.postCharge(ctx, tx, req.Key, p.Provider, p.Amount) })
+		return c.record(ctx, lease, subj, decideSettled(subj, IntentStatus(prior.status), prior.providerID, prior.declineCode), fn)
 	}
 	if prior.status == string(IntentNeedsReview) {
 		return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
 	}
 	if prior.open() && c.beyondWindow(prov, StepCharge, prior) {
-		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindCharge, Provider: p.Provider, ProviderKey: pkey,
+		in := Examined{Scope: req.Scope, Key: req.Key, Kind: string(KindCharge), Provider: p.Provider, ProviderKey: pkey,
 			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: p.Amount,
 			Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, SentAt: prior.sentAt}
 		return c.settleBeyondWindow(ctx, lease, prov, in, fn)
@@ -475,44 +458,20 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	c.hooks.call(pointAfterProvider, c.hooks.afterProvider, ctx, req.Key)
 	c.metrics.observe(ctx, "charge", p.Provider, string(pres.Status), perr, time.Since(started))
 
-	var decline *DeclineError
-	var invalid *InvalidRequestError
+	t, err := decideCharge(subj, pres, perr)
 	var mismatch *KeyMismatchError
 	switch {
-	case perr == nil:
-		status := IntentPending
-		switch pres.Status {
-		case ChargeSucceeded:
-			status = IntentSucceeded
-		case ChargeRequiresAction:
-			status = IntentRequiresAction
-		case ChargeFailed:
-			status = IntentFailed
-		}
-		result := Outcome{Status: status, Provider: p.Provider, ProviderID: pres.ProviderID,
-			Amount: p.Amount.AmountString(), Currency: string(p.Amount.Currency())}
-		var post func(pgx.Tx) error
-		if status == IntentSucceeded {
-			post = func(tx pgx.Tx) error { return c.postCharge(ctx, tx, req.Key, p.Provider, p.Amount) }
-		}
-		return c.settle(ctx, lease, req, fn, idempotency.StatusCompleted, status, pres.ProviderID, "", stored{Result: &result}, post)
-	case errors.As(perr, &decline):
-		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentDeclined, "", decline.DeclineCode, stored{Decline: decline}, nil)
-	case errors.As(perr, &invalid):
-		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: invalid}, nil)
-	case errors.As(perr, &mismatch):
+	case err == nil:
+		return c.record(ctx, lease, subj, t, fn)
+	case errors.As(err, &mismatch):
 		// Never expected: keys are derived so that it cannot happen. The
 		// intent is left open for a human; the key stays released.
 		slog.Error("payments: provider saw this key with other parameters", "key", idempotency.ShortHash(req.Key), "provider", p.Provider)
-		return idempotency.Response{}, perr
-	default:
-		// Unknown, not sent, in progress at the provider: the intent stays
-		// open with the same provider key; the lease is released.
-		if _, err := c.pool.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(IntentUnknown), "", ""); err != nil {
-			return idempotency.Response{}, errors.Join(perr, err)
-		}
-		return idempotency.Response{}, perr
+		return idempotency.Response{}, err
 	}
+	// Unknown, not sent, in progress at the provider: the intent stays
+	// open with the same provider key; the lease is released.
+	return idempotency.Response{}, c.markUnknown(ctx, subj, err)
 }
 
 // postCharge records a succeeded charge in the ledger.
@@ -528,45 +487,6 @@ func (c *Client) postCharge(ctx context.Context, tx pgx.Tx, key, provider string
 	}
 	_, err = c.ledger.PostTx(ctx, tx, entry)
 	return err
-}
-
-// settle commits the intent's outcome, what else moved (post: ledger
-// postings, a released refund reservation) and the idempotency record in
-// one transaction.
-func (c *Client) settle(ctx context.Context, lease idempotency.Lease, req idempotency.Request, fn TxFunc, rec idempotency.Status,
-	status IntentStatus, providerID, declineCode string, s stored, post func(pgx.Tx) error) (idempotency.Response, error) {
-	body, err := encodeStored(s)
-	if err != nil {
-		return idempotency.Response{}, err
-	}
-	resp := idempotency.Response{Code: 200, Body: body}
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(status), providerID, declineCode); err != nil {
-			return err
-		}
-		if post != nil {
-			if err := post(tx); err != nil {
-				return err
-			}
-		}
-		if fn != nil {
-			out := Outcome{Status: status, ProviderID: providerID}
-			if s.Result != nil {
-				out = *s.Result
-			}
-			if err := fn(ctx, tx, out); err != nil {
-				return err
-			}
-		}
-		return c.store.CompleteTx(ctx, tx, lease, idempotency.Completion{Status: rec, Response: resp, Retention: c.exec.Config().Retention})
-	})
-	if err != nil {
-		// The provider's answer is known but not recorded: the intent
-		// stays open, the key is released, and a retry replays the
-		// provider's answer through the same provider key.
-		return idempotency.Response{}, &UnknownOutcomeError{Provider: "payonce", Err: fmt.Errorf("recording the outcome: %w", err)}
-	}
-	return resp, idempotency.Recorded(rec, resp)
 }
 
 // Intent is the stored state of a payment intent.

@@ -3,6 +3,8 @@ package payments
 import (
 	"errors"
 	"fmt"
+
+	"github.com/payonce/payonce/idempotency"
 )
 
 // Sentinels of the outcome classes; the error types below carry data and
@@ -75,6 +77,9 @@ func (e *NotSentError) Error() string {
 // Is reports ErrNotSent.
 func (e *NotSentError) Is(target error) bool { return target == ErrNotSent }
 
+// SafeToRetry reports true: the provider never saw the request.
+func (e *NotSentError) SafeToRetry() bool { return true }
+
 // Unwrap returns the cause.
 func (e *NotSentError) Unwrap() error { return e.Err }
 
@@ -96,6 +101,10 @@ func (e *UnknownOutcomeError) Error() string {
 // Is reports ErrOutcomeUnknown.
 func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrOutcomeUnknown }
 
+// SafeToRetry reports true: a retry with the same key re-sends the same
+// provider references (deduplicated), or looks the attempt up.
+func (e *UnknownOutcomeError) SafeToRetry() bool { return true }
+
 // Unwrap returns the cause.
 func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
 
@@ -110,6 +119,9 @@ func (e *InProgressError) Error() string {
 
 // Is reports ErrInProgress.
 func (e *InProgressError) Is(target error) bool { return target == ErrInProgress }
+
+// SafeToRetry reports true: retry later with the same key.
+func (e *InProgressError) SafeToRetry() bool { return true }
 
 // KeyMismatchError: the provider saw the same idempotency key with other
 // parameters. payments derives keys so that this cannot happen; seeing it
@@ -128,10 +140,22 @@ func (e *KeyMismatchError) Is(target error) bool { return target == ErrKeyMismat
 // OutcomeUnknown reports whether err leaves the provider's outcome unknown.
 func OutcomeUnknown(err error) bool { return errors.Is(err, ErrOutcomeUnknown) }
 
+// Retrier is implemented by errors that know whether retrying the call
+// with the same key is safe: payments' own ([NotSentError],
+// [UnknownOutcomeError], [InProgressError]) and the idempotency core's
+// *idempotency.InProgressError (another call holds the key).
+type Retrier interface{ SafeToRetry() bool }
+
 // SafeToRetry reports whether retrying with the same key cannot do harm
 // and may succeed: the request was not sent, the outcome is unknown (the
-// provider deduplicates the retry), or the provider is still processing.
-// Declines and invalid requests are final.
+// provider deduplicates the retry), the provider or another call is still
+// processing the key. Each error answers for itself ([Retrier]); the
+// sentinels count too. Declines, invalid requests and reviews are final.
 func SafeToRetry(err error) bool {
-	return errors.Is(err, ErrNotSent) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrInProgress)
+	var r Retrier
+	if errors.As(err, &r) {
+		return r.SafeToRetry()
+	}
+	return errors.Is(err, ErrNotSent) || errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrInProgress) ||
+		errors.Is(err, idempotency.ErrInProgress)
 }

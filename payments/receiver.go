@@ -326,55 +326,71 @@ func nullAmount(m money.Money) any {
 
 var openStatus = map[string]bool{string(IntentPending): true, string(IntentUnknown): true, string(IntentRequiresAction): true}
 
-// transition applies an event to its locked intent; it never moves a
-// final intent backwards.
+// transition applies an event to its locked intent (see decideEvent).
 func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in intentRow, ev WebhookEvent) (string, string, error) {
-	moved := ev.Kind == EventChargeSucceeded || ev.Kind == EventRefundSucceeded || ev.Kind == EventCaptureSucceeded
-	if moved && ev.Amount.Currency() != "" && !sameAmount(ev.Amount, in.amount, in.currency) {
-		return EventConflict, fmt.Sprintf("the provider reports %s %s, the intent is %s %s",
-			ev.Amount.AmountString(), ev.Amount.Currency(), in.amount, in.currency), nil
-	}
-	open := openStatus[in.status]
-	set := func(status IntentStatus, declineCode string) error {
-		pid := ev.ProviderID
-		if in.providerID != nil {
-			pid = "" // the intent already names its provider object
-		}
-		_, err := tx.Exec(ctx, settleIntentSQL, in.key, in.user, string(status), pid, declineCode)
-		return err
-	}
 	amount, err := intentAmount(in)
 	if err != nil {
 		return "", "", err
 	}
+	if in.kind == string(KindRefund) && in.chargeKey == nil {
+		return "", "", errors.New("refund intent without its charge")
+	}
+	s := subject{scope: in.user, key: in.key, kind: IntentKind(in.kind), provider: provider, amount: amount}
+	if in.chargeKey != nil {
+		s.chargeKey = *in.chargeKey
+	}
+	outcome, detail, t := decideEvent(s, in, ev)
+	if t != nil {
+		if err := c.commit(ctx, tx, s, *t, nil); err != nil {
+			return "", "", err
+		}
+	}
+	return outcome, detail, nil
+}
+
+// decideEvent is what a verified event proves for its intent: the outcome
+// stored with the event and, when it moves an open intent, the transition.
+// It never moves a final intent backwards; a contradiction is a conflict
+// (reported, nothing changes).
+func decideEvent(s subject, in intentRow, ev WebhookEvent) (outcome, detail string, t *transition) {
+	moved := ev.Kind == EventChargeSucceeded || ev.Kind == EventRefundSucceeded || ev.Kind == EventCaptureSucceeded
+	if moved && ev.Amount.Currency() != "" && !ev.Amount.Equal(s.amount) {
+		return EventConflict, fmt.Sprintf("the provider reports %s %s, the intent is %s %s",
+			ev.Amount.AmountString(), ev.Amount.Currency(), in.amount, in.currency), nil
+	}
+	open := openStatus[in.status]
+	pid := ev.ProviderID
+	if in.providerID != nil {
+		pid = "" // the intent already names its provider object
+	}
+	with := func(t transition, declineCode string) *transition {
+		t.declineCode = declineCode
+		return &t
+	}
 	switch ev.Kind {
-	case EventChargeSucceeded, EventCaptureSucceeded:
+	case EventChargeSucceeded, EventCaptureSucceeded, EventRefundSucceeded:
 		if other := otherObject(in, ev); other != "" {
 			return EventSecondObject, other, nil
 		}
 		switch {
 		case open:
-			if err := set(IntentSucceeded, ""); err != nil {
-				return "", "", err
-			}
-			return EventApplied, "", c.postCharge(ctx, tx, in.key, provider, amount)
+			return EventApplied, "", with(succeeded(s, pid), "")
 		case in.status == string(IntentSucceeded):
 			return EventConfirmed, "", nil
+		case ev.Kind == EventRefundSucceeded:
+			return EventConflict, "the provider reports the refund succeeded, the intent is " + in.status, nil
 		default:
 			return EventConflict, "the provider reports success, the intent is " + in.status, nil
 		}
 	case EventChargeFailed, EventCancelled:
 		switch {
+		case open && ev.Kind == EventCancelled:
+			return EventApplied, "", with(transition{status: IntentFailed, providerID: pid}, ev.DeclineCode)
 		case open:
-			st := IntentDeclined
-			if ev.Kind == EventCancelled {
-				st = IntentFailed
-			}
-			return EventApplied, "", set(st, ev.DeclineCode)
+			return EventApplied, "", with(transition{status: IntentDeclined, providerID: pid}, ev.DeclineCode)
+		case in.status == string(IntentSucceeded) && ev.Kind == EventCancelled:
+			return EventConflict, "the provider reports the payment cancelled, the intent succeeded", nil
 		case in.status == string(IntentSucceeded):
-			if ev.Kind == EventCancelled {
-				return EventConflict, "the provider reports the payment cancelled, the intent succeeded", nil
-			}
 			return EventStale, "a failure reported after the success", nil
 		default:
 			return EventConfirmed, "", nil
@@ -389,35 +405,10 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 			return EventConflict, "the provider reports the capture failed, the intent succeeded", nil
 		}
 		return EventConfirmed, "", nil
-	case EventRefundSucceeded:
-		if other := otherObject(in, ev); other != "" {
-			return EventSecondObject, other, nil
-		}
-		switch {
-		case open:
-			if err := set(IntentSucceeded, ""); err != nil {
-				return "", "", err
-			}
-			if in.chargeKey == nil {
-				return "", "", errors.New("refund intent without its charge")
-			}
-			return EventApplied, "", c.postRefund(ctx, tx, in.key, in.user, *in.chargeKey, provider, amount)
-		case in.status == string(IntentSucceeded):
-			return EventConfirmed, "", nil
-		default:
-			return EventConflict, "the provider reports the refund succeeded, the intent is " + in.status, nil
-		}
 	case EventRefundFailed:
 		switch {
 		case open:
-			if err := set(IntentFailed, ev.DeclineCode); err != nil {
-				return "", "", err
-			}
-			if in.chargeKey == nil {
-				return "", "", errors.New("refund intent without its charge")
-			}
-			_, err := tx.Exec(ctx, unreserveRefundSQL, *in.chargeKey, in.user, in.amount)
-			return EventApplied, "", err
+			return EventApplied, "", with(transition{status: IntentFailed, providerID: pid, effect: releaseReservation}, ev.DeclineCode)
 		case in.status == string(IntentSucceeded):
 			return EventConflict, "the provider reports the refund failed after it succeeded", nil
 		default:

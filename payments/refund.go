@@ -114,6 +114,7 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (Outco
 func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Request, fn TxFunc, chargeKey, chargeID, clientKey string, amount money.Money) (idempotency.Response, error) {
 	lease, _ := idempotency.LeaseFromContext(ctx)
 	pkey := ProviderKey(req.Key, StepRefund, 0, MaxReferenceLen(prov))
+	subj := subject{scope: req.Scope, key: req.Key, kind: KindRefund, provider: prov.Name(), amount: amount, chargeKey: chargeKey}
 	var prior priorIntent
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, insertRefundSQL, req.Key, req.Scope, prov.Name(), pkey, amount.AmountString(), string(amount.Currency()),
@@ -134,7 +135,11 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation {
 		inv := &InvalidRequestError{Provider: "payonce", Code: "refund_exceeds_charge", Param: "amount",
 			Message: "the refunds of this charge would exceed what it captured"}
-		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: inv}, nil)
+		// The intent and its reservation rolled back: only the record
+		// keeps the refusal.
+		t := refused(subj, inv, "")
+		t.effect = moveNothing
+		return c.record(ctx, lease, subj, t, fn)
 	}
 	if isForeignKeyUse(err) {
 		return idempotency.Response{}, foreignKey("refund")
@@ -143,15 +148,13 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 		return idempotency.Response{}, fmt.Errorf("payments: record refund intent: %w", err)
 	}
 	if prior.final() {
-		return c.settled(ctx, lease, req, fn, prov.Name(), prior, amount, func(tx pgx.Tx) error {
-			return c.postRefund(ctx, tx, req.Key, req.Scope, chargeKey, prov.Name(), amount)
-		})
+		return c.record(ctx, lease, subj, decideSettled(subj, IntentStatus(prior.status), prior.providerID, prior.declineCode), fn)
 	}
 	if prior.status == string(IntentNeedsReview) {
 		return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
 	}
 	if prior.open() && c.beyondWindow(prov, StepRefund, prior) {
-		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindRefund, Provider: prov.Name(), ProviderKey: pkey,
+		in := Examined{Scope: req.Scope, Key: req.Key, Kind: string(KindRefund), Provider: prov.Name(), ProviderKey: pkey,
 			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: amount,
 			ChargeKey: chargeKey, ChargeID: chargeID, SentAt: prior.sentAt}
 		return c.settleBeyondWindow(ctx, lease, prov, in, fn)
@@ -159,39 +162,12 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 	started := time.Now()
 	rres, rerr := prov.Refund(ctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
 	c.metrics.observe(ctx, "refund", prov.Name(), string(rres.Status), rerr, time.Since(started))
-	var decline *DeclineError
-	var invalid *InvalidRequestError
-	unreserve := func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, unreserveRefundSQL, chargeKey, req.Scope, amount.AmountString())
-		return err
-	}
-	switch {
-	case rerr == nil:
-		status := IntentPending
-		var post func(pgx.Tx) error
-		switch rres.Status {
-		case RefundSucceeded:
-			status = IntentSucceeded
-			post = func(tx pgx.Tx) error {
-				return c.postRefund(ctx, tx, req.Key, req.Scope, chargeKey, prov.Name(), amount)
-			}
-		case RefundFailed:
-			status, post = IntentFailed, unreserve
-		}
-		out := Outcome{Status: status, Provider: prov.Name(), ProviderID: rres.ProviderID,
-			Amount: amount.AmountString(), Currency: string(amount.Currency())}
-		return c.settle(ctx, lease, req, fn, idempotency.StatusCompleted, status, rres.ProviderID, "", stored{Result: &out}, post)
-	case errors.As(rerr, &decline):
-		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentDeclined, "", decline.DeclineCode, stored{Decline: decline}, unreserve)
-	case errors.As(rerr, &invalid):
-		return c.settle(ctx, lease, req, fn, idempotency.StatusFailed, IntentFailed, "", "", stored{Invalid: invalid}, unreserve)
-	default:
+	t, err := decideRefund(subj, rres, rerr)
+	if err != nil {
 		// Unknown: the reservation stays until the outcome is known.
-		if _, err := c.pool.Exec(ctx, settleIntentSQL, req.Key, req.Scope, string(IntentUnknown), "", ""); err != nil {
-			return idempotency.Response{}, errors.Join(rerr, err)
-		}
-		return idempotency.Response{}, rerr
+		return idempotency.Response{}, c.markUnknown(ctx, subj, err)
 	}
+	return c.record(ctx, lease, subj, t, fn)
 }
 
 // outcome turns Do's answer into an Outcome or the stored permanent error.

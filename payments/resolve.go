@@ -17,7 +17,7 @@ type Examined struct {
 	Scope string
 	// Key is payonce's key of the action ("<scope>_charge_<client key>").
 	Key string
-	// Kind is "CHARGE" or "REFUND".
+	// Kind is KindCharge or KindRefund, as a string.
 	Kind                     string
 	Provider                 string
 	ProviderKey, ProviderID  string
@@ -65,7 +65,7 @@ var ErrNotOpen = errors.New("payments: intent no longer open")
 // new charge), and runs audit in the same transaction. An intent settled
 // meanwhile gives ErrNotOpen and changes nothing.
 func (o *Operator) Resolve(ctx context.Context, in Examined, p Proof, audit func(ctx context.Context, tx pgx.Tx) error) error {
-	return o.c.resolve(ctx, in, p, false, audit)
+	return o.c.resolve(ctx, in, p, settleOpen, audit)
 }
 
 // ErrNotUnderReview is returned by [Client.ResolveReview] for an intent
@@ -111,10 +111,22 @@ func (o *Operator) ResolveReview(ctx context.Context, scope, key string, p Proof
 		return err
 	}
 	in.Scope, in.Key, in.Status = scope, key, IntentStatus(status)
-	return c.resolve(ctx, in, p, true, audit)
+	return c.resolve(ctx, in, p, settleReview, audit)
 }
 
-func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool, audit func(ctx context.Context, tx pgx.Tx) error) error {
+// settleMode says which intents a proof may settle.
+type settleMode uint8
+
+const (
+	// settleOpen: an open intent (the reconciler, a retry); one settled
+	// meanwhile gives ErrNotOpen.
+	settleOpen settleMode = iota
+	// settleReview: an intent under review (a human's decision); any
+	// other gives ErrNotUnderReview.
+	settleReview
+)
+
+func (c *Client) resolve(ctx context.Context, in Examined, p Proof, mode settleMode, audit func(ctx context.Context, tx pgx.Tx) error) error {
 	if c.providers[in.Provider] == nil {
 		return &ConfigError{"Provider", fmt.Sprintf("the intent's provider %q is not configured", in.Provider)}
 	}
@@ -123,7 +135,7 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool,
 	}
 	var fp idempotency.Fingerprint
 	var err error
-	if in.Kind == KindRefund {
+	if in.Kind == string(KindRefund) {
 		fp, err = refundFingerprint(in.ChargeKey, in.Amount)
 	} else {
 		fp, err = chargeFingerprint(in.Amount, in.Recipient, in.PaymentMethod, in.Provider)
@@ -149,7 +161,7 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, review bool,
 	default:
 		return fmt.Errorf("payments: resolve: claim state %v", claim.State)
 	}
-	_, completed, err := c.apply(ctx, in, p, review, lease, nil, audit)
+	_, completed, err := c.apply(ctx, in, p, mode, lease, nil, audit)
 	if lease != nil && !completed {
 		_ = c.store.Release(context.WithoutCancel(ctx), *lease)
 	}
@@ -172,7 +184,7 @@ func (c *Client) applyUnderLease(ctx context.Context, lease idempotency.Lease, i
 	if err := checkProof(p); err != nil {
 		return idempotency.Response{}, err
 	}
-	done, completed, err := c.apply(ctx, in, p, false, &lease, fn, nil)
+	done, completed, err := c.apply(ctx, in, p, settleOpen, &lease, fn, nil)
 	switch {
 	case errors.Is(err, ErrNotOpen):
 		// Settled meanwhile (a webhook under no lease): record that state.
@@ -183,8 +195,7 @@ func (c *Client) applyUnderLease(ctx context.Context, lease idempotency.Lease, i
 		if prior.status == string(IntentNeedsReview) {
 			return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
 		}
-		return c.settled(ctx, lease, idempotency.Request{Scope: in.Scope, Key: in.Key}, fn, in.Provider, prior, in.Amount,
-			c.postFor(ctx, in))
+		return c.record(ctx, lease, subjectOf(in), decideSettled(subjectOf(in), IntentStatus(prior.status), prior.providerID, prior.declineCode), fn)
 	case err != nil:
 		return idempotency.Response{}, err
 	case completed:
@@ -193,26 +204,16 @@ func (c *Client) applyUnderLease(ctx context.Context, lease idempotency.Lease, i
 	return idempotency.Response{}, &NeedsReviewError{Reason: p.Reason}
 }
 
-// postFor is the ledger posting of a succeeded intent.
-func (c *Client) postFor(ctx context.Context, in Examined) func(pgx.Tx) error {
-	if in.Kind == KindRefund {
-		return func(tx pgx.Tx) error {
-			return c.postRefund(ctx, tx, in.Key, in.Scope, in.ChargeKey, in.Provider, in.Amount)
-		}
-	}
-	return func(tx pgx.Tx) error { return c.postCharge(ctx, tx, in.Key, in.Provider, in.Amount) }
-}
-
 // apply applies proof in ONE transaction: the intent locked and checked
 // still open (or under review), its outcome, the ledger where money moved,
 // a refund's reservation released where none did, fn and audit, and the
 // idempotency record completed under lease (when given) with the response
 // a replay serves. completed reports that the record was completed.
-func (c *Client) apply(ctx context.Context, in Examined, p Proof, review bool, lease *idempotency.Lease, fn TxFunc,
+func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMode, lease *idempotency.Lease, fn TxFunc,
 	audit func(ctx context.Context, tx pgx.Tx) error) (done idempotency.Completion, completed bool, err error) {
 	prov := c.providers[in.Provider]
 	step := StepCharge
-	if in.Kind == KindRefund {
+	if in.Kind == string(KindRefund) {
 		step = StepRefund
 	}
 	if audit == nil {
@@ -228,29 +229,12 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, review bool, l
 			return err
 		}
 		switch {
-		case review && status != string(IntentNeedsReview):
+		case mode == settleReview && status != string(IntentNeedsReview):
 			return ErrNotUnderReview
-		case !review && !openStatus[status]:
+		case mode == settleOpen && !openStatus[status]:
 			return ErrNotOpen
 		}
-		var rec idempotency.Status
-		var s stored
-		var post func(pgx.Tx) error
 		switch {
-		case p.Status == IntentSucceeded:
-			out := Outcome{Status: IntentSucceeded, Provider: in.Provider, ProviderID: p.ProviderID,
-				Amount: in.Amount.AmountString(), Currency: string(in.Amount.Currency())}
-			rec, s = idempotency.StatusCompleted, stored{Result: &out}
-			post = c.postFor(ctx, in)
-		case p.Status == IntentRequiresAction:
-			// Not final: the customer must act; the record serves this
-			// answer, as the synchronous call would have.
-			out := Outcome{Status: IntentRequiresAction, Provider: in.Provider, ProviderID: p.ProviderID,
-				Amount: in.Amount.AmountString(), Currency: string(in.Amount.Currency())}
-			rec, s = idempotency.StatusCompleted, stored{Result: &out}
-		case p.Status == IntentDeclined:
-			rec, s = idempotency.StatusFailed, stored{Decline: &DeclineError{Provider: in.Provider, Code: "declined",
-				DeclineCode: p.DeclineCode, Message: p.Reason}}
 		case p.Status == IntentFailed && p.NextAttempt:
 			// The new attempt's window starts when it is first sent
 			// (attempt_sent_at NULL until then).
@@ -262,9 +246,6 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, review bool, l
 				return err
 			}
 			return audit(ctx, tx)
-		case p.Status == IntentFailed:
-			rec, s = idempotency.StatusFailed, stored{Invalid: &InvalidRequestError{Provider: in.Provider, Code: "payment_void",
-				Message: "no payment at the provider: " + p.Reason}}
 		case p.Status == IntentNeedsReview:
 			_, err := tx.Exec(ctx, `UPDATE payment_intents SET status = 'NEEDS_REVIEW', review_reason = $3, updated_at = now()
 				WHERE idempotency_key = $1 AND user_id = $2`, in.Key, in.Scope, p.Reason)
@@ -273,27 +254,9 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, review bool, l
 			}
 			return audit(ctx, tx)
 		}
-		if _, err := tx.Exec(ctx, settleIntentSQL, in.Key, in.Scope, string(p.Status), p.ProviderID, p.DeclineCode); err != nil {
+		t := decideProof(subjectOf(in), p)
+		if err := c.commit(ctx, tx, subjectOf(in), t, fn); err != nil {
 			return err
-		}
-		if post != nil {
-			if err := post(tx); err != nil {
-				return err
-			}
-		}
-		if in.Kind == KindRefund && p.Status != IntentSucceeded {
-			if _, err := tx.Exec(ctx, unreserveRefundSQL, in.ChargeKey, in.Scope, in.Amount.AmountString()); err != nil {
-				return err
-			}
-		}
-		if fn != nil {
-			out := Outcome{Status: p.Status, Provider: in.Provider, ProviderID: p.ProviderID}
-			if s.Result != nil {
-				out = *s.Result
-			}
-			if err := fn(ctx, tx, out); err != nil {
-				return err
-			}
 		}
 		if err := audit(ctx, tx); err != nil {
 			return err
@@ -301,11 +264,9 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, review bool, l
 		if lease == nil {
 			return nil
 		}
-		body, err := encodeStored(s)
-		if err != nil {
+		if done, err = c.completion(t); err != nil {
 			return err
 		}
-		done = idempotency.Completion{Status: rec, Response: idempotency.Response{Code: 200, Body: body}, Retention: c.exec.Config().Retention}
 		if err := c.store.CompleteTx(ctx, tx, *lease, done); err != nil {
 			return err
 		}

@@ -14,10 +14,13 @@ import (
 	"github.com/payonce/payonce/money"
 )
 
-// Kinds of intent (payment_intents.kind).
+// IntentKind is what an intent is for (payment_intents.kind).
+type IntentKind string
+
+// Kinds of intent.
 const (
-	KindCharge = "CHARGE"
-	KindRefund = "REFUND"
+	KindCharge IntentKind = "CHARGE"
+	KindRefund IntentKind = "REFUND"
 )
 
 // DefaultWindowMargin is the default of Config.WindowMargin.
@@ -41,7 +44,7 @@ func (c *Client) beyondWindow(prov Provider, step string, prior priorIntent) boo
 // was and answers an *UnknownOutcomeError (retry later).
 func (c *Client) settleBeyondWindow(ctx context.Context, lease idempotency.Lease, prov Provider, in Examined, fn TxFunc) (idempotency.Response, error) {
 	step := StepCharge
-	if in.Kind == KindRefund {
+	if in.Kind == string(KindRefund) {
 		step = StepRefund
 	}
 	window := DedupWindowOf(prov, step)
@@ -73,7 +76,7 @@ func LookupBeyondWindow(ctx context.Context, prov Provider, in Examined, window 
 	var found []foundObject
 	var consistent bool
 	var err error
-	if in.Kind == KindRefund {
+	if in.Kind == string(KindRefund) {
 		noun = "refund"
 		found, consistent, err = lookupRefundObjects(ctx, prov, in)
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"github.com/payonce/payonce/idempotency"
 	"net/http"
 	"net/url"
 	"strings"
@@ -108,6 +109,9 @@ type ConfigError struct {
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("adyen: Config.%s %s", e.Field, e.Reason)
 }
+
+// Is reports idempotency.ErrInvalid: a bad configuration, named.
+func (e *ConfigError) Is(target error) bool { return target == idempotency.ErrInvalid }
 
 // withDefaults validates c and returns a copy with the defaults filled in, and the decoded
 // HMAC keys.

@@ -2,6 +2,7 @@ package stripe
 
 import (
 	"fmt"
+	"github.com/payonce/payonce/idempotency"
 	"net/http"
 	"net/url"
 	"slices"
@@ -80,6 +81,9 @@ type ConfigError struct {
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("stripe: Config.%s %s", e.Field, e.Reason)
 }
+
+// Is reports idempotency.ErrInvalid: a bad configuration, named.
+func (e *ConfigError) Is(target error) bool { return target == idempotency.ErrInvalid }
 
 // withDefaults validates c and returns a copy with the defaults filled in.
 func (c *Config) withDefaults() (Config, error) {

@@ -1,0 +1,283 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/money"
+)
+
+// An intent changes state by transitions: each one is built by one named
+// constructor below (succeeded, pending, requiresAction, failedAtProvider,
+// declined, refused) from what proves it, and committed by one function,
+// [Client.commit], in the transaction that records it. What a provider's
+// answer (or a lookup's proof, or an intent a webhook already settled)
+// proves is decided by pure functions (decideCharge, decideRefund,
+// decideProof, decideSettled), table-tested without a database.
+//
+// An answer that proves nothing (the outcome is unknown, the request was
+// not sent, the provider is still processing the key) is no transition:
+// the intent stays open and the key is released.
+
+// effect is the money a transition moves besides the intent's status.
+type effect uint8
+
+const (
+	// moveNothing: no money moved.
+	moveNothing effect = iota
+	// postCharge: the charge's ledger entry.
+	postCharge
+	// postRefund: the refund's ledger entry (its charge is verified
+	// again).
+	postRefund
+	// releaseReservation: a refund that moved no money gives its
+	// reservation on the charge back.
+	releaseReservation
+)
+
+// subject is the intent a transition applies to.
+type subject struct {
+	scope, key string
+	kind       IntentKind
+	provider   string
+	amount     money.Money
+	// chargeKey is a refund's charge (payonce's key).
+	chargeKey string
+}
+
+func subjectOf(in Examined) subject {
+	return subject{scope: in.Scope, key: in.Key, kind: IntentKind(in.Kind), provider: in.Provider, amount: in.Amount, chargeKey: in.ChargeKey}
+}
+
+// transition is one change of an intent: its new status, the idempotency
+// record's (completed, or failed for a permanent refusal) with the answer
+// every retry of the key gets, and the money it moves.
+type transition struct {
+	status      IntentStatus
+	record      idempotency.Status
+	providerID  string
+	declineCode string
+	answer      stored
+	effect      effect
+}
+
+// outcome is what a TxFunc is told of the transition.
+func (t transition) outcome() Outcome {
+	if t.answer.Result != nil {
+		return *t.answer.Result
+	}
+	return Outcome{Status: t.status, ProviderID: t.providerID}
+}
+
+// result is a completed record's answer for status.
+func result(s subject, status IntentStatus, providerID string, eff effect) transition {
+	out := Outcome{Status: status, Provider: s.provider, ProviderID: providerID,
+		Amount: s.amount.AmountString(), Currency: string(s.amount.Currency())}
+	return transition{status: status, record: idempotency.StatusCompleted, providerID: providerID,
+		answer: stored{Result: &out}, effect: eff}
+}
+
+// succeeded: the provider charged (or refunded); the money moved.
+func succeeded(s subject, providerID string) transition {
+	if s.kind == KindRefund {
+		return result(s, IntentSucceeded, providerID, postRefund)
+	}
+	return result(s, IntentSucceeded, providerID, postCharge)
+}
+
+// pending: the provider accepted; its final answer comes later (a webhook,
+// the reconciler). The record serves this answer.
+func pending(s subject, providerID string) transition {
+	return result(s, IntentPending, providerID, moveNothing)
+}
+
+// requiresAction: the provider waits for the customer (3-D Secure).
+func requiresAction(s subject, providerID string) transition {
+	return result(s, IntentRequiresAction, providerID, moveNothing)
+}
+
+// failedAtProvider: the provider answered with a failed object (a failed
+// refund, a charge whose status is failed): nothing moved.
+func failedAtProvider(s subject, providerID string) transition {
+	return result(s, IntentFailed, providerID, released(s))
+}
+
+// declined: a definite refusal by the provider or the issuer, final for
+// the key.
+func declined(s subject, d *DeclineError) transition {
+	return transition{status: IntentDeclined, record: idempotency.StatusFailed, declineCode: d.DeclineCode,
+		answer: stored{Decline: d}, effect: released(s)}
+}
+
+// refused: the request itself was refused, or the attempt is proven to
+// have left nothing; final for the key.
+func refused(s subject, inv *InvalidRequestError, declineCode string) transition {
+	return transition{status: IntentFailed, record: idempotency.StatusFailed, declineCode: declineCode,
+		answer: stored{Invalid: inv}, effect: released(s)}
+}
+
+// released is what a refund that moved no money gives back.
+func released(s subject) effect {
+	if s.kind == KindRefund {
+		return releaseReservation
+	}
+	return moveNothing
+}
+
+// decideCharge is what a provider's answer to a charge proves. An error
+// that proves nothing (unknown outcome, not sent, in progress, a key
+// mismatch) comes back as it is: the intent stays open.
+func decideCharge(s subject, res ChargeResult, err error) (transition, error) {
+	var decline *DeclineError
+	var invalid *InvalidRequestError
+	switch {
+	case err == nil:
+		switch res.Status {
+		case ChargeSucceeded:
+			return succeeded(s, res.ProviderID), nil
+		case ChargeRequiresAction:
+			return requiresAction(s, res.ProviderID), nil
+		case ChargeFailed:
+			return failedAtProvider(s, res.ProviderID), nil
+		}
+		return pending(s, res.ProviderID), nil
+	case errors.As(err, &decline):
+		return declined(s, decline), nil
+	case errors.As(err, &invalid):
+		return refused(s, invalid, ""), nil
+	}
+	return transition{}, err
+}
+
+// decideRefund is what a provider's answer to a refund proves (see
+// decideCharge).
+func decideRefund(s subject, res RefundResult, err error) (transition, error) {
+	var decline *DeclineError
+	var invalid *InvalidRequestError
+	switch {
+	case err == nil:
+		switch res.Status {
+		case RefundSucceeded:
+			return succeeded(s, res.ProviderID), nil
+		case RefundFailed:
+			return failedAtProvider(s, res.ProviderID), nil
+		}
+		return pending(s, res.ProviderID), nil
+	case errors.As(err, &decline):
+		return declined(s, decline), nil
+	case errors.As(err, &invalid):
+		return refused(s, invalid, ""), nil
+	}
+	return transition{}, err
+}
+
+// decideSettled is the answer a retry records for an intent a webhook or
+// the reconciler settled while no call held its key. A settled success
+// posts again idempotently (the ledger replays the existing entry); a
+// settled failure released its reservation already.
+func decideSettled(s subject, status IntentStatus, providerID, declineCode string) transition {
+	switch status {
+	case IntentSucceeded:
+		return succeeded(s, providerID)
+	case IntentDeclined:
+		t := declined(s, &DeclineError{Provider: s.provider, Code: "declined", DeclineCode: declineCode,
+			Message: "declined, as the provider notified"})
+		t.effect = moveNothing
+		return t
+	}
+	t := refused(s, &InvalidRequestError{Provider: s.provider, Code: "payment_failed",
+		Message: "failed or voided at the provider: " + declineCode}, declineCode)
+	t.effect = moveNothing
+	return t
+}
+
+// decideProof is the transition a reconciler's (or an operator's) proof
+// makes: p.Status IntentSucceeded, IntentRequiresAction, IntentDeclined or
+// IntentFailed (NEEDS_REVIEW and a new attempt are not transitions of the
+// outcome: see [Client.apply]).
+func decideProof(s subject, p Proof) transition {
+	switch p.Status {
+	case IntentSucceeded:
+		return succeeded(s, p.ProviderID)
+	case IntentRequiresAction:
+		return requiresAction(s, p.ProviderID)
+	case IntentDeclined:
+		t := declined(s, &DeclineError{Provider: s.provider, Code: "declined", DeclineCode: p.DeclineCode, Message: p.Reason})
+		t.providerID = p.ProviderID
+		return t
+	}
+	t := refused(s, &InvalidRequestError{Provider: s.provider, Code: "payment_void", Message: "no payment at the provider: " + p.Reason}, p.DeclineCode)
+	t.providerID = p.ProviderID
+	return t
+}
+
+// commit applies t to its intent inside tx: the intent's status (a final
+// one is never moved back to an open one), the money it moved, and the
+// caller's fn. The idempotency record is the caller's (see record).
+func (c *Client) commit(ctx context.Context, tx pgx.Tx, s subject, t transition, fn TxFunc) error {
+	if _, err := tx.Exec(ctx, settleIntentSQL, s.key, s.scope, string(t.status), t.providerID, t.declineCode); err != nil {
+		return err
+	}
+	var err error
+	switch t.effect {
+	case postCharge:
+		err = c.postCharge(ctx, tx, s.key, s.provider, s.amount)
+	case postRefund:
+		err = c.postRefund(ctx, tx, s.key, s.scope, s.chargeKey, s.provider, s.amount)
+	case releaseReservation:
+		_, err = tx.Exec(ctx, unreserveRefundSQL, s.chargeKey, s.scope, s.amount.AmountString())
+	}
+	if err != nil {
+		return err
+	}
+	if fn != nil {
+		return fn(ctx, tx, t.outcome())
+	}
+	return nil
+}
+
+// completion is the idempotency record's completion for t.
+func (c *Client) completion(t transition) (idempotency.Completion, error) {
+	body, err := encodeStored(t.answer)
+	if err != nil {
+		return idempotency.Completion{}, err
+	}
+	return idempotency.Completion{Status: t.record, Response: idempotency.Response{Code: 200, Body: body},
+		Retention: c.exec.Config().Retention}, nil
+}
+
+// record commits t and completes the key's record under lease in one
+// transaction, and returns what the executor must hear: the answer, as
+// recorded by the action itself. A failure to record leaves the intent
+// open and the key released: a retry replays the provider's answer
+// through the same provider key.
+func (c *Client) record(ctx context.Context, lease idempotency.Lease, s subject, t transition, fn TxFunc) (idempotency.Response, error) {
+	done, err := c.completion(t)
+	if err != nil {
+		return idempotency.Response{}, err
+	}
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if err := c.commit(ctx, tx, s, t, fn); err != nil {
+			return err
+		}
+		return c.store.CompleteTx(ctx, tx, lease, done)
+	})
+	if err != nil {
+		return idempotency.Response{}, &UnknownOutcomeError{Provider: "payonce", Err: fmt.Errorf("recording the outcome: %w", err)}
+	}
+	return done.Response, idempotency.Recorded(done.Status, done.Response)
+}
+
+// markUnknown records that the provider's answer proved nothing: the
+// intent stays open (UNKNOWN) with the same provider key, and cause is
+// what the caller gets.
+func (c *Client) markUnknown(ctx context.Context, s subject, cause error) error {
+	if _, err := c.pool.Exec(ctx, settleIntentSQL, s.key, s.scope, string(IntentUnknown), "", ""); err != nil {
+		return errors.Join(cause, err)
+	}
+	return cause
+}

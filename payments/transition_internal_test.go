@@ -1,0 +1,187 @@
+package payments
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/money"
+)
+
+// The decisions from a provider's answer, a proof, a settled intent or a
+// webhook event to a transition, without a database.
+
+var (
+	chargeSubject = subject{scope: "cus", key: "cus_charge_k", kind: KindCharge, provider: "stripe", amount: money.MustParse("10.00", money.EUR)}
+	refundSubject = subject{scope: "cus", key: "cus_refund_r", kind: KindRefund, provider: "stripe", amount: money.MustParse("4.00", money.EUR),
+		chargeKey: "cus_charge_k"}
+)
+
+type want struct {
+	status      IntentStatus
+	record      idempotency.Status
+	effect      effect
+	providerID  string
+	declineCode string
+	answer      string // "result", "decline", "invalid"
+}
+
+func check(t *testing.T, name string, got transition, w want) {
+	t.Helper()
+	answer := "result"
+	switch {
+	case got.answer.Decline != nil:
+		answer = "decline"
+	case got.answer.Invalid != nil:
+		answer = "invalid"
+	case got.answer.Result == nil:
+		answer = ""
+	}
+	if got.status != w.status || got.record != w.record || got.effect != w.effect || got.providerID != w.providerID ||
+		got.declineCode != w.declineCode || answer != w.answer {
+		t.Errorf("%s: got %s/%v/effect %d/%q/%q/%s, want %+v", name, got.status, got.record, got.effect, got.providerID,
+			got.declineCode, answer, w)
+	}
+	if got.answer.Result != nil && (got.answer.Result.Status != got.status || got.answer.Result.Amount == "") {
+		t.Errorf("%s: the answer %+v does not say the transition's status and amount", name, *got.answer.Result)
+	}
+}
+
+func TestDecideCharge(t *testing.T) {
+	decline := &DeclineError{Provider: "stripe", Code: "card_declined", DeclineCode: "insufficient_funds"}
+	invalid := &InvalidRequestError{Provider: "stripe", Code: "parameter_invalid"}
+	for _, tc := range []struct {
+		name string
+		res  ChargeResult
+		err  error
+		want want
+	}{
+		{"succeeded", ChargeResult{ProviderID: "pi_1", Status: ChargeSucceeded}, nil,
+			want{IntentSucceeded, idempotency.StatusCompleted, postCharge, "pi_1", "", "result"}},
+		{"requires action", ChargeResult{ProviderID: "pi_1", Status: ChargeRequiresAction}, nil,
+			want{IntentRequiresAction, idempotency.StatusCompleted, moveNothing, "pi_1", "", "result"}},
+		{"pending", ChargeResult{ProviderID: "pi_1", Status: ChargePending}, nil,
+			want{IntentPending, idempotency.StatusCompleted, moveNothing, "pi_1", "", "result"}},
+		{"failed object", ChargeResult{ProviderID: "pi_1", Status: ChargeFailed}, nil,
+			want{IntentFailed, idempotency.StatusCompleted, moveNothing, "pi_1", "", "result"}},
+		{"declined", ChargeResult{}, decline, want{IntentDeclined, idempotency.StatusFailed, moveNothing, "", "insufficient_funds", "decline"}},
+		{"refused", ChargeResult{}, invalid, want{IntentFailed, idempotency.StatusFailed, moveNothing, "", "", "invalid"}},
+	} {
+		got, err := decideCharge(chargeSubject, tc.res, tc.err)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		check(t, tc.name, got, tc.want)
+	}
+	for _, err := range []error{&UnknownOutcomeError{Provider: "stripe"}, &NotSentError{Provider: "stripe"},
+		&InProgressError{Provider: "stripe"}, &KeyMismatchError{Provider: "stripe"}} {
+		if _, got := decideCharge(chargeSubject, ChargeResult{}, err); got != err {
+			t.Errorf("%T proves nothing: got %v, want the error back", err, got)
+		}
+	}
+}
+
+func TestDecideRefund(t *testing.T) {
+	decline := &DeclineError{Provider: "stripe", Code: "declined", DeclineCode: "expired"}
+	for _, tc := range []struct {
+		name string
+		res  RefundResult
+		err  error
+		want want
+	}{
+		{"succeeded", RefundResult{ProviderID: "re_1", Status: RefundSucceeded}, nil,
+			want{IntentSucceeded, idempotency.StatusCompleted, postRefund, "re_1", "", "result"}},
+		{"pending", RefundResult{ProviderID: "re_1", Status: RefundPending}, nil,
+			want{IntentPending, idempotency.StatusCompleted, moveNothing, "re_1", "", "result"}},
+		{"failed object releases the reservation", RefundResult{ProviderID: "re_1", Status: RefundFailed}, nil,
+			want{IntentFailed, idempotency.StatusCompleted, releaseReservation, "re_1", "", "result"}},
+		{"declined releases the reservation", RefundResult{}, decline,
+			want{IntentDeclined, idempotency.StatusFailed, releaseReservation, "", "expired", "decline"}},
+		{"refused releases the reservation", RefundResult{}, &InvalidRequestError{Provider: "stripe"},
+			want{IntentFailed, idempotency.StatusFailed, releaseReservation, "", "", "invalid"}},
+	} {
+		got, err := decideRefund(refundSubject, tc.res, tc.err)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		check(t, tc.name, got, tc.want)
+	}
+	unknown := &UnknownOutcomeError{Provider: "stripe"}
+	if _, err := decideRefund(refundSubject, RefundResult{}, unknown); !errors.Is(err, ErrOutcomeUnknown) {
+		t.Errorf("an unknown refund outcome: %v", err)
+	}
+}
+
+// An intent settled by a webhook or the reconciler while no call held its
+// key: the retry records that state; only a success moves money (again,
+// idempotently), a settled failure released its reservation already.
+func TestDecideSettled(t *testing.T) {
+	check(t, "charge succeeded", decideSettled(chargeSubject, IntentSucceeded, "pi_1", ""),
+		want{IntentSucceeded, idempotency.StatusCompleted, postCharge, "pi_1", "", "result"})
+	check(t, "refund succeeded", decideSettled(refundSubject, IntentSucceeded, "re_1", ""),
+		want{IntentSucceeded, idempotency.StatusCompleted, postRefund, "re_1", "", "result"})
+	check(t, "refund declined", decideSettled(refundSubject, IntentDeclined, "", "expired"),
+		want{IntentDeclined, idempotency.StatusFailed, moveNothing, "", "expired", "decline"})
+	check(t, "charge failed", decideSettled(chargeSubject, IntentFailed, "", "cancelled"),
+		want{IntentFailed, idempotency.StatusFailed, moveNothing, "", "cancelled", "invalid"})
+}
+
+func TestDecideProof(t *testing.T) {
+	check(t, "succeeded", decideProof(chargeSubject, Proof{Status: IntentSucceeded, ProviderID: "pi_1"}),
+		want{IntentSucceeded, idempotency.StatusCompleted, postCharge, "pi_1", "", "result"})
+	check(t, "requires action", decideProof(chargeSubject, Proof{Status: IntentRequiresAction, ProviderID: "pi_1"}),
+		want{IntentRequiresAction, idempotency.StatusCompleted, moveNothing, "pi_1", "", "result"})
+	check(t, "declined", decideProof(chargeSubject, Proof{Status: IntentDeclined, ProviderID: "pi_1", DeclineCode: "declined"}),
+		want{IntentDeclined, idempotency.StatusFailed, moveNothing, "pi_1", "declined", "decline"})
+	check(t, "refund failed with proof", decideProof(refundSubject, Proof{Status: IntentFailed, Reason: "none found"}),
+		want{IntentFailed, idempotency.StatusFailed, releaseReservation, "", "", "invalid"})
+	if got := decideProof(chargeSubject, Proof{Status: IntentFailed, Reason: "none found"}); got.answer.Invalid.Code != "payment_void" {
+		t.Errorf("a proven void answers %+v", got.answer.Invalid)
+	}
+}
+
+func TestDecideEvent(t *testing.T) {
+	pi := "pi_1"
+	open := intentRow{key: "cus_charge_k", user: "cus", kind: "CHARGE", status: "UNKNOWN", amount: "10.00", currency: "EUR"}
+	settled := open
+	settled.status, settled.providerID = "SUCCEEDED", &pi
+	declinedRow := open
+	declinedRow.status = "DECLINED"
+	ten := money.MustParse("10.00", money.EUR)
+	for _, tc := range []struct {
+		name    string
+		in      intentRow
+		ev      WebhookEvent
+		outcome string
+		status  IntentStatus // "" when nothing moves
+		effect  effect
+	}{
+		{"success applies", open, WebhookEvent{Kind: EventChargeSucceeded, ProviderID: pi, Amount: ten}, EventApplied, IntentSucceeded, postCharge},
+		{"success confirms", settled, WebhookEvent{Kind: EventChargeSucceeded, ProviderID: pi}, EventConfirmed, "", 0},
+		{"second object", settled, WebhookEvent{Kind: EventChargeSucceeded, ProviderID: "pi_2"}, EventSecondObject, "", 0},
+		{"another amount", open, WebhookEvent{Kind: EventChargeSucceeded, Amount: money.MustParse("11.00", money.EUR)}, EventConflict, "", 0},
+		{"success after a decline", declinedRow, WebhookEvent{Kind: EventChargeSucceeded}, EventConflict, "", 0},
+		{"failure applies", open, WebhookEvent{Kind: EventChargeFailed, DeclineCode: "x"}, EventApplied, IntentDeclined, moveNothing},
+		{"cancel fails the intent", open, WebhookEvent{Kind: EventCancelled}, EventApplied, IntentFailed, moveNothing},
+		{"late failure is stale", settled, WebhookEvent{Kind: EventChargeFailed}, EventStale, "", 0},
+		{"cancel after success conflicts", settled, WebhookEvent{Kind: EventCancelled}, EventConflict, "", 0},
+		{"pending confirms an open intent", open, WebhookEvent{Kind: EventChargePending}, EventConfirmed, "", 0},
+		{"pending after success is stale", settled, WebhookEvent{Kind: EventChargePending}, EventStale, "", 0},
+		{"capture failed after success conflicts", settled, WebhookEvent{Kind: EventCaptureFailed}, EventConflict, "", 0},
+	} {
+		s := chargeSubject
+		outcome, _, tr := decideEvent(s, tc.in, tc.ev)
+		if outcome != tc.outcome || (tr == nil) != (tc.status == "") || (tr != nil && (tr.status != tc.status || tr.effect != tc.effect)) {
+			t.Errorf("%s: %s %+v, want %s %s effect %d", tc.name, outcome, tr, tc.outcome, tc.status, tc.effect)
+		}
+	}
+	refund := intentRow{key: "cus_refund_r", user: "cus", kind: "REFUND", status: "PENDING", amount: "4.00", currency: "EUR"}
+	if outcome, _, tr := decideEvent(refundSubject, refund, WebhookEvent{Kind: EventRefundFailed}); outcome != EventApplied ||
+		tr == nil || tr.status != IntentFailed || tr.effect != releaseReservation {
+		t.Errorf("a failed refund: %s %+v", outcome, tr)
+	}
+	if outcome, _, tr := decideEvent(refundSubject, refund, WebhookEvent{Kind: EventRefundSucceeded}); outcome != EventApplied ||
+		tr == nil || tr.effect != postRefund {
+		t.Errorf("a succeeded refund: %s %+v", outcome, tr)
+	}
+}
