@@ -182,9 +182,39 @@ func ReclaimedFromContext(ctx context.Context) bool {
 	return v.reclaimed
 }
 
+// Recording is what a [RecordingAction] stored itself under its lease (with
+// pgstore's CompleteTx, in the transaction of its own writes): the status
+// and the response every retry of the key replays.
+type Recording struct {
+	Status   Status
+	Response Response
+}
+
+// RecordingAction is protected work that records its own outcome: it gets
+// its lease as a parameter, stores the outcome under it (in the
+// transaction of its own writes), and returns what it stored. An error is
+// treated as an [Action]'s error (transient, [Permanent] or [Abandon]):
+// the action then stored nothing.
+type RecordingAction func(ctx context.Context, lease Lease) (Recording, error)
+
+// DoRecording runs action once for req's (scope, key), or replays the
+// stored outcome, as [Executor.Do] does; the action records its outcome
+// itself, so Do stores nothing more. Errors are those of [Executor.Do]; a
+// stored FAILED recording answers a *FailedError.
+func (e *Executor) DoRecording(ctx context.Context, req Request, action RecordingAction) (Result, error) {
+	return e.do(ctx, req, func(ctx context.Context, lease Lease) (Response, *Recording, error) {
+		rec, err := action(ctx, lease)
+		if err != nil {
+			return Response{}, nil, err
+		}
+		return rec.Response, &rec, nil
+	})
+}
+
 // RecordedError is returned by an action that has already stored its
 // outcome under its own lease (for example with pgstore's CompleteTx, in
-// the transaction of its own writes): Do then stores nothing more.
+// the transaction of its own writes): Do then stores nothing more. New
+// code uses [Executor.DoRecording], where the recording is a value.
 type RecordedError struct {
 	Status   Status
 	Response Response
@@ -233,6 +263,21 @@ type Result struct {
 //
 // A panic in action releases the lease and is re-raised.
 func (e *Executor) Do(ctx context.Context, req Request, action Action) (Result, error) {
+	return e.do(ctx, req, func(ctx context.Context, _ Lease) (Response, *Recording, error) {
+		resp, err := action(ctx)
+		var done *RecordedError
+		if errors.As(err, &done) {
+			return done.Response, &Recording{Status: done.Status, Response: done.Response}, nil
+		}
+		return resp, nil, err
+	})
+}
+
+// leasedAction is the executor's own form of an action: it gets the lease
+// and says whether it recorded its outcome itself.
+type leasedAction func(ctx context.Context, lease Lease) (Response, *Recording, error)
+
+func (e *Executor) do(ctx context.Context, req Request, action leasedAction) (Result, error) {
 	if err := req.Validate(); err != nil {
 		return Result{}, err
 	}
@@ -281,7 +326,7 @@ func Settle(c Claim) (Result, error) {
 	return Result{}, fmt.Errorf("idempotency: Settle of a %s claim", c.State)
 }
 
-func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Result, err error) {
+func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (res Result, err error) {
 	lease := claim.Lease
 	actx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{},
 		leaseValue{lease: lease, reclaimed: claim.State == ClaimReclaimed}))
@@ -320,7 +365,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Res
 	}()
 
 	started := e.cfg.Clock()
-	resp, aerr := action(actx)
+	resp, done, aerr := action(actx, lease)
 	took := e.cfg.Clock().Sub(started)
 	lost := errors.Is(context.Cause(actx), ErrLeaseLost)
 	stop()
@@ -330,7 +375,6 @@ func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Res
 	res = Result{Lease: lease, Reclaimed: claim.State == ClaimReclaimed}
 
 	var perm *PermanentError
-	var done *RecordedError
 	var abandon *AbandonError
 	switch {
 	case errors.As(aerr, &abandon):
@@ -344,7 +388,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, action Action) (res Res
 			e.cfg.Logger.Warn("idempotency: abandon failed; the lease runs out by itself", "key", ShortHash(lease.Key), "err", rerr)
 		}
 		return Result{}, abandon.Err
-	case errors.As(aerr, &done):
+	case done != nil:
 		res.Status, res.Response = done.Status, done.Response
 		if done.Status == StatusFailed {
 			e.metrics.Action(ctx, took, "failed")

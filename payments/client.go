@@ -265,50 +265,55 @@ type TxFunc func(ctx context.Context, tx pgx.Tx, out Outcome) error
 // across the provider call: the intent commits before it, the outcome
 // after.
 func (c *Client) ChargeTx(ctx context.Context, p ChargeParams, fn TxFunc) (Outcome, error) {
-	prov, req, err := c.chargeRequest(p)
+	prov, req, pkey, err := c.chargeRequest(p)
 	if err != nil {
 		return Outcome{}, err
 	}
-	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
+	cl := &call{fn: fn}
+	res, err := c.exec.DoRecording(ctx, req, func(ctx context.Context, lease idempotency.Lease) (idempotency.Recording, error) {
 		c.hooks.call(pointAfterClaim, c.hooks.afterClaim, ctx, req.Key)
-		return c.charge(ctx, prov, req, p, fn)
+		cl.lease = lease
+		return c.charge(ctx, cl, prov, req, p, pkey)
 	})
 	c.hooks.call(pointAfterCommit, c.hooks.afterCommit, ctx, req.Key)
-	return c.outcome(res, err, p.Provider)
+	return c.outcome(res, err, p.Provider, cl)
 }
 
-func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, error) {
+// chargeRequest checks p and derives the charge's key, fingerprint and
+// provider key (attempt 0's: an earlier attempt's recorded one wins).
+func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, string, error) {
 	prov := c.providers[p.Provider]
 	switch {
 	case prov == nil:
-		return nil, idempotency.Request{}, &ConfigError{"Provider", fmt.Sprintf("unknown provider %q", p.Provider)}
+		return nil, idempotency.Request{}, "", &ConfigError{"Provider", fmt.Sprintf("unknown provider %q", p.Provider)}
 	case !p.Amount.IsPositive():
-		return nil, idempotency.Request{}, &ConfigError{"Amount", fmt.Sprintf("a charge must be positive, got %s", p.Amount)}
+		return nil, idempotency.Request{}, "", &ConfigError{"Amount", fmt.Sprintf("a charge must be positive, got %s", p.Amount)}
 	case p.Recipient == "" || len(p.Recipient) > 255:
-		return nil, idempotency.Request{}, &ConfigError{"Recipient", "required, at most 255 bytes"}
+		return nil, idempotency.Request{}, "", &ConfigError{"Recipient", "required, at most 255 bytes"}
 	case p.PaymentMethod == "" || len(p.PaymentMethod) > 255:
-		return nil, idempotency.Request{}, &ConfigError{"PaymentMethod", "required, at most 255 bytes"}
+		return nil, idempotency.Request{}, "", &ConfigError{"PaymentMethod", "required, at most 255 bytes"}
 	case len(p.Description) > 1000:
-		return nil, idempotency.Request{}, &ConfigError{"Description", "at most 1000 bytes"}
+		return nil, idempotency.Request{}, "", &ConfigError{"Description", "at most 1000 bytes"}
 	}
 	if err := checkMetadata(p.Metadata); err != nil {
-		return nil, idempotency.Request{}, err
+		return nil, idempotency.Request{}, "", err
 	}
 	key, err := idempotency.ComposeKey(p.Scope, "charge", p.Key)
 	if err != nil {
-		return nil, idempotency.Request{}, err
+		return nil, idempotency.Request{}, "", err
 	}
+	pkey := ProviderKey(key, StepCharge, 0, MaxReferenceLen(prov))
 	if v, ok := prov.(Validator); ok {
-		if err := v.ValidateCharge(ChargeRequest{Key: key, ProviderKey: ProviderKey(key, "charge", 0, MaxReferenceLen(prov)),
+		if err := v.ValidateCharge(ChargeRequest{Key: key, ProviderKey: pkey,
 			Amount: p.Amount, Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata}); err != nil {
-			return nil, idempotency.Request{}, err
+			return nil, idempotency.Request{}, "", err
 		}
 	}
 	fp, err := chargeFingerprint(p.Amount, p.Recipient, p.PaymentMethod, p.Provider)
 	if err != nil {
-		return nil, idempotency.Request{}, err
+		return nil, idempotency.Request{}, "", err
 	}
-	return prov, idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}, nil
+	return prov, idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}, pkey, nil
 }
 
 // chargeFingerprint is what a charge's key is bound to.
@@ -411,14 +416,9 @@ const settleIntentSQL = `UPDATE payment_intents
 
 // charge runs under the key's lease: intent first, then the provider,
 // then the outcome in one transaction with the record.
-func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Request, p ChargeParams, fn TxFunc) (idempotency.Response, error) {
-	lease, ok := idempotency.LeaseFromContext(ctx)
-	if !ok {
-		return idempotency.Response{}, errors.New("payments: no lease")
-	}
+func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempotency.Request, p ChargeParams, pkey string) (idempotency.Recording, error) {
 	// The intent is recorded before the call (a retry finds it and reuses
 	// its provider key).
-	pkey := ProviderKey(req.Key, StepCharge, 0, MaxReferenceLen(prov))
 	var prior priorIntent
 	err := c.pool.QueryRow(ctx, insertIntentSQL, req.Key, req.Scope, p.Provider, pkey,
 		p.Amount.AmountString(), string(p.Amount.Currency()), p.Recipient, p.PaymentMethod, p.Key).Scan(&pkey)
@@ -427,23 +427,23 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 		pkey = prior.providerKey
 	}
 	if isForeignKeyUse(err) {
-		return idempotency.Response{}, foreignKey("charge")
+		return idempotency.Recording{}, foreignKey("charge")
 	}
 	if err != nil {
-		return idempotency.Response{}, fmt.Errorf("payments: record intent: %w", err)
+		return idempotency.Recording{}, fmt.Errorf("payments: record intent: %w", err)
 	}
 	subj := subject{scope: req.Scope, key: req.Key, kind: KindCharge, provider: p.Provider, amount: p.Amount}
 	if prior.final() {
-		return c.record(ctx, lease, subj, decideSettled(subj, IntentStatus(prior.status), prior.providerID, prior.declineCode), fn)
+		return c.record(ctx, cl, subj, decideSettled(subj, IntentStatus(prior.status), prior.providerID, prior.declineCode))
 	}
 	if prior.status == string(IntentNeedsReview) {
-		return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
+		return idempotency.Recording{}, &NeedsReviewError{Reason: prior.reviewReason}
 	}
 	if prior.open() && c.beyondWindow(prov, StepCharge, prior) {
 		in := Examined{Scope: req.Scope, Key: req.Key, Kind: string(KindCharge), Provider: p.Provider, ProviderKey: pkey,
 			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: p.Amount,
 			Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, SentAt: prior.sentAt}
-		return c.settleBeyondWindow(ctx, lease, prov, in, fn)
+		return c.settleBeyondWindow(ctx, cl, prov, in)
 	}
 	known := prior.providerID
 	c.hooks.call(pointAfterIntent, c.hooks.afterIntent, ctx, req.Key)
@@ -462,16 +462,16 @@ func (c *Client) charge(ctx context.Context, prov Provider, req idempotency.Requ
 	var mismatch *KeyMismatchError
 	switch {
 	case err == nil:
-		return c.record(ctx, lease, subj, t, fn)
+		return c.record(ctx, cl, subj, t)
 	case errors.As(err, &mismatch):
 		// Never expected: keys are derived so that it cannot happen. The
 		// intent is left open for a human; the key stays released.
 		slog.Error("payments: provider saw this key with other parameters", "key", idempotency.ShortHash(req.Key), "provider", p.Provider)
-		return idempotency.Response{}, err
+		return idempotency.Recording{}, err
 	}
 	// Unknown, not sent, in progress at the provider: the intent stays
 	// open with the same provider key; the lease is released.
-	return idempotency.Response{}, c.markUnknown(ctx, subj, err)
+	return idempotency.Recording{}, c.markUnknown(ctx, subj, err)
 }
 
 // postCharge records a succeeded charge in the ledger.

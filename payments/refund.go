@@ -105,14 +105,15 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (Outco
 		return Outcome{}, err
 	}
 	req := idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}
-	res, err := c.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
-		return c.refund(ctx, prov, req, fn, chargeKey, *chargeID, p.Key, p.Amount)
+	cl := &call{fn: fn}
+	res, err := c.exec.DoRecording(ctx, req, func(ctx context.Context, lease idempotency.Lease) (idempotency.Recording, error) {
+		cl.lease = lease
+		return c.refund(ctx, cl, prov, req, chargeKey, *chargeID, p.Key, p.Amount)
 	})
-	return c.outcome(res, err, provName)
+	return c.outcome(res, err, provName, cl)
 }
 
-func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Request, fn TxFunc, chargeKey, chargeID, clientKey string, amount money.Money) (idempotency.Response, error) {
-	lease, _ := idempotency.LeaseFromContext(ctx)
+func (c *Client) refund(ctx context.Context, cl *call, prov Provider, req idempotency.Request, chargeKey, chargeID, clientKey string, amount money.Money) (idempotency.Recording, error) {
 	pkey := ProviderKey(req.Key, StepRefund, 0, MaxReferenceLen(prov))
 	subj := subject{scope: req.Scope, key: req.Key, kind: KindRefund, provider: prov.Name(), amount: amount, chargeKey: chargeKey}
 	var prior priorIntent
@@ -139,25 +140,25 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 		// keeps the refusal.
 		t := refused(subj, inv, "")
 		t.effect = moveNothing
-		return c.record(ctx, lease, subj, t, fn)
+		return c.record(ctx, cl, subj, t)
 	}
 	if isForeignKeyUse(err) {
-		return idempotency.Response{}, foreignKey("refund")
+		return idempotency.Recording{}, foreignKey("refund")
 	}
 	if err != nil {
-		return idempotency.Response{}, fmt.Errorf("payments: record refund intent: %w", err)
+		return idempotency.Recording{}, fmt.Errorf("payments: record refund intent: %w", err)
 	}
 	if prior.final() {
-		return c.record(ctx, lease, subj, decideSettled(subj, IntentStatus(prior.status), prior.providerID, prior.declineCode), fn)
+		return c.record(ctx, cl, subj, decideSettled(subj, IntentStatus(prior.status), prior.providerID, prior.declineCode))
 	}
 	if prior.status == string(IntentNeedsReview) {
-		return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
+		return idempotency.Recording{}, &NeedsReviewError{Reason: prior.reviewReason}
 	}
 	if prior.open() && c.beyondWindow(prov, StepRefund, prior) {
 		in := Examined{Scope: req.Scope, Key: req.Key, Kind: string(KindRefund), Provider: prov.Name(), ProviderKey: pkey,
 			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: amount,
 			ChargeKey: chargeKey, ChargeID: chargeID, SentAt: prior.sentAt}
-		return c.settleBeyondWindow(ctx, lease, prov, in, fn)
+		return c.settleBeyondWindow(ctx, cl, prov, in)
 	}
 	started := time.Now()
 	rres, rerr := prov.Refund(ctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
@@ -165,13 +166,23 @@ func (c *Client) refund(ctx context.Context, prov Provider, req idempotency.Requ
 	t, err := decideRefund(subj, rres, rerr)
 	if err != nil {
 		// Unknown: the reservation stays until the outcome is known.
-		return idempotency.Response{}, c.markUnknown(ctx, subj, err)
+		return idempotency.Recording{}, c.markUnknown(ctx, subj, err)
 	}
-	return c.record(ctx, lease, subj, t, fn)
+	return c.record(ctx, cl, subj, t)
 }
 
-// outcome turns Do's answer into an Outcome or the stored permanent error.
-func (c *Client) outcome(res idempotency.Result, err error, provider string) (Outcome, error) {
+// outcome turns Do's answer into an Outcome or the permanent error: this
+// call's own transition as it is, a replay decoded from the record.
+func (c *Client) outcome(res idempotency.Result, err error, provider string, cl *call) (Outcome, error) {
+	if t := cl.recorded; t != nil && !res.Replayed {
+		switch {
+		case t.answer.Decline != nil:
+			return Outcome{Status: IntentDeclined, Provider: provider}, t.answer.Decline
+		case t.answer.Invalid != nil:
+			return Outcome{Status: IntentFailed, Provider: provider}, t.answer.Invalid
+		}
+		return t.outcome(), nil
+	}
 	var fe *idempotency.FailedError
 	switch {
 	case err == nil:

@@ -161,8 +161,8 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, mode settleM
 	default:
 		return fmt.Errorf("payments: resolve: claim state %v", claim.State)
 	}
-	_, completed, err := c.apply(ctx, in, p, mode, lease, nil, audit)
-	if lease != nil && !completed {
+	t, _, err := c.apply(ctx, in, p, mode, lease, nil, audit)
+	if lease != nil && t == nil {
 		_ = c.store.Release(context.WithoutCancel(ctx), *lease)
 	}
 	return err
@@ -180,37 +180,39 @@ func checkProof(p Proof) error {
 // that holds the key's lease (a retry past the provider's window): the
 // record completes with the intent, or, for NEEDS_REVIEW, the caller gets
 // a *NeedsReviewError and the lease is released by the executor.
-func (c *Client) applyUnderLease(ctx context.Context, lease idempotency.Lease, in Examined, p Proof, fn TxFunc) (idempotency.Response, error) {
+func (c *Client) applyUnderLease(ctx context.Context, cl *call, in Examined, p Proof) (idempotency.Recording, error) {
 	if err := checkProof(p); err != nil {
-		return idempotency.Response{}, err
+		return idempotency.Recording{}, err
 	}
-	done, completed, err := c.apply(ctx, in, p, settleOpen, &lease, fn, nil)
+	t, done, err := c.apply(ctx, in, p, settleOpen, &cl.lease, cl.fn, nil)
 	switch {
 	case errors.Is(err, ErrNotOpen):
 		// Settled meanwhile (a webhook under no lease): record that state.
 		prior := priorIntent{}
 		if rerr := prior.scan(c.pool.QueryRow(ctx, resumeIntentSQL, in.Key, in.Scope)); rerr != nil {
-			return idempotency.Response{}, rerr
+			return idempotency.Recording{}, rerr
 		}
 		if prior.status == string(IntentNeedsReview) {
-			return idempotency.Response{}, &NeedsReviewError{Reason: prior.reviewReason}
+			return idempotency.Recording{}, &NeedsReviewError{Reason: prior.reviewReason}
 		}
-		return c.record(ctx, lease, subjectOf(in), decideSettled(subjectOf(in), IntentStatus(prior.status), prior.providerID, prior.declineCode), fn)
+		return c.record(ctx, cl, subjectOf(in), decideSettled(subjectOf(in), IntentStatus(prior.status), prior.providerID, prior.declineCode))
 	case err != nil:
-		return idempotency.Response{}, err
-	case completed:
-		return done.Response, idempotency.Recorded(done.Status, done.Response)
+		return idempotency.Recording{}, err
+	case t != nil:
+		cl.recorded = t
+		return idempotency.Recording{Status: done.Status, Response: done.Response}, nil
 	}
-	return idempotency.Response{}, &NeedsReviewError{Reason: p.Reason}
+	return idempotency.Recording{}, &NeedsReviewError{Reason: p.Reason}
 }
 
 // apply applies proof in ONE transaction: the intent locked and checked
 // still open (or under review), its outcome, the ledger where money moved,
 // a refund's reservation released where none did, fn and audit, and the
 // idempotency record completed under lease (when given) with the response
-// a replay serves. completed reports that the record was completed.
+// a replay serves. It returns the transition committed with the record
+// (nil when no record was completed: no lease, a review, a new attempt).
 func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMode, lease *idempotency.Lease, fn TxFunc,
-	audit func(ctx context.Context, tx pgx.Tx) error) (done idempotency.Completion, completed bool, err error) {
+	audit func(ctx context.Context, tx pgx.Tx) error) (committed *transition, done idempotency.Completion, err error) {
 	prov := c.providers[in.Provider]
 	step := StepCharge
 	if in.Kind == string(KindRefund) {
@@ -220,7 +222,7 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMod
 		audit = func(context.Context, pgx.Tx) error { return nil }
 	}
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		completed = false
+		committed = nil
 		var status string
 		var attempt int
 		err := tx.QueryRow(ctx, `SELECT status, attempt FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2 FOR UPDATE`,
@@ -270,11 +272,11 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMod
 		if err := c.store.CompleteTx(ctx, tx, *lease, done); err != nil {
 			return err
 		}
-		completed = true
+		committed = &t
 		return nil
 	})
 	if err != nil {
-		completed = false
+		committed = nil
 	}
-	return done, completed, err
+	return committed, done, err
 }

@@ -250,26 +250,36 @@ func (c *Client) completion(t transition) (idempotency.Completion, error) {
 		Retention: c.exec.Config().Retention}, nil
 }
 
-// record commits t and completes the key's record under lease in one
-// transaction, and returns what the executor must hear: the answer, as
-// recorded by the action itself. A failure to record leaves the intent
-// open and the key released: a retry replays the provider's answer
-// through the same provider key.
-func (c *Client) record(ctx context.Context, lease idempotency.Lease, s subject, t transition, fn TxFunc) (idempotency.Response, error) {
+// call is one Charge or Refund holding its key's lease.
+type call struct {
+	lease idempotency.Lease
+	// fn is the caller's part of the recording transaction.
+	fn TxFunc
+	// recorded is the transition this call committed: its answer is
+	// returned as it is (only replays are decoded).
+	recorded *transition
+}
+
+// record commits t and completes the key's record under the call's lease
+// in one transaction, and returns the recording for the executor. A
+// failure to record leaves the intent open and the key released: a retry
+// replays the provider's answer through the same provider key.
+func (c *Client) record(ctx context.Context, cl *call, s subject, t transition) (idempotency.Recording, error) {
 	done, err := c.completion(t)
 	if err != nil {
-		return idempotency.Response{}, err
+		return idempotency.Recording{}, err
 	}
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if err := c.commit(ctx, tx, s, t, fn); err != nil {
+		if err := c.commit(ctx, tx, s, t, cl.fn); err != nil {
 			return err
 		}
-		return c.store.CompleteTx(ctx, tx, lease, done)
+		return c.store.CompleteTx(ctx, tx, cl.lease, done)
 	})
 	if err != nil {
-		return idempotency.Response{}, &UnknownOutcomeError{Provider: "payonce", Err: fmt.Errorf("recording the outcome: %w", err)}
+		return idempotency.Recording{}, &UnknownOutcomeError{Provider: "payonce", Err: fmt.Errorf("recording the outcome: %w", err)}
 	}
-	return done.Response, idempotency.Recorded(done.Status, done.Response)
+	cl.recorded = &t
+	return idempotency.Recording{Status: done.Status, Response: done.Response}, nil
 }
 
 // markUnknown records that the provider's answer proved nothing: the

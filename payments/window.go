@@ -42,7 +42,7 @@ func (c *Client) beyondWindow(prov Provider, step string, prior priorIntent) boo
 // the intent goes to NEEDS_REVIEW and the caller gets a
 // *NeedsReviewError; a failed lookup (an outage) leaves everything as it
 // was and answers an *UnknownOutcomeError (retry later).
-func (c *Client) settleBeyondWindow(ctx context.Context, lease idempotency.Lease, prov Provider, in Examined, fn TxFunc) (idempotency.Response, error) {
+func (c *Client) settleBeyondWindow(ctx context.Context, cl *call, prov Provider, in Examined) (idempotency.Recording, error) {
 	step := StepCharge
 	if in.Kind == string(KindRefund) {
 		step = StepRefund
@@ -50,12 +50,12 @@ func (c *Client) settleBeyondWindow(ctx context.Context, lease idempotency.Lease
 	window := DedupWindowOf(prov, step)
 	proof, err := LookupBeyondWindow(ctx, prov, in, window)
 	if err != nil {
-		return idempotency.Response{}, &UnknownOutcomeError{Provider: prov.Name(),
+		return idempotency.Recording{}, &UnknownOutcomeError{Provider: prov.Name(),
 			Err: fmt.Errorf("past the provider's deduplication window (%s) the attempt is looked up, not re-sent: %w", window, err)}
 	}
 	c.log.Warn("payments: a retry came past the provider's deduplication window; looked up instead of re-sent",
 		"key", idempotency.ShortHash(in.Key), "provider", in.Provider, "window", window, "proof", proof.Status)
-	return c.applyUnderLease(ctx, lease, in, proof, fn)
+	return c.applyUnderLease(ctx, cl, in, proof)
 }
 
 // LookupBeyondWindow asks prov what the attempt of the open intent in did,
