@@ -1,30 +1,51 @@
-// Package payments is payonce's payments API: [Client.Charge] charges
-// exactly once per key, whatever the retries, crashes and lost responses.
+// Package payments is payonce's payments API: [Client.Charge] and
+// [Client.Refund] move money exactly once per key, whatever the retries,
+// crashes, lost responses and webhook storms.
+//
+//	client, err := payments.New(pool, []payments.Provider{stripe}, nil)
+//	out, err := client.Charge(ctx, payments.ChargeParams{Scope: customer, Key: idempotencyKey,
+//		Provider: "stripe", Amount: money.MustParse("49.99", money.EUR),
+//		Recipient: "acct_shop", PaymentMethod: "pm_card_visa"})
+//	if payments.OutcomeUnknown(err) { /* retry with the SAME key */ }
 //
 // # The flow of a charge
 //
-//  1. Claim the key (pgstore), fingerprinting amount, currency, recipient,
-//     payment method and provider: a retry with other fields is refused.
+//  1. Claim the key ([idempotency.Executor.DoRecording] on pgstore),
+//     fingerprinting amount, currency, recipient, payment method and
+//     provider: a retry with other fields is refused, a key another scope
+//     used is refused ([idempotency.ErrForeignKey]).
 //  2. Record the intent in payment_intents, with the provider key derived
 //     from the local key ([ProviderKey]), BEFORE calling the provider.
 //  3. Call the provider with that key: a retry reaches it with the same
-//     key, so the provider's deduplication makes it a replay.
-//  4. One transaction: the intent's outcome, the ledger postings (money
-//     moved) and the idempotency record (COMPLETED, or FAILED for a
-//     decline), under the key's fencing token.
+//     key, so the provider's deduplication makes it a replay. Past the
+//     provider's deduplication window ([DedupWindowOf], less
+//     Config.WindowMargin) the key is never re-sent: the attempt is looked
+//     up ([LookupBeyondWindow]) and settled from what that proves, or
+//     flagged NEEDS_REVIEW with the reason.
+//  4. Decide what the answer proves (a pure function: succeeded, pending,
+//     requires action, failed at the provider, declined, refused; or
+//     nothing, when the outcome is unknown), then commit that transition in
+//     one transaction: the intent's outcome, the ledger postings where
+//     money moved, the caller's [TxFunc] rows, and the idempotency record
+//     (COMPLETED, or FAILED for a decline) under the key's fencing token.
 //
 // An unknown outcome (timeout, reset after the provider committed, 5xx)
 // leaves the intent open (UNKNOWN) and releases the key: the caller gets an
 // [UnknownOutcomeError] ([OutcomeUnknown], [SafeToRetry]), and a retry with
 // the same key re-drives with the same provider key. Unknown never becomes
-// failed without proof from the provider.
+// failed without proof from the provider. docs/design.md draws the flow.
 //
 // # Providers and outcome classes
 //
-// A [Provider] adapter (providers/stripe) classifies every error:
-// [DeclineError] (final, replayed to retries), [InvalidRequestError]
-// (final), [NotSentError] and [InProgressError] (safe to retry),
-// [UnknownOutcomeError], and [KeyMismatchError] (a bug, reported loudly).
+// A [Provider] adapter (providers/stripe, providers/adyen, providers/paypal)
+// converts amounts to its provider's own units, refuses what the provider
+// cannot take before anything is recorded ([Validator],
+// [RefundValidator]), and classifies every error: [DeclineError] (final,
+// replayed to retries), [InvalidRequestError] (final), [NotSentError] and
+// [InProgressError] (safe to retry), [UnknownOutcomeError], and
+// [KeyMismatchError] (a bug, reported loudly). Each error says whether a
+// retry is safe ([Retrier]); bad input answers errors.Is
+// idempotency.ErrInvalid.
 //
 // # Refunds
 //
@@ -34,15 +55,20 @@
 // is called, so concurrent refunds can never exceed the charge. A refused
 // or failed refund releases its reservation; an unknown one keeps it.
 //
+// # Webhooks, the reconciler and operators
+//
+// [Client.WebhookHandler] verifies provider notifications, stores each once
+// in the inbox ([Inbox]) and applies it to its intent in the same
+// transaction, never moving a final intent backwards. The reconciler
+// (package reconcile) and operators settle intents through
+// [Client.Operator]: [Operator.Resolve] applies a provider's proof,
+// [Operator.ResolveReview] a human's decision on an intent under review.
+//
 // # Metrics
 //
 // With Config.MeterProvider: payments.charges and payments.refunds (by
-// provider and outcome), payments.unknown_outcomes, and
-// payments.provider_call_duration_ms; replays reach no provider and count
-// nothing there (the idempotency core counts them).
-//
-// Not built yet: the checkout example, the storm
-// demo, the crash fault matrix, stripe-mock request-shape conformance and
-// the reconciler (the intents' open states and an index on them are in
-// place for it).
+// provider and outcome), payments.unknown_outcomes,
+// payments.provider_call_duration_ms, payments.webhook_events and
+// payments.webhook_refusals; replays reach no provider and count nothing
+// there (the idempotency core counts them).
 package payments
