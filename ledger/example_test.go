@@ -2,54 +2,26 @@ package ledger_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/ledger"
-	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 )
 
-// exampleLedger returns a Ledger on a fresh schema of TEST_DATABASE_URL
-// and a function that drops the schema.
+// exampleLedger returns a Ledger on a fresh, migrated schema of
+// TEST_DATABASE_URL and a function that drops the schema.
 func exampleLedger(ctx context.Context) (*ledger.Ledger, *pgxpool.Pool, func()) {
-	cfg, err := pgxpool.ParseConfig(os.Getenv("TEST_DATABASE_URL"))
-	if err != nil {
-		panic(err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "example_" + hex.EncodeToString(b[:])
-	admin, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
-	if err != nil {
-		panic(fmt.Sprintf("TEST_DATABASE_URL (run with `make test`): %v", err))
-	}
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		panic(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		panic(err)
-	}
-	if _, err := migrations.Migrate(ctx, pool); err != nil {
-		panic(err)
-	}
+	pool, done := pgtest.ExamplePool(ctx)
 	l, err := ledger.New(pool, nil)
 	if err != nil {
 		panic(err)
 	}
-	return l, pool, func() {
-		pool.Close()
-		_, _ = admin.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-		_ = admin.Close(ctx)
-	}
+	return l, pool, done
 }
 
 // Payments records a charge and a refund, each inside its own transaction.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -119,4 +120,41 @@ func PoolURL(t testing.TB, url string) *pgxpool.Pool {
 	}
 	t.Cleanup(p.Close)
 	return p
+}
+
+// ExamplePool returns a pool on a fresh, migrated schema of
+// TEST_DATABASE_URL for a runnable example (which has no *testing.T), and
+// a function that closes it and drops the schema. It panics with
+// instructions when the database is missing.
+func ExamplePool(ctx context.Context) (*pgxpool.Pool, func()) {
+	base := os.Getenv("TEST_DATABASE_URL")
+	if base == "" {
+		panic(missing)
+	}
+	admin, err := pgxpool.New(ctx, base)
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: connect to TEST_DATABASE_URL: %v", err))
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	schema := "example_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		panic(fmt.Sprintf("pgtest: create schema: %v", err))
+	}
+	u, err := localpg.WithSearchPath(base, schema)
+	if err != nil {
+		panic(err)
+	}
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := migrations.Migrate(ctx, pool); err != nil {
+		panic(fmt.Sprintf("pgtest: migrate: %v", err))
+	}
+	return pool, func() {
+		pool.Close()
+		_, _ = admin.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+schema+" CASCADE")
+		admin.Close()
+	}
 }
