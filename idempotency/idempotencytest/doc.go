@@ -1,0 +1,60 @@
+// Package idempotencytest is the conformance suite that every
+// [idempotency.Store] must pass, and [CheckHTTP], the same promises checked
+// from the outside against a protected HTTP handler.
+//
+// Each check asserts the promise (one execution, replays byte for byte,
+// refusals that change nothing, fencing), not the store's internals.
+//
+// # Running it against a new Store
+//
+// Call [Exercise] from a test of the implementation with a function that
+// returns a fresh, empty store in a [Harness] and a way to make time pass
+// for its records:
+//
+//	func TestConformance(t *testing.T) {
+//		t.Parallel()
+//		idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
+//			var offset atomic.Int64
+//			store := memstore.New(&memstore.Config{
+//				Clock:      func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
+//				EvictAfter: -1,
+//			})
+//			return idempotencytest.Harness{
+//				Store:   store,
+//				Advance: func(_ testing.TB, d time.Duration) { offset.Add(int64(d)) },
+//			}
+//		})
+//	}
+//
+// The function is called once per check, from that check's test, so a
+// store on PostgreSQL can give each check its own schema with t.Cleanup.
+// A store whose clock cannot be moved shifts its records' timestamps back
+// instead: pgstore's tests do both.
+//
+// # Structure
+//
+// Every check runs in parallel on its own harness, as a sub-test named
+// group/check, so one group or one check can be run alone:
+//
+//	go test -run 'TestConformance/Lease/' ./idempotency/memstore
+//
+// The groups, one file each:
+//
+//   - Claim (claim.go): the first request executes once and is stored;
+//     duplicates arriving together execute nothing more.
+//   - Replay (replay.go): a retry replays byte for byte; the same key with
+//     other fields is refused, done or in progress, changing nothing.
+//   - Outcome (outcome.go): a permanent error is stored and replayed; a
+//     transient error, a panic or a cancelled context release the lock; an
+//     abandoned claim leaves no record.
+//   - Lease (lease.go): orphan reclaim with one winner, fencing of the old
+//     holder (also after its record was pruned), heartbeats, and a lost
+//     lease cancelling its action.
+//   - Expiry (expiry.go): expired records are new or refused, never
+//     replayed; Prune never removes PROCESSING or unexpired records.
+//   - Scope and Input (scopes.go): scopes isolated, foreign keys refused;
+//     bad requests and configurations refused naming the field.
+//
+// Every check starts from setup (setup.go), which gives it a bundle: the
+// harness, an executor on its store, a context and a count of executions.
+package idempotencytest

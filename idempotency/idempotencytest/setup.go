@@ -1,0 +1,177 @@
+package idempotencytest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/payonce/payonce/idempotency"
+)
+
+// bundle is what every check starts from: its fresh harness, an executor
+// on the harness's store, a context that ends with the check, and the
+// count of the check's executions.
+type bundle struct {
+	Harness
+	ctx   context.Context
+	exec  *idempotency.Executor
+	calls counter
+}
+
+// setup builds the bundle of one check; cfg configures the executor (nil:
+// the defaults). Checks that talk to the store alone leave exec unused.
+func setup(t *testing.T, h Harness, cfg *idempotency.Config) *bundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	e, err := idempotency.New(h.Store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{Harness: h, ctx: ctx, exec: e}
+}
+
+// wantExecutions stops the check unless the action ran n times.
+func (b *bundle) wantExecutions(t *testing.T, n int64) {
+	t.Helper()
+	if got := b.calls.n.Load(); got != n {
+		t.Fatalf("executions = %d, want %d", got, n)
+	}
+}
+
+// mustDo runs r's action through the executor and stops the check on any
+// error.
+func (b *bundle) mustDo(t *testing.T, r idempotency.Request, action idempotency.Action) idempotency.Result {
+	t.Helper()
+	res, err := b.exec.Do(b.ctx, r, action)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// claim claims p directly on the store, as holder who, and stops the check
+// unless the claim ends in want.
+func (b *bundle) claim(t *testing.T, who string, p idempotency.ClaimParams, want idempotency.ClaimState) idempotency.Claim {
+	t.Helper()
+	c, err := b.Store.Claim(b.ctx, p)
+	if err != nil || c.State != want {
+		t.Fatalf("%s claim: %v %+v %v, want %v", who, c.State, c.Lease, err, want)
+	}
+	return c
+}
+
+// doInBackground runs r's action in a goroutine, as a holder still at
+// work, and returns once the action has started; the channel receives
+// Do's error when it ends.
+func (b *bundle) doInBackground(r idempotency.Request, action idempotency.Action) <-chan error {
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.exec.Do(b.ctx, r, func(ctx context.Context) (idempotency.Response, error) {
+			close(started)
+			return action(ctx)
+		})
+		done <- err
+	}()
+	<-started
+	return done
+}
+
+// storm runs fn n times at once, all released together, and waits for
+// every run to end.
+func storm(n int, fn func()) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			fn()
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
+const (
+	scopeA = "usr_A1"
+	scopeB = "usr_B2"
+)
+
+func key(t *testing.T, scope, intent string) string {
+	t.Helper()
+	k, err := idempotency.ComposeKey(scope, "createOrder", intent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func fp(t *testing.T, amount string) idempotency.Fingerprint {
+	t.Helper()
+	f, err := idempotency.NewFingerprint().Decimal("amount", amount).String("currency", "EUR").Sum()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func req(t *testing.T, scope, intent, amount string) idempotency.Request {
+	return idempotency.Request{Scope: scope, Key: key(t, scope, intent), Fingerprint: fp(t, amount)}
+}
+
+func claimParams(r idempotency.Request) idempotency.ClaimParams {
+	return idempotency.ClaimParams{Scope: r.Scope, Key: r.Key, Fingerprint: r.Fingerprint,
+		LockTimeout: 30 * time.Second, Retention: 24 * time.Hour}
+}
+
+// counter is an action's side effect, counted.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) action(resp idempotency.Response) idempotency.Action {
+	return func(ctx context.Context) (idempotency.Response, error) {
+		c.n.Add(1)
+		return resp, nil
+	}
+}
+
+// slowAction is action that takes d to run, so that the duplicates sent
+// with it overlap it.
+func (c *counter) slowAction(d time.Duration, resp idempotency.Response) idempotency.Action {
+	return func(ctx context.Context) (idempotency.Response, error) {
+		c.n.Add(1)
+		time.Sleep(d)
+		return resp, nil
+	}
+}
+
+// A body that is not JSON and whose bytes would not survive a JSON
+// round trip: replays must give it back byte for byte.
+var oddBody = []byte("{\"b\": 2,  \"a\":1}\n\x00\xff not json")
+
+func okResponse() idempotency.Response {
+	return idempotency.Response{Code: 201, Header: http.Header{"Content-Type": {"text/plain"}, "X-Order": {"o_1"}}, Body: oddBody}
+}
+
+func mustEqualResponse(t *testing.T, got, want idempotency.Response) {
+	t.Helper()
+	if got.Code != want.Code || !bytes.Equal(got.Body, want.Body) || fmt.Sprint(got.Header) != fmt.Sprint(want.Header) {
+		t.Fatalf("response differs:\n got  %d %v %q\n want %d %v %q", got.Code, got.Header, got.Body, want.Code, want.Header, want.Body)
+	}
+}
+
+func recordString(r idempotency.Record) string {
+	resp := "<nil>"
+	if r.Response != nil {
+		resp = fmt.Sprintf("%d %v %q", r.Response.Code, r.Response.Header, r.Response.Body)
+	}
+	r.Response = nil
+	return fmt.Sprintf("%+v response=%s", r, resp)
+}
