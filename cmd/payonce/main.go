@@ -18,10 +18,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 const usage = `payonce: the operator CLI of payonce
@@ -165,4 +168,9 @@ func asUsage(err error, u *usageError) bool {
 		*u = x
 	}
 	return ok
+}
+
+// signalContext is canceled by an interrupt (Ctrl-C) or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }

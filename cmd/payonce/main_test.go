@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -11,8 +12,9 @@ import (
 )
 
 // The test binary is the CLI when PAYONCE_CLI_MAIN=1, so that commands
-// (and the demo's worker processes, which re-execute it) run as real
-// processes.
+// run as real processes (the demo's worker is a program of its own,
+// internal/stormworker, built with the race detector when the tests run
+// with it).
 func TestMain(m *testing.M) {
 	if os.Getenv("PAYONCE_CLI_MAIN") == "1" {
 		main()
@@ -24,8 +26,15 @@ func TestMain(m *testing.M) {
 // cli runs the CLI as a process and returns its output and exit code.
 func cli(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
+	return cliProcess(t, nil, env, args...)
+}
+
+// cliProcess is cli with stdin read from stdin (nil: the null device).
+func cliProcess(t *testing.T, stdin io.Reader, env []string, args ...string) (string, int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), "PAYONCE_CLI_MAIN=1"), env...)
+	cmd.Stdin = stdin
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {

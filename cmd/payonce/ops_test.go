@@ -39,17 +39,7 @@ func run(t *testing.T, env []string, args ...string) (string, int) {
 // cliStdin is run with stdin read from r (nil: the null device).
 func cliStdin(t *testing.T, stdin io.Reader, env []string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), "PAYONCE_CLI_MAIN=1"), quickExit(env)...)
-	cmd.Stdin = stdin
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return string(out), ee.ExitCode()
-		}
-		t.Fatalf("payonce %v: %v", args, err)
-	}
-	return string(out), 0
+	return cliProcess(t, stdin, quickExit(env), args...)
 }
 
 // opsBundle is a migrated schema of the test's own, its URL for the CLI,

@@ -8,8 +8,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/payonce/payonce/idempotency/pgstore"
 )
 
@@ -43,10 +41,6 @@ Examples:
 // maxPruneBatch mirrors idempotency.PrunerConfig.BatchSize's bound: a batch
 // holds its row locks until it commits.
 const maxPruneBatch = 50_000
-
-// countExpiredSQL counts what a pass may delete, for the progress bar's
-// total, through the expiry partial index.
-const countExpiredSQL = `SELECT count(*) FROM idempotency_store WHERE status <> 'PROCESSING' AND expires_at <= now()`
 
 // pruneResult says what one pass of payonce prune did.
 type pruneResult struct {
@@ -89,7 +83,7 @@ func runPrune(args []string) error {
 
 	var bar *progressBar
 	if isTerminal(os.Stdout) {
-		bar = newProgressBar(os.Stdout, "records deleted", expiredEstimate(ctx, pool, *limit))
+		bar = newProgressBar(os.Stdout, "records deleted", expiredEstimate(ctx, store, *limit))
 		bar.update(0, "")
 	}
 	res, err := prunePass(ctx, store, *batch, *limit, *pause, func(r pruneResult) {
@@ -112,11 +106,11 @@ func runPrune(args []string) error {
 
 // expiredEstimate is the bar's total: the expired records now, bounded by
 // limit; 0 (unknown: a plain counter) when counting takes too long.
-func expiredEstimate(ctx context.Context, pool *pgxpool.Pool, limit int) int64 {
+func expiredEstimate(ctx context.Context, store *pgstore.Store, limit int) int64 {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var n int64
-	if err := pool.QueryRow(cctx, countExpiredSQL).Scan(&n); err != nil {
+	n, err := store.CountExpired(cctx)
+	if err != nil {
 		return 0
 	}
 	if limit > 0 {

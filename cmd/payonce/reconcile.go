@@ -12,9 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/payonce/payonce/examples/checkout/service"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/reconcile"
+	"github.com/payonce/payonce/wiring"
 )
 
 const reconcileUsage = `Usage: payonce reconcile [--format table|json|csv] [--grace 2m] [--batch 100] [--database-url URL]
@@ -67,7 +67,7 @@ func runReconcile(args []string) error {
 	if err := checkFormat(*format); err != nil {
 		return err
 	}
-	cfg, err := service.ConfigFromEnv()
+	cfg, err := wiring.FromEnv(os.Getenv)
 	if err != nil {
 		return usageError{err.Error()}
 	}
@@ -79,10 +79,10 @@ func runReconcile(args []string) error {
 	}
 	defer pool.Close()
 	var client *payments.Client
-	if cfg.StripeAPIBase == "" && cfg.AdyenAPIBase == "" && cfg.PayPalAPIBase == "" {
+	if len(cfg.ProviderNames()) == 0 {
 		fmt.Fprintln(os.Stderr, "payonce: no provider configured (STRIPE_API_BASE, ADYEN_API_BASE, PAYPAL_API_BASE): "+
 			"open intents are not examined; reporting stuck records and webhook divergences only")
-	} else if client, err = service.NewClient(pool, cfg); err != nil {
+	} else if client, err = wiring.Client(pool, cfg); err != nil {
 		return err
 	}
 	r, err := reconcile.New(pool, client, &reconcile.Config{Grace: *grace, Batch: *batch})
@@ -110,7 +110,7 @@ func runReport(args []string) error {
 	runs := fs.Int("runs", 10, "past runs to list")
 	var f reconcile.Filter
 	fs.Int64Var(&f.RunID, "run", 0, "only this run's items")
-	fs.StringVar(&f.Kind, "kind", "", "only items of this kind")
+	fs.StringVar((*string)(&f.Kind), "kind", "", "only items of this kind")
 	fs.StringVar(&f.Provider, "provider", "", "only items of this provider")
 	fs.DurationVar(&f.MinAge, "min-age", 0, "only items whose intent was at least this old")
 	since := fs.String("since", "", "only items recorded after this RFC 3339 time")
@@ -181,8 +181,8 @@ func writeItems(w io.Writer, format string, items []reconcile.Item) error {
 		_ = cw.Write([]string{"run", "at", "kind", "provider", "scope", "intent_key", "intent_kind", "currency",
 			"local_state", "provider_state", "action", "detail", "age_seconds"})
 		for _, x := range items {
-			_ = cw.Write([]string{strconv.FormatInt(x.RunID, 10), x.At.UTC().Format(time.RFC3339), x.Kind, x.Provider, x.Scope,
-				x.IntentKey, x.IntentKind, x.Currency, x.LocalState, x.ProviderState, x.Action, x.Detail,
+			_ = cw.Write([]string{strconv.FormatInt(x.RunID, 10), x.At.UTC().Format(time.RFC3339), string(x.Kind), x.Provider, x.Scope,
+				x.IntentKey, x.IntentKind, x.Currency, x.LocalState, x.ProviderState, string(x.Action), x.Detail,
 				strconv.FormatFloat(x.Age.Seconds(), 'f', 0, 64)})
 		}
 		cw.Flush()

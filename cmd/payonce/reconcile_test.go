@@ -10,14 +10,33 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payonce/payonce/examples/checkout/service"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/payonce/payonce/internal/fakes"
 	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 	"github.com/payonce/payonce/reconcile"
+	"github.com/payonce/payonce/wiring"
 )
+
+// fakesClient is a payments client on pool through the fakes whose
+// environment is env, without keep-alive resends (a lost response reaches
+// payonce).
+func fakesClient(t *testing.T, pool *pgxpool.Pool, env map[string]string) *payments.Client {
+	t.Helper()
+	cfg, err := wiring.FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	client, err := wiring.Client(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
 
 // payonce reconcile repairs a lost response nobody retried, prints the
 // report in each format, and payonce report reads it back.
@@ -28,17 +47,9 @@ func TestReconcileAndReportCommands(t *testing.T) {
 	fk := fakes.Start(fakes.Options{Stripe: true}) // no webhooks: only the reconciler settles
 	t.Cleanup(fk.Close)
 	env := fk.Env()
-	cfg, err := service.ConfigFrom(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	client, err := service.NewClient(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := fakesClient(t, pool, env)
 	fk.Stripe.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
-	_, err = client.Charge(context.Background(), payments.ChargeParams{Scope: "cus_cli", Key: "order-1", Provider: "stripe",
+	_, err := client.Charge(context.Background(), payments.ChargeParams{Scope: "cus_cli", Key: "order-1", Provider: "stripe",
 		Amount: money.MustParse("7.50", money.EUR), Recipient: "acct", PaymentMethod: "pm_card_visa"})
 	if !payments.OutcomeUnknown(err) {
 		t.Fatalf("lost response: %v", err)
@@ -65,9 +76,9 @@ func TestReconcileAndReportCommands(t *testing.T) {
 		t.Fatalf("a second run: exit %d\n%s", code, out)
 	}
 
-	out, code = cli(t, nil, "report", "--format", "csv", "--kind", reconcile.KindPendingSucceededAtProvider, "--database-url", url)
+	out, code = cli(t, nil, "report", "--format", "csv", "--kind", string(reconcile.KindPendingSucceededAtProvider), "--database-url", url)
 	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
-	if code != 0 || err != nil || len(rows) != 2 || rows[1][5] != "cus_cli_charge_order-1" || rows[1][10] != reconcile.ActionCompleted {
+	if code != 0 || err != nil || len(rows) != 2 || rows[1][5] != "cus_cli_charge_order-1" || rows[1][10] != string(reconcile.ActionCompleted) {
 		t.Fatalf("report --format csv: exit %d %v\n%s", code, err, out)
 	}
 	out, code = cli(t, nil, "report", "--database-url", url)
@@ -91,15 +102,7 @@ func TestResolveCommand(t *testing.T) {
 	fk := fakes.Start(fakes.Options{Stripe: true})
 	t.Cleanup(fk.Close)
 	env := fk.Env()
-	cfg, err := service.ConfigFrom(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	client, err := service.NewClient(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := fakesClient(t, pool, env)
 	ctx := context.Background()
 	params := payments.ChargeParams{Scope: "cus_rv", Key: "order-9", Provider: "stripe",
 		Amount: money.MustParse("25.00", money.EUR), Recipient: "acct", PaymentMethod: "pm_card_visa"}

@@ -13,12 +13,13 @@ import (
 	"os"
 	"os/user"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/payments"
 )
 
 const releaseUsage = `Usage: payonce release <scope> <key> [--yes] [--force] [--reason TEXT] [--database-url URL]
@@ -77,43 +78,16 @@ Examples:
 // release: nothing changed.
 const exitRefused = 3
 
-// releaseReadSQL reads what release shows and decides on, with the
-// database clock beside the record's times.
-const releaseReadSQL = `SELECT s.status, s.lock_version, s.created_at, s.locked_until, now(),
-       i.provider, i.status, i.attempt
-  FROM idempotency_store s
-  LEFT JOIN payment_intents i ON i.idempotency_key = s.idempotency_key AND i.user_id = s.user_id
- WHERE s.idempotency_key = $1 AND s.user_id = $2`
-
-// operatorReleaseSQL is pgstore's release fenced by the lock version that
-// was shown ($3): it matches nothing once the holder completed, failed or
-// abandoned the record or a retry reclaimed it. Unless forced ($4) it also
-// matches nothing while the lease is live, in case the holder extended it
-// (heartbeat) since it was shown. LEAST keeps an ended lease's end, so
-// payonce stuck still tells how long the record has waited.
-const operatorReleaseSQL = `UPDATE idempotency_store
-   SET locked_until = LEAST(locked_until, now())
- WHERE idempotency_key = $1 AND user_id = $2
-   AND status = 'PROCESSING' AND lock_version = $3
-   AND ($4 OR locked_until IS NULL OR locked_until <= now())
-RETURNING locked_until`
-
 const insertAuditSQL = `INSERT INTO operator_audit (actor, command, scope, key_sha256, detail)
 VALUES ($1, $2, $3, $4, $5)
 RETURNING id`
 
-// releaseTarget is the record release shows and fences on.
+// releaseTarget is the record release shows and fences on, and its
+// payment intent when it has one.
 type releaseTarget struct {
-	scope, key  string
-	status      string
-	version     int64
-	createdAt   time.Time
-	lockedUntil *time.Time
-	dbNow       time.Time
-	intent      *stuckIntent
+	pgstore.LeaseState
+	intent *stuckIntent
 }
-
-func (r releaseTarget) live() bool { return r.lockedUntil != nil && r.lockedUntil.After(r.dbNow) }
 
 func runRelease(args []string) error {
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
@@ -144,7 +118,7 @@ func runRelease(args []string) error {
 	defer pool.Close()
 
 	t, err := readReleaseTarget(ctx, pool, scope, key)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, idempotency.ErrNotFound) {
 		hint := ""
 		if len(key) == 12 && isLowerHex(key) {
 			hint = " (it looks like a key hash: release takes the full key)"
@@ -157,12 +131,12 @@ func runRelease(args []string) error {
 	}
 	printReleaseTarget(os.Stdout, t)
 	switch {
-	case t.status != string(idempotency.StatusProcessing):
-		return exitError{exitRefused, fmt.Errorf("release refused: the record is %s, it has no lease to release; nothing changed", t.status)}
-	case t.live() && !*force:
+	case t.Status != idempotency.StatusProcessing:
+		return exitError{exitRefused, fmt.Errorf("release refused: the record is %s, it has no lease to release; nothing changed", t.Status)}
+	case t.Live() && !*force:
 		return exitError{exitRefused, fmt.Errorf("release refused: the lease is live for another %s, its holder may still be executing; "+
 			"wait for it, or pass --force if the holder is gone (see payonce release --help); nothing changed",
-			formatAge(t.lockedUntil.Sub(t.dbNow)))}
+			formatAge(t.LockedUntil.Sub(t.DatabaseNow)))}
 	}
 	if !*yes {
 		if !isTerminal(os.Stdin) {
@@ -180,49 +154,51 @@ func runRelease(args []string) error {
 	if err != nil {
 		return err
 	}
-	if t.live() {
+	if t.Live() {
 		fmt.Printf("released: scope %s, key hash %s, lock version %d: the lease ended now (audit id %d).\n"+
 			"The next retry of the key reclaims the record; from then on the first holder cannot complete it.\n",
-			scope, idempotency.ShortHash(key), t.version, id)
+			scope, idempotency.ShortHash(key), t.LockVersion, id)
 	} else {
 		fmt.Printf("released: scope %s, key hash %s, lock version %d: the lease had already ended, the record is\n"+
 			"unchanged and the release is recorded (audit id %d). The next retry of the key reclaims the record.\n",
-			scope, idempotency.ShortHash(key), t.version, id)
+			scope, idempotency.ShortHash(key), t.LockVersion, id)
 	}
 	return nil
 }
 
+// readReleaseTarget reads the record (scope, key) and its intent.
+// Errors: idempotency.ErrNotFound, as it is; others wrapped.
 func readReleaseTarget(ctx context.Context, pool *pgxpool.Pool, scope, key string) (releaseTarget, error) {
-	t := releaseTarget{scope: scope, key: key}
-	var (
-		provider, status *string
-		attempt          *int32
-	)
-	err := pool.QueryRow(ctx, releaseReadSQL, key, scope).Scan(&t.status, &t.version, &t.createdAt, &t.lockedUntil, &t.dbNow,
-		&provider, &status, &attempt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return t, err
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		return releaseTarget{}, err
+	}
+	l, err := store.Lease(ctx, scope, key)
+	if errors.Is(err, idempotency.ErrNotFound) {
+		return releaseTarget{LeaseState: l}, err
 	}
 	if err != nil {
-		return t, fmt.Errorf("release: read the record: %w", err)
+		return releaseTarget{LeaseState: l}, fmt.Errorf("release: read the record: %w", err)
 	}
-	if provider != nil {
-		t.intent = &stuckIntent{Provider: *provider, Status: *status, Attempt: *attempt}
+	ref := payments.IntentRef{Scope: scope, Key: key}
+	intents, err := payments.IntentSummaries(ctx, pool, ref)
+	if err != nil {
+		return releaseTarget{LeaseState: l}, fmt.Errorf("release: read the record: %w", err)
 	}
-	return t, nil
+	return releaseTarget{LeaseState: l, intent: stuckIntentOf(intents, ref)}, nil
 }
 
 func printReleaseTarget(w io.Writer, t releaseTarget) {
 	action := "?"
-	if a, _, ok := idempotency.SplitKey(t.scope, t.key); ok {
+	if a, _, ok := idempotency.SplitKey(t.Scope, t.Key); ok {
 		action = a
 	}
 	lease := "none"
 	switch {
-	case t.live():
-		lease = fmt.Sprintf("LIVE, ends in %s", formatAge(t.lockedUntil.Sub(t.dbNow)))
-	case t.lockedUntil != nil:
-		lease = fmt.Sprintf("ended %s ago", formatAge(t.dbNow.Sub(*t.lockedUntil)))
+	case t.Live():
+		lease = fmt.Sprintf("LIVE, ends in %s", formatAge(t.LockedUntil.Sub(t.DatabaseNow)))
+	case t.LockedUntil != nil:
+		lease = fmt.Sprintf("ended %s ago", formatAge(t.DatabaseNow.Sub(*t.LockedUntil)))
 	}
 	intent := "none"
 	if t.intent != nil {
@@ -230,8 +206,8 @@ func printReleaseTarget(w io.Writer, t releaseTarget) {
 	}
 	fmt.Fprintf(w, "Record:\n  scope     %s\n  key hash  %s\n  action    %s\n  status    %s, lock version %d\n"+
 		"  created   %s ago\n  lease     %s\n  intent    %s\n",
-		t.scope, idempotency.ShortHash(t.key), action, t.status, t.version,
-		formatAge(t.dbNow.Sub(t.createdAt)), lease, intent)
+		t.Scope, idempotency.ShortHash(t.Key), action, t.Status, t.LockVersion,
+		formatAge(t.DatabaseNow.Sub(t.CreatedAt)), lease, intent)
 }
 
 // confirm asks question on w and reads one answer line from r: "y" or
@@ -256,58 +232,53 @@ func confirm(ctx context.Context, r io.Reader, w io.Writer, question string) (bo
 // releaseRecord releases t's lease, fenced by the lock version shown, and
 // writes the audit row in the same transaction. It returns the audit id.
 func releaseRecord(ctx context.Context, pool *pgxpool.Pool, t releaseTarget, force bool, reason string) (int64, error) {
-	var id int64
-	var changed bool
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var after *time.Time
-		err := tx.QueryRow(ctx, operatorReleaseSQL, t.key, t.scope, t.version, force).Scan(&after)
-		if errors.Is(err, pgx.ErrNoRows) {
-			changed = true
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		detail := map[string]any{
-			"key_hash":            idempotency.ShortHash(t.key),
-			"lock_version":        t.version,
-			"lease_live":          t.live(),
-			"locked_until_before": t.lockedUntil,
-			"locked_until_after":  after,
-			"record_created_at":   t.createdAt,
-			"forced":              force,
-			"reason":              reason,
-			"host":                hostname(),
-		}
-		if t.intent != nil {
-			detail["intent"] = t.intent
-		}
-		meta, err := json.Marshal(detail)
-		if err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, insertAuditSQL, actor(), "release", t.scope, keySHA256(t.key), meta).Scan(&id)
-	})
+	store, err := pgstore.New(pool, nil)
 	if err != nil {
-		return 0, fmt.Errorf("release: %w; nothing changed", err)
+		return 0, err
 	}
-	if changed {
-		now, err := readReleaseTarget(ctx, pool, t.scope, t.key)
+	var id int64
+	_, err = store.ReleaseStuck(ctx, pgstore.ReleaseStuckParams{Scope: t.Scope, Key: t.Key, LockVersion: t.LockVersion, Force: force},
+		func(ctx context.Context, tx pgx.Tx, res pgstore.ReleaseStuckResult) error {
+			detail := map[string]any{
+				"key_hash":            idempotency.ShortHash(t.Key),
+				"lock_version":        t.LockVersion,
+				"lease_live":          t.Live(),
+				"locked_until_before": t.LockedUntil,
+				"locked_until_after":  res.LockedUntil,
+				"record_created_at":   t.CreatedAt,
+				"forced":              force,
+				"reason":              reason,
+				"host":                hostname(),
+			}
+			if t.intent != nil {
+				detail["intent"] = t.intent
+			}
+			meta, err := json.Marshal(detail)
+			if err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, insertAuditSQL, actor(), "release", t.Scope, keySHA256(t.Key), meta).Scan(&id)
+		})
+	switch {
+	case errors.Is(err, idempotency.ErrLeaseLost):
+		now, err := readReleaseTarget(ctx, pool, t.Scope, t.Key)
 		what := "it no longer exists (its holder abandoned it)"
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		case errors.Is(err, idempotency.ErrNotFound):
 		case err != nil:
 			what = "it could not be read again: " + err.Error()
-		case now.status != t.status:
-			what = "it is now " + now.status
-		case now.version != t.version:
-			what = fmt.Sprintf("a retry reclaimed it (lock version %d)", now.version)
-		case now.live():
-			what = fmt.Sprintf("its holder extended the lease (live for another %s)", formatAge(now.lockedUntil.Sub(now.dbNow)))
+		case now.Status != t.Status:
+			what = "it is now " + string(now.Status)
+		case now.LockVersion != t.LockVersion:
+			what = fmt.Sprintf("a retry reclaimed it (lock version %d)", now.LockVersion)
+		case now.Live():
+			what = fmt.Sprintf("its holder extended the lease (live for another %s)", formatAge(now.LockedUntil.Sub(now.DatabaseNow)))
 		default:
 			what = "it changed"
 		}
 		return 0, exitError{exitRefused, fmt.Errorf("release refused: the record changed after it was shown: %s; nothing changed", what)}
+	case err != nil:
+		return 0, fmt.Errorf("release: %w; nothing changed", err)
 	}
 	return id, nil
 }

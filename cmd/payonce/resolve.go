@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/payonce/payonce/examples/checkout/service"
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/wiring"
 )
 
 const resolveUsage = `Usage: payonce resolve SCOPE KEY --succeeded PROVIDER_ID | --declined CODE | --failed
@@ -84,7 +82,7 @@ func runResolve(args []string) error {
 	if !*yes && !isTerminal(os.Stdin) {
 		return usageError{"resolve: stdin is not a terminal and --yes is not given; nothing changed"}
 	}
-	cfg, err := service.ConfigFromEnv()
+	cfg, err := wiring.FromEnv(os.Getenv)
 	if err != nil {
 		return usageError{err.Error()}
 	}
@@ -95,7 +93,7 @@ func runResolve(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	client, err := service.NewClient(pool, cfg)
+	client, err := wiring.Client(pool, cfg)
 	if err != nil {
 		return fmt.Errorf("resolve: %w", err)
 	}
@@ -113,16 +111,15 @@ func runResolve(args []string) error {
 			return errors.New("resolve: not confirmed; nothing changed")
 		}
 	}
-	sum := sha256.Sum256([]byte(key))
 	detail, _ := json.Marshal(map[string]string{"status": string(proof.Status), "provider_id": proof.ProviderID,
 		"decline_code": proof.DeclineCode, "reason": *reason, "host": hostname()})
 	var auditID int64
-	err = client.Operator().ResolveReview(ctx, scope, key, proof, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE payment_intents SET review_reason = review_reason || '; ' || $3
-			WHERE idempotency_key = $1 AND user_id = $2`, key, scope, proof.Reason); err != nil {
+	op := client.Operator()
+	err = op.ResolveReview(ctx, scope, key, proof, func(ctx context.Context, tx pgx.Tx) error {
+		if err := op.NoteReviewTx(ctx, tx, scope, key, proof.Reason); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, insertAuditSQL, actor(), "resolve", scope, hex.EncodeToString(sum[:]), detail).Scan(&auditID)
+		return tx.QueryRow(ctx, insertAuditSQL, actor(), "resolve", scope, keySHA256(key), detail).Scan(&auditID)
 	})
 	switch {
 	case errors.Is(err, payments.ErrNotUnderReview):

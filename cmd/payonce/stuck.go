@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/payments"
 )
 
 const stuckUsage = `Usage: payonce stuck [--older-than 1m] [--limit 50] [--show-keys] [--format table|json] [--database-url URL]
@@ -47,19 +49,6 @@ Examples:
   payonce stuck --older-than 15m --format json | jq -r '.records[].key_hash'
   payonce stuck --show-keys --limit 5
 `
-
-// stuckSQL lists PROCESSING records whose lease ended at least $1 seconds
-// ago, through the orphan-lock partial index, with the payment intent of
-// the same (key, scope) when there is one. total counts every match, not
-// only the $2 returned.
-const stuckSQL = `SELECT s.idempotency_key, s.user_id, s.lock_version, s.created_at, s.locked_until, now(),
-       i.provider, i.status, i.attempt, count(*) OVER ()
-  FROM idempotency_store s
-  LEFT JOIN payment_intents i ON i.idempotency_key = s.idempotency_key AND i.user_id = s.user_id
- WHERE s.status = 'PROCESSING'
-   AND (s.locked_until IS NULL OR s.locked_until <= now() - make_interval(secs => $1))
- ORDER BY s.locked_until NULLS FIRST, s.created_at
- LIMIT $2`
 
 const maxStuckLimit = 10000
 
@@ -134,28 +123,31 @@ func runStuck(args []string) error {
 
 func listStuck(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, limit int, showKeys bool) (stuckReport, error) {
 	rep := stuckReport{OlderThanSeconds: olderThan.Seconds(), Records: []stuckRecord{}}
-	rows, err := pool.Query(ctx, stuckSQL, olderThan.Seconds(), limit)
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		return rep, err
+	}
+	res, err := store.Stuck(ctx, pgstore.StuckParams{OlderThan: olderThan, Limit: limit})
 	if err != nil {
 		return rep, fmt.Errorf("stuck: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			r                stuckRecord
-			key              string
-			provider, status *string
-			attempt          *int32
-		)
-		if err := rows.Scan(&key, &r.Scope, &r.LockVersion, &r.CreatedAt, &r.LockedUntil, &rep.DatabaseNow,
-			&provider, &status, &attempt, &rep.Total); err != nil {
-			return rep, fmt.Errorf("stuck: %w", err)
-		}
-		r.KeyHash = idempotency.ShortHash(key)
+	refs := make([]payments.IntentRef, len(res.Records))
+	for i, l := range res.Records {
+		refs[i] = payments.IntentRef{Scope: l.Scope, Key: l.Key}
+	}
+	intents, err := payments.IntentSummaries(ctx, pool, refs...)
+	if err != nil {
+		return rep, fmt.Errorf("stuck: %w", err)
+	}
+	rep.DatabaseNow, rep.Total = res.DatabaseNow, res.Total
+	for i, l := range res.Records {
+		r := stuckRecord{Scope: l.Scope, KeyHash: idempotency.ShortHash(l.Key), LockVersion: l.LockVersion,
+			CreatedAt: l.CreatedAt, LockedUntil: l.LockedUntil, Intent: stuckIntentOf(intents, refs[i])}
 		if showKeys {
-			r.Key = key
+			r.Key = l.Key
 		}
 		r.Action = "?"
-		if action, _, ok := idempotency.SplitKey(r.Scope, key); ok {
+		if action, _, ok := idempotency.SplitKey(r.Scope, l.Key); ok {
 			r.Action = action
 		}
 		r.AgeSeconds = rep.DatabaseNow.Sub(r.CreatedAt).Seconds()
@@ -164,20 +156,19 @@ func listStuck(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration,
 			ended = *r.LockedUntil
 		}
 		r.LeaseEndedSecondsAgo = rep.DatabaseNow.Sub(ended).Seconds()
-		if provider != nil {
-			r.Intent = &stuckIntent{Provider: *provider, Status: *status, Attempt: *attempt}
-		}
 		rep.Records = append(rep.Records, r)
 	}
-	if err := rows.Err(); err != nil {
-		return rep, fmt.Errorf("stuck: %w", err)
-	}
-	if len(rep.Records) == 0 {
-		if err := pool.QueryRow(ctx, `SELECT now()`).Scan(&rep.DatabaseNow); err != nil {
-			return rep, fmt.Errorf("stuck: %w", err)
-		}
-	}
 	return rep, nil
+}
+
+// stuckIntentOf is the intent of ref as payonce stuck and release show it,
+// nil when the record is not a payment's.
+func stuckIntentOf(intents map[payments.IntentRef]payments.IntentSummary, ref payments.IntentRef) *stuckIntent {
+	in, ok := intents[ref]
+	if !ok {
+		return nil
+	}
+	return &stuckIntent{Provider: in.Provider, Status: string(in.Status), Attempt: int32(in.Attempt)}
 }
 
 func printStuck(w io.Writer, rep stuckReport, olderThan time.Duration, showKeys bool) error {

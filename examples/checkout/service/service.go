@@ -70,9 +70,7 @@ import (
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
-	"github.com/payonce/payonce/providers/adyen"
-	"github.com/payonce/payonce/providers/paypal"
-	paystripe "github.com/payonce/payonce/providers/stripe"
+	"github.com/payonce/payonce/wiring"
 )
 
 // Config configures a Service.
@@ -80,32 +78,11 @@ type Config struct {
 	// DatabaseURL is the PostgreSQL the service records into; it is
 	// migrated on Open.
 	DatabaseURL string
-	// StripeAPIBase and StripeSecretKey reach Stripe (or a fake of it);
-	// StripeWebhookSecret verifies its webhooks. Stripe is configured when
-	// StripeAPIBase is set.
-	StripeAPIBase, StripeSecretKey, StripeWebhookSecret string
-	// AdyenAPIBase (e.g. https://checkout-test.adyen.com/v71), AdyenAPIKey,
-	// AdyenMerchantAccount and AdyenHMACKey (hex) configure Adyen.
-	// AdyenReturnURL is where a shopper returns after a redirect (3-D
-	// Secure); default http://localhost/checkout/return.
-	AdyenAPIBase, AdyenAPIKey, AdyenMerchantAccount, AdyenHMACKey, AdyenReturnURL string
-	// PayPalAPIBase (e.g. https://api-m.sandbox.paypal.com), PayPalClientID,
-	// PayPalSecret and PayPalWebhookID (for webhook verification)
-	// configure PayPal.
-	PayPalAPIBase, PayPalClientID, PayPalSecret, PayPalWebhookID string
-	// ProviderTimeout bounds one provider call. Default 10s.
-	ProviderTimeout time.Duration
-	// HTTPClient, when set, makes the provider calls (its Timeout wins
-	// over ProviderTimeout). Keep-alive connections let net/http resend a
-	// request carrying an Idempotency-Key on its own when a reused
-	// connection breaks, which is safe (the provider deduplicates it);
-	// the demo turns them off so that lost responses reach payonce.
-	HTTPClient *http.Client
-	// LockTimeout is the lease of a payment in progress (payments.Config);
-	// after a crash, retries of its key wait this long. Default 30s.
-	LockTimeout time.Duration
-	// Logger receives the service's logs. Default slog.Default().
-	Logger *slog.Logger
+	// Config configures the providers (each one whose API base is set),
+	// the HTTP client and timeout of their calls, the lease of a payment
+	// in progress and the logger, whose default here is slog.Default():
+	// see wiring.Config.
+	wiring.Config
 }
 
 // Service is the checkout service.
@@ -127,14 +104,8 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("checkout: DatabaseURL is required")
 	}
-	if cfg.ProviderTimeout == 0 {
-		cfg.ProviderTimeout = 10 * time.Second
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: cfg.ProviderTimeout}
 	}
 	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -171,55 +142,13 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 }
 
 // NewClient wires a payments client on a migrated database with the
-// providers cfg configures (the service's, and the operator CLI's for the
-// reconciler).
+// providers cfg configures (wiring.Client).
 func NewClient(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	client, err := wiring.Client(pool, cfg.Config)
+	if errors.Is(err, wiring.ErrNoProvider) {
+		return nil, fmt.Errorf("checkout: %w", err)
 	}
-	if cfg.AdyenReturnURL == "" {
-		cfg.AdyenReturnURL = "http://localhost/checkout/return"
-	}
-	var provs []payments.Provider
-	if cfg.StripeAPIBase != "" {
-		var secrets []string
-		if cfg.StripeWebhookSecret != "" {
-			secrets = []string{cfg.StripeWebhookSecret}
-		}
-		p, err := paystripe.New(&paystripe.Config{SecretKey: cfg.StripeSecretKey, BaseURL: cfg.StripeAPIBase,
-			HTTPClient: cfg.HTTPClient, WebhookSecrets: secrets})
-		if err != nil {
-			return nil, err
-		}
-		provs = append(provs, p)
-	}
-	if cfg.AdyenAPIBase != "" {
-		var keys []string
-		if cfg.AdyenHMACKey != "" {
-			keys = []string{cfg.AdyenHMACKey}
-		}
-		p, err := adyen.New(&adyen.Config{APIKey: cfg.AdyenAPIKey, MerchantAccount: cfg.AdyenMerchantAccount,
-			BaseURL: cfg.AdyenAPIBase, HTTPClient: cfg.HTTPClient, HMACKeys: keys, ReturnURL: cfg.AdyenReturnURL,
-			// Adyen has no lookup by reference: its notifications, as the
-			// receiver stored them, are the lookup.
-			Notifications: payments.NewInbox(pool).Source("adyen")})
-		if err != nil {
-			return nil, err
-		}
-		provs = append(provs, p)
-	}
-	if cfg.PayPalAPIBase != "" {
-		p, err := paypal.New(&paypal.Config{ClientID: cfg.PayPalClientID, Secret: cfg.PayPalSecret,
-			BaseURL: cfg.PayPalAPIBase, HTTPClient: cfg.HTTPClient, WebhookID: cfg.PayPalWebhookID})
-		if err != nil {
-			return nil, err
-		}
-		provs = append(provs, p)
-	}
-	if len(provs) == 0 {
-		return nil, errors.New("checkout: no provider configured (set STRIPE_API_BASE, ADYEN_API_BASE or PAYPAL_API_BASE)")
-	}
-	return payments.New(pool, provs, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout})
+	return client, err
 }
 
 // Close releases the database pool.
@@ -511,32 +440,16 @@ func problem(w http.ResponseWriter, status int, typ, detail string, retryAfter t
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// ConfigFromEnv reads the service's environment: DATABASE_URL,
-// STRIPE_API_BASE, STRIPE_SECRET_KEY, STRIPE_WEBHOOK_SECRET,
-// ADYEN_API_BASE, ADYEN_API_KEY, ADYEN_MERCHANT_ACCOUNT, ADYEN_HMAC_KEY,
-// ADYEN_RETURN_URL,
-// PAYPAL_API_BASE, PAYPAL_CLIENT_ID, PAYPAL_SECRET, PAYPAL_WEBHOOK_ID.
+// ConfigFromEnv reads the service's environment: DATABASE_URL and the
+// providers' variables (wiring.FromEnv: STRIPE_API_BASE,
+// STRIPE_SECRET_KEY, STRIPE_WEBHOOK_SECRET, ADYEN_API_BASE, ADYEN_API_KEY,
+// ADYEN_MERCHANT_ACCOUNT, ADYEN_HMAC_KEY, ADYEN_RETURN_URL,
+// PAYPAL_API_BASE, PAYPAL_CLIENT_ID, PAYPAL_SECRET, PAYPAL_WEBHOOK_ID).
 // It refuses a provider base URL without its credentials.
 func ConfigFromEnv() (Config, error) { return ConfigFrom(os.Getenv) }
 
 // ConfigFrom is ConfigFromEnv reading the variables through getenv.
 func ConfigFrom(getenv func(string) string) (Config, error) {
-	c := Config{DatabaseURL: getenv("DATABASE_URL"),
-		StripeAPIBase: getenv("STRIPE_API_BASE"), StripeSecretKey: getenv("STRIPE_SECRET_KEY"),
-		StripeWebhookSecret: getenv("STRIPE_WEBHOOK_SECRET"),
-		AdyenAPIBase:        getenv("ADYEN_API_BASE"), AdyenAPIKey: getenv("ADYEN_API_KEY"),
-		AdyenMerchantAccount: getenv("ADYEN_MERCHANT_ACCOUNT"), AdyenHMACKey: getenv("ADYEN_HMAC_KEY"),
-		AdyenReturnURL: getenv("ADYEN_RETURN_URL"),
-		PayPalAPIBase:  getenv("PAYPAL_API_BASE"), PayPalClientID: getenv("PAYPAL_CLIENT_ID"),
-		PayPalSecret: getenv("PAYPAL_SECRET"), PayPalWebhookID: getenv("PAYPAL_WEBHOOK_ID"),
-	}
-	switch {
-	case c.StripeAPIBase != "" && c.StripeSecretKey == "":
-		return c, errors.New("STRIPE_SECRET_KEY is required with STRIPE_API_BASE")
-	case c.AdyenAPIBase != "" && (c.AdyenAPIKey == "" || c.AdyenMerchantAccount == ""):
-		return c, errors.New("ADYEN_API_KEY and ADYEN_MERCHANT_ACCOUNT are required with ADYEN_API_BASE")
-	case c.PayPalAPIBase != "" && (c.PayPalClientID == "" || c.PayPalSecret == ""):
-		return c, errors.New("PAYPAL_CLIENT_ID and PAYPAL_SECRET are required with PAYPAL_API_BASE")
-	}
-	return c, nil
+	providers, err := wiring.FromEnv(getenv)
+	return Config{DatabaseURL: getenv("DATABASE_URL"), Config: providers}, err
 }

@@ -56,6 +56,7 @@ import (
 
 	"github.com/payonce/payonce/examples/checkout/service"
 	"github.com/payonce/payonce/reconcile"
+	"github.com/payonce/payonce/wiring"
 )
 
 // stripeSecret is the API key the runbook's commands send the fake.
@@ -90,11 +91,11 @@ func run() error {
 		return errors.New("docs/runbook.md has no `sh runbook` or `sql runbook` block")
 	}
 	ruleFiles, _ := filepath.Glob("deploy/monitoring/*.rules.yml")
-	if err := checkReferences("docs/runbook.md", ruleFiles, []string{reconcile.KindPendingSucceededAtProvider,
-		reconcile.KindPendingFailedAtProvider, reconcile.KindPendingMissingAtProvider, reconcile.KindPendingUnknownAtProvider,
-		reconcile.KindAmountDiffers, reconcile.KindDuplicateAtProvider, reconcile.KindRefundOutcomeMissing,
-		reconcile.KindProviderUnavailable, reconcile.KindStuckRecord, reconcile.KindUnmatchedProviderObject,
-		reconcile.KindWebhookConflict, reconcile.KindPastProviderWindow, reconcile.KindVoidRefused}); err != nil {
+	if err := checkReferences("docs/runbook.md", ruleFiles, []string{string(reconcile.KindPendingSucceededAtProvider),
+		string(reconcile.KindPendingFailedAtProvider), string(reconcile.KindPendingMissingAtProvider), string(reconcile.KindPendingUnknownAtProvider),
+		string(reconcile.KindAmountDiffers), string(reconcile.KindDuplicateAtProvider), string(reconcile.KindRefundOutcomeMissing),
+		string(reconcile.KindProviderUnavailable), string(reconcile.KindStuckRecord), string(reconcile.KindUnmatchedProviderObject),
+		string(reconcile.KindWebhookConflict), string(reconcile.KindPastProviderWindow), string(reconcile.KindVoidRefused)}); err != nil {
 		return err
 	}
 	if err := tools(); err != nil {
@@ -281,8 +282,8 @@ func startFake(c *exec.Cmd) (string, func(), error) {
 // startCheckout serves the checkout example's service (the application
 // whose refund endpoint the runbook calls) on a loopback port.
 func startCheckout(ctx context.Context, dbURL, stripeURL string) (string, func(), error) {
-	svc, err := service.Open(ctx, service.Config{DatabaseURL: dbURL, StripeAPIBase: stripeURL, StripeSecretKey: stripeSecret,
-		Logger: slog.New(slog.DiscardHandler)})
+	svc, err := service.Open(ctx, service.Config{DatabaseURL: dbURL, Config: wiring.Config{
+		Stripe: wiring.StripeConfig{APIBase: stripeURL, SecretKey: stripeSecret}, Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		return "", nil, fmt.Errorf("checkout service: %w", err)
 	}

@@ -10,10 +10,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/payonce/payonce/examples/checkout/service"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	paystripe "github.com/payonce/payonce/providers/stripe"
+	"github.com/payonce/payonce/wiring"
 )
 
 // plantSQL leaves what the runbook's sections work on and that only the
@@ -79,13 +79,13 @@ func plant(ctx context.Context, pool *pgxpool.Pool, stripeURL string) error {
 	if _, err := pool.Exec(ctx, plantSQL); err != nil {
 		return fmt.Errorf("plant records: %w", err)
 	}
-	cfg := service.Config{StripeAPIBase: stripeURL, StripeSecretKey: stripeSecret}
-	ok, err := service.NewClient(pool, cfg)
+	cfg := wiring.Config{Stripe: wiring.StripeConfig{APIBase: stripeURL, SecretKey: stripeSecret}}
+	ok, err := wiring.Client(pool, cfg)
 	if err != nil {
 		return err
 	}
 	cfg.HTTPClient = &http.Client{Transport: loseResponses{}, Timeout: 10 * time.Second}
-	lossy, err := service.NewClient(pool, cfg)
+	lossy, err := wiring.Client(pool, cfg)
 	if err != nil {
 		return err
 	}

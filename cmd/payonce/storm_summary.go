@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/internal/fakes"
+	"github.com/payonce/payonce/ledger"
+	"github.com/payonce/payonce/money"
+)
+
+// progress draws a progress bar while stdout is a terminal; otherwise it
+// prints nothing until the summary.
+func progress(st *stormStats, total int64) (stop func()) {
+	fi, err := os.Stdout.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	draw := func() {
+		n := st.started.Load() + st.resolved.Load()
+		const width = 30
+		filled := int(n * width / (2 * total))
+		fmt.Printf("\r  [%s%s] %3d%%  requests %d", strings.Repeat("#", filled), strings.Repeat("-", width-filled),
+			n*100/(2*total), st.requests.Load())
+	}
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				draw()
+				fmt.Println()
+				return
+			case <-t.C:
+				draw()
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+type stormReport struct {
+	pays       []*payment
+	st         *stormStats
+	fakes      *fakes.Set
+	pool       *pgxpool.Pool
+	w          *worker
+	unresolved int64
+	refunds    int
+	rec        reconciled
+	elapsed    time.Duration
+}
+
+func countAbandoned(pays []*payment) int {
+	n := 0
+	for _, p := range pays {
+		if p.abandoned {
+			n++
+		}
+	}
+	return n
+}
+
+func report(ctx context.Context, r stormReport) error {
+	var pis, dups, missing, inconsistent, succeeded, declined, failed, action, neverArrived, unknownResolved int
+	perProvider := map[string]int{}
+	var problems []string
+	for _, p := range r.pays {
+		key, err := idempotency.ComposeKey(p.customer, "charge", p.key)
+		if err != nil {
+			return err
+		}
+		n := r.fakes.Charges(p.provider, key)
+		pis += n
+		perProvider[p.provider] += n
+		if n > 1 {
+			dups++
+			problems = append(problems, fmt.Sprintf("%s %s/%s: %d charges at the provider", p.provider, p.customer, p.key, n))
+		}
+		switch p.status {
+		case "SUCCEEDED":
+			succeeded++
+			if n == 0 {
+				missing++
+				problems = append(problems, fmt.Sprintf("%s %s/%s: succeeded without a charge at the provider", p.provider, p.customer, p.key))
+			}
+		case "DECLINED":
+			declined++
+		case "REQUIRES_ACTION":
+			action++
+		case "FAILED":
+			failed++
+		case "":
+			neverArrived++
+		}
+		if len(p.providerIDs) > 1 {
+			inconsistent++
+			problems = append(problems, fmt.Sprintf("%s/%s: answers named %d different provider objects", p.customer, p.key, len(p.providerIDs)))
+		}
+		if p.unknownSeen && p.final != 0 {
+			unknownResolved++
+		}
+	}
+
+	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
+	row("payments", len(r.pays))
+	row("  succeeded / declined / failed (nothing charged) / requires action", fmt.Sprintf("%d / %d / %d / %d", succeeded, declined, failed, action))
+	row("  never recorded (an abandoned client's only send did not arrive)", neverArrived)
+	row("  unresolved after retries", r.unresolved)
+	row("requests sent", fmt.Sprintf("%d (%d connection errors, %d given up by impatient clients)", r.st.requests.Load(), r.st.connErrors.Load(), r.st.gaveUp.Load()))
+	row("worker killed (SIGKILL) and restarted", r.w.restarts)
+	var per []string
+	for _, name := range r.fakes.Providers() {
+		per = append(per, fmt.Sprintf("%s %d", name, perProvider[name]))
+	}
+	row("charges at the providers", fmt.Sprintf("%d (%s)", pis, strings.Join(per, ", ")))
+	row("duplicates (payments charged more than once)", dups)
+	row("unknown outcomes resolved by retry", unknownResolved)
+	row("partial refunds", r.refunds)
+	row("abandoned after one send (the reconciler's)", fmt.Sprintf("%d", countAbandoned(r.pays)))
+	row("reconciler runs", r.rec.runs)
+	row("  intents repaired (completed from provider proof)", r.rec.repaired)
+	row("  intents failed with proof (nothing charged)", r.rec.failedWithProof)
+	row("  intents needing review", r.rec.needsReview)
+	row("  intents still open", r.rec.open)
+	tw.Flush()
+	for _, why := range r.rec.review {
+		fmt.Println("  REVIEW:", why)
+	}
+	if r.rec.open > 0 {
+		problems = append(problems, fmt.Sprintf("%d intents still open after the reconciler", r.rec.open))
+	}
+
+	// The books: payonce's ledger against each provider's totals, per
+	// currency, and every currency's postings summing to zero.
+	fmt.Println("\n  ledger vs provider")
+	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  provider\tcurrency\tledger cash\tprovider net\t")
+	l, err := ledger.New(r.pool, nil)
+	if err != nil {
+		return err
+	}
+	books := 0
+	for _, name := range r.fakes.Providers() {
+		net, err := r.fakes.NetAmounts(name)
+		if err != nil {
+			return err
+		}
+		var currencies []string
+		for c := range net {
+			currencies = append(currencies, c)
+		}
+		sort.Strings(currencies)
+		for _, code := range currencies {
+			cur, err := money.ParseCurrency(code)
+			if err != nil {
+				return err
+			}
+			bal, err := l.Balance(ctx, ledger.ProviderCash(name), cur)
+			if errors.Is(err, ledger.ErrUnknownAccount) {
+				bal, _ = money.FromMinor(0, cur)
+			} else if err != nil {
+				return err
+			}
+			held := net[code]
+			mark := "ok"
+			if !bal.Equal(held) {
+				mark = "DIFFERS"
+				books++
+				problems = append(problems, fmt.Sprintf("%s %s: ledger %s, provider %s", name, code, bal.AmountString(), held.AmountString()))
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", name, code, bal.AmountString(), held.AmountString(), mark)
+		}
+	}
+	tw.Flush()
+	rows, err := r.pool.Query(ctx, `SELECT currency, sum(amount)::text FROM ledger_postings GROUP BY currency HAVING sum(amount) <> 0`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var code, sum string
+		if err := rows.Scan(&code, &sum); err != nil {
+			return err
+		}
+		books++
+		problems = append(problems, fmt.Sprintf("ledger %s: postings sum to %s, not 0", code, sum))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	fmt.Printf("\n  wall time %s\n", r.elapsed.Round(time.Millisecond))
+
+	if len(problems) > 0 || r.unresolved > 0 {
+		for _, p := range problems {
+			fmt.Println("  PROBLEM:", p)
+		}
+		return fmt.Errorf("demo failed: %d duplicate(s), %d succeeded without a charge, %d inconsistent answer(s), %d book problem(s), %d unresolved",
+			dups, missing, inconsistent, books, r.unresolved)
+	}
+	fmt.Println("  zero duplicates; the books balance and match every provider")
+	return nil
+}

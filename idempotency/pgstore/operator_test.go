@@ -1,0 +1,173 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
+)
+
+// claimFor claims (scope, key) with a lease of lock and fails the test
+// unless it was acquired.
+func claimFor(t *testing.T, b bundle, scope, key string, lock time.Duration) idempotency.Lease {
+	t.Helper()
+	c, err := b.store.Claim(context.Background(), idempotency.ClaimParams{Scope: scope, Key: key,
+		Fingerprint: mustFP(t, key), LockTimeout: lock, Retention: 24 * time.Hour})
+	if err != nil || c.State != idempotency.ClaimAcquired {
+		t.Fatalf("claim %s: %v, %v", key, c.State, err)
+	}
+	return c.Lease
+}
+
+func TestStuckListsEndedLeasesLongestFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const scope = "usr_ops"
+	older := claimFor(t, b, scope, scope+"_charge_older", time.Minute)
+	advance(b.pool)(t, 3*time.Minute) // older's lease ended 2 minutes ago
+	newer := claimFor(t, b, scope, scope+"_charge_newer", time.Minute)
+	advance(b.pool)(t, 2*time.Minute) // newer's ended 1 minute ago, older's 4
+	claimFor(t, b, scope, scope+"_charge_live", time.Hour)
+	done := claimFor(t, b, scope, scope+"_charge_done", time.Minute)
+	if err := b.store.Complete(ctx, done, idempotency.Completion{Status: idempotency.StatusCompleted,
+		Response: idempotency.Response{Code: 200}, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := b.store.Stuck(ctx, pgstore.StuckParams{OlderThan: 30 * time.Second, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total != 2 || len(res.Records) != 2 || res.Records[0].Key != older.Key || res.Records[1].Key != newer.Key {
+		t.Fatalf("stuck: %+v, want %s then %s", res, older.Key, newer.Key)
+	}
+	r := res.Records[0]
+	if r.Scope != scope || r.Status != idempotency.StatusProcessing || r.LockVersion != older.Version || r.LockedUntil == nil ||
+		r.Live() || r.DatabaseNow.Sub(*r.LockedUntil) < 2*time.Minute || !r.DatabaseNow.Equal(res.DatabaseNow) {
+		t.Fatalf("stuck record: %+v", r)
+	}
+
+	res, err = b.store.Stuck(ctx, pgstore.StuckParams{OlderThan: 30 * time.Second, Limit: 1})
+	if err != nil || res.Total != 2 || len(res.Records) != 1 || res.Records[0].Key != older.Key {
+		t.Fatalf("stuck, limit 1: %+v, %v", res, err)
+	}
+	res, err = b.store.Stuck(ctx, pgstore.StuckParams{OlderThan: time.Hour, Limit: 10})
+	if err != nil || res.Total != 0 || len(res.Records) != 0 || res.DatabaseNow.IsZero() {
+		t.Fatalf("stuck an hour: %+v, %v; want none, with the database clock", res, err)
+	}
+	for _, p := range []pgstore.StuckParams{{OlderThan: -time.Second, Limit: 1}, {Limit: 0}} {
+		var invalid *idempotency.InvalidError
+		if _, err := b.store.Stuck(ctx, p); !errors.As(err, &invalid) {
+			t.Errorf("Stuck(%+v): %v, want an InvalidError", p, err)
+		}
+	}
+}
+
+func TestLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	l := claimFor(t, b, "usr_ops", "usr_ops_charge_1", time.Hour)
+	got, err := b.store.Lease(ctx, l.Scope, l.Key)
+	if err != nil || got.Status != idempotency.StatusProcessing || got.LockVersion != l.Version || !got.Live() ||
+		got.Scope != l.Scope || got.Key != l.Key {
+		t.Fatalf("lease: %+v, %v", got, err)
+	}
+	if err := b.store.Complete(ctx, l, idempotency.Completion{Status: idempotency.StatusCompleted,
+		Response: idempotency.Response{Code: 200}, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.store.Lease(ctx, l.Scope, l.Key); err != nil || got.Status != idempotency.StatusCompleted ||
+		got.LockedUntil != nil || got.Live() {
+		t.Fatalf("lease of a completed record: %+v, %v", got, err)
+	}
+	if _, err := b.store.Lease(ctx, l.Scope, "usr_ops_charge_none"); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("lease of no record: %v", err)
+	}
+}
+
+// A release by hand is fenced by the lock version shown, refuses a live
+// lease unless forced, keeps an ended lease's end, and commits with its
+// audit or not at all.
+func TestReleaseStuck(t *testing.T) {
+	t.Parallel()
+	b, ctx, scope := setup(t), context.Background(), "usr_ops"
+	noAudit := func(context.Context, pgx.Tx, pgstore.ReleaseStuckResult) error { return nil }
+
+	ended := claimFor(t, b, scope, scope+"_charge_ended", time.Minute)
+	advance(b.pool)(t, 2*time.Minute)
+	before, err := b.store.Lease(ctx, scope, ended.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var audited bool
+	res, err := b.store.ReleaseStuck(ctx, pgstore.ReleaseStuckParams{Scope: scope, Key: ended.Key, LockVersion: ended.Version},
+		func(ctx context.Context, tx pgx.Tx, r pgstore.ReleaseStuckResult) error {
+			audited = r.LockedUntil != nil && r.LockedUntil.Equal(*before.LockedUntil)
+			return nil
+		})
+	if err != nil || !audited || res.LockedUntil == nil || !res.LockedUntil.Equal(*before.LockedUntil) {
+		t.Fatalf("release of an ended lease: %+v, %v (audited %v); want its end kept", res, err, audited)
+	}
+
+	live := claimFor(t, b, scope, scope+"_charge_live", time.Hour)
+	p := pgstore.ReleaseStuckParams{Scope: scope, Key: live.Key, LockVersion: live.Version}
+	if _, err := b.store.ReleaseStuck(ctx, p, noAudit); !errors.Is(err, idempotency.ErrLeaseLost) {
+		t.Fatalf("release of a live lease: %v, want ErrLeaseLost", err)
+	}
+	boom := errors.New("audit failed")
+	p.Force = true
+	if _, err := b.store.ReleaseStuck(ctx, p, func(context.Context, pgx.Tx, pgstore.ReleaseStuckResult) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("release with a failing audit: %v", err)
+	}
+	if l, err := b.store.Lease(ctx, scope, live.Key); err != nil || !l.Live() {
+		t.Fatalf("a release whose audit failed ended the lease: %+v, %v", l, err)
+	}
+	if res, err := b.store.ReleaseStuck(ctx, p, nil); err != nil || res.LockedUntil == nil {
+		t.Fatalf("forced release: %+v, %v", res, err)
+	}
+	if l, err := b.store.Lease(ctx, scope, live.Key); err != nil || l.Live() || l.Status != idempotency.StatusProcessing {
+		t.Fatalf("after a forced release: %+v, %v", l, err)
+	}
+
+	// A retry reclaims the record: the lock version shown no longer
+	// matches, and the new holder keeps its lease.
+	c, err := b.store.Claim(ctx, idempotency.ClaimParams{Scope: scope, Key: live.Key, Fingerprint: mustFP(t, live.Key),
+		LockTimeout: time.Hour, Retention: 24 * time.Hour})
+	if err != nil || c.State != idempotency.ClaimReclaimed {
+		t.Fatalf("reclaim: %+v, %v", c, err)
+	}
+	if _, err := b.store.ReleaseStuck(ctx, p, noAudit); !errors.Is(err, idempotency.ErrLeaseLost) {
+		t.Fatalf("release under a stale lock version: %v, want ErrLeaseLost", err)
+	}
+	if err := b.store.Heartbeat(ctx, c.Lease, time.Hour); err != nil {
+		t.Fatalf("the new holder lost its lease: %v", err)
+	}
+}
+
+func TestCountExpired(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, key := range []string{"usr_ops_charge_1", "usr_ops_charge_2"} {
+		l := claimFor(t, b, "usr_ops", key, time.Minute)
+		if err := b.store.Complete(ctx, l, idempotency.Completion{Status: idempotency.StatusCompleted,
+			Response: idempotency.Response{Code: 200}, Retention: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimFor(t, b, "usr_ops", "usr_ops_charge_3", time.Minute) // PROCESSING: never pruned
+	if n, err := b.store.CountExpired(ctx); err != nil || n != 0 {
+		t.Fatalf("before expiry: %d, %v", n, err)
+	}
+	advance(b.pool)(t, 2*time.Hour)
+	if n, err := b.store.CountExpired(ctx); err != nil || n != 2 {
+		t.Fatalf("after expiry: %d, %v; want 2", n, err)
+	}
+}

@@ -1,0 +1,226 @@
+package wiring
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/adyen"
+	"github.com/payonce/payonce/providers/paypal"
+	paystripe "github.com/payonce/payonce/providers/stripe"
+)
+
+// Config says which providers to reach and how. The zero value configures
+// no provider.
+type Config struct {
+	Stripe StripeConfig
+	Adyen  AdyenConfig
+	PayPal PayPalConfig
+	// ProviderTimeout bounds one provider call when HTTPClient is nil.
+	// Default 10s.
+	ProviderTimeout time.Duration
+	// HTTPClient, when set, makes every provider call (its Timeout wins
+	// over ProviderTimeout). Keep-alive connections let net/http resend a
+	// request carrying an Idempotency-Key on its own when a reused
+	// connection breaks, which is safe (the provider deduplicates it);
+	// turn them off where lost responses must reach payonce (the demo,
+	// fault tests). Default: a client with ProviderTimeout.
+	HTTPClient *http.Client
+	// LockTimeout is the lease of a payment in progress
+	// (payments.Config.LockTimeout); after a crash, retries of its key wait
+	// this long. Default 30s.
+	LockTimeout time.Duration
+	// Logger receives the payments client's warnings
+	// (payments.Config.Logger). Default: discarded.
+	Logger *slog.Logger
+}
+
+// StripeConfig reaches Stripe (or a fake of it). Stripe is configured
+// when APIBase is set.
+type StripeConfig struct {
+	// APIBase is Stripe's API base URL (STRIPE_API_BASE).
+	APIBase string
+	// SecretKey authenticates the calls (STRIPE_SECRET_KEY); required
+	// with APIBase.
+	SecretKey string
+	// WebhookSecret verifies Stripe's webhooks (STRIPE_WEBHOOK_SECRET).
+	// Default none: webhooks are not verified, hence not received.
+	WebhookSecret string
+}
+
+// AdyenConfig reaches Adyen's Checkout API (or a fake of it). Adyen is
+// configured when APIBase is set.
+type AdyenConfig struct {
+	// APIBase is the Checkout API's base URL, version included
+	// (ADYEN_API_BASE).
+	APIBase string
+	// APIKey (ADYEN_API_KEY) and MerchantAccount (ADYEN_MERCHANT_ACCOUNT)
+	// are required with APIBase.
+	APIKey, MerchantAccount string
+	// HMACKey verifies Adyen's notifications, hex (ADYEN_HMAC_KEY).
+	// Default none: notifications are not verified, hence not received.
+	HMACKey string
+	// ReturnURL is where a shopper returns after a redirect (3-D Secure)
+	// (ADYEN_RETURN_URL). Default [DefaultAdyenReturnURL].
+	ReturnURL string
+}
+
+// PayPalConfig reaches PayPal's REST API (or a fake of it). PayPal is
+// configured when APIBase is set.
+type PayPalConfig struct {
+	// APIBase is PayPal's API base URL (PAYPAL_API_BASE).
+	APIBase string
+	// ClientID (PAYPAL_CLIENT_ID) and Secret (PAYPAL_SECRET) are required
+	// with APIBase.
+	ClientID, Secret string
+	// WebhookID verifies PayPal's webhooks (PAYPAL_WEBHOOK_ID). Default
+	// none: webhooks are not verified, hence not received.
+	WebhookID string
+}
+
+// DefaultAdyenReturnURL is AdyenConfig.ReturnURL's default, the checkout
+// example's return page. Adyen requires a return URL on every payment;
+// set yours in production.
+const DefaultAdyenReturnURL = "http://localhost/checkout/return"
+
+// defaultProviderTimeout is Config.ProviderTimeout's default.
+const defaultProviderTimeout = 10 * time.Second
+
+// ErrNoProvider is returned by [Client] when cfg configures no provider.
+var ErrNoProvider = errors.New("no provider configured (set STRIPE_API_BASE, ADYEN_API_BASE or PAYPAL_API_BASE)")
+
+// EnvError is [FromEnv]'s error for a provider's API base set without the
+// variables that must come with it.
+type EnvError struct {
+	// Vars are the variables required, With the one that requires them.
+	Vars []string
+	With string
+}
+
+func (e *EnvError) Error() string {
+	verb := " is required with "
+	if len(e.Vars) > 1 {
+		verb = " are required with "
+	}
+	return strings.Join(e.Vars, " and ") + verb + e.With
+}
+
+// Is reports idempotency.ErrInvalid: a bad configuration, named.
+func (e *EnvError) Is(target error) bool { return target == idempotency.ErrInvalid }
+
+// FromEnv reads the providers' settings through getenv (os.Getenv, or a
+// map's lookup in tests): the variables listed in the package doc. It
+// returns an [*EnvError] naming the variables a configured provider lacks,
+// checking Stripe, then Adyen, then PayPal; the Config read is returned
+// with it.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		Stripe: StripeConfig{APIBase: getenv("STRIPE_API_BASE"), SecretKey: getenv("STRIPE_SECRET_KEY"),
+			WebhookSecret: getenv("STRIPE_WEBHOOK_SECRET")},
+		Adyen: AdyenConfig{APIBase: getenv("ADYEN_API_BASE"), APIKey: getenv("ADYEN_API_KEY"),
+			MerchantAccount: getenv("ADYEN_MERCHANT_ACCOUNT"), HMACKey: getenv("ADYEN_HMAC_KEY"),
+			ReturnURL: getenv("ADYEN_RETURN_URL")},
+		PayPal: PayPalConfig{APIBase: getenv("PAYPAL_API_BASE"), ClientID: getenv("PAYPAL_CLIENT_ID"),
+			Secret: getenv("PAYPAL_SECRET"), WebhookID: getenv("PAYPAL_WEBHOOK_ID")},
+	}
+	switch {
+	case c.Stripe.APIBase != "" && c.Stripe.SecretKey == "":
+		return c, &EnvError{Vars: []string{"STRIPE_SECRET_KEY"}, With: "STRIPE_API_BASE"}
+	case c.Adyen.APIBase != "" && (c.Adyen.APIKey == "" || c.Adyen.MerchantAccount == ""):
+		return c, &EnvError{Vars: []string{"ADYEN_API_KEY", "ADYEN_MERCHANT_ACCOUNT"}, With: "ADYEN_API_BASE"}
+	case c.PayPal.APIBase != "" && (c.PayPal.ClientID == "" || c.PayPal.Secret == ""):
+		return c, &EnvError{Vars: []string{"PAYPAL_CLIENT_ID", "PAYPAL_SECRET"}, With: "PAYPAL_API_BASE"}
+	}
+	return c, nil
+}
+
+// ProviderNames names the providers c configures (those whose APIBase is
+// set), in the order [Providers] builds them.
+func (c Config) ProviderNames() []string {
+	var names []string
+	for _, p := range []struct{ name, base string }{{"stripe", c.Stripe.APIBase}, {"adyen", c.Adyen.APIBase},
+		{"paypal", c.PayPal.APIBase}} {
+		if p.base != "" {
+			names = append(names, p.name)
+		}
+	}
+	return names
+}
+
+// Providers builds the adapters cfg configures, in the order Stripe,
+// Adyen, PayPal, all calling through one HTTP client; Adyen's lookups read
+// the notifications stored in pool's webhook inbox. It returns none (and
+// no error) when cfg configures no provider, and the adapters' own
+// ConfigError (naming the field) for a bad setting.
+func Providers(pool *pgxpool.Pool, cfg Config) ([]payments.Provider, error) {
+	hc := cfg.HTTPClient
+	if hc == nil {
+		timeout := cfg.ProviderTimeout
+		if timeout == 0 {
+			timeout = defaultProviderTimeout
+		}
+		hc = &http.Client{Timeout: timeout}
+	}
+	var provs []payments.Provider
+	if s := cfg.Stripe; s.APIBase != "" {
+		p, err := paystripe.New(&paystripe.Config{SecretKey: s.SecretKey, BaseURL: s.APIBase,
+			HTTPClient: hc, WebhookSecrets: optional(s.WebhookSecret)})
+		if err != nil {
+			return nil, err
+		}
+		provs = append(provs, p)
+	}
+	if a := cfg.Adyen; a.APIBase != "" {
+		returnURL := a.ReturnURL
+		if returnURL == "" {
+			returnURL = DefaultAdyenReturnURL
+		}
+		p, err := adyen.New(&adyen.Config{APIKey: a.APIKey, MerchantAccount: a.MerchantAccount,
+			BaseURL: a.APIBase, HTTPClient: hc, HMACKeys: optional(a.HMACKey), ReturnURL: returnURL,
+			// Adyen has no lookup by reference: its notifications, as the
+			// receiver stored them, are the lookup.
+			Notifications: payments.NewInbox(pool).Source("adyen")})
+		if err != nil {
+			return nil, err
+		}
+		provs = append(provs, p)
+	}
+	if pp := cfg.PayPal; pp.APIBase != "" {
+		p, err := paypal.New(&paypal.Config{ClientID: pp.ClientID, Secret: pp.Secret,
+			BaseURL: pp.APIBase, HTTPClient: hc, WebhookID: pp.WebhookID})
+		if err != nil {
+			return nil, err
+		}
+		provs = append(provs, p)
+	}
+	return provs, nil
+}
+
+// Client returns a payments client on pool's database, which must be
+// migrated, over the providers cfg configures ([Providers]). It returns
+// [ErrNoProvider] when cfg configures none, an adapter's ConfigError for a
+// bad provider setting and a *payments.ConfigError for a bad client one.
+func Client(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
+	if len(cfg.ProviderNames()) == 0 {
+		return nil, ErrNoProvider
+	}
+	provs, err := Providers(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return payments.New(pool, provs, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout})
+}
+
+// optional is a setting that may be unset, as the adapters' lists take it.
+func optional(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return []string{v}
+}
