@@ -1,0 +1,7 @@
+package saga
+
+// Crash points, for the crash tests.
+const (
+	PointBeforeCommit = pointBeforeCommit
+	PointAfterCommit  = pointAfterCommit
+)
