@@ -68,5 +68,5 @@ func (in *instruments) run(ctx context.Context, r *Report, took time.Duration) {
 }
 
 func (in *instruments) divergence(ctx context.Context, x Item) {
-	in.divergences.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", x.Kind), attribute.String("provider", x.Provider)))
+	in.divergences.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", string(x.Kind)), attribute.String("provider", x.Provider)))
 }

@@ -499,22 +499,22 @@ func TestDivergencesAreClassified(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, x := range rep.Items {
-			seen[x.Kind+" / "+x.Action+" / "+x.IntentKey] = true
+			seen[string(x.Kind)+" / "+string(x.Action)+" / "+x.IntentKey] = true
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, want := range []string{
-		reconcile.KindUnmatchedProviderObject + " / " + reconcile.ActionReported + " / ",
-		reconcile.KindAmountDiffers + " / " + reconcile.ActionNeedsReview + " / " + composed("amount"),
-		reconcile.KindDuplicateAtProvider + " / " + reconcile.ActionNeedsReview + " / " + composed("dup"),
-		reconcile.KindPendingMissingAtProvider + " / " + reconcile.ActionFailedWithProof + " / " + composed("missing"),
-		reconcile.KindRefundOutcomeMissing + " / " + reconcile.ActionNeedsReview + " / cus_r_refund_r1",
-		reconcile.KindWebhookConflict + " / " + reconcile.ActionReported + " / " + composed("declined"),
-		reconcile.KindStuckRecord + " / " + reconcile.ActionReported + " / cus_r_orders_stuck",
-		reconcile.KindSucceededMissingAtProvider + " / " + reconcile.ActionReported + " / " + composed("ghost-success"),
-		reconcile.KindAmountDiffers + " / " + reconcile.ActionReported + " / " + composed("wrong-amount"),
-		reconcile.KindSucceededFailedAtProvider + " / " + reconcile.ActionReported + " / " + composed("failed-there"),
-		reconcile.KindRefundTotalsDiffer + " / " + reconcile.ActionReported + " / " + composed("refunded-outside"),
+		string(reconcile.KindUnmatchedProviderObject) + " / " + string(reconcile.ActionReported) + " / ",
+		string(reconcile.KindAmountDiffers) + " / " + string(reconcile.ActionNeedsReview) + " / " + composed("amount"),
+		string(reconcile.KindDuplicateAtProvider) + " / " + string(reconcile.ActionNeedsReview) + " / " + composed("dup"),
+		string(reconcile.KindPendingMissingAtProvider) + " / " + string(reconcile.ActionFailedWithProof) + " / " + composed("missing"),
+		string(reconcile.KindRefundOutcomeMissing) + " / " + string(reconcile.ActionNeedsReview) + " / cus_r_refund_r1",
+		string(reconcile.KindWebhookConflict) + " / " + string(reconcile.ActionReported) + " / " + composed("declined"),
+		string(reconcile.KindStuckRecord) + " / " + string(reconcile.ActionReported) + " / cus_r_orders_stuck",
+		string(reconcile.KindSucceededMissingAtProvider) + " / " + string(reconcile.ActionReported) + " / " + composed("ghost-success"),
+		string(reconcile.KindAmountDiffers) + " / " + string(reconcile.ActionReported) + " / " + composed("wrong-amount"),
+		string(reconcile.KindSucceededFailedAtProvider) + " / " + string(reconcile.ActionReported) + " / " + composed("failed-there"),
+		string(reconcile.KindRefundTotalsDiffer) + " / " + string(reconcile.ActionReported) + " / " + composed("refunded-outside"),
 	} {
 		if !seen[want] {
 			t.Errorf("missing from the reports: %q (all: %v)", want, seen)

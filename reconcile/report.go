@@ -28,7 +28,7 @@ type Report struct {
 // Item is one row of a report: what payonce said, what the provider
 // said, what was done.
 type Item struct {
-	Kind          string        `json:"kind"`
+	Kind          Kind          `json:"kind"`
 	Provider      string        `json:"provider"`
 	Scope         string        `json:"scope"`
 	IntentKey     string        `json:"intent_key"`
@@ -36,7 +36,7 @@ type Item struct {
 	Currency      string        `json:"currency"`
 	LocalState    string        `json:"local_state"`
 	ProviderState string        `json:"provider_state"`
-	Action        string        `json:"action"`
+	Action        Action        `json:"action"`
 	Detail        string        `json:"detail"`
 	Age           time.Duration `json:"age_seconds"`
 	At            time.Time     `json:"at"`
@@ -55,8 +55,10 @@ func (r *Report) add(x Item) {
 type Filter struct {
 	// RunID selects one run; 0 any.
 	RunID int64
-	// Kind, Provider select by exact value; empty any.
-	Kind, Provider string
+	// Kind selects by exact value; empty any.
+	Kind Kind
+	// Provider selects by exact value; empty any.
+	Provider string
 	// MinAge keeps items whose intent was at least this old.
 	MinAge time.Duration
 	// Since keeps items recorded after it; zero: any.
@@ -70,8 +72,7 @@ func Runs(ctx context.Context, pool *pgxpool.Pool, limit int) ([]Report, error) 
 	if limit <= 0 {
 		limit = 20
 	}
-	rows, err := pool.Query(ctx, `SELECT id, instance, started_at, coalesce(finished_at, started_at), examined, repaired,
-		failed_with_proof, needs_review, rescheduled, coalesce(error, '') FROM reconcile_runs ORDER BY id DESC LIMIT $1`, limit)
+	rows, err := pool.Query(ctx, runsSQL, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: runs: %w", err)
 	}
@@ -114,8 +115,7 @@ func Items(ctx context.Context, pool *pgxpool.Pool, f Filter) ([]Item, error) {
 	if !f.Since.IsZero() {
 		add("created_at >= $%d", f.Since)
 	}
-	q := `SELECT run_id, kind, provider, scope, intent_key, intent_kind, currency, local_state, provider_state, action, detail,
-		coalesce(age, '0'::interval), created_at FROM reconcile_items`
+	q := itemsSQL
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}

@@ -1,0 +1,146 @@
+package reconcile
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Config configures a [Reconciler]. The zero value means defaults.
+type Config struct {
+	// Instance names this reconciler in claims and runs. Default
+	// "<hostname>-<pid>".
+	Instance string
+	// Grace is how long an open intent is left to its caller (and its
+	// retries) before the reconciler looks at it. Default 2m.
+	Grace time.Duration
+	// ActionGrace is how long an intent waiting for the customer
+	// (REQUIRES_ACTION: 3-D Secure) is left alone before the reconciler
+	// looks at it. Default 24h.
+	ActionGrace time.Duration
+	// Schedule is the delay before each next check of an intent without a
+	// conclusive answer (backoff): the n-th check waits Schedule[n]
+	// (the last entry repeats). Default 1m, 5m, 1h, 6h, 24h.
+	Schedule []time.Duration
+	// MaxChecks is how many checks an intent gets before an inconclusive
+	// one makes it NEEDS_REVIEW. A provider outage never does by itself,
+	// but it is counted (so that the backoff grows). Default 6.
+	MaxChecks int
+	// Batch is how many intents one run examines at most. Default 100.
+	Batch int
+	// ClaimTTL is how long a run holds the intents it examines; a crashed
+	// reconciler's claims expire after it. Default 5m.
+	ClaimTTL time.Duration
+	// VerifyWithin: charges that succeeded locally within this window (and
+	// at least Grace ago) are checked once against the provider. Default
+	// 24h.
+	VerifyWithin time.Duration
+	// VerifyBatch bounds those checks per run. Default 50.
+	VerifyBatch int
+	// DriftWindow and DriftLag: every DriftEvery, the money each provider
+	// implementing payments.Totaler moved in [now-DriftLag-DriftWindow,
+	// now-DriftLag) is compared per currency with the ledger's entries of
+	// the intents created in that window. Defaults 24h, 4h (PayPal's
+	// transaction search lags up to 3h), 1h.
+	DriftWindow, DriftLag, DriftEvery time.Duration
+	// StuckAfter reports idempotency records still PROCESSING this long
+	// after their lease ended. Default 5m.
+	StuckAfter time.Duration
+	// VoidAfter is how long to wait for a late AUTHORISATION before
+	// voiding an attempt by its reference (providers implementing
+	// payments.Voider: Adyen's technical cancel). Default 30m.
+	VoidAfter time.Duration
+	// Redrive allows a new attempt (the next attempt number, new derived
+	// references) for an intent proven to have left nothing at the
+	// provider; without it such an intent is failed with that proof.
+	// Default false: a client that wants to pay again uses a new key.
+	Redrive bool
+	// Spec is the cron schedule of [Reconciler.Start] (five fields, six
+	// with seconds, or a descriptor such as "@every 1m"). Default
+	// "@every 1m".
+	Spec string
+	// Logger receives run summaries and failures. Default: discarded.
+	Logger *slog.Logger
+	// MeterProvider receives the reconcile instruments. Default: no-op.
+	MeterProvider metric.MeterProvider
+}
+
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// ConfigError names a bad configuration field.
+type ConfigError struct{ Field, Reason string }
+
+func (e *ConfigError) Error() string { return "reconcile: " + e.Field + ": " + e.Reason }
+
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Instance == "" {
+		host, _ := os.Hostname()
+		out.Instance = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	def := func(d *time.Duration, v time.Duration, name string) error {
+		if *d < 0 {
+			return &ConfigError{name, "negative"}
+		}
+		if *d == 0 {
+			*d = v
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		d    *time.Duration
+		v    time.Duration
+		name string
+	}{{&out.Grace, 2 * time.Minute, "Grace"}, {&out.ClaimTTL, 5 * time.Minute, "ClaimTTL"},
+		{&out.StuckAfter, 5 * time.Minute, "StuckAfter"}, {&out.VoidAfter, 30 * time.Minute, "VoidAfter"},
+		{&out.ActionGrace, 24 * time.Hour, "ActionGrace"}, {&out.VerifyWithin, 24 * time.Hour, "VerifyWithin"},
+		{&out.DriftWindow, 24 * time.Hour, "DriftWindow"}, {&out.DriftLag, 4 * time.Hour, "DriftLag"}, {&out.DriftEvery, time.Hour, "DriftEvery"}} {
+		if err := def(f.d, f.v, f.name); err != nil {
+			return out, err
+		}
+	}
+	if len(out.Schedule) == 0 {
+		out.Schedule = []time.Duration{time.Minute, 5 * time.Minute, time.Hour, 6 * time.Hour, 24 * time.Hour}
+	}
+	for i, d := range out.Schedule {
+		if d <= 0 {
+			return out, &ConfigError{fmt.Sprintf("Schedule[%d]", i), "must be positive"}
+		}
+	}
+	switch {
+	case out.MaxChecks < 0:
+		return out, &ConfigError{"MaxChecks", "negative"}
+	case out.MaxChecks == 0:
+		out.MaxChecks = 6
+	}
+	switch {
+	case out.VerifyBatch < 0:
+		return out, &ConfigError{"VerifyBatch", "negative"}
+	case out.VerifyBatch == 0:
+		out.VerifyBatch = 50
+	}
+	switch {
+	case out.Batch < 0:
+		return out, &ConfigError{"Batch", "negative"}
+	case out.Batch == 0:
+		out.Batch = 100
+	}
+	if out.Spec == "" {
+		out.Spec = "@every 1m"
+	}
+	if _, err := cronParser.Parse(out.Spec); err != nil {
+		return out, &ConfigError{"Spec", err.Error()}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out, nil
+}

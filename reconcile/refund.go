@@ -1,0 +1,60 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/payonce/payonce/payments"
+)
+
+// examineRefund asks providers that can look a refund up
+// (payments.RefundLooker) what exists for the attempt; others report
+// refund outcomes only by notification: the intent waits for it, then goes
+// to review.
+func (r *Reconciler) examineRefund(ctx context.Context, rep *Report, it item) error {
+	base := Item{Kind: KindRefundOutcomeMissing, LocalState: string(it.Status)}
+	rl, ok := r.client.Provider(it.Provider).(payments.RefundLooker)
+	if !ok {
+		base.ProviderState = "no refund lookup; no notification yet"
+		return r.inconclusive(ctx, rep, it, base, "the refund's outcome never arrived")
+	}
+	res, err := rl.LookupRefund(ctx, payments.RefundLookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
+		ProviderID: it.ProviderID, ChargeID: it.ChargeID})
+	if err != nil {
+		return r.lookupFailed(ctx, rep, it, err, "refund lookup", "the refund")
+	}
+	switch {
+	case len(res.Refunds) > 1:
+		ids := idsOf(res.Refunds, refundIDStatus)
+		base.Kind, base.ProviderState = KindDuplicateAtProvider, ids
+		return r.review(ctx, rep, it, base, fmt.Sprintf("%d refunds at %s for one attempt: %s", len(res.Refunds), it.Provider, ids))
+	case len(res.Refunds) == 1:
+		rf := res.Refunds[0]
+		base.ProviderState = string(rf.Status) + " " + rf.ProviderID
+		if rf.Amount.Currency() != "" && !rf.Amount.Equal(it.Amount) {
+			base.Kind = KindAmountDiffers
+			return r.review(ctx, rep, it, base, "the provider refunded "+rf.Amount.AmountString()+", the intent is "+it.Amount.AmountString())
+		}
+		switch rf.Status {
+		case payments.RefundSucceeded:
+			return r.settle(ctx, rep, it, base, payments.Proof{Status: payments.IntentSucceeded, ProviderID: rf.ProviderID,
+				Reason: "the provider reports the refund succeeded"})
+		case payments.RefundFailed:
+			return r.settle(ctx, rep, it, base, payments.Proof{Status: payments.IntentFailed, ProviderID: rf.ProviderID,
+				Reason: "the provider reports the refund failed"})
+		default:
+			return r.inconclusive(ctx, rep, it, base, "the refund is still pending at the provider")
+		}
+	case res.Consistent:
+		base.Kind, base.ProviderState, base.Action = KindPendingMissingAtProvider, "none (consistent lookup)", ActionFailedWithProof
+		return r.resolve(ctx, rep, it, base, payments.Proof{Status: payments.IntentFailed,
+			Reason: "a consistent lookup found no refund for this attempt"})
+	default:
+		base.ProviderState = "none yet (eventually consistent)"
+		return r.inconclusive(ctx, rep, it, base, "the refund's outcome never arrived")
+	}
+}
+
+func refundIDStatus(rf payments.RefundResult) (id, status string) {
+	return rf.ProviderID, string(rf.Status)
+}

@@ -1,0 +1,76 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payonce/payonce/payments"
+)
+
+// stuckRecords reports idempotency records PROCESSING long after their
+// lease ended (a crashed holder whose key nobody retried).
+func (r *Reconciler) stuckRecords(ctx context.Context, rep *Report) error {
+	return r.reportRows(ctx, rep, "stuck records", func(row pgx.CollectableRow) (Item, error) {
+		var x Item
+		var version int64
+		var past time.Duration
+		if err := row.Scan(&x.Scope, &x.IntentKey, &version, &past, &x.Age); err != nil {
+			return x, err
+		}
+		x.Kind, x.Action, x.LocalState = KindStuckRecord, ActionReported, "PROCESSING"
+		x.Detail = fmt.Sprintf("lease ended %s ago, holder version %d; a retry of the key reclaims it (payonce release to force)",
+			past.Round(time.Second), version)
+		return x, nil
+	}, stuckRecordsSQL, r.cfg.StuckAfter, r.cfg.Batch)
+}
+
+// webhookDivergences reports events stored since the previous run that
+// named no local intent, contradicted a final one, or announced a second
+// provider object for one.
+func (r *Reconciler) webhookDivergences(ctx context.Context, rep *Report) error {
+	return r.reportRows(ctx, rep, "webhook events", func(row pgx.CollectableRow) (Item, error) {
+		var x Item
+		var id, typ, outcome, pid string
+		if err := row.Scan(&x.Provider, &id, &typ, &outcome, &x.Detail, &x.Scope, &x.IntentKey, &x.Currency, &pid, &x.Age); err != nil {
+			return x, err
+		}
+		switch outcome {
+		case payments.EventConflict:
+			x.Kind = KindWebhookConflict
+		case payments.EventSecondObject:
+			x.Kind = KindDuplicateAtProvider
+		default:
+			x.Kind = KindUnmatchedProviderObject
+		}
+		x.ProviderState, x.Action = typ+" "+pid+" (event "+id+")", ActionReported
+		return x, nil
+	}, webhookDivergencesSQL, rep.RunID)
+}
+
+// reportRows reports one item per row of sql: items that need no repair.
+func (r *Reconciler) reportRows(ctx context.Context, rep *Report, what string, scan pgx.RowToFunc[Item], sql string, args ...any) error {
+	rows, err := r.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("reconcile: %s: %w", what, err)
+	}
+	found, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return err
+	}
+	return r.reportAll(ctx, rep, found)
+}
+
+// reportAll stores items that need no repair and adds them to the report.
+func (r *Reconciler) reportAll(ctx context.Context, rep *Report, items []Item) error {
+	for _, x := range items {
+		if err := insertItem(ctx, r.pool, rep.RunID, x); err != nil {
+			return err
+		}
+		rep.add(x)
+		r.metrics.divergence(ctx, x)
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
+)
+
+// verifySucceeded checks, once each, that charges that succeeded locally
+// exist at the provider with their amount and refunded total. A
+// divergence is reported (the intent is final: a human decides); an
+// unreachable provider leaves the charge to a later run.
+func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
+	rows, err := r.pool.Query(ctx, verifyClaimSQL, r.cfg.VerifyWithin, r.cfg.Grace, r.client.ProviderNames(), r.cfg.VerifyBatch)
+	if err != nil {
+		return fmt.Errorf("reconcile: verify: %w", err)
+	}
+	var due []item
+	for rows.Next() {
+		var it item
+		var amount, currency string
+		if err := rows.Scan(&it.Key, &it.Scope, &it.Provider, &it.ProviderKey, &it.ProviderID, &amount, &currency, &it.CreatedAt, &it.age); err != nil {
+			rows.Close()
+			return err
+		}
+		var err error
+		it.Amount, err = money.Parse(amount, money.Currency(currency))
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		it.Kind, it.Status = "CHARGE", payments.IntentSucceeded
+		due = append(due, it)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var found []Item
+	for _, it := range due {
+		res, err := r.client.Provider(it.Provider).Lookup(ctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
+			ProviderID: it.ProviderID, From: it.CreatedAt.Add(-10 * time.Minute), To: time.Now().Add(5 * time.Minute), WithRefunds: true})
+		if err != nil {
+			if _, uerr := r.pool.Exec(ctx, unverifySQL, it.Key, it.Scope); uerr != nil {
+				return uerr
+			}
+			continue
+		}
+		x, diverges, err := r.verify(ctx, it, res)
+		if err != nil {
+			return err
+		}
+		if diverges {
+			found = append(found, x)
+		}
+	}
+	return r.reportAll(ctx, rep, found)
+}
+
+// verify compares a succeeded charge with what its provider's lookup
+// found, and describes the divergence if there is one.
+func (r *Reconciler) verify(ctx context.Context, it item, res payments.LookupResult) (x Item, diverges bool, err error) {
+	x = Item{Provider: it.Provider, Scope: it.Scope, IntentKey: it.Key, IntentKind: it.Kind, Currency: string(it.Amount.Currency()),
+		LocalState: "SUCCEEDED " + it.ProviderID + " " + it.Amount.AmountString(), Action: ActionReported, Age: it.age}
+	var match *payments.ChargeResult
+	for i := range res.Charges {
+		if res.Charges[i].ProviderID == it.ProviderID || match == nil {
+			match = &res.Charges[i]
+		}
+	}
+	switch {
+	case len(res.Charges) > 1:
+		x.Kind, x.ProviderState = KindDuplicateAtProvider, idsOf(res.Charges, chargeIDStatus)
+		x.Detail = fmt.Sprintf("%d charges at %s for one intent settled with %s: the customer may have paid more than once",
+			len(res.Charges), it.Provider, it.ProviderID)
+	case match == nil && res.Consistent:
+		x.Kind, x.ProviderState = KindSucceededMissingAtProvider, "none (consistent lookup)"
+		x.Detail = "payonce recorded a charge the provider does not have: the ledger counts money that never moved"
+	case match == nil:
+		return x, false, nil // an eventually consistent "none" proves nothing
+	case match.Status == payments.ChargeFailed:
+		x.Kind, x.ProviderState = KindSucceededFailedAtProvider, string(match.Status)+" "+match.ProviderID
+		x.Detail = "the provider reports the charge failed; the ledger counts it"
+	case match.Amount.Currency() != "" && !match.Amount.Equal(it.Amount):
+		x.Kind, x.ProviderState = KindAmountDiffers, string(match.Status)+" "+match.ProviderID+" "+match.Amount.AmountString()+" "+string(match.Amount.Currency())
+		x.Detail = "the provider charged " + match.Amount.AmountString() + ", payonce recorded " + it.Amount.AmountString()
+	case match.RefundsKnown:
+		local, open, err := r.localRefunds(ctx, it)
+		if err != nil {
+			return x, false, err
+		}
+		if open > 0 || local.Equal(match.Refunded) || (local.IsZero() && match.Refunded.IsZero()) {
+			return x, false, nil // as recorded, or refunds still settling (they reset the check)
+		}
+		x.Kind, x.ProviderState = KindRefundTotalsDiffer, "refunded "+match.Refunded.AmountString()+" of "+match.ProviderID
+		x.LocalState = "SUCCEEDED, refunded " + local.AmountString()
+		x.Detail = "the provider refunded " + match.Refunded.AmountString() + ", payonce recorded " + local.AmountString() +
+			" (a refund made outside payonce, or one payonce recorded that the provider lacks)"
+	default:
+		return x, false, nil // as recorded
+	}
+	return x, true, nil
+}
+
+// localRefunds sums the succeeded refunds payonce recorded for a charge and
+// counts those still open.
+func (r *Reconciler) localRefunds(ctx context.Context, it item) (money.Money, int, error) {
+	var sum string
+	var open int
+	if err := r.pool.QueryRow(ctx, localRefundsSQL, it.Key, it.Scope).Scan(&sum, &open); err != nil {
+		return money.Money{}, 0, err
+	}
+	m, err := money.Parse(sum, it.Amount.Currency())
+	return m, open, err
+}
