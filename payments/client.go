@@ -440,7 +440,7 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 		return idempotency.Recording{}, &NeedsReviewError{Reason: prior.reviewReason}
 	}
 	if prior.open() && c.beyondWindow(prov, StepCharge, prior) {
-		in := Examined{Scope: req.Scope, Key: req.Key, Kind: string(KindCharge), Provider: p.Provider, ProviderKey: pkey,
+		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindCharge, Provider: p.Provider, ProviderKey: pkey,
 			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: p.Amount,
 			Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, SentAt: prior.sentAt}
 		return c.settleBeyondWindow(ctx, cl, prov, in)

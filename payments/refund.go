@@ -155,7 +155,7 @@ func (c *Client) refund(ctx context.Context, cl *call, prov Provider, req idempo
 		return idempotency.Recording{}, &NeedsReviewError{Reason: prior.reviewReason}
 	}
 	if prior.open() && c.beyondWindow(prov, StepRefund, prior) {
-		in := Examined{Scope: req.Scope, Key: req.Key, Kind: string(KindRefund), Provider: prov.Name(), ProviderKey: pkey,
+		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindRefund, Provider: prov.Name(), ProviderKey: pkey,
 			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: amount,
 			ChargeKey: chargeKey, ChargeID: chargeID, SentAt: prior.sentAt}
 		return c.settleBeyondWindow(ctx, cl, prov, in)

@@ -17,8 +17,8 @@ type Examined struct {
 	Scope string
 	// Key is payonce's key of the action ("<scope>_charge_<client key>").
 	Key string
-	// Kind is KindCharge or KindRefund, as a string.
-	Kind                     string
+	// Kind is KindCharge or KindRefund.
+	Kind                     IntentKind
 	Provider                 string
 	ProviderKey, ProviderID  string
 	Attempt                  int
@@ -135,7 +135,7 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, mode settleM
 	}
 	var fp idempotency.Fingerprint
 	var err error
-	if in.Kind == string(KindRefund) {
+	if in.Kind == KindRefund {
 		fp, err = refundFingerprint(in.ChargeKey, in.Amount)
 	} else {
 		fp, err = chargeFingerprint(in.Amount, in.Recipient, in.PaymentMethod, in.Provider)
@@ -215,7 +215,7 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMod
 	audit func(ctx context.Context, tx pgx.Tx) error) (committed *transition, done idempotency.Completion, err error) {
 	prov := c.providers[in.Provider]
 	step := StepCharge
-	if in.Kind == string(KindRefund) {
+	if in.Kind == KindRefund {
 		step = StepRefund
 	}
 	if audit == nil {

@@ -50,7 +50,7 @@ type subject struct {
 }
 
 func subjectOf(in Examined) subject {
-	return subject{scope: in.Scope, key: in.Key, kind: IntentKind(in.Kind), provider: in.Provider, amount: in.Amount, chargeKey: in.ChargeKey}
+	return subject{scope: in.Scope, key: in.Key, kind: in.Kind, provider: in.Provider, amount: in.Amount, chargeKey: in.ChargeKey}
 }
 
 // transition is one change of an intent: its new status, the idempotency

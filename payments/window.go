@@ -44,7 +44,7 @@ func (c *Client) beyondWindow(prov Provider, step string, prior priorIntent) boo
 // was and answers an *UnknownOutcomeError (retry later).
 func (c *Client) settleBeyondWindow(ctx context.Context, cl *call, prov Provider, in Examined) (idempotency.Recording, error) {
 	step := StepCharge
-	if in.Kind == string(KindRefund) {
+	if in.Kind == KindRefund {
 		step = StepRefund
 	}
 	window := DedupWindowOf(prov, step)
@@ -76,7 +76,7 @@ func LookupBeyondWindow(ctx context.Context, prov Provider, in Examined, window 
 	var found []foundObject
 	var consistent bool
 	var err error
-	if in.Kind == string(KindRefund) {
+	if in.Kind == KindRefund {
 		noun = "refund"
 		found, consistent, err = lookupRefundObjects(ctx, prov, in)
 	} else {

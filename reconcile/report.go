@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/payments"
 )
 
 // Report is one run's outcome: counts and one Item per divergence found
@@ -28,19 +30,19 @@ type Report struct {
 // Item is one row of a report: what payonce said, what the provider
 // said, what was done.
 type Item struct {
-	Kind          Kind          `json:"kind"`
-	Provider      string        `json:"provider"`
-	Scope         string        `json:"scope"`
-	IntentKey     string        `json:"intent_key"`
-	IntentKind    string        `json:"intent_kind"`
-	Currency      string        `json:"currency"`
-	LocalState    string        `json:"local_state"`
-	ProviderState string        `json:"provider_state"`
-	Action        Action        `json:"action"`
-	Detail        string        `json:"detail"`
-	Age           time.Duration `json:"age_seconds"`
-	At            time.Time     `json:"at"`
-	RunID         int64         `json:"run_id"`
+	Kind          Kind                `json:"kind"`
+	Provider      string              `json:"provider"`
+	Scope         string              `json:"scope"`
+	IntentKey     string              `json:"intent_key"`
+	IntentKind    payments.IntentKind `json:"intent_kind"`
+	Currency      string              `json:"currency"`
+	LocalState    string              `json:"local_state"`
+	ProviderState string              `json:"provider_state"`
+	Action        Action              `json:"action"`
+	Detail        string              `json:"detail"`
+	Age           time.Duration       `json:"age_seconds"`
+	At            time.Time           `json:"at"`
+	RunID         int64               `json:"run_id"`
 }
 
 func (r *Report) add(x Item) {

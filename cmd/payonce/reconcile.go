@@ -182,7 +182,7 @@ func writeItems(w io.Writer, format string, items []reconcile.Item) error {
 			"local_state", "provider_state", "action", "detail", "age_seconds"})
 		for _, x := range items {
 			_ = cw.Write([]string{strconv.FormatInt(x.RunID, 10), x.At.UTC().Format(time.RFC3339), string(x.Kind), x.Provider, x.Scope,
-				x.IntentKey, x.IntentKind, x.Currency, x.LocalState, x.ProviderState, string(x.Action), x.Detail,
+				x.IntentKey, string(x.IntentKind), x.Currency, x.LocalState, x.ProviderState, string(x.Action), x.Detail,
 				strconv.FormatFloat(x.Age.Seconds(), 'f', 0, 64)})
 		}
 		cw.Flush()

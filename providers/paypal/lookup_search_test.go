@@ -47,7 +47,7 @@ func TestLookupPastTheWindowFindsTheCharge(t *testing.T) {
 
 	// The reconciler's and payments' requests go through the same path (payments.ErrCannotTell
 	// is never the answer when the period is bounded).
-	proof, err := payments.LookupBeyondWindow(ctxT(t), b.p, payments.Examined{Key: req.Key, Kind: string(payments.KindCharge),
+	proof, err := payments.LookupBeyondWindow(ctxT(t), b.p, payments.Examined{Key: req.Key, Kind: payments.KindCharge,
 		Provider: "paypal", ProviderKey: req.ProviderKey, Amount: req.Amount, SentAt: t0}, 6*time.Hour)
 	if err != nil || proof.Status != payments.IntentSucceeded || proof.ProviderID != ch.ProviderID {
 		t.Fatalf("LookupBeyondWindow: %+v %v", proof, err)
@@ -94,7 +94,7 @@ func TestLookupPastTheWindowBeforeTheLag(t *testing.T) {
 	if len(got.Charges) != 0 || got.Consistent {
 		t.Fatalf("before the lag: %+v, want none and not consistent (not proof of absence)", got)
 	}
-	proof, err := payments.LookupBeyondWindow(ctxT(t), b.p, payments.Examined{Key: req.Key, Kind: string(payments.KindCharge),
+	proof, err := payments.LookupBeyondWindow(ctxT(t), b.p, payments.Examined{Key: req.Key, Kind: payments.KindCharge,
 		Provider: "paypal", ProviderKey: req.ProviderKey, Amount: req.Amount, SentAt: t0}, 6*time.Hour)
 	if err != nil || proof.Status != payments.IntentNeedsReview {
 		t.Fatalf("LookupBeyondWindow before the lag: %+v %v, want review, never failed", proof, err)
@@ -171,7 +171,7 @@ func TestLookupCannotTell(t *testing.T) {
 	if got := b.sent.all(); len(got) != 0 {
 		t.Fatalf("sent %v", got)
 	}
-	proof, err := payments.LookupBeyondWindow(ctxT(t), b.p, payments.Examined{Key: "cannot-tell", Kind: string(payments.KindCharge),
+	proof, err := payments.LookupBeyondWindow(ctxT(t), b.p, payments.Examined{Key: "cannot-tell", Kind: payments.KindCharge,
 		Provider: "paypal", ProviderKey: pk, Amount: money.MustParse("1.00", money.EUR), SentAt: t0}, 6*time.Hour)
 	if err != nil || proof.Status != payments.IntentNeedsReview {
 		t.Fatalf("LookupBeyondWindow: %+v %v, want review", proof, err)
