@@ -86,24 +86,23 @@ func (c *Config) withDefaults() (Config, error) {
 		host, _ := os.Hostname()
 		out.Instance = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	def := func(d *time.Duration, v time.Duration, name string) error {
-		if *d < 0 {
-			return &ConfigError{name, "negative"}
-		}
-		if *d == 0 {
-			*d = v
-		}
-		return nil
+	durations := []struct {
+		field string
+		d     *time.Duration
+		def   time.Duration
+	}{
+		{"Grace", &out.Grace, 2 * time.Minute},
+		{"ClaimTTL", &out.ClaimTTL, 5 * time.Minute},
+		{"StuckAfter", &out.StuckAfter, 5 * time.Minute},
+		{"VoidAfter", &out.VoidAfter, 30 * time.Minute},
+		{"ActionGrace", &out.ActionGrace, 24 * time.Hour},
+		{"VerifyWithin", &out.VerifyWithin, 24 * time.Hour},
+		{"DriftWindow", &out.DriftWindow, 24 * time.Hour},
+		{"DriftLag", &out.DriftLag, 4 * time.Hour},
+		{"DriftEvery", &out.DriftEvery, time.Hour},
 	}
-	for _, f := range []struct {
-		d    *time.Duration
-		v    time.Duration
-		name string
-	}{{&out.Grace, 2 * time.Minute, "Grace"}, {&out.ClaimTTL, 5 * time.Minute, "ClaimTTL"},
-		{&out.StuckAfter, 5 * time.Minute, "StuckAfter"}, {&out.VoidAfter, 30 * time.Minute, "VoidAfter"},
-		{&out.ActionGrace, 24 * time.Hour, "ActionGrace"}, {&out.VerifyWithin, 24 * time.Hour, "VerifyWithin"},
-		{&out.DriftWindow, 24 * time.Hour, "DriftWindow"}, {&out.DriftLag, 4 * time.Hour, "DriftLag"}, {&out.DriftEvery, time.Hour, "DriftEvery"}} {
-		if err := def(f.d, f.v, f.name); err != nil {
+	for _, f := range durations {
+		if err := orDefault(f.d, f.def, f.field); err != nil {
 			return out, err
 		}
 	}
@@ -115,23 +114,19 @@ func (c *Config) withDefaults() (Config, error) {
 			return out, &ConfigError{fmt.Sprintf("Schedule[%d]", i), "must be positive"}
 		}
 	}
-	switch {
-	case out.MaxChecks < 0:
-		return out, &ConfigError{"MaxChecks", "negative"}
-	case out.MaxChecks == 0:
-		out.MaxChecks = 6
+	counts := []struct {
+		field string
+		n     *int
+		def   int
+	}{
+		{"MaxChecks", &out.MaxChecks, 6},
+		{"VerifyBatch", &out.VerifyBatch, 50},
+		{"Batch", &out.Batch, 100},
 	}
-	switch {
-	case out.VerifyBatch < 0:
-		return out, &ConfigError{"VerifyBatch", "negative"}
-	case out.VerifyBatch == 0:
-		out.VerifyBatch = 50
-	}
-	switch {
-	case out.Batch < 0:
-		return out, &ConfigError{"Batch", "negative"}
-	case out.Batch == 0:
-		out.Batch = 100
+	for _, f := range counts {
+		if err := orDefault(f.n, f.def, f.field); err != nil {
+			return out, err
+		}
 	}
 	if out.Spec == "" {
 		out.Spec = "@every 1m"
@@ -143,4 +138,16 @@ func (c *Config) withDefaults() (Config, error) {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	return out, nil
+}
+
+// orDefault sets *v to def when it is zero. A negative value is a
+// *ConfigError naming field.
+func orDefault[T int | time.Duration](v *T, def T, field string) error {
+	switch {
+	case *v < 0:
+		return &ConfigError{field, "negative"}
+	case *v == 0:
+		*v = def
+	}
+	return nil
 }
