@@ -13,12 +13,14 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/payments"
 )
 
 // Reconciler compares provider state with local state and repairs.
 type Reconciler struct {
 	pool    *pgxpool.Pool
+	store   *pgstore.Store // stuck records
 	client  *payments.Client
 	cfg     Config
 	metrics *instruments
@@ -44,7 +46,11 @@ func New(pool *pgxpool.Pool, client *payments.Client, cfg *Config) (*Reconciler,
 	if err != nil {
 		return nil, err
 	}
-	return &Reconciler{pool: pool, client: client, cfg: c, metrics: ins}, nil
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Reconciler{pool: pool, store: store, client: client, cfg: c, metrics: ins}, nil
 }
 
 // Start runs RunOnce on Config.Spec until ctx ends or stop is called; runs

@@ -7,24 +7,30 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/payments"
 )
 
 // stuckRecords reports idempotency records PROCESSING long after their
-// lease ended (a crashed holder whose key nobody retried).
+// lease ended (a crashed holder whose key nobody retried), listed by the
+// store.
 func (r *Reconciler) stuckRecords(ctx context.Context, rep *Report) error {
-	return r.reportRows(ctx, rep, "stuck records", func(row pgx.CollectableRow) (Item, error) {
-		var x Item
-		var version int64
-		var past time.Duration
-		if err := row.Scan(&x.Scope, &x.IntentKey, &version, &past, &x.Age); err != nil {
-			return x, err
+	res, err := r.store.Stuck(ctx, pgstore.StuckParams{OlderThan: r.cfg.StuckAfter, Limit: r.cfg.Batch})
+	if err != nil {
+		return fmt.Errorf("reconcile: stuck records: %w", err)
+	}
+	items := make([]Item, 0, len(res.Records))
+	for _, l := range res.Records {
+		ended := l.CreatedAt // a record without a lease end waits since its claim
+		if l.LockedUntil != nil {
+			ended = *l.LockedUntil
 		}
-		x.Kind, x.Action, x.LocalState = KindStuckRecord, ActionReported, "PROCESSING"
-		x.Detail = fmt.Sprintf("lease ended %s ago, holder version %d; a retry of the key reclaims it (payonce release to force)",
-			past.Round(time.Second), version)
-		return x, nil
-	}, stuckRecordsSQL, r.cfg.StuckAfter, r.cfg.Batch)
+		items = append(items, Item{Kind: KindStuckRecord, Action: ActionReported, LocalState: "PROCESSING",
+			Scope: l.Scope, IntentKey: l.Key, Age: l.DatabaseNow.Sub(l.CreatedAt),
+			Detail: fmt.Sprintf("lease ended %s ago, holder version %d; a retry of the key reclaims it (payonce release to force)",
+				l.DatabaseNow.Sub(ended).Round(time.Second), l.LockVersion)})
+	}
+	return r.reportAll(ctx, rep, items)
 }
 
 // webhookDivergences reports events stored since the previous run that

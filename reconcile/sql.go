@@ -118,14 +118,6 @@ SELECT p.currency,
 
 // Report-only items.
 const (
-	// stuckRecordsSQL lists at most $2 idempotency records whose lease
-	// ended more than $1 ago.
-	stuckRecordsSQL = `
-SELECT user_id, idempotency_key, lock_version, now() - locked_until, now() - created_at
-  FROM idempotency_store
- WHERE status = 'PROCESSING' AND locked_until < now() - $1::interval
- ORDER BY locked_until LIMIT $2`
-
 	// webhookDivergencesSQL lists the divergent webhook events received
 	// since the start of the last finished run other than $1.
 	webhookDivergencesSQL = `

@@ -195,16 +195,16 @@ type change struct {
 	failedStep, reason string
 }
 
-// apply commits c through db (a step's transaction, or the pool), fenced
+// apply commits c in tx (a step's transaction, or the final one), fenced
 // by the lease, and mirrors it in d.s.
-func (d *driver) apply(ctx context.Context, db querier, c change) error {
+func (d *driver) apply(ctx context.Context, tx pgx.Tx, c change) error {
+	if err := d.o.store.FenceTx(ctx, tx, d.lease); err != nil {
+		return err
+	}
 	var one int
-	err := db.QueryRow(ctx, transitionSQL, d.s.Scope, d.s.Key, d.lease.Key, d.lease.Version, c.step, string(c.status),
+	err := tx.QueryRow(ctx, transitionSQL, d.s.Scope, d.s.Key, c.step, string(c.status),
 		nullable(c.output), nullable(c.err), count(c.attempt), count(c.compAttempt), string(c.saga),
 		nullable(c.failedStep), nullable(c.reason)).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return idempotency.ErrLeaseLost
-	}
 	if err != nil {
 		return fmt.Errorf("saga: record step %s: %w", d.s.Steps[c.step].Name, err)
 	}
@@ -223,6 +223,13 @@ func (d *driver) apply(ctx context.Context, db querier, c change) error {
 		d.s.Reason = c.reason
 	}
 	return nil
+}
+
+// applyNow commits c in a transaction of its own (apply).
+func (d *driver) applyNow(ctx context.Context, c change) error {
+	return pgx.BeginTxFunc(ctx, d.o.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		return d.apply(ctx, tx, c)
+	})
 }
 
 func nullable[T string | []byte](v T) any {
@@ -269,7 +276,7 @@ func (o *Orchestrator) finishCtx(ctx context.Context) (context.Context, context.
 func (d *driver) invoke(ctx context.Context, i int, compensation bool, fn func(context.Context, *Call) ([]byte, error), started, done change) (callErr, err error) {
 	c := d.call(i, compensation)
 	if d.def.Steps[i].Kind == Remote {
-		if err := d.apply(ctx, d.o.pool, started); err != nil {
+		if err := d.applyNow(ctx, started); err != nil {
 			return nil, err
 		}
 		out, cerr := fn(ctx, c)
@@ -280,7 +287,7 @@ func (d *driver) invoke(ctx context.Context, i int, compensation bool, fn func(c
 		rctx, cancel := d.o.finishCtx(ctx)
 		defer cancel()
 		crashpoint.Hit(pointBeforeCommit, c.Key)
-		if err := d.apply(rctx, d.o.pool, done); err != nil {
+		if err := d.applyNow(rctx, done); err != nil {
 			return nil, err
 		}
 		crashpoint.Hit(pointAfterCommit, c.Key)
@@ -358,7 +365,7 @@ func (d *driver) step(ctx context.Context, i int) error {
 	defer cancel()
 	key := SubKey(d.s.Key, spec.Name)
 	crashpoint.Hit(pointBeforeCommit, key)
-	if err := d.apply(rctx, d.o.pool, fail); err != nil {
+	if err := d.applyNow(rctx, fail); err != nil {
 		return err
 	}
 	crashpoint.Hit(pointAfterCommit, key)
@@ -398,7 +405,7 @@ func (d *driver) compensate(ctx context.Context, j int) (*change, error) {
 					spec.Name, msg, d.s.FailedStep, d.s.Reason)}, nil
 		}
 		rctx, cancel := d.o.finishCtx(ctx)
-		err = d.apply(rctx, d.o.pool, change{step: j, status: StepCompensating, err: msg, compAttempt: local, saga: StatusCompensating})
+		err = d.applyNow(rctx, change{step: j, status: StepCompensating, err: msg, compAttempt: local, saga: StatusCompensating})
 		cancel()
 		if err != nil {
 			return nil, err

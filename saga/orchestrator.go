@@ -125,6 +125,8 @@ type Orchestrator struct {
 	exec    *pgstore.Executor
 	cfg     Config
 	metrics *instruments
+	// recoverPage is how many open sagas Recover reads at a time.
+	recoverPage int
 
 	mu   sync.RWMutex
 	defs map[string]*Definition
@@ -155,7 +157,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("saga: metrics: %w", err)
 	}
-	return &Orchestrator{pool: pool, store: c.Store, exec: exec, cfg: c, metrics: ins, defs: map[string]*Definition{}}, nil
+	return &Orchestrator{pool: pool, store: c.Store, exec: exec, cfg: c, metrics: ins, recoverPage: 100,
+		defs: map[string]*Definition{}}, nil
 }
 
 // Register makes def runnable by [Orchestrator.Run] and recoverable by

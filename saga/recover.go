@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
 )
 
 // RecoverResult counts what one [Orchestrator.Recover] found and did.
@@ -46,20 +48,8 @@ type stuckSaga struct {
 // (joined); a database error when listing them stops it.
 func (o *Orchestrator) Recover(ctx context.Context) (RecoverResult, error) {
 	var res RecoverResult
-	rows, err := o.pool.Query(ctx, stuckSQL, o.cfg.StuckAfter.Seconds(), o.cfg.RecoverBatch)
+	stuck, err := o.stuck(ctx)
 	if err != nil {
-		return res, fmt.Errorf("saga: list stuck sagas: %w", err)
-	}
-	var stuck []stuckSaga
-	for rows.Next() {
-		var x stuckSaga
-		if err := rows.Scan(&x.scope, &x.key, &x.record, &x.definition, &x.fingerprint); err != nil {
-			rows.Close()
-			return res, fmt.Errorf("saga: list stuck sagas: %w", err)
-		}
-		stuck = append(stuck, x)
-	}
-	if err := rows.Err(); err != nil {
 		return res, fmt.Errorf("saga: list stuck sagas: %w", err)
 	}
 	var errs []error
@@ -94,4 +84,65 @@ func (o *Orchestrator) Recover(ctx context.Context) (RecoverResult, error) {
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// stuck lists at most Config.RecoverBatch unfinished sagas whose driver is
+// gone or that made no progress for Config.StuckAfter, oldest progress
+// first: the open sagas a page at a time, each page's record leases read
+// through the store. Open sagas are the ones in flight, few beside the
+// table; a saga that progresses during the listing may be missed, and is
+// then found by the next run.
+func (o *Orchestrator) stuck(ctx context.Context) ([]stuckSaga, error) {
+	page := o.recoverPage
+	var (
+		stuck   []stuckSaga
+		after   any = "-infinity" // then the last row's updated_at
+		lastAt  time.Time
+		lastKey [2]string
+	)
+	for len(stuck) < o.cfg.RecoverBatch {
+		rows, err := o.pool.Query(ctx, openSagasSQL, o.cfg.StuckAfter.Seconds(), page, after, lastKey[0], lastKey[1])
+		if err != nil {
+			return nil, err
+		}
+		var (
+			open  []stuckSaga
+			stale []bool
+			refs  []pgstore.RecordRef
+		)
+		for rows.Next() {
+			var x stuckSaga
+			var old bool
+			if err := rows.Scan(&x.scope, &x.key, &x.record, &x.definition, &x.fingerprint, &lastAt, &old); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			after, lastKey = lastAt, [2]string{x.scope, x.key}
+			open, stale = append(open, x), append(stale, old)
+			refs = append(refs, pgstore.RecordRef{Scope: x.scope, Key: x.record})
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		leases, err := o.store.Leases(ctx, refs)
+		if err != nil {
+			return nil, err
+		}
+		for i, x := range open {
+			l, found := leases[refs[i]]
+			// Stuck: no progress for a while (reported, then left to a
+			// live holder by the claim), its record gone, or its
+			// record's lease ended with nobody retrying.
+			if stale[i] || !found || (l.Status == idempotency.StatusProcessing && !l.Live()) {
+				stuck = append(stuck, x)
+				if len(stuck) == o.cfg.RecoverBatch {
+					break
+				}
+			}
+		}
+		if len(open) < page {
+			break
+		}
+	}
+	return stuck, nil
 }

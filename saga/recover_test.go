@@ -66,6 +66,35 @@ func TestRecoverDrivesStuckSagas(t *testing.T) {
 	}
 }
 
+// Recover reads the open sagas a page at a time and stops at its batch:
+// the rest are found by the next run, oldest progress first, and none is
+// driven twice.
+func TestRecoverPagesThroughOpenSagas(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &saga.Config{LockTimeout: 2 * time.Second, CompensationBackoff: time.Millisecond, RecoverBatch: 3})
+	saga.SetRecoverPage(b.orch, 2)
+	for i := range 5 {
+		key := fmt.Sprintf("order-page-%d", i)
+		b.remote.fail("charge", saga.SubKey(key, "charge"), faultUnknown)
+		if _, err := b.orch.Run(ctx, b.params(key, order{Item: "p", Amount: i + 1})); !errors.Is(err, saga.ErrPending) {
+			t.Fatal(err)
+		}
+	}
+	for run, want := range []saga.RecoverResult{{Stuck: 3, Completed: 3}, {Stuck: 2, Completed: 2}, {}} {
+		if res, err := b.orch.Recover(ctx); err != nil || res != want {
+			t.Fatalf("recover %d: %+v %v, want %+v", run+1, res, err, want)
+		}
+	}
+	for i := range 5 {
+		if s := b.state(t, fmt.Sprintf("order-page-%d", i)); s.Status != saga.StatusCompleted {
+			t.Errorf("saga %d: %s", i, s.Status)
+		}
+	}
+	if keys := b.remote.applied("charge"); len(keys) != 5 {
+		t.Fatalf("charges %v, want one per saga", keys)
+	}
+}
+
 // Recoverers and clients at once on the same stuck sagas: each saga is
 // driven by one of them at a time, and every effect happens once.
 func TestRecoverersAndClientsAtOnce(t *testing.T) {

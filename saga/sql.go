@@ -30,36 +30,30 @@ const loadStepsSQL = `SELECT position, name, kind, status, output, coalesce(erro
  WHERE scope = $1 AND saga_key = $2
  ORDER BY position`
 
-// transitionSQL moves one step and its saga, for the holder of the
-// saga's idempotency record's lease only: the fence locks the record FOR
-// SHARE when it is PROCESSING under lock version $4, so that no reclaim
-// can take the record over before this transaction ends; when the lease
-// was lost, nothing is changed and no row is returned. In a step's
-// transaction, it runs after the step's own writes, so the record's row
+// transitionSQL moves one step and its saga. It runs after the fence on
+// the saga's idempotency record (pgstore.Store.FenceTx) in the same
+// transaction: only the lease's holder changes a saga, and no reclaim can
+// take the record over before the transition commits. In a step's
+// transaction, both run after the step's own writes, so the record's row
 // lock is held only for the commit.
 //
-// $3 idempotency key, $4 lock version, $5 position, $6 step status,
-// $7 output (NULL keeps it), $8 error (NULL clears it), $9 attempts to
-// add, $10 compensation attempts to add, $11 saga status, $12 failed step
-// (NULL keeps it), $13 reason (NULL keeps it).
-const transitionSQL = `WITH fence AS (
-    SELECT 1 FROM idempotency_store
-     WHERE idempotency_key = $3 AND user_id = $1 AND status = 'PROCESSING' AND lock_version = $4
-       FOR SHARE
-), step AS (
+// $3 position, $4 step status, $5 output (NULL keeps it), $6 error (NULL
+// clears it), $7 attempts to add, $8 compensation attempts to add, $9 saga
+// status, $10 failed step (NULL keeps it), $11 reason (NULL keeps it).
+const transitionSQL = `WITH step AS (
     UPDATE saga_steps
-       SET status = $6::text, output = coalesce($7::jsonb, output), error = $8::text,
-           attempts = attempts + $9::int, compensation_attempts = compensation_attempts + $10::int,
-           started_at = CASE WHEN $9::int > 0 THEN coalesce(started_at, now()) ELSE started_at END,
-           finished_at = CASE WHEN $6::text IN ('DONE', 'FAILED') THEN now() ELSE finished_at END,
-           compensated_at = CASE WHEN $6::text = 'COMPENSATED' THEN now() ELSE compensated_at END,
+       SET status = $4::text, output = coalesce($5::jsonb, output), error = $6::text,
+           attempts = attempts + $7::int, compensation_attempts = compensation_attempts + $8::int,
+           started_at = CASE WHEN $7::int > 0 THEN coalesce(started_at, now()) ELSE started_at END,
+           finished_at = CASE WHEN $4::text IN ('DONE', 'FAILED') THEN now() ELSE finished_at END,
+           compensated_at = CASE WHEN $4::text = 'COMPENSATED' THEN now() ELSE compensated_at END,
            updated_at = now()
-     WHERE scope = $1 AND saga_key = $2 AND position = $5 AND EXISTS (SELECT 1 FROM fence)
+     WHERE scope = $1 AND saga_key = $2 AND position = $3
     RETURNING 1
 )
 UPDATE sagas
-   SET status = $11::text, current_step = $5, failed_step = coalesce($12::text, failed_step),
-       reason = coalesce($13::text, reason), updated_at = now()
+   SET status = $9::text, current_step = $3, failed_step = coalesce($10::text, failed_step),
+       reason = coalesce($11::text, reason), updated_at = now()
  WHERE scope = $1 AND saga_key = $2 AND EXISTS (SELECT 1 FROM step)
 RETURNING 1`
 
@@ -71,19 +65,17 @@ const finishSQL = `UPDATE sagas
    SET status = $3, finished_at = coalesce(finished_at, now()), updated_at = now()
  WHERE scope = $1 AND saga_key = $2`
 
-// stuckSQL lists sagas not finished whose idempotency record's lease has
-// ended (their holder crashed or released them: a step's outcome is
-// unknown), whose record is missing, or that made no progress for a
-// while (a holder still heartbeating but stuck: reported, then left to
-// it while its lease lives). Oldest progress first.
+// openSagasSQL lists, a page at a time, the sagas not finished, by last
+// progress ($3, $4, $5: the last row of the previous page), through the
+// open-sagas partial index, with whether each made no progress for $1
+// seconds. Their records' leases are read through pgstore
+// (Store.Leases).
 //
-// $1 stuck after (s), $2 batch.
-const stuckSQL = `SELECT s.scope, s.saga_key, s.idempotency_key, s.definition, s.fingerprint
-  FROM sagas s
-  LEFT JOIN idempotency_store r ON r.idempotency_key = s.idempotency_key AND r.user_id = s.scope
- WHERE s.status IN ('RUNNING', 'COMPENSATING')
-   AND (s.updated_at < now() - make_interval(secs => $1)
-        OR r.idempotency_key IS NULL
-        OR (r.status = 'PROCESSING' AND r.locked_until <= now()))
- ORDER BY s.updated_at
+// $2 page size.
+const openSagasSQL = `SELECT scope, saga_key, idempotency_key, definition, fingerprint, updated_at,
+       updated_at < now() - make_interval(secs => $1)
+  FROM sagas
+ WHERE status IN ('RUNNING', 'COMPENSATING')
+   AND (updated_at, scope, saga_key) > ($3, $4, $5)
+ ORDER BY updated_at, scope, saga_key
  LIMIT $2`

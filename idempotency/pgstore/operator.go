@@ -31,6 +31,12 @@ const leaseSQL = `SELECT status, lock_version, created_at, locked_until, now()
   FROM idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2`
 
+// leasesSQL reads the leases of the records named by the pairs of $1
+// (scopes) and $2 (keys), through the primary key.
+const leasesSQL = `SELECT r.user_id, r.idempotency_key, r.status, r.lock_version, r.created_at, r.locked_until, now()
+  FROM unnest($1::text[], $2::text[]) AS t(scope, key)
+  JOIN idempotency_store r ON r.idempotency_key = t.key AND r.user_id = t.scope`
+
 // releaseStuckSQL is releaseSQL fenced by the lock version the operator
 // was shown ($3): it matches nothing once the holder completed, failed or
 // abandoned the record or a retry reclaimed it. Unless forced ($4) it also
@@ -143,6 +149,42 @@ func (s *Store) Lease(ctx context.Context, scope, key string) (LeaseState, error
 	}
 	l.Status = idempotency.Status(status)
 	return l, nil
+}
+
+// RecordRef names one record.
+type RecordRef struct{ Scope, Key string }
+
+// Leases reads the leases of the named records in one statement: what a
+// job driving its own rows (a saga's recovery) needs to tell a live
+// holder from a crashed one. A record that does not exist is absent from
+// the map.
+func (s *Store) Leases(ctx context.Context, refs []RecordRef) (map[RecordRef]LeaseState, error) {
+	out := make(map[RecordRef]LeaseState, len(refs))
+	if len(refs) == 0 {
+		return out, nil
+	}
+	scopes, keys := make([]string, len(refs)), make([]string, len(refs))
+	for i, r := range refs {
+		scopes[i], keys[i] = r.Scope, r.Key
+	}
+	rows, err := s.pool.Query(ctx, leasesSQL, scopes, keys)
+	if err != nil {
+		return nil, translate("leases", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var l LeaseState
+		var status string
+		if err := rows.Scan(&l.Scope, &l.Key, &status, &l.LockVersion, &l.CreatedAt, &l.LockedUntil, &l.DatabaseNow); err != nil {
+			return nil, translate("leases", err)
+		}
+		l.Status = idempotency.Status(status)
+		out[RecordRef{l.Scope, l.Key}] = l
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate("leases", err)
+	}
+	return out, nil
 }
 
 // ReleaseStuckParams names the record [Store.ReleaseStuck] releases and

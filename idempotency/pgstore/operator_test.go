@@ -171,3 +171,82 @@ func TestCountExpired(t *testing.T) {
 		t.Fatalf("after expiry: %d, %v; want 2", n, err)
 	}
 }
+
+func TestLeasesReadsTheNamedRecords(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	live := claimFor(t, b, "usr_ops", "usr_ops_saga_live", time.Hour)
+	ended := claimFor(t, b, "usr_ops", "usr_ops_saga_ended", time.Minute)
+	advance(b.pool)(t, 2*time.Minute)
+	other := claimFor(t, b, "usr_other", "usr_ops_saga_live", time.Hour) // same key, other scope
+	got, err := b.store.Leases(ctx, []pgstore.RecordRef{{live.Scope, live.Key}, {ended.Scope, ended.Key},
+		{"usr_ops", "usr_ops_saga_none"}, {"usr_nobody", live.Key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("leases: %+v, want the two existing records of usr_ops only", got)
+	}
+	if l := got[pgstore.RecordRef{live.Scope, live.Key}]; !l.Live() || l.LockVersion != live.Version || l.Status != idempotency.StatusProcessing {
+		t.Errorf("live lease: %+v", l)
+	}
+	if l := got[pgstore.RecordRef{ended.Scope, ended.Key}]; l.Live() || l.LockVersion != ended.Version || l.Key != ended.Key {
+		t.Errorf("ended lease: %+v", l)
+	}
+	if _, ok := got[pgstore.RecordRef{other.Scope, other.Key}]; ok {
+		t.Errorf("a record not asked for was returned")
+	}
+	if got, err := b.store.Leases(ctx, nil); err != nil || len(got) != 0 {
+		t.Fatalf("no refs: %+v, %v", got, err)
+	}
+}
+
+// A fence holds the record against a reclaim until its transaction ends,
+// and refuses a holder whose record was reclaimed.
+func TestFenceTxHoldsTheLeaseUntilCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	l := claimFor(t, b, "usr_ops", "usr_ops_saga_fence", time.Minute)
+	advance(b.pool)(t, 2*time.Minute) // the lease ended; no retry yet
+
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := b.store.FenceTx(ctx, tx, l); err != nil {
+		t.Fatalf("fence of the holder: %v", err)
+	}
+	reclaimed := make(chan idempotency.Claim, 1)
+	go func() {
+		c, err := b.store.Claim(ctx, idempotency.ClaimParams{Scope: l.Scope, Key: l.Key, Fingerprint: mustFP(t, l.Key),
+			LockTimeout: time.Minute, Retention: 24 * time.Hour})
+		if err != nil {
+			t.Errorf("reclaim: %v", err)
+		}
+		reclaimed <- c
+	}()
+	select {
+	case c := <-reclaimed:
+		t.Fatalf("a retry reclaimed the record while its holder's fence was held: %+v", c)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := <-reclaimed
+	if c.State != idempotency.ClaimReclaimed || c.Lease.Version <= l.Version {
+		t.Fatalf("reclaim after the fence's commit: %+v", c)
+	}
+
+	tx2, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx2.Rollback(ctx) }()
+	if err := b.store.FenceTx(ctx, tx2, l); !errors.Is(err, idempotency.ErrLeaseLost) {
+		t.Fatalf("fence of the old holder after a reclaim: %v, want ErrLeaseLost", err)
+	}
+}

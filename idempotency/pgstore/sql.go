@@ -116,6 +116,13 @@ const releaseSQL = `UPDATE idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2
    AND status = 'PROCESSING' AND lock_version = $3`
 
+// fenceSQL locks the holder's record FOR SHARE until the transaction
+// ends (see Store.FenceTx).
+const fenceSQL = `SELECT 1 FROM idempotency_store
+ WHERE idempotency_key = $1 AND user_id = $2
+   AND status = 'PROCESSING' AND lock_version = $3
+   FOR SHARE`
+
 // abandonSQL deletes a claim that must not proceed, for its holder only.
 const abandonSQL = `DELETE FROM idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2
@@ -178,6 +185,6 @@ const approxSizeSQL = `SELECT reltuples::float8 FROM pg_class WHERE oid = 'idemp
 func Statements() map[string]string {
 	return map[string]string{
 		"claim": claimSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
-		"release": releaseSQL, "abandon": abandonSQL, "limit": limitSQL, "heartbeat": heartbeatSQL, "get": getSQL, "prune": pruneSQL,
+		"release": releaseSQL, "abandon": abandonSQL, "fence": fenceSQL, "limit": limitSQL, "heartbeat": heartbeatSQL, "get": getSQL, "prune": pruneSQL,
 	}
 }

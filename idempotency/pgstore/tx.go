@@ -207,3 +207,18 @@ func (d txDoer) Do(ctx context.Context, req idempotency.Request, action idempote
 		return resp, idempotency.Recorded(idempotency.StatusCompleted, resp)
 	})
 }
+
+// FenceTx checks in tx that l still holds its record's lease and keeps it
+// held until tx ends: the record, PROCESSING under l's lock version, is
+// locked FOR SHARE, so no reclaim (which updates the row) can take it
+// over before tx commits or rolls back, while other fences of the same
+// holder are not blocked. Run it last in a transaction whose writes must
+// only commit for the lease's holder (a saga's step and its transition),
+// so that the row lock is held for the commit only.
+//
+// It returns idempotency.ErrLeaseLost when the lease was lost (the record
+// was reclaimed, completed, released or abandoned), and then tx must be
+// rolled back.
+func (s *Store) FenceTx(ctx context.Context, tx pgx.Tx, l idempotency.Lease) error {
+	return fenced(ctx, tx, "fence", fenceSQL, l.Key, l.Scope, l.Version)
+}
