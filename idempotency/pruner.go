@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/payonce/payonce/internal/schedule"
 )
 
 // Instrument names of the [Pruner] (see the others in metrics.go).
@@ -28,11 +30,6 @@ const (
 // and its transaction until it commits, and a claim that renews one of its
 // expired keys waits for it.
 const maxPruneBatch = 50_000
-
-// cronParser accepts the standard five fields with an optional leading
-// seconds field, and descriptors such as "@every 1m" or "@hourly".
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour |
-	cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // PrunerConfig configures a [Pruner]. The zero value (or nil) means
 // defaults.
@@ -89,7 +86,7 @@ func (c *PrunerConfig) withDefaults() (PrunerConfig, error) {
 	case out.MaxBatchesPerRun < 0:
 		return out, invalid("PrunerConfig.MaxBatchesPerRun", "must not be negative, got %d", out.MaxBatchesPerRun)
 	}
-	if _, err := cronParser.Parse(out.Schedule); err != nil {
+	if err := schedule.Check(out.Schedule); err != nil {
 		return out, invalid("PrunerConfig.Schedule", "%v", err)
 	}
 	return out, nil
@@ -164,7 +161,7 @@ func NewPruner(store Store, cfg *PrunerConfig) (*Pruner, error) {
 		return nil, fmt.Errorf("idempotency: metrics: %w", err)
 	}
 	logger := cronLogger{c.Logger}
-	p.cron = cron.New(cron.WithParser(cronParser), cron.WithLogger(logger),
+	p.cron = cron.New(cron.WithParser(schedule.Parser), cron.WithLogger(logger),
 		cron.WithChain(cron.Recover(logger), cron.SkipIfStillRunning(logger)))
 	if _, err := p.cron.AddFunc(c.Schedule, p.scheduledPass); err != nil {
 		return nil, invalid("PrunerConfig.Schedule", "%v", err)

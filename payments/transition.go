@@ -128,45 +128,98 @@ func released(s subject) effect {
 	return moveNothing
 }
 
+// answer is what a provider's answer to a call says of its object,
+// whatever the call.
+type answer int
+
+const (
+	answerPending answer = iota
+	answerSucceeded
+	answerFailed
+	answerRequiresAction
+)
+
 // decideCharge is what a provider's answer to a charge proves. An error
 // that proves nothing (unknown outcome, not sent, in progress, a key
 // mismatch) comes back as it is: the intent stays open.
 func decideCharge(s subject, res ChargeResult, err error) (transition, error) {
-	var decline *DeclineError
-	var invalid *InvalidRequestError
-	switch {
-	case err == nil:
-		switch res.Status {
-		case ChargeSucceeded:
-			return succeeded(s, res.ProviderID), nil
-		case ChargeRequiresAction:
-			return requiresAction(s, res.ProviderID), nil
-		case ChargeFailed:
-			return failedAtProvider(s, res.ProviderID), nil
-		}
-		return pending(s, res.ProviderID), nil
-	case errors.As(err, &decline):
-		return declined(s, decline), nil
-	case errors.As(err, &invalid):
-		return refused(s, invalid, ""), nil
+	return decide(s, res.ProviderID, chargeAnswer(res.Status), err)
+}
+
+func chargeAnswer(st ChargeStatus) answer {
+	switch st {
+	case ChargeSucceeded:
+		return answerSucceeded
+	case ChargeRequiresAction:
+		return answerRequiresAction
+	case ChargeFailed:
+		return answerFailed
 	}
-	return transition{}, err
+	return answerPending
+}
+
+func refundAnswer(st RefundStatus) answer {
+	switch st {
+	case RefundSucceeded:
+		return answerSucceeded
+	case RefundFailed:
+		return answerFailed
+	}
+	return answerPending
 }
 
 // decideRefund is what a provider's answer to a refund proves (see
 // decideCharge).
 func decideRefund(s subject, res RefundResult, err error) (transition, error) {
+	return decide(s, res.ProviderID, refundAnswer(res.Status), err)
+}
+
+// ProofOfCharge is what a charge found at the provider by a lookup
+// proves, classified as the synchronous path classifies the provider's
+// answer: a succeeded charge, a failed one (recorded DECLINED, as its
+// failure notification would be), or one waiting for the customer.
+// ok is false while the charge is still pending there: no proof yet.
+func ProofOfCharge(ch ChargeResult) (p Proof, ok bool) {
+	switch chargeAnswer(ch.Status) {
+	case answerSucceeded:
+		return Proof{Status: IntentSucceeded, ProviderID: ch.ProviderID, Reason: "the provider reports the charge succeeded"}, true
+	case answerFailed:
+		return Proof{Status: IntentDeclined, ProviderID: ch.ProviderID, DeclineCode: "declined",
+			Reason: "the provider reports the charge failed"}, true
+	case answerRequiresAction:
+		return Proof{Status: IntentRequiresAction, ProviderID: ch.ProviderID, Reason: "the provider waits for the customer's action"}, true
+	}
+	return Proof{}, false
+}
+
+// ProofOfRefund is what a refund found at the provider by a lookup
+// proves (see ProofOfCharge): ok is false while it is pending there.
+func ProofOfRefund(rf RefundResult) (p Proof, ok bool) {
+	switch refundAnswer(rf.Status) {
+	case answerSucceeded:
+		return Proof{Status: IntentSucceeded, ProviderID: rf.ProviderID, Reason: "the provider reports the refund succeeded"}, true
+	case answerFailed:
+		return Proof{Status: IntentFailed, ProviderID: rf.ProviderID, Reason: "the provider reports the refund failed"}, true
+	}
+	return Proof{}, false
+}
+
+// decide is the transition that a call's answer a about provider object
+// id, or its error, proves.
+func decide(s subject, id string, a answer, err error) (transition, error) {
 	var decline *DeclineError
 	var invalid *InvalidRequestError
 	switch {
 	case err == nil:
-		switch res.Status {
-		case RefundSucceeded:
-			return succeeded(s, res.ProviderID), nil
-		case RefundFailed:
-			return failedAtProvider(s, res.ProviderID), nil
+		switch a {
+		case answerSucceeded:
+			return succeeded(s, id), nil
+		case answerRequiresAction:
+			return requiresAction(s, id), nil
+		case answerFailed:
+			return failedAtProvider(s, id), nil
 		}
-		return pending(s, res.ProviderID), nil
+		return pending(s, id), nil
 	case errors.As(err, &decline):
 		return declined(s, decline), nil
 	case errors.As(err, &invalid):

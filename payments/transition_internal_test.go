@@ -185,3 +185,46 @@ func TestDecideEvent(t *testing.T) {
 		t.Errorf("a succeeded refund: %s %+v", outcome, tr)
 	}
 }
+
+// A lookup's finding proves what the synchronous answer of the same
+// status would, and a pending object proves nothing yet.
+func TestProofOfLookups(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		proof  proofOK
+		ok     bool
+		status IntentStatus
+	}{
+		{"charge succeeded", first(ProofOfCharge(ChargeResult{ProviderID: "pi_1", Status: ChargeSucceeded})), true, IntentSucceeded},
+		{"charge failed", first(ProofOfCharge(ChargeResult{ProviderID: "pi_1", Status: ChargeFailed})), true, IntentDeclined},
+		{"charge waits", first(ProofOfCharge(ChargeResult{ProviderID: "pi_1", Status: ChargeRequiresAction})), true, IntentRequiresAction},
+		{"charge pending", first(ProofOfCharge(ChargeResult{ProviderID: "pi_1", Status: ChargePending})), false, ""},
+		{"refund succeeded", first(ProofOfRefund(RefundResult{ProviderID: "re_1", Status: RefundSucceeded})), true, IntentSucceeded},
+		{"refund failed", first(ProofOfRefund(RefundResult{ProviderID: "re_1", Status: RefundFailed})), true, IntentFailed},
+		{"refund pending", first(ProofOfRefund(RefundResult{ProviderID: "re_1", Status: RefundPending})), false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.proof.ok != tc.ok || tc.proof.Status != tc.status {
+				t.Fatalf("proof %+v, want ok=%v status %q", tc.proof, tc.ok, tc.status)
+			}
+			if !tc.ok {
+				return
+			}
+			if tc.proof.ProviderID == "" || tc.proof.Reason == "" {
+				t.Fatalf("proof %+v names no provider object or no reason", tc.proof)
+			}
+			// The proof moves an open intent as the same answer would.
+			got := decideProof(chargeSubject, tc.proof.Proof)
+			if got.status != tc.status || got.providerID != tc.proof.ProviderID {
+				t.Fatalf("decideProof: %+v", got)
+			}
+		})
+	}
+}
+
+type proofOK struct {
+	Proof
+	ok bool
+}
+
+func first(p Proof, ok bool) proofOK { return proofOK{p, ok} }

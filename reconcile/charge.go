@@ -40,26 +40,21 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 			base.ProviderState += " " + ch.Amount.AmountString() + " " + string(ch.Amount.Currency())
 			return r.review(ctx, rep, it, base, "the provider charged "+ch.Amount.AmountString()+", the intent is "+it.Amount.AmountString())
 		}
-		switch ch.Status {
-		case payments.ChargeSucceeded:
-			return r.settle(ctx, rep, it, base, payments.Proof{Status: payments.IntentSucceeded, ProviderID: ch.ProviderID,
-				Reason: "the provider reports the charge succeeded"})
-		case payments.ChargeFailed:
-			return r.settle(ctx, rep, it, base, payments.Proof{Status: payments.IntentDeclined, ProviderID: ch.ProviderID,
-				DeclineCode: "declined", Reason: "the provider reports the charge failed"})
-		case payments.ChargeRequiresAction:
-			if it.Status != payments.IntentRequiresAction {
-				// Record what the provider waits for; ActionGrace later,
-				// the intent is looked at again.
-				base.Kind, base.Action = KindPendingUnknownAtProvider, ActionCompleted
-				return r.resolve(ctx, rep, it, base, payments.Proof{Status: payments.IntentRequiresAction, ProviderID: ch.ProviderID,
-					Reason: "the provider waits for the customer's action"})
-			}
-			base.Kind = KindPendingUnknownAtProvider
-			return r.inconclusive(ctx, rep, it, base, "still waiting for the customer at the provider")
-		default: // pending at the provider: still open there
+		proof, ok := payments.ProofOfCharge(ch)
+		switch {
+		case !ok: // pending at the provider: still open there
 			base.Kind = KindPendingUnknownAtProvider
 			return r.inconclusive(ctx, rep, it, base, "still "+string(ch.Status)+" at the provider")
+		case proof.Status != payments.IntentRequiresAction:
+			return r.settle(ctx, rep, it, base, proof)
+		case it.Status != payments.IntentRequiresAction:
+			// Record what the provider waits for; ActionGrace later, the
+			// intent is looked at again.
+			base.Kind, base.Action = KindPendingUnknownAtProvider, ActionCompleted
+			return r.resolve(ctx, rep, it, base, proof)
+		default:
+			base.Kind = KindPendingUnknownAtProvider
+			return r.inconclusive(ctx, rep, it, base, "still waiting for the customer at the provider")
 		}
 	case res.Consistent:
 		base.Kind, base.ProviderState = KindPendingMissingAtProvider, "none (consistent lookup)"
@@ -76,7 +71,7 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 const noAnswer = "no conclusive answer from the provider"
 
 // nothingCharged decides on an attempt a consistent lookup found nothing
-// for: failed with that proof, or, with Config.Redrive, reopened under the
+// for: failed with that proof, or, with Config.Redrive NewAttempt, reopened under the
 // next attempt number.
 func (r *Reconciler) nothingCharged(ctx context.Context, rep *Report, it item, base Item) error {
 	if it.SentAt.IsZero() {
@@ -92,7 +87,7 @@ func (r *Reconciler) nothingCharged(ctx context.Context, rep *Report, it item, b
 		}
 		return r.reschedule(ctx, rep, it, base, recheckInconclusive)
 	}
-	if r.cfg.Redrive {
+	if r.cfg.Redrive == NewAttempt {
 		base.Action = ActionNewAttempt
 		return r.resolve(ctx, rep, it, base, payments.Proof{Status: payments.IntentFailed, NextAttempt: true,
 			Reason: "a consistent lookup found no charge for attempt " + strconv.Itoa(it.Attempt)})

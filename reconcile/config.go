@@ -7,8 +7,24 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/payonce/payonce/internal/schedule"
+)
+
+// Redrive is what the reconciler does with an intent a consistent lookup
+// proved to have left nothing at the provider.
+type Redrive int
+
+const (
+	// FailWithProof fails the intent with that proof (the default).
+	FailWithProof Redrive = iota
+	// NewAttempt reopens the intent under the next attempt number: the
+	// next retry of its key calls the provider with new derived
+	// references (the old ones are proven void). Once per intent: a
+	// reopened attempt nobody retries fails with the proof when its
+	// checks run out.
+	NewAttempt
 )
 
 // Config configures a [Reconciler]. The zero value means defaults.
@@ -55,11 +71,10 @@ type Config struct {
 	// voiding an attempt by its reference (providers implementing
 	// payments.Voider: Adyen's technical cancel). Default 30m.
 	VoidAfter time.Duration
-	// Redrive allows a new attempt (the next attempt number, new derived
-	// references) for an intent proven to have left nothing at the
-	// provider; without it such an intent is failed with that proof.
-	// Default false: a client that wants to pay again uses a new key.
-	Redrive bool
+	// Redrive says what becomes of an intent proven to have left nothing
+	// at the provider. Default FailWithProof: a client that wants to pay
+	// again uses a new key.
+	Redrive Redrive
 	// Spec is the cron schedule of [Reconciler.Start] (five fields, six
 	// with seconds, or a descriptor such as "@every 1m"). Default
 	// "@every 1m".
@@ -69,8 +84,6 @@ type Config struct {
 	// MeterProvider receives the reconcile instruments. Default: no-op.
 	MeterProvider metric.MeterProvider
 }
-
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // ConfigError names a bad configuration field.
 type ConfigError struct{ Field, Reason string }
@@ -128,10 +141,13 @@ func (c *Config) withDefaults() (Config, error) {
 			return out, err
 		}
 	}
+	if out.Redrive != FailWithProof && out.Redrive != NewAttempt {
+		return out, &ConfigError{"Redrive", fmt.Sprintf("unknown value %d (FailWithProof or NewAttempt)", out.Redrive)}
+	}
 	if out.Spec == "" {
 		out.Spec = "@every 1m"
 	}
-	if _, err := cronParser.Parse(out.Spec); err != nil {
+	if err := schedule.Check(out.Spec); err != nil {
 		return out, &ConfigError{"Spec", err.Error()}
 	}
 	if out.Logger == nil {

@@ -34,7 +34,7 @@
 //   - the provider proves nothing was charged (it reports the charge
 //     failed; a consistent lookup found nothing; a void cancelled the
 //     attempt, see below): mark failed with that proof (retries get the
-//     failure, never a new charge), or, with Config.Redrive, reopen the
+//     failure, never a new charge), or, with Config.Redrive NewAttempt, reopen the
 //     intent under the next attempt number so that the client's next
 //     retry charges with new references. Redrive is bounded: an attempt
 //     reopened and never sent is not reopened again; once its checks run

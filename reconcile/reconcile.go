@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/robfig/cron/v3"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/schedule"
 	"github.com/payonce/payonce/payments"
 )
 
@@ -58,21 +58,10 @@ func New(pool *pgxpool.Pool, client *payments.Client, cfg *Config) (*Reconciler,
 // due skips it). Several instances may run at once: they never examine
 // the same intent together.
 func (r *Reconciler) Start(ctx context.Context) (stop func()) {
-	c := cron.New(cron.WithParser(cronParser), cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
-	ctx, cancel := context.WithCancel(ctx)
-	_, _ = c.AddFunc(r.cfg.Spec, func() {
-		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Error("reconcile: run failed", "err", err)
-		}
+	return schedule.Start(ctx, r.cfg.Spec, r.cfg.Logger, "reconcile: run failed", func(ctx context.Context) error {
+		_, err := r.RunOnce(ctx)
+		return err
 	})
-	c.Start()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-c.Stop().Done()
-		})
-	}
 }
 
 // RunOnce examines what is due now, repairs what it can prove, and stores

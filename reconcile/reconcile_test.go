@@ -594,6 +594,7 @@ func TestConfigRefusals(t *testing.T) {
 		"MaxChecks":   {MaxChecks: -1},
 		"Batch":       {Batch: -5},
 		"Spec":        {Spec: "every minute"},
+		"Redrive":     {Redrive: 7},
 	} {
 		_, err := reconcile.New(w.pool, w.client, &cfg)
 		var ce *reconcile.ConfigError

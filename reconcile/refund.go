@@ -35,16 +35,10 @@ func (r *Reconciler) examineRefund(ctx context.Context, rep *Report, it item) er
 			base.Kind = KindAmountDiffers
 			return r.review(ctx, rep, it, base, "the provider refunded "+rf.Amount.AmountString()+", the intent is "+it.Amount.AmountString())
 		}
-		switch rf.Status {
-		case payments.RefundSucceeded:
-			return r.settle(ctx, rep, it, base, payments.Proof{Status: payments.IntentSucceeded, ProviderID: rf.ProviderID,
-				Reason: "the provider reports the refund succeeded"})
-		case payments.RefundFailed:
-			return r.settle(ctx, rep, it, base, payments.Proof{Status: payments.IntentFailed, ProviderID: rf.ProviderID,
-				Reason: "the provider reports the refund failed"})
-		default:
-			return r.inconclusive(ctx, rep, it, base, "the refund is still pending at the provider")
+		if proof, ok := payments.ProofOfRefund(rf); ok {
+			return r.settle(ctx, rep, it, base, proof)
 		}
+		return r.inconclusive(ctx, rep, it, base, "the refund is still pending at the provider")
 	case res.Consistent:
 		base.Kind, base.ProviderState, base.Action = KindPendingMissingAtProvider, "none (consistent lookup)", ActionFailedWithProof
 		return r.resolve(ctx, rep, it, base, payments.Proof{Status: payments.IntentFailed,

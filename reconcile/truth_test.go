@@ -94,7 +94,7 @@ func TestRedriveIsBounded(t *testing.T) {
 		if _, err := w.client.Charge(ctx, params("stripe", "redrive")); !payments.OutcomeUnknown(err) {
 			t.Fatalf("500: %v", err)
 		}
-		r := w.reconciler(t, &reconcile.Config{Grace: time.Millisecond, Schedule: []time.Duration{time.Millisecond}, MaxChecks: 3, Redrive: true})
+		r := w.reconciler(t, &reconcile.Config{Grace: time.Millisecond, Schedule: []time.Duration{time.Millisecond}, MaxChecks: 3, Redrive: reconcile.NewAttempt})
 		if _, err := r.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}

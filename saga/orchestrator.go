@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/robfig/cron/v3"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/schedule"
 )
 
 // Config configures an [Orchestrator]. The zero value (or nil) means
@@ -65,8 +65,6 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
 func (c *Config) withDefaults() (Config, error) {
 	var out Config
 	if c != nil {
@@ -104,7 +102,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.RecoverSpec == "" {
 		out.RecoverSpec = "@every 1m"
 	}
-	if _, err := cronParser.Parse(out.RecoverSpec); err != nil {
+	if err := schedule.Check(out.RecoverSpec); err != nil {
 		return out, &ConfigError{"Config.RecoverSpec", err.Error()}
 	}
 	if out.Classify == nil {
@@ -388,19 +386,8 @@ func (o *Orchestrator) State(ctx context.Context, scope, key string) (Saga, erro
 // may recover at once: a saga is driven by one of them (or by a client's
 // retry) at a time.
 func (o *Orchestrator) Start(ctx context.Context) (stop func()) {
-	c := cron.New(cron.WithParser(cronParser), cron.WithChain(cron.SkipIfStillRunning(cron.DiscardLogger)))
-	ctx, cancel := context.WithCancel(ctx)
-	_, _ = c.AddFunc(o.cfg.RecoverSpec, func() {
-		if _, err := o.Recover(ctx); err != nil && ctx.Err() == nil {
-			o.cfg.Logger.Error("saga: recovery failed", "err", err)
-		}
+	return schedule.Start(ctx, o.cfg.RecoverSpec, o.cfg.Logger, "saga: recovery failed", func(ctx context.Context) error {
+		_, err := o.Recover(ctx)
+		return err
 	})
-	c.Start()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-c.Stop().Done()
-		})
-	}
 }
