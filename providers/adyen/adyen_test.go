@@ -21,6 +21,7 @@ import (
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/providertest"
 )
 
@@ -143,7 +144,7 @@ func (b bundle) wait(t *testing.T) {
 	}
 }
 
-func eur(s string) money.Money { return money.MustParse(s, money.EUR) }
+func eur(s string) money.Money { return testkit.EUR(s) }
 
 func chargeReq(key, pm string) payments.ChargeRequest {
 	return payments.ChargeRequest{
@@ -155,23 +156,12 @@ func chargeReq(key, pm string) payments.ChargeRequest {
 	}
 }
 
-func must[T any](v T, err error) func(*testing.T) T {
-	return func(t *testing.T) T {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("unexpected error: %v", err)
-		}
-		return v
-	}
-}
+// must(call())(t) fails t if call returned an error.
+func must[T any](v T, err error) func(*testing.T) T { return testkit.Must(v, err) }
 
 func errAs[E error](t *testing.T, err error) E {
 	t.Helper()
-	var target E
-	if !errors.As(err, &target) {
-		t.Fatalf("error %v (%T) is not a %T", err, err, target)
-	}
-	return target
+	return testkit.ErrAs[E](t, err)
 }
 
 func wantPayments(t *testing.T, b bundle, reference string, n int) {

@@ -10,6 +10,7 @@ import (
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
+	"github.com/payonce/payonce/providers/internal/testkit"
 )
 
 func refundReq(key, chargeID string, amount money.Money) payments.RefundRequest {
@@ -18,9 +19,7 @@ func refundReq(key, chargeID string, amount money.Money) payments.RefundRequest 
 }
 
 // lookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
-func lookupOf(r payments.RefundRequest) payments.RefundLookupRequest {
-	return payments.RefundLookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ChargeID: r.ChargeID}
-}
+var lookupOf = testkit.LookupOf
 
 // onlyRefund fails t unless got holds exactly one refund, id (any when id is ""), in status st
 // for amount, and is not Consistent (notifications may still come).

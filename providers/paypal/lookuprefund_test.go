@@ -11,28 +11,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
 
 // lookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
-func lookupOf(r payments.RefundRequest) payments.RefundLookupRequest {
-	return payments.RefundLookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ChargeID: r.ChargeID}
-}
+var lookupOf = testkit.LookupOf
 
 // onlyRefund fails t unless got is consistent and holds exactly one refund, id, in status st
 // for amount.
-func onlyRefund(t *testing.T, got payments.RefundLookupResult, id string, st payments.RefundStatus, amount money.Money) {
-	t.Helper()
-	if !got.Consistent || len(got.Refunds) != 1 {
-		t.Fatalf("found %+v, want only %s, consistent", got, id)
-	}
-	if r := got.Refunds[0]; r.ProviderID != id || r.Status != st || !r.Amount.Equal(amount) || r.Replayed {
-		t.Fatalf("found %+v, want %s %s for %s", r, id, st, amount)
-	}
-}
+var onlyRefund = testkit.OnlyRefund
 
 // A refund whose response was lost is found in the order by its custom_id, and read by its id;
 // another refund of the same order is not returned, and a refund never sent is none,

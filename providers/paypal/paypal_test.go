@@ -2,7 +2,6 @@ package paypal_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 	"github.com/payonce/payonce/providers/providertest"
@@ -137,7 +137,7 @@ func setupWithSink(t *testing.T, cfg *paypaltest.Config) (bundle, *sink) {
 	return setup(t, cfg), s
 }
 
-func eur(s string) money.Money { return money.MustParse(s, money.EUR) }
+func eur(s string) money.Money { return testkit.EUR(s) }
 
 func chargeReq(key, pm string) payments.ChargeRequest {
 	return payments.ChargeRequest{
@@ -156,23 +156,11 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // must(call())(t) fails t if call returned an error.
-func must[T any](v T, err error) func(*testing.T) T {
-	return func(t *testing.T) T {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("unexpected error: %v", err)
-		}
-		return v
-	}
-}
+func must[T any](v T, err error) func(*testing.T) T { return testkit.Must(v, err) }
 
 func errAs[E error](t *testing.T, err error) E {
 	t.Helper()
-	var target E
-	if !errors.As(err, &target) {
-		t.Fatalf("error %v (%T) is not a %T", err, err, target)
-	}
-	return target
+	return testkit.ErrAs[E](t, err)
 }
 
 func wantCounts(t *testing.T, b bundle, customID string, want paypaltest.Counts) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -16,23 +17,12 @@ func refundReq(key, chargeID string, amount money.Money) payments.RefundRequest 
 		ChargeID: chargeID, Amount: amount}
 }
 
-// lookupOf is the RefundLookupRequest the reconciler sends for r, without
-// a refund id.
-func lookupOf(r payments.RefundRequest) payments.RefundLookupRequest {
-	return payments.RefundLookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ChargeID: r.ChargeID}
-}
+// lookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
+var lookupOf = testkit.LookupOf
 
-// onlyRefund fails t unless got is consistent and holds exactly one refund,
-// id, in status st for amount.
-func onlyRefund(t *testing.T, got payments.RefundLookupResult, id string, st payments.RefundStatus, amount money.Money) {
-	t.Helper()
-	if !got.Consistent || len(got.Refunds) != 1 {
-		t.Fatalf("found %+v, want only %s, consistent", got, id)
-	}
-	if r := got.Refunds[0]; r.ProviderID != id || r.Status != st || !r.Amount.Equal(amount) || r.Replayed {
-		t.Fatalf("found %+v, want %s %s for %s", r, id, st, amount)
-	}
-}
+// onlyRefund fails t unless got is consistent and holds exactly one refund, id, in status st
+// for amount.
+var onlyRefund = testkit.OnlyRefund
 
 // A refund whose response was lost is found by its key among the charge's
 // refunds, and read by its id; another refund of the same charge is not

@@ -18,6 +18,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/providertest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -48,7 +49,7 @@ func setup(t *testing.T, cfg *stripetest.Config) bundle {
 	return bundle{srv: srv, p: p}
 }
 
-func eur(s string) money.Money { return money.MustParse(s, money.EUR) }
+func eur(s string) money.Money { return testkit.EUR(s) }
 
 func chargeReq(key, pm string) payments.ChargeRequest {
 	return payments.ChargeRequest{
@@ -62,23 +63,11 @@ func chargeReq(key, pm string) payments.ChargeRequest {
 }
 
 // must(call())(t) fails t if call returned an error.
-func must[T any](v T, err error) func(*testing.T) T {
-	return func(t *testing.T) T {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("unexpected error: %v", err)
-		}
-		return v
-	}
-}
+func must[T any](v T, err error) func(*testing.T) T { return testkit.Must(v, err) }
 
 func errAs[E error](t *testing.T, err error) E {
 	t.Helper()
-	var target E
-	if !errors.As(err, &target) {
-		t.Fatalf("error %v (%T) is not a %T", err, err, target)
-	}
-	return target
+	return testkit.ErrAs[E](t, err)
 }
 
 func wantCount(t *testing.T, b bundle, providerKey string, intents, refunds int) {

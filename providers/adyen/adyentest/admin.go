@@ -1,7 +1,6 @@
 package adyentest
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 
@@ -54,35 +53,26 @@ func (c *Counts) add(kind string) {
 // reversals and cancels whose own reference is reference; a technical cancel also counts under
 // its paymentReference. Replays create nothing and are not counted.
 func (s *Server) Counts(reference string) Counts {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var c Counts
-	for _, p := range s.porder {
-		if p.reference == reference {
-			c.Payments++
-		}
-	}
-	for _, m := range s.mods {
-		if m.reference == reference || m.paymentReference == reference {
-			c.add(m.kind)
-		}
-	}
-	return c
+	return s.count(
+		func(p *payment) bool { return p.reference == reference },
+		func(m *modification) bool { return m.reference == reference || m.paymentReference == reference })
 }
 
 // CountsByIdempotencyKey counts the objects created by requests that carried the
 // Idempotency-Key key (under any API key).
 func (s *Server) CountsByIdempotencyKey(key string) Counts {
+	return s.count(
+		func(p *payment) bool { return p.idempotencyKey == key },
+		func(m *modification) bool { return m.idempotencyKey == key })
+}
+
+// count counts the payments isPayment accepts and, by kind, the modifications isMod accepts.
+func (s *Server) count(isPayment func(*payment) bool, isMod func(*modification) bool) Counts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var c Counts
-	for _, p := range s.porder {
-		if p.idempotencyKey == key {
-			c.Payments++
-		}
-	}
+	c := Counts{Payments: fakekit.Count(s.porder, isPayment)}
 	for _, m := range s.mods {
-		if m.idempotencyKey == key {
+		if isMod(m) {
 			c.add(m.kind)
 		}
 	}
@@ -124,15 +114,11 @@ func (s *Server) Totals() map[string]Total {
 //	GET /_fake/totals                      -> map[currency]Total
 func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	fakekit.ServeAdmin(w, r, map[string]fakekit.AdminGet{
-		"counts": func(q url.Values) (any, error) {
-			switch {
-			case q.Has("reference"):
-				return s.Counts(q.Get("reference")), nil
-			case q.Has("idempotency_key"):
-				return s.CountsByIdempotencyKey(q.Get("idempotency_key")), nil
-			}
-			return nil, errors.New("counts needs reference or idempotency_key")
-		},
-		"totals": func(url.Values) (any, error) { return s.Totals(), nil },
+		"counts": fakekit.ByParam("counts needs reference or idempotency_key",
+			fakekit.Param{Name: "reference", Answer: func(q url.Values) any { return s.Counts(q.Get("reference")) }},
+			fakekit.Param{Name: "idempotency_key", Answer: func(q url.Values) any {
+				return s.CountsByIdempotencyKey(q.Get("idempotency_key"))
+			}}),
+		"totals": fakekit.Value(s.Totals),
 	})
 }

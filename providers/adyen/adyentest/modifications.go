@@ -3,6 +3,8 @@ package adyentest
 import (
 	"fmt"
 	"net/http"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
 // Modifications: captures, refunds, reversals (cancel or refund) and technical cancels. Each
@@ -121,7 +123,7 @@ func (s *Server) modify(c *call, kind string) *response {
 		}
 	}
 	s.emitLocked(NotificationItem{
-		Amount: m.amount, EventCode: eventCode, MerchantAccountCode: req.MerchantAccount, MerchantReference: or(m.reference, p.reference),
+		Amount: m.amount, EventCode: eventCode, MerchantAccountCode: req.MerchantAccount, MerchantReference: fakekit.Or(m.reference, p.reference),
 		OriginalReference: p.psp, PaymentMethod: "visa", PSPReference: m.psp, Reason: reason, Success: boolString(m.success),
 	})
 	return jsonResponse(http.StatusCreated, modificationResponse{MerchantAccount: req.MerchantAccount,
@@ -188,7 +190,7 @@ func (s *Server) createReversal(c *call) *response {
 	}
 	it := NotificationItem{
 		Amount: p.amount, EventCode: "CANCEL_OR_REFUND", MerchantAccountCode: req.MerchantAccount,
-		MerchantReference: or(m.reference, p.reference), OriginalReference: p.psp, PaymentMethod: "visa",
+		MerchantReference: fakekit.Or(m.reference, p.reference), OriginalReference: p.psp, PaymentMethod: "visa",
 		PSPReference: m.psp, Reason: reason, Success: boolString(m.success),
 	}
 	if act != "" {
@@ -290,11 +292,4 @@ func (s *Server) createCancel(c *call) *response {
 	}
 	return jsonResponse(http.StatusCreated, cancelResponse{MerchantAccount: req.MerchantAccount,
 		PaymentReference: req.PaymentReference, PSPReference: m.psp, Reference: req.Reference, Status: "received"})
-}
-
-func or(s, fallback string) string {
-	if s != "" {
-		return s
-	}
-	return fallback
 }

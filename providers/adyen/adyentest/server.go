@@ -130,46 +130,25 @@ type Server struct {
 
 // NewServer returns a started Server listening on a loopback port, like [httptest.NewServer].
 // Callers must Close it. It panics if cfg is invalid, naming the bad field.
-func NewServer(cfg *Config) *Server {
-	s := NewUnstartedServer(cfg)
-	s.Start()
-	return s
-}
+func NewServer(cfg *Config) *Server { return fakekit.Started(NewUnstartedServer(cfg)) }
 
 // NewUnstartedServer returns a Server that is not listening: serve it with your own
 // [http.Server] (a standalone fake), or call Start. It panics if cfg is invalid, naming the bad
 // field.
 func NewUnstartedServer(cfg *Config) *Server {
-	if cfg == nil {
-		cfg = &Config{}
-	}
-	if err := cfg.validate(); err != nil {
-		panic("adyentest: " + err.Error())
-	}
+	cfg = fakekit.MustConfig("adyentest", cfg, (*Config).validate)
 	s := &Server{
-		clock:        cfg.Clock,
-		retention:    cfg.Retention,
+		clock:        fakekit.OrNow(cfg.Clock),
+		retention:    fakekit.Or(cfg.Retention, DefaultRetention),
 		apiKey:       cfg.APIKey,
 		merchant:     cfg.MerchantAccount,
-		hmacKey:      cfg.HMACKey,
-		captureMode:  cfg.CaptureMode,
+		hmacKey:      fakekit.Or(cfg.HMACKey, DefaultHMACKey),
+		captureMode:  fakekit.Or(cfg.CaptureMode, CaptureAutomatic),
 		captureDelay: cfg.CaptureDelay,
 		life:         fakekit.NewLifecycle("adyentest"),
 		faults:       fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x414459454e544553), // "ADYENTES"
 		keys:         fakekit.NewKeys[scopedKey, *response](),
 		payments:     make(map[string]*payment),
-	}
-	if s.clock == nil {
-		s.clock = time.Now
-	}
-	if s.retention == 0 {
-		s.retention = DefaultRetention
-	}
-	if s.hmacKey == "" {
-		s.hmacKey = DefaultHMACKey
-	}
-	if s.captureMode == "" {
-		s.captureMode = CaptureAutomatic
 	}
 	s.wh = newWebhooks(cfg)
 	return s
@@ -316,12 +295,9 @@ func (s *Server) route(method, p string) (handler, string) {
 // or nil for a request without one.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, c *call, h handler, entry *keyEntry) {
 	fault := s.pickFault(c.path, c.key)
-	if !s.life.Before(r.Context(), fault.Kind, fault.Delay) {
-		s.release(entry)
-		if fault.Kind == FailBefore {
-			transientError("injected FailBefore: nothing was executed").write(w)
-		}
-		return // hung request abandoned
+	if !s.life.BeforeExecute(w, r, fault.Kind, fault.Delay, func() { s.release(entry) },
+		transientError("injected FailBefore: nothing was executed").write) {
+		return
 	}
 
 	s.mu.Lock()
@@ -337,14 +313,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, c *call, h hand
 	} else {
 		s.complete(entry, resp)
 	}
-	if fault.Kind == ResetAfter {
-		fakekit.ResetConnection(w)
-		return
-	}
-	if c.key != "" {
-		w.Header().Set("Idempotency-Key", c.key)
-	}
-	resp.write(w)
+	fakekit.AnswerExecuted(w, fault.Kind, c.key, resp.write)
 }
 
 // replay answers a request whose key completed before. Adyen sends no replay marker: the
@@ -375,12 +344,7 @@ type response struct {
 func (r *response) transient() bool { return r.header.Get("Transient-Error") == "true" }
 
 func (r *response) write(w http.ResponseWriter) {
-	for k, v := range r.header {
-		w.Header()[k] = v
-	}
-	w.Header().Set("Content-Type", "application/json;charset=UTF-8")
-	w.WriteHeader(r.status)
-	_, _ = w.Write(r.body)
+	fakekit.WriteResponse(w, r.header, "application/json;charset=UTF-8", r.status, r.body)
 }
 
 func jsonResponse(status int, v any) *response {

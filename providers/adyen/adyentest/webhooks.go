@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -101,11 +100,7 @@ func newWebhooks(cfg *Config) *fakekit.Deliveries[Event] {
 			for _, ev := range batch {
 				body.NotificationItems = append(body.NotificationItems, NotificationEntry{ev.Item})
 			}
-			payload, err := json.Marshal(body)
-			if err != nil {
-				panic(err) // only our own types are encoded
-			}
-			return payload
+			return fakekit.MustMarshal(body)
 		},
 		Header: func([]byte) http.Header {
 			return http.Header{"Content-Type": {"application/json"}, "User-Agent": {"Adyen HttpClient 1.0 (adyentest)"}}

@@ -2,6 +2,7 @@ package fakekit
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -36,4 +37,47 @@ func ServeAdmin(w http.ResponseWriter, r *http.Request, gets map[string]AdminGet
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Param is one way to query an admin endpoint: a query that has the parameter Name is answered
+// by Answer.
+type Param struct {
+	Name   string
+	Answer func(q url.Values) any
+}
+
+// ByParam returns an AdminGet that answers a query with the first of params whose Name the
+// query has, and with the error need when it has none of them.
+func ByParam(need string, params ...Param) AdminGet {
+	return func(q url.Values) (any, error) {
+		for _, p := range params {
+			if q.Has(p.Name) {
+				return p.Answer(q), nil
+			}
+		}
+		return nil, errors.New(need)
+	}
+}
+
+// Value returns an AdminGet that answers get(), whatever the query.
+func Value[T any](get func() T) AdminGet {
+	return func(url.Values) (any, error) { return get(), nil }
+}
+
+// Count returns how many of xs match: the admin counts of objects by key or reference.
+func Count[T any](xs []T, match func(T) bool) int {
+	n := 0
+	for _, x := range xs {
+		if match(x) {
+			n++
+		}
+	}
+	return n
+}
+
+// Add updates m[k], the zero V if absent, with add: a per-currency total, say.
+func Add[K comparable, V any](m map[K]V, k K, add func(v *V)) {
+	v := m[k]
+	add(&v)
+	m[k] = v
 }

@@ -64,6 +64,9 @@ func (s Spec) Validate() error {
 // FaultType tells fakekit how to read and check a fake's own Fault type F, whose matching
 // fields are the fake's business.
 type FaultType[F any] struct {
+	// Name is the fake's package name ("stripetest"), for the panics of [Faults.MustInject].
+	Name string
+
 	// Spec returns f's kind, delay and probability.
 	Spec func(f F) Spec
 
@@ -131,6 +134,13 @@ func (p *Faults[F]) Inject(f F) error {
 	defer p.mu.Unlock()
 	p.injected = append(p.injected, f)
 	return nil
+}
+
+// MustInject is Inject for a fake's Server.Inject, which panics if f is invalid.
+func (p *Faults[F]) MustInject(f F) {
+	if err := p.Inject(f); err != nil {
+		panic(p.typ.Name + ": Inject: " + err.Error())
+	}
 }
 
 // Pick chooses the fault for a request about to execute or replay: the first injected fault

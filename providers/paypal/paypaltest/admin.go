@@ -1,7 +1,6 @@
 package paypaltest
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 
@@ -35,11 +34,7 @@ func (s *Server) CountsByCustomID(customID string) Counts {
 			c.Captures += len(o.captures)
 		}
 	}
-	for _, re := range s.refundList {
-		if re.customID == customID {
-			c.Refunds++
-		}
-	}
+	c.Refunds = fakekit.Count(s.refundList, func(re *refund) bool { return re.customID == customID })
 	return c
 }
 
@@ -48,21 +43,12 @@ func (s *Server) CountsByCustomID(customID string) Counts {
 func (s *Server) CountsByRequestID(requestID string) Counts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var c Counts
-	for _, o := range s.orderList {
-		if o.requestID == requestID {
-			c.Orders++
-		}
-		for _, cp := range o.captures {
-			if cp.requestID == requestID {
-				c.Captures++
-			}
-		}
+	c := Counts{
+		Orders:  fakekit.Count(s.orderList, func(o *order) bool { return o.requestID == requestID }),
+		Refunds: fakekit.Count(s.refundList, func(re *refund) bool { return re.requestID == requestID }),
 	}
-	for _, re := range s.refundList {
-		if re.requestID == requestID {
-			c.Refunds++
-		}
+	for _, o := range s.orderList {
+		c.Captures += fakekit.Count(o.captures, func(cp *capture) bool { return cp.requestID == requestID })
 	}
 	return c
 }
@@ -75,25 +61,18 @@ func (s *Server) Totals() map[string]Total {
 	out := map[string]Total{}
 	for _, o := range s.orderList {
 		for _, cp := range o.captures {
-			if cp.status == "DECLINED" {
-				continue
+			if cp.status != "DECLINED" {
+				fakekit.Add(out, string(cp.amount.Currency()), func(t *Total) { t.Captured += cp.amount.Minor() })
 			}
-			t := out[string(cp.amount.Currency())]
-			t.Captured += cp.amount.Minor()
-			out[string(cp.amount.Currency())] = t
 		}
 	}
 	for _, re := range s.refundList {
-		if re.status != "COMPLETED" {
-			continue
+		if re.status == "COMPLETED" {
+			fakekit.Add(out, string(re.amount.Currency()), func(t *Total) { t.Refunded += re.amount.Minor() })
 		}
-		t := out[string(re.amount.Currency())]
-		t.Refunded += re.amount.Minor()
-		out[string(re.amount.Currency())] = t
 	}
-	for cur, t := range out {
-		t.Net = t.Captured - t.Refunded
-		out[cur] = t
+	for cur := range out {
+		fakekit.Add(out, cur, func(t *Total) { t.Net = t.Captured - t.Refunded })
 	}
 	return out
 }
@@ -112,16 +91,10 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fakekit.ServeAdmin(w, r, map[string]fakekit.AdminGet{
-		"counts": func(q url.Values) (any, error) {
-			switch {
-			case q.Has("custom_id"):
-				return s.CountsByCustomID(q.Get("custom_id")), nil
-			case q.Has("request_id"):
-				return s.CountsByRequestID(q.Get("request_id")), nil
-			}
-			return nil, errors.New("counts needs custom_id or request_id")
-		},
-		"totals": func(url.Values) (any, error) { return s.Totals(), nil },
-		"tokens": func(url.Values) (any, error) { return map[string]int{"issued": s.TokenRequests()}, nil },
+		"counts": fakekit.ByParam("counts needs custom_id or request_id",
+			fakekit.Param{Name: "custom_id", Answer: func(q url.Values) any { return s.CountsByCustomID(q.Get("custom_id")) }},
+			fakekit.Param{Name: "request_id", Answer: func(q url.Values) any { return s.CountsByRequestID(q.Get("request_id")) }}),
+		"totals": fakekit.Value(s.Totals),
+		"tokens": fakekit.Value(func() map[string]int { return map[string]int{"issued": s.TokenRequests()} }),
 	})
 }

@@ -68,6 +68,7 @@ type Fault struct {
 
 // faultType is how fakekit reads and checks a Fault.
 var faultType = fakekit.FaultType[Fault]{
+	Name: "paypaltest",
 	Spec: func(f Fault) fakekit.Spec {
 		return fakekit.Spec{Kind: f.Kind, Delay: f.Delay, Probability: f.Probability}
 	},
@@ -99,11 +100,7 @@ func (f Fault) matches(r *http.Request, requestID string) bool {
 
 // Inject queues a one-shot fault for the next matching request; queued faults are matched in the
 // order they were injected and each applies once. It panics if f is invalid.
-func (s *Server) Inject(f Fault) {
-	if err := s.faults.Inject(f); err != nil {
-		panic("paypaltest: Inject: " + err.Error())
-	}
-}
+func (s *Server) Inject(f Fault) { s.faults.MustInject(f) }
 
 // pickFault chooses the fault for a request about to execute or replay: the first matching
 // injected fault, else the first Config.Faults rule whose draw hits. Draws happen only for

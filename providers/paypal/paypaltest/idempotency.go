@@ -132,12 +132,8 @@ func (s *Server) claim(kind opKind, c *call) (claimed, replay *requestEntry, _ *
 // execute runs h under the fault chosen for the request. entry is the claimed request id, or nil.
 func (s *Server) execute(w http.ResponseWriter, c *call, h handler, entry *requestEntry) {
 	fault := s.pickFault(c.r, c.requestID)
-	if !s.life.Before(c.r.Context(), fault.Kind, fault.Delay) {
-		s.requestIDs.Release(entry)
-		if fault.Kind == FailBefore {
-			internalError("injected FailBefore").write(w)
-		}
-		return // hung request abandoned
+	if !s.life.BeforeExecute(w, c.r, fault.Kind, fault.Delay, func() { s.requestIDs.Release(entry) }, internalError("injected FailBefore").write) {
+		return
 	}
 
 	s.mu.Lock()

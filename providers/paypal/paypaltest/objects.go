@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
 // Test payment methods: vault ids the fake recognises in payment_source.card.vault_id, named as
@@ -469,12 +470,9 @@ func (s *Server) getRefund(c *call) (*response, resourceRef) {
 func (s *Server) FailRefund(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	re, ok := s.refunds[id]
-	switch {
-	case !ok:
-		return fmt.Errorf("paypaltest: no refund %q", id)
-	case re.status != "COMPLETED":
-		return fmt.Errorf("paypaltest: refund %q is %s, not COMPLETED", id, re.status)
+	re, err := fakekit.InState("paypaltest", "refund", s.refunds, id, func(re *refund) string { return re.status }, "COMPLETED")
+	if err != nil {
+		return err
 	}
 	now := s.clock()
 	re.status, re.updated = "FAILED", now
@@ -498,12 +496,14 @@ func (s *Server) FailRefund(id string) error {
 func (s *Server) CompletePayerAction(orderID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o, ok := s.orders[orderID]
-	switch {
-	case !ok:
-		return fmt.Errorf("paypaltest: no order %q", orderID)
-	case o.status != "PAYER_ACTION_REQUIRED":
-		return fmt.Errorf("paypaltest: order %q is %s, not PAYER_ACTION_REQUIRED", orderID, o.status)
+	return s.approveLocked(orderID, "PAYER_ACTION_REQUIRED")
+}
+
+// approveLocked makes the order orderID in status from APPROVED. Called with s.mu held.
+func (s *Server) approveLocked(orderID, from string) error {
+	o, err := fakekit.InState("paypaltest", "order", s.orders, orderID, func(o *order) string { return o.status }, from)
+	if err != nil {
+		return err
 	}
 	o.status, o.updated = "APPROVED", s.clock()
 	return nil
@@ -518,13 +518,5 @@ func (s *Server) CompletePayerAction(orderID string) error {
 func (s *Server) ApproveOrder(orderID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o, ok := s.orders[orderID]
-	switch {
-	case !ok:
-		return fmt.Errorf("paypaltest: no order %q", orderID)
-	case o.status != "CREATED":
-		return fmt.Errorf("paypaltest: order %q is %s, not CREATED", orderID, o.status)
-	}
-	o.status, o.updated = "APPROVED", s.clock()
-	return nil
+	return s.approveLocked(orderID, "CREATED")
 }

@@ -1,7 +1,6 @@
 package paypaltest
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -142,29 +141,20 @@ type token struct {
 
 // NewServer returns a started Server listening on a loopback port, like [httptest.NewServer].
 // Callers must Close it. It panics if cfg is invalid, naming the bad field.
-func NewServer(cfg *Config) *Server {
-	s := NewUnstartedServer(cfg)
-	s.Start()
-	return s
-}
+func NewServer(cfg *Config) *Server { return fakekit.Started(NewUnstartedServer(cfg)) }
 
 // NewUnstartedServer returns a Server that is not listening: serve it with your own
 // [http.Server], or call Start. It panics if cfg is invalid, naming the bad field.
 func NewUnstartedServer(cfg *Config) *Server {
-	if cfg == nil {
-		cfg = &Config{}
-	}
-	if err := cfg.validate(); err != nil {
-		panic("paypaltest: " + err.Error())
-	}
+	cfg = fakekit.MustConfig("paypaltest", cfg, (*Config).validate)
 	s := &Server{
-		clock:           cfg.Clock,
-		clientID:        or(cfg.ClientID, DefaultClientID),
-		secret:          or(cfg.Secret, DefaultSecret),
-		tokenLifetime:   orDur(cfg.TokenLifetime, DefaultTokenLifetime),
-		orderRetention:  orDur(cfg.OrderRetention, DefaultOrderRetention),
-		refundRetention: orDur(cfg.RefundRetention, DefaultRefundRetention),
-		webhookID:       or(cfg.WebhookID, DefaultWebhookID),
+		clock:           fakekit.OrNow(cfg.Clock),
+		clientID:        fakekit.Or(cfg.ClientID, DefaultClientID),
+		secret:          fakekit.Or(cfg.Secret, DefaultSecret),
+		tokenLifetime:   fakekit.Or(cfg.TokenLifetime, DefaultTokenLifetime),
+		orderRetention:  fakekit.Or(cfg.OrderRetention, DefaultOrderRetention),
+		refundRetention: fakekit.Or(cfg.RefundRetention, DefaultRefundRetention),
+		webhookID:       fakekit.Or(cfg.WebhookID, DefaultWebhookID),
 		searchLag:       cfg.SearchLag,
 		life:            fakekit.NewLifecycle("paypaltest"),
 		faults:          fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x50415950414c5445), // "PAYPALTE"
@@ -176,26 +166,9 @@ func NewUnstartedServer(cfg *Config) *Server {
 		transmitted:     make(map[string]transmission),
 		transactionByID: make(map[string]*transaction),
 	}
-	if s.clock == nil {
-		s.clock = time.Now
-	}
 	s.wh = newWebhooks(cfg, s)
 	s.routes()
 	return s
-}
-
-func or(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
-}
-
-func orDur(v, def time.Duration) time.Duration {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 func (c *Config) validate() error {
@@ -343,17 +316,11 @@ type response struct {
 }
 
 func (r *response) write(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(r.status)
-	_, _ = w.Write(r.body)
+	fakekit.WriteResponse(w, nil, "application/json", r.status, r.body)
 }
 
 func jsonResponse(status int, v any) *response {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err) // only our own types are encoded
-	}
-	return &response{status: status, body: append(b, '\n')}
+	return &response{status: status, body: append(fakekit.MustMarshal(v), '\n')}
 }
 
 // detail is one entry of an error's details, as PayPal sends them.

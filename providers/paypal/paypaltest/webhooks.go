@@ -108,14 +108,11 @@ func (s *Server) emitLocked(eventType, resourceType, resourceID string, resource
 	now := s.clock()
 	s.wh.Emit(func(seq int64) *Event {
 		id := fmt.Sprintf("WH-FAKE%014d", seq)
-		payload, err := json.Marshal(eventJSON{
+		payload := fakekit.MustMarshal(eventJSON{
 			ID: id, EventVersion: "1.0", CreateTime: stamp(now), ResourceType: resourceType, ResourceVersion: "2.0",
 			EventType: eventType, Summary: summaries[eventType], Resource: resource,
 			Links: []link{{Href: "/v1/notifications/webhooks-events/" + id, Rel: "self", Method: "GET"}},
 		})
-		if err != nil {
-			panic(err) // only our own types are encoded
-		}
 		return &Event{ID: id, Type: eventType, CreateTime: now, ResourceID: resourceID, Payload: payload}
 	})
 }

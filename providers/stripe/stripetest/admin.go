@@ -1,7 +1,6 @@
 package stripetest
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 
@@ -28,36 +27,21 @@ type Total struct {
 func (s *Server) CountsByIdempotencyKey(key string) Counts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var c Counts
-	for _, pi := range s.order {
-		if pi.idempotencyKey == key {
-			c.PaymentIntents++
-		}
+	return Counts{
+		PaymentIntents: fakekit.Count(s.order, func(pi *paymentIntent) bool { return pi.idempotencyKey == key }),
+		Refunds:        fakekit.Count(s.rorder, func(re *refund) bool { return re.idempotencyKey == key }),
 	}
-	for _, re := range s.rorder {
-		if re.idempotencyKey == key {
-			c.Refunds++
-		}
-	}
-	return c
 }
 
 // CountsByMetadata counts the PaymentIntents and refunds whose metadata[key] is value.
 func (s *Server) CountsByMetadata(key, value string) Counts {
+	has := func(md map[string]string) bool { v, ok := md[key]; return ok && v == value }
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var c Counts
-	for _, pi := range s.order {
-		if v, ok := pi.Metadata[key]; ok && v == value {
-			c.PaymentIntents++
-		}
+	return Counts{
+		PaymentIntents: fakekit.Count(s.order, func(pi *paymentIntent) bool { return has(pi.Metadata) }),
+		Refunds:        fakekit.Count(s.rorder, func(re *refund) bool { return has(re.Metadata) }),
 	}
-	for _, re := range s.rorder {
-		if v, ok := re.Metadata[key]; ok && v == value {
-			c.Refunds++
-		}
-	}
-	return c
 }
 
 // Totals returns, per lowercase currency code, the sums of succeeded PaymentIntents and of
@@ -67,24 +51,17 @@ func (s *Server) Totals() map[string]Total {
 	defer s.mu.Unlock()
 	out := map[string]Total{}
 	for _, pi := range s.order {
-		if pi.Status != "succeeded" {
-			continue
+		if pi.Status == "succeeded" {
+			fakekit.Add(out, pi.Currency, func(t *Total) { t.Succeeded += pi.AmountReceived })
 		}
-		t := out[pi.Currency]
-		t.Succeeded += pi.AmountReceived
-		out[pi.Currency] = t
 	}
 	for _, re := range s.rorder {
-		if re.Status != "succeeded" {
-			continue
+		if re.Status == "succeeded" {
+			fakekit.Add(out, re.Currency, func(t *Total) { t.Refunded += re.Amount })
 		}
-		t := out[re.Currency]
-		t.Refunded += re.Amount
-		out[re.Currency] = t
 	}
-	for cur, t := range out {
-		t.Net = t.Succeeded - t.Refunded
-		out[cur] = t
+	for cur := range out {
+		fakekit.Add(out, cur, func(t *Total) { t.Net = t.Succeeded - t.Refunded })
 	}
 	return out
 }
@@ -96,15 +73,13 @@ func (s *Server) Totals() map[string]Total {
 //	GET /_fake/totals                                   -> map[currency]Total
 func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	fakekit.ServeAdmin(w, r, map[string]fakekit.AdminGet{
-		"counts": func(q url.Values) (any, error) {
-			switch {
-			case q.Has("idempotency_key"):
-				return s.CountsByIdempotencyKey(q.Get("idempotency_key")), nil
-			case q.Has("metadata_key"):
-				return s.CountsByMetadata(q.Get("metadata_key"), q.Get("metadata_value")), nil
-			}
-			return nil, errors.New("counts needs idempotency_key, or metadata_key and metadata_value")
-		},
-		"totals": func(url.Values) (any, error) { return s.Totals(), nil },
+		"counts": fakekit.ByParam("counts needs idempotency_key, or metadata_key and metadata_value",
+			fakekit.Param{Name: "idempotency_key", Answer: func(q url.Values) any {
+				return s.CountsByIdempotencyKey(q.Get("idempotency_key"))
+			}},
+			fakekit.Param{Name: "metadata_key", Answer: func(q url.Values) any {
+				return s.CountsByMetadata(q.Get("metadata_key"), q.Get("metadata_value"))
+			}}),
+		"totals": fakekit.Value(s.Totals),
 	})
 }

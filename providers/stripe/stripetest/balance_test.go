@@ -1,7 +1,6 @@
 package stripetest_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -194,21 +193,9 @@ type balanceList struct {
 
 func getBalance(t *testing.T, b *bundle, q url.Values) (int, balanceList) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, b.srv.URL()+"/v1/balance_transactions?"+q.Encode(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer sk_test_x")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var body balanceList
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, body
+	code := apiGet(t, b.srv, "/v1/balance_transactions?"+q.Encode(), &body)
+	return code, body
 }
 
 // Stripe's 400s: a bad limit, a malformed created bound, an unknown type, an unknown cursor.

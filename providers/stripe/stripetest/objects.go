@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/payonce/payonce/providers/internal/fakekit"
 )
 
 // paymentIntent is the PaymentIntent object with the fields stripe-go v79 reads; field names
@@ -425,12 +427,9 @@ func (s *Server) listRefunds(c *call) (*response, bool) {
 func (s *Server) FailRefund(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	re, ok := s.refunds[id]
-	switch {
-	case !ok:
-		return fmt.Errorf("stripetest: no refund %q", id)
-	case re.Status != "succeeded":
-		return fmt.Errorf("stripetest: refund %q is %s, not succeeded", id, re.Status)
+	re, err := fakekit.InState("stripetest", "refund", s.refunds, id, func(re *refund) string { return re.Status }, "succeeded")
+	if err != nil {
+		return err
 	}
 	re.Status = "failed"
 	re.FailureReason = ptr("expired_or_canceled_card")

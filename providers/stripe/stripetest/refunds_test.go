@@ -1,7 +1,6 @@
 package stripetest_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/stripe/stripe-go/v79"
 
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
@@ -87,21 +87,9 @@ func TestListRefundsShapeAndBadParams(t *testing.T) {
 
 	get := func(q url.Values) (int, map[string]any) {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, b.srv.URL()+"/v1/refunds?"+q.Encode(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer sk_test_x")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
 		var body map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, body
+		code := apiGet(t, b.srv, "/v1/refunds?"+q.Encode(), &body)
+		return code, body
 	}
 	code, body := get(url.Values{"payment_intent": {pi.ID}, "limit": {"1"}})
 	data, _ := body["data"].([]any)
@@ -124,12 +112,4 @@ func TestListRefundsShapeAndBadParams(t *testing.T) {
 	}
 }
 
-func must[T any](v T, err error) func(*testing.T) T {
-	return func(t *testing.T) T {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-}
+func must[T any](v T, err error) func(*testing.T) T { return testkit.Must(v, err) }

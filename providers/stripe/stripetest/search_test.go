@@ -1,10 +1,7 @@
 package stripetest_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -34,25 +31,8 @@ type searchAnswer struct {
 
 func search(t *testing.T, srv *stripetest.Server, params url.Values) searchAnswer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, srv.URL()+"/v1/payment_intents/search?"+params.Encode(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer sk_test_x")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var a searchAnswer
-	if err := json.Unmarshal(body, &a); err != nil {
-		t.Fatalf("search answer is not JSON: %v: %s", err, body)
-	}
-	a.status = resp.StatusCode
+	a.status = apiGet(t, srv, "/v1/payment_intents/search?"+params.Encode(), &a)
 	return a
 }
 

@@ -1,7 +1,6 @@
 package stripetest
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -87,25 +86,16 @@ type Server struct {
 
 // NewServer returns a started Server listening on a loopback port, like [httptest.NewServer].
 // Callers must Close it. It panics if cfg is invalid, naming the bad field.
-func NewServer(cfg *Config) *Server {
-	s := NewUnstartedServer(cfg)
-	s.Start()
-	return s
-}
+func NewServer(cfg *Config) *Server { return fakekit.Started(NewUnstartedServer(cfg)) }
 
 // NewUnstartedServer returns a Server that is not listening: serve it with your own
 // [http.Server] (a standalone fake), or call Start. It panics if cfg is invalid, naming the bad
 // field.
 func NewUnstartedServer(cfg *Config) *Server {
-	if cfg == nil {
-		cfg = &Config{}
-	}
-	if err := cfg.validate(); err != nil {
-		panic("stripetest: " + err.Error())
-	}
+	cfg = fakekit.MustConfig("stripetest", cfg, (*Config).validate)
 	s := &Server{
-		clock:     cfg.Clock,
-		retention: cfg.Retention,
+		clock:     fakekit.OrNow(cfg.Clock),
+		retention: fakekit.Or(cfg.Retention, DefaultRetention),
 		searchLag: cfg.SearchLag,
 		life:      fakekit.NewLifecycle("stripetest"),
 		faults:    fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x5354524950455445), // "STRIPETE"
@@ -113,12 +103,6 @@ func NewUnstartedServer(cfg *Config) *Server {
 		intents:   make(map[string]*paymentIntent),
 		refunds:   make(map[string]*refund),
 		balance:   make(map[string]*balanceTransaction),
-	}
-	if s.clock == nil {
-		s.clock = time.Now
-	}
-	if s.retention == 0 {
-		s.retention = DefaultRetention
 	}
 	s.wh = newWebhooks(cfg, s.clock)
 	return s
@@ -206,24 +190,29 @@ type call struct {
 
 func (s *Server) route(r *http.Request) handler {
 	p := strings.TrimSuffix(r.URL.Path, "/")
+	post, get := r.Method == http.MethodPost, r.Method == http.MethodGet
+	// item reports whether p is collection/{id}.
+	item := func(collection string) bool {
+		return strings.HasPrefix(p, collection+"/") && strings.Count(p, "/") == 3
+	}
 	switch {
-	case r.Method == http.MethodPost && p == "/v1/payment_intents":
+	case post && p == "/v1/payment_intents":
 		return s.createPaymentIntent
-	case r.Method == http.MethodGet && p == "/v1/payment_intents":
+	case get && p == "/v1/payment_intents":
 		return s.listPaymentIntents
-	case r.Method == http.MethodGet && p == "/v1/payment_intents/search":
+	case get && p == "/v1/payment_intents/search":
 		return s.searchPaymentIntents
-	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/payment_intents/") && strings.Count(p, "/") == 3:
+	case get && item("/v1/payment_intents"):
 		return withID(p, s.getPaymentIntent)
-	case r.Method == http.MethodPost && p == "/v1/refunds":
+	case post && p == "/v1/refunds":
 		return s.createRefund
-	case r.Method == http.MethodGet && p == "/v1/refunds":
+	case get && p == "/v1/refunds":
 		return s.listRefunds
-	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/refunds/") && strings.Count(p, "/") == 3:
+	case get && item("/v1/refunds"):
 		return withID(p, s.getRefund)
-	case r.Method == http.MethodGet && p == "/v1/balance_transactions":
+	case get && p == "/v1/balance_transactions":
 		return s.listBalanceTransactions
-	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/balance_transactions/") && strings.Count(p, "/") == 3:
+	case get && item("/v1/balance_transactions"):
 		return withID(p, s.getBalanceTransaction)
 	}
 	return nil
@@ -241,12 +230,8 @@ func withID(path string, h handler) handler {
 // or nil for a request without one.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, key string, h handler, entry *keyEntry) {
 	fault := s.pickFault(r, key)
-	if !s.life.Before(r.Context(), fault.Kind, fault.Delay) {
-		s.release(entry)
-		if fault.Kind == FailBefore {
-			internalError("injected FailBefore").write(w)
-		}
-		return // hung request abandoned
+	if !s.life.BeforeExecute(w, r, fault.Kind, fault.Delay, func() { s.release(entry) }, internalError("injected FailBefore").write) {
+		return
 	}
 
 	s.mu.Lock()
@@ -264,14 +249,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, key string, h h
 		resp.header = http.Header{"Stripe-Should-Retry": {"false"}}
 	}
 	s.complete(entry, w.Header().Get("Request-Id"), resp)
-	if fault.Kind == ResetAfter {
-		fakekit.ResetConnection(w)
-		return
-	}
-	if key != "" {
-		w.Header().Set("Idempotency-Key", key)
-	}
-	resp.write(w)
+	fakekit.AnswerExecuted(w, fault.Kind, key, resp.write)
 }
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, key string, e *keyEntry) {
@@ -305,20 +283,11 @@ type response struct {
 }
 
 func (r *response) write(w http.ResponseWriter) {
-	for k, v := range r.header {
-		w.Header()[k] = v
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(r.status)
-	_, _ = w.Write(r.body)
+	fakekit.WriteResponse(w, r.header, "application/json", r.status, r.body)
 }
 
 func jsonResponse(status int, v any) *response {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		panic(err) // only our own types are encoded
-	}
-	return &response{status: status, body: append(b, '\n')}
+	return &response{status: status, body: append(fakekit.MustMarshalIndent(v), '\n')}
 }
 
 // Error types and codes as Stripe sends them.

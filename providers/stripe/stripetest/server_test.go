@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/client"
 
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
@@ -83,6 +85,22 @@ func wantCounts(t *testing.T, srv *stripetest.Server, key string, want stripetes
 	if got := srv.CountsByIdempotencyKey(key); got != want {
 		t.Fatalf("counts for key %q = %+v, want %+v", key, got, want)
 	}
+}
+
+// apiGet GETs pathQuery from srv over raw HTTP as sk_test_x, decodes the JSON answer into v and
+// returns the status.
+func apiGet(t *testing.T, srv *stripetest.Server, pathQuery string, v any) int {
+	t.Helper()
+	resp := testkit.Get(t, srv.URL()+pathQuery, "Bearer sk_test_x")
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("answer to GET %s is not JSON: %v: %s", pathQuery, err, body)
+	}
+	return resp.StatusCode
 }
 
 func TestCreateSucceeds(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -164,10 +163,7 @@ func (s *Server) emitLocked(c *call, typ string, obj any, prev map[string]any) {
 		if s.wh.Delivering() {
 			env.PendingWebhooks = 1
 		}
-		payload, err := json.MarshalIndent(env, "", "  ")
-		if err != nil {
-			panic(err) // only our own types are encoded
-		}
+		payload := fakekit.MustMarshalIndent(env)
 		return &Event{ID: env.ID, Type: typ, Created: env.Created, ObjectID: objID, Payload: payload}
 	})
 }
