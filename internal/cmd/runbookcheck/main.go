@@ -11,7 +11,7 @@
 // example's service in process; plants each situation the runbook treats
 // (records stuck PROCESSING, charges whose answers were lost, a key charged
 // twice at Stripe, one purchase charged under two keys, expired records, a
-// flooding scope); then runs every block marked `sh runbook` (bash) or
+// flooding scope, sagas stuck, rolled back and in review); then runs every block marked `sh runbook` (bash) or
 // `sql runbook` (psql with the runbook's variables) in order, in one shell
 // session so that the variables a block sets reach the next ones. A block
 // fails on an exit code other than its expect-exit (default 0) or an

@@ -13,6 +13,7 @@ import (
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	paystripe "github.com/payonce/payonce/providers/stripe"
+	"github.com/payonce/payonce/saga"
 	"github.com/payonce/payonce/wiring"
 )
 
@@ -122,5 +123,95 @@ func plant(ctx context.Context, pool *pgxpool.Pool, stripeURL string) error {
 	if _, err := pool.Exec(ctx, backdateSQL); err != nil {
 		return fmt.Errorf("plant: backdate: %w", err)
 	}
+	return plantSagas(ctx, pool)
+}
+
+// sagaName is the definition of the planted sagas. The checkout service
+// that runbookcheck runs recovers its own definition only: these sagas
+// stay as planted.
+const sagaName = "order"
+
+// plantSagas leaves section 6's sagas, run by package saga itself: one
+// completed (usr_heidi), one whose charge's outcome is unknown (usr_ivan,
+// RUNNING), one rolled back after a decline (usr_judy), one whose refund
+// was refused for good (usr_ken, NEEDS_REVIEW), and one whose refund keeps
+// failing (usr_lena, COMPENSATING). Their steps are simulated: no payment
+// is made, so that sections 1 to 5 see no more intents. The two left open
+// are then backdated, as if nothing had driven them for 20 and 40 minutes.
+func plantSagas(ctx context.Context, pool *pgxpool.Pool) error {
+	orch, err := saga.New(pool, &saga.Config{CompensationAttempts: 2, CompensationBackoff: 10 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	// What each saga's steps do, by saga key.
+	declined := map[string]bool{"order-5003": true}
+	unknown := map[string]bool{"order-5001": true}
+	shipRefused := map[string]bool{"order-5004": true, "order-5005": true}
+	refund := map[string]error{
+		"order-5004": saga.Fail(errors.New("refund refused: the charge is disputed")),
+		"order-5005": errors.New("refund: provider unavailable (503)"),
+	}
+	err = orch.Register(saga.Definition{Name: sagaName, Steps: []saga.Step{
+		{Name: "reserve", Kind: saga.Local,
+			Action: func(ctx context.Context, c *saga.Call) (any, error) {
+				return map[string]any{"sku": "sku-42", "held": 1}, nil
+			},
+			Compensate: func(ctx context.Context, c *saga.Call) error { return nil }},
+		{Name: "charge", Kind: saga.Remote,
+			Action: func(ctx context.Context, c *saga.Call) (any, error) {
+				switch {
+				case unknown[c.SagaKey]:
+					return nil, saga.Unknown(errors.New("charge: no answer within 30s"))
+				case declined[c.SagaKey]:
+					return nil, saga.Fail(errors.New("card declined: insufficient_funds"))
+				}
+				return map[string]string{"charge": "ch_" + c.SagaKey}, nil
+			},
+			Compensate: func(ctx context.Context, c *saga.Call) error { return refund[c.SagaKey] }},
+		{Name: "ship", Kind: saga.Local,
+			Action: func(ctx context.Context, c *saga.Call) (any, error) {
+				if shipRefused[c.SagaKey] {
+					return nil, saga.Fail(errors.New("carrier refused the address"))
+				}
+				return map[string]int{"shipment": 77}, nil
+			}},
+	}})
+	if err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		scope, key string
+		want       error // nil: completed
+	}{
+		{"usr_heidi", "order-5000", nil},
+		{"usr_ivan", "order-5001", saga.ErrPending},
+		{"usr_judy", "order-5003", saga.ErrRolledBack},
+		{"usr_ken", "order-5004", saga.ErrNeedsReview},
+		{"usr_lena", "order-5005", saga.ErrPending},
+	} {
+		_, err := orch.Run(ctx, saga.RunParams{Saga: sagaName, Scope: p.scope, Key: p.key,
+			Input: map[string]any{"sku": "sku-42", "amount": "19.90", "currency": "EUR"}})
+		if (p.want == nil && err != nil) || (p.want != nil && !errors.Is(err, p.want)) {
+			return fmt.Errorf("plant: saga %s of %s: want %v, got %v", p.key, p.scope, p.want, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, backdateSagasSQL); err != nil {
+		return fmt.Errorf("plant: backdate sagas: %w", err)
+	}
 	return nil
 }
+
+// backdateSagasSQL moves the open sagas' last progress back (their
+// records' leases ended when they were left).
+const backdateSagasSQL = `
+UPDATE sagas SET created_at = created_at - interval '25 minutes', updated_at = updated_at - interval '20 minutes'
+ WHERE scope = 'usr_ivan';
+UPDATE saga_steps SET started_at = started_at - interval '20 minutes', finished_at = finished_at - interval '20 minutes',
+       updated_at = updated_at - interval '20 minutes'
+ WHERE scope = 'usr_ivan';
+UPDATE sagas SET created_at = created_at - interval '45 minutes', updated_at = updated_at - interval '40 minutes'
+ WHERE scope = 'usr_lena';
+UPDATE saga_steps SET started_at = started_at - interval '40 minutes', finished_at = finished_at - interval '40 minutes',
+       updated_at = updated_at - interval '40 minutes'
+ WHERE scope = 'usr_lena';
+`
