@@ -1,7 +1,10 @@
 // Command checkout is a checkout HTTP service on payonce's payments API:
 // every POST /charges with the same Idempotency-Key charges the customer
-// once, whatever the retries, double clicks, lost responses or crashes.
-// The endpoints and status codes are documented in package service.
+// once, whatever the retries, double clicks, lost responses or crashes;
+// every POST /checkout reserves stock, charges and records the order once,
+// or undoes what it did (a three-step saga, finished by a recovery job when
+// the client gives up). The endpoints and status codes are documented in
+// package service.
 //
 // Configuration, by environment only:
 //
@@ -14,6 +17,18 @@
 //	ADYEN_API_KEY, ADYEN_MERCHANT_ACCOUNT, ADYEN_HMAC_KEY (hex), ADYEN_RETURN_URL
 //	PAYPAL_API_BASE        e.g. https://api-m.sandbox.paypal.com
 //	PAYPAL_CLIENT_ID, PAYPAL_SECRET, PAYPAL_WEBHOOK_ID
+//	CHECKOUT_LOCK_TIMEOUT  lease of a payment or checkout in progress (default 30s)
+//	CHECKOUT_RECOVER_SPEC  cron schedule of the checkout sagas' recovery
+//	                       (default "@every 1m"; "off" runs none)
+//
+// For tests only (never set them in production):
+//
+//	PAYONCE_CHECKOUT_CRASH_AT          <step>:<phase> kills the process (SIGKILL) at
+//	                                   that point of every checkout: step reserve,
+//	                                   charge, confirm, reserve_compensate or
+//	                                   charge_compensate; phase before, commit or after
+//	PAYONCE_CHECKOUT_FAIL_CONFIRM_SKU  the confirm step refuses every order of this
+//	                                   sku (the checkout is refunded and released)
 //
 // For each provider whose API base is unset, a stateful fake of it starts
 // in-process (its URL is logged) and posts its webhooks to this service.
@@ -24,6 +39,12 @@
 //	curl -s -XPOST localhost:8080/charges -H 'Authorization: Bearer alice' \
 //	  -H 'Idempotency-Key: order-1001' -d '{"amount": "49.99", "currency": "EUR",
 //	  "recipient": "acct_x", "payment_method": "pm_card_visa", "provider": "stripe"}'
+//	curl -s -XPOST localhost:8080/inventory -H 'Authorization: Bearer ops' \
+//	  -d '{"sku": "book-42", "stock": 1}'
+//	curl -s -XPOST localhost:8080/checkout -H 'Authorization: Bearer alice' \
+//	  -H 'Idempotency-Key: cart-2002' -d '{"sku": "book-42", "qty": 1, "amount": "12.00",
+//	  "currency": "EUR", "payment_method": "pm_card_visa", "provider": "stripe", "recipient": "acct_x"}'
+//	curl -s localhost:8080/checkout/cart-2002 -H 'Authorization: Bearer alice'
 package main
 
 import (

@@ -1,7 +1,9 @@
 // Package service is the checkout example's HTTP service: charges and
 // refunds through payonce's payments API, with the client's
 // Idempotency-Key as the payment's key, so that any number of retries,
-// double clicks and lost responses charge a customer once.
+// double clicks and lost responses charge a customer once; and a checkout
+// that reserves stock, charges and records the order as one saga (package
+// saga), done once per key or undone step by step.
 //
 // It is a separate package only so that `payonce demo` can run the very
 // same service as a worker process it kills and restarts; read it as the
@@ -10,13 +12,18 @@
 // # Endpoints
 //
 // "Authorization: Bearer <user>" makes <user> the scope (a demo
-// authentication). Every POST needs an Idempotency-Key header.
+// authentication). Every POST except /inventory needs an Idempotency-Key
+// header.
 //
 //	POST /charges  {"amount": "49.99", "currency": "EUR", "recipient": "acct_x",
 //	                "payment_method": "pm_card_visa", "provider": "stripe",
 //	                "description": "...", "metadata": {"order": "o-1"}}
 //	POST /refunds  {"charge_key": "<the charge's Idempotency-Key>", "amount": "10.00"}
 //	GET  /charges/{key}, GET /refunds/{key}: the intent's current state
+//	POST /checkout {"sku": "book-42", "qty": 1, "amount": "49.99", "currency": "EUR",
+//	                "payment_method": "pm_card_visa", "provider": "stripe", "recipient": "acct_x"}
+//	GET  /checkout/{key}: the checkout saga's state and steps
+//	POST /inventory {"sku": "book-42", "stock": 10}: sets a sku's stock (demos, tests)
 //	POST /webhooks/stripe, /webhooks/adyen, /webhooks/paypal: the providers'
 //	     notifications, verified, stored once and applied to the intents
 //
@@ -25,7 +32,7 @@
 // "Idempotent-Replayed: true" when an earlier request with the same key
 // recorded it.
 //
-// # Status codes
+// # Status codes of charges and refunds
 //
 //	201  succeeded (the money moved)
 //	202  accepted, final outcome later (PENDING, REQUIRES_ACTION)
@@ -48,6 +55,66 @@
 // re-drives the provider call with the same provider key, which the
 // provider deduplicates). The body still carries the intent's status
 // ("UNKNOWN"), and GET /charges/{key} reads it at any time.
+//
+// # Checkout
+//
+// POST /checkout runs the saga "checkout" with the Idempotency-Key as its
+// key, bound to every field of the body:
+//
+//  1. reserve (local): takes qty of sku out of the inventory table (a
+//     conditional UPDATE: never oversold, whatever the concurrency) and
+//     records a reservation, in the transaction of the step's transition;
+//  2. charge (remote): payments.Charge with the step's sub-key
+//     "<key>_charge" (so GET /charges/<key>_charge reads the payment);
+//     compensated by a refund of the whole amount with the key
+//     "<key>_charge_compensate";
+//  3. confirm (local): records the order (the orders table) and marks the
+//     reservation confirmed; Config.ConfirmCheck may refuse the order here.
+//
+// A step that fails for good undoes the steps before it, in reverse order:
+// a decline releases the reservation; a refused order is refunded and
+// released. A step whose outcome is unknown is never undone blindly: the
+// saga waits, and a retry with the same key, or the service's recovery job
+// (Config.RecoverSpec), runs it again with the same sub-key. A client that
+// gives up therefore still gets its checkout finished, and reads it with
+// GET /checkout/{key}.
+//
+// A finished checkout answers {"key", "status", "order", "failed_step",
+// "reason", "steps": [{"name", "status", "output", "error"}]}, stored with
+// the saga and replayed byte for byte ("Idempotent-Replayed: true"). Its
+// status codes:
+//
+//	201  COMPLETED: reserved, charged, confirmed; "order" is the order
+//	202  not finished (a step's outcome unknown, a transient failure, the
+//	     request ended part-way): Retry-After; retry with the SAME key, or
+//	     read GET /checkout/{key}: the recovery job finishes it meanwhile
+//	400  bad input (names the field: sku, qty, amount, currency,
+//	     payment_method, provider, recipient, or an unknown one), missing
+//	     or malformed Idempotency-Key; nothing is recorded
+//	401  no Authorization
+//	402  ROLLED_BACK: the charge was declined; the items were released
+//	409  ROLLED_BACK out-of-stock (nothing was charged) or
+//	     order-not-confirmed (refunded, items released); the key is still
+//	     being processed (request-in-progress, Retry-After); the key was
+//	     used with another body (idempotency-key-reused, nothing changed);
+//	     checkout-under-review (NEEDS_REVIEW: an undo failed for good)
+//	422  ROLLED_BACK: the provider refused the charge as invalid; or the
+//	     key is past its retention
+//	503  payonce's database unavailable: Retry-After
+//
+// The answers of 402 and 409 ROLLED_BACK are problems (RFC 9457) carrying
+// "status", "failed_step", "reason" and "steps". GET /checkout/{key}
+// answers 200 with {"key", "saga", "status", "current_step",
+// "failed_step", "reason", "steps": [{"name", "kind", "status", "output",
+// "error", "attempts", "compensation_attempts"}], "created_at",
+// "updated_at", "finished_at"}, or 404 when this caller has no such
+// checkout.
+//
+// # Tables
+//
+// The example owns its tables inventory, reservations and orders: Open
+// creates them (CREATE TABLE IF NOT EXISTS, under an advisory lock), next
+// to payonce's own, which it migrates.
 package service
 
 import (
@@ -70,6 +137,7 @@ import (
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/saga"
 	"github.com/payonce/payonce/wiring"
 )
 
@@ -81,16 +149,39 @@ type Config struct {
 	// Config configures the providers (each one whose API base is set),
 	// the HTTP client and timeout of their calls, the lease of a payment
 	// in progress and the logger, whose default here is slog.Default():
-	// see wiring.Config.
+	// see wiring.Config. Its LockTimeout is the checkout sagas' lease
+	// too.
 	wiring.Config
+	// RecoverSpec is the cron schedule (saga.Config.RecoverSpec) of the
+	// checkout sagas' recovery, which finishes the sagas whose client gave
+	// up or whose process died. Default "@every 1m"; "off" runs none (for
+	// tests that want the client's retries alone to finish a saga).
+	RecoverSpec string
+	// ConfirmCheck, when set, runs in the checkout saga's confirm step,
+	// after the charge, before the order is recorded: an error fails the
+	// step for good, so the charge is refunded and the items released.
+	// The place for a last check (a fraud rule, an address); tests inject
+	// a failure after the charge with it.
+	ConfirmCheck func(ctx context.Context, o Order) error
+	// CrashAt is for tests only: "<step>:<phase>" kills the process with
+	// SIGKILL at that point of every checkout saga, to test recovery
+	// from a crash. step is reserve, charge, confirm, reserve_compensate or
+	// charge_compensate; phase is before (the step's action, or
+	// compensation, starts), commit (its effect is done, its outcome not
+	// yet committed) or after (its outcome committed). Default: never.
+	CrashAt string
 }
 
 // Service is the checkout service.
 type Service struct {
-	pool     *pgxpool.Pool
-	client   *payments.Client
-	log      *slog.Logger
-	webhooks []namedHandler
+	pool         *pgxpool.Pool
+	client       *payments.Client
+	orch         *saga.Orchestrator
+	log          *slog.Logger
+	webhooks     []namedHandler
+	confirmCheck func(context.Context, Order) error
+	crash        crashAt
+	stopRecovery func()
 }
 
 type namedHandler struct {
@@ -98,8 +189,9 @@ type namedHandler struct {
 	h    http.Handler
 }
 
-// Open connects, migrates and wires payments with the configured
-// providers.
+// Open connects, migrates, creates the example's tables, wires payments
+// with the configured providers and the checkout saga, and starts the
+// saga's recovery (Config.RecoverSpec). Close stops it.
 func Open(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("checkout: DatabaseURL is required")
@@ -120,14 +212,32 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 }
 
 func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error) {
+	crash, err := parseCrashAt(cfg.CrashAt)
+	if err != nil {
+		return nil, fmt.Errorf("checkout: %w", err)
+	}
+	recoverSpec := cfg.RecoverSpec
+	if recoverSpec == "off" {
+		recoverSpec = ""
+	}
 	if _, err := migrations.Migrate(ctx, pool); err != nil {
+		return nil, err
+	}
+	if err := createSchema(ctx, pool); err != nil {
 		return nil, err
 	}
 	client, err := NewClient(pool, cfg)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{pool: pool, log: cfg.Logger, client: client}
+	orch, err := saga.New(pool, &saga.Config{LockTimeout: cfg.LockTimeout, RecoverSpec: recoverSpec, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("checkout: %w", err)
+	}
+	s := &Service{pool: pool, log: cfg.Logger, client: client, orch: orch, confirmCheck: cfg.ConfirmCheck, crash: crash}
+	if err := orch.Register(s.definition()); err != nil {
+		return nil, err
+	}
 	for _, name := range []string{"stripe", "adyen", "paypal"} {
 		if _, ok := client.Provider(name).(payments.WebhookVerifier); !ok {
 			continue
@@ -137,6 +247,10 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 			return nil, err
 		}
 		s.webhooks = append(s.webhooks, namedHandler{name, h})
+	}
+	crash.install()
+	if cfg.RecoverSpec != "off" {
+		s.stopRecovery = orch.Start(context.WithoutCancel(ctx))
 	}
 	return s, nil
 }
@@ -151,11 +265,20 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
 	return client, err
 }
 
-// Close releases the database pool.
-func (s *Service) Close() { s.pool.Close() }
+// Close stops the saga recovery and releases the database pool.
+func (s *Service) Close() {
+	if s.stopRecovery != nil {
+		s.stopRecovery()
+	}
+	s.pool.Close()
+}
 
 // Client is the service's payments client.
 func (s *Service) Client() *payments.Client { return s.client }
+
+// Sagas is the service's saga orchestrator (the checkout saga is
+// registered on it).
+func (s *Service) Sagas() *saga.Orchestrator { return s.orch }
 
 // Handler serves the endpoints.
 func (s *Service) Handler() http.Handler {
@@ -164,6 +287,9 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /refunds", s.refund)
 	mux.HandleFunc("GET /charges/{key}", s.getIntent(s.client.Intent))
 	mux.HandleFunc("GET /refunds/{key}", s.getIntent(s.client.RefundIntent))
+	mux.HandleFunc("POST /checkout", s.checkout)
+	mux.HandleFunc("GET /checkout/{key}", s.getCheckout)
+	mux.HandleFunc("POST /inventory", s.inventory)
 	for _, w := range s.webhooks {
 		mux.Handle("POST /webhooks/"+w.name, w.h)
 	}
@@ -402,6 +528,17 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			badField(w, typeErr.Field, fmt.Errorf("a JSON %s is expected", typeErr.Type.Kind()))
+			return false
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			if f, err := strconv.Unquote(f); err == nil {
+				badField(w, f, errors.New("unknown field"))
+				return false
+			}
+		}
 		problem(w, http.StatusBadRequest, "body-invalid", "The body is not the expected JSON: "+err.Error(), 0, nil)
 		return false
 	}
@@ -440,16 +577,44 @@ func problem(w http.ResponseWriter, status int, typ, detail string, retryAfter t
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// ConfigFromEnv reads the service's environment: DATABASE_URL and the
+// ConfigFromEnv reads the service's environment: DATABASE_URL, the
 // providers' variables (wiring.FromEnv: STRIPE_API_BASE,
 // STRIPE_SECRET_KEY, STRIPE_WEBHOOK_SECRET, ADYEN_API_BASE, ADYEN_API_KEY,
 // ADYEN_MERCHANT_ACCOUNT, ADYEN_HMAC_KEY, ADYEN_RETURN_URL,
-// PAYPAL_API_BASE, PAYPAL_CLIENT_ID, PAYPAL_SECRET, PAYPAL_WEBHOOK_ID).
-// It refuses a provider base URL without its credentials.
+// PAYPAL_API_BASE, PAYPAL_CLIENT_ID, PAYPAL_SECRET, PAYPAL_WEBHOOK_ID),
+// CHECKOUT_LOCK_TIMEOUT (a Go duration: Config.LockTimeout) and
+// CHECKOUT_RECOVER_SPEC (Config.RecoverSpec). Two more are for tests
+// only: PAYONCE_CHECKOUT_CRASH_AT (Config.CrashAt) and
+// PAYONCE_CHECKOUT_FAIL_CONFIRM_SKU (a Config.ConfirmCheck that fails the
+// confirm step of every checkout of that sku). It refuses a provider base
+// URL without its credentials, and malformed values.
 func ConfigFromEnv() (Config, error) { return ConfigFrom(os.Getenv) }
 
 // ConfigFrom is ConfigFromEnv reading the variables through getenv.
 func ConfigFrom(getenv func(string) string) (Config, error) {
 	providers, err := wiring.FromEnv(getenv)
-	return Config{DatabaseURL: getenv("DATABASE_URL"), Config: providers}, err
+	cfg := Config{DatabaseURL: getenv("DATABASE_URL"), Config: providers,
+		RecoverSpec: getenv("CHECKOUT_RECOVER_SPEC"), CrashAt: getenv("PAYONCE_CHECKOUT_CRASH_AT")}
+	if err != nil {
+		return cfg, err
+	}
+	if v := getenv("CHECKOUT_LOCK_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("checkout: CHECKOUT_LOCK_TIMEOUT=%q: a positive duration such as 30s is expected", v)
+		}
+		cfg.LockTimeout = d
+	}
+	if _, err := parseCrashAt(cfg.CrashAt); err != nil {
+		return cfg, fmt.Errorf("checkout: PAYONCE_CHECKOUT_CRASH_AT: %w", err)
+	}
+	if sku := getenv("PAYONCE_CHECKOUT_FAIL_CONFIRM_SKU"); sku != "" {
+		cfg.ConfirmCheck = func(_ context.Context, o Order) error {
+			if o.SKU == sku {
+				return fmt.Errorf("confirm refused for %q (PAYONCE_CHECKOUT_FAIL_CONFIRM_SKU)", sku)
+			}
+			return nil
+		}
+	}
+	return cfg, nil
 }

@@ -23,11 +23,16 @@ type env struct {
 	fake  *stripetest.Server
 	fakes *fakes.Set
 	url   string
+	db    string // the service's database (a schema of its own)
+	svc   *service.Service
 }
 
 // start runs the service with every provider's fake, their webhooks
 // posted to it.
-func start(t *testing.T) env {
+func start(t *testing.T) env { return startWith(t, nil) }
+
+// startWith is start with cfg changed by configure first.
+func startWith(t *testing.T, configure func(*service.Config)) env {
 	t.Helper()
 	var h atomic.Pointer[http.Handler]
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*h.Load()).ServeHTTP(w, r) }))
@@ -43,6 +48,9 @@ func start(t *testing.T) env {
 	// No keep-alives: a response lost after the fake committed must
 	// reach payonce, not be resent by net/http on its own.
 	cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	if configure != nil {
+		configure(&cfg)
+	}
 	svc, err := service.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -50,13 +58,14 @@ func start(t *testing.T) env {
 	t.Cleanup(svc.Close)
 	handler := svc.Handler()
 	h.Store(&handler)
-	return env{fake: fk.Stripe, fakes: fk, url: srv.URL}
+	return env{fake: fk.Stripe, fakes: fk, url: srv.URL, db: vars["DATABASE_URL"], svc: svc}
 }
 
 type answer struct {
 	code   int
 	header http.Header
 	body   map[string]any
+	raw    []byte
 }
 
 func (e env) do(t *testing.T, method, path, user, key, body string) answer {
@@ -77,7 +86,7 @@ func (e env) do(t *testing.T, method, path, user, key, body string) answer {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	a := answer{code: resp.StatusCode, header: resp.Header}
+	a := answer{code: resp.StatusCode, header: resp.Header, raw: raw}
 	if err := json.Unmarshal(raw, &a.body); err != nil {
 		t.Fatalf("%s %s: body %q is not JSON: %v", method, path, raw, err)
 	}
