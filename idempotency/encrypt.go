@@ -271,6 +271,10 @@ type encryptedStore struct {
 
 var _ Store = (*encryptedStore)(nil)
 
+// Seals reports that responses are sealed: an executor's replay cache
+// keeps nothing of this store.
+func (s *encryptedStore) Seals() bool { return true }
+
 func (s *encryptedStore) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	c, err := s.inner.Claim(ctx, p)
 	if err != nil || c.Record.Response == nil {

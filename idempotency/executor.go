@@ -43,6 +43,10 @@ type Config struct {
 	// Logger receives warnings (heartbeat failures, outcomes that could not
 	// be recorded). Keys appear only as short hashes. Default: discarded.
 	Logger *slog.Logger
+	// ReplayCache, when set, answers replays of finished records from
+	// memory, without a round trip (see [ReplayCache] for what keeps it
+	// exact). Default nil: every request goes to the store.
+	ReplayCache *ReplayCache
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -80,6 +84,13 @@ func (c *Config) withDefaults() (Config, error) {
 	case out.Expired != ExpiredIsNew && out.Expired != ExpiredRefused:
 		return out, invalid("Config.Expired", "unknown policy %d", out.Expired)
 	}
+	if out.ReplayCache != nil {
+		rc, err := out.ReplayCache.withDefaults()
+		if err != nil {
+			return out, err
+		}
+		out.ReplayCache = &rc
+	}
 	return out, nil
 }
 
@@ -90,6 +101,7 @@ type Executor struct {
 	store   Store
 	cfg     Config
 	metrics *Metrics
+	cache   *replayCache // nil: off
 }
 
 // New returns an Executor over store. A nil cfg means defaults. It returns
@@ -106,7 +118,13 @@ func New(store Store, cfg *Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: metrics: %w", err)
 	}
-	return &Executor{store: store, cfg: c, metrics: m}, nil
+	e := &Executor{store: store, cfg: c, metrics: m}
+	if s, ok := store.(Sealer); c.ReplayCache != nil && !(ok && s.Seals()) {
+		if e.cache, err = newReplayCache(*c.ReplayCache); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
 }
 
 // Metrics returns the executor's instruments.
@@ -132,6 +150,10 @@ type Request struct {
 	// that do not contain their scope, as the HTTP middleware's). Default
 	// false.
 	RefuseForeign bool
+	// NoCache sends the request to the store even when the executor has
+	// a [ReplayCache], and keeps its answer out of it (a route's
+	// opt-out). Default false.
+	NoCache bool
 }
 
 // Validate checks the request; errors are *InvalidError naming the field.
@@ -284,6 +306,21 @@ func (e *Executor) do(ctx context.Context, req Request, action leasedAction) (Re
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	cache := e.cache
+	if req.NoCache {
+		cache = nil
+	}
+	if cache != nil {
+		if claim, ok := cache.get(req); ok {
+			e.metrics.Claim(ctx, req.Scope, claim.State)
+			e.metrics.cachedReplay(ctx)
+			return Settle(claim)
+		}
+	}
+	var sent time.Time
+	if cache != nil {
+		sent = cache.cfg.Clock()
+	}
 	claim, err := e.store.Claim(ctx, ClaimParams{
 		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
 		LockTimeout: e.cfg.LockTimeout, Retention: e.cfg.Retention, Expired: e.cfg.Expired,
@@ -291,6 +328,9 @@ func (e *Executor) do(ctx context.Context, req Request, action leasedAction) (Re
 	})
 	if err != nil {
 		return Result{}, err
+	}
+	if cache != nil {
+		cache.put(req, claim, sent)
 	}
 	e.metrics.Claim(ctx, req.Scope, claim.State)
 	if claim.State != ClaimAcquired && claim.State != ClaimReclaimed {

@@ -25,6 +25,9 @@ const (
 	MetricKeysCreatedPerUser    = "idempotency.keys_created_per_user"
 	MetricOrphanReclaims        = "idempotency.orphan_reclaims"
 	MetricRateLimited           = "idempotency.rate_limited"
+	// MetricReplayCacheHits counts replays answered from an executor's
+	// replay cache (also counted in idempotency.duplicates_blocked).
+	MetricReplayCacheHits = "idempotency.replay_cache_hits"
 )
 
 // ScopeBuckets bounds the cardinality of the scope attribute of
@@ -43,8 +46,8 @@ type Sizer interface {
 // [Executor.Metrics]; other executors over the same store (pgstore's
 // one-transaction mode, the HTTP middleware) record through it too.
 type Metrics struct {
-	duplicates, lockTimeouts, mismatches, keysCreated, reclaims metric.Int64Counter
-	duration                                                    metric.Float64Histogram
+	duplicates, lockTimeouts, mismatches, keysCreated, reclaims, cacheHits metric.Int64Counter
+	duration                                                               metric.Float64Histogram
 }
 
 func newMetrics(mp metric.MeterProvider, store Store) (*Metrics, error) {
@@ -69,6 +72,7 @@ func newMetrics(mp metric.MeterProvider, store Store) (*Metrics, error) {
 	out.mismatches = counter(MetricFingerprintMismatches, "Requests refused because their key was used before with other significant fields.")
 	out.keysCreated = counter(MetricKeysCreatedPerUser, "New keys claimed, by scope bucket (scope_bucket is a hash of the scope modulo 64).")
 	out.reclaims = counter(MetricOrphanReclaims, "Orphaned records (holder crashed or released its lease) taken over by a new holder.")
+	out.cacheHits = counter(MetricReplayCacheHits, "Replays (and fingerprint mismatches) answered from the executor's in-process replay cache, without a round trip.")
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +120,9 @@ func (m *Metrics) Claim(ctx context.Context, scope string, s ClaimState) {
 		m.mismatches.Add(ctx, 1)
 	}
 }
+
+// cachedReplay records an answer from the replay cache.
+func (m *Metrics) cachedReplay(ctx context.Context) { m.cacheHits.Add(ctx, 1) }
 
 // Action records how long an action ran and how it ended: "completed",
 // "failed" (permanent) or "transient".

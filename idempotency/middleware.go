@@ -61,6 +61,11 @@ type Route struct {
 	// from the request and its body (already read; r.Body must not be
 	// read). An error answers 400 with its message.
 	Fingerprint func(r *http.Request, body []byte) (Fingerprint, error)
+	// NoReplayCache keeps the route's replays out of the executor's
+	// [ReplayCache]: each goes to the store (answers that must not be
+	// held in memory, or a route whose records an operator rewrites).
+	// Default false.
+	NoReplayCache bool
 }
 
 // MiddlewareConfig configures [Middleware]. Every field but Scope and
@@ -324,7 +329,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *Route, ne
 		problem(w, http.StatusBadRequest, "request-invalid", reasonOf(err), 0)
 		return
 	}
-	req := Request{Scope: scope, Key: key, Fingerprint: fp, RefuseForeign: true}
+	req := Request{Scope: scope, Key: key, Fingerprint: fp, RefuseForeign: true, NoCache: rt.NoReplayCache}
 	log := m.log.With("route", rt.Pattern, "key", ShortHash(key))
 
 	var rec *recorder

@@ -162,6 +162,10 @@ type Claim struct {
 	// RetryAfter is set for ClaimInProgress: the time left on the live
 	// lease, by the store's clock.
 	RetryAfter time.Duration
+	// StoreNow is the store's clock when it read the record, with
+	// Record.ExpiresAt set, for ClaimReplay; stores that leave it zero
+	// are not served by the replay cache ([ReplayCache]).
+	StoreNow time.Time
 }
 
 // Completion is the outcome stored by [Store.Complete].

@@ -14,6 +14,10 @@ type Harness struct {
 	// clock sees it: memstore moves its clock; pgstore shifts the records'
 	// timestamps back by d (the database clock cannot be moved).
 	Advance func(t testing.TB, d time.Duration)
+	// ReplayCache runs every check's executor with an
+	// [idempotency.ReplayCache] whose clock Advance moves with the
+	// store's: the cache must change no answer.
+	ReplayCache bool
 }
 
 // check is one promise of the store, kept on a fresh harness.

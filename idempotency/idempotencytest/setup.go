@@ -29,6 +29,21 @@ func setup(t *testing.T, h Harness, cfg *idempotency.Config) *bundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
+	if h.ReplayCache {
+		var c idempotency.Config
+		if cfg != nil {
+			c = *cfg
+		}
+		var shift atomic.Int64
+		c.ReplayCache = &idempotency.ReplayCache{Size: 1000,
+			Clock: func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }}
+		advance := h.Advance
+		h.Advance = func(t testing.TB, d time.Duration) {
+			shift.Add(int64(d))
+			advance(t, d)
+		}
+		cfg = &c
+	}
 	e, err := idempotency.New(h.Store, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -22,19 +22,28 @@ import (
 // on, memstore would already have deleted it, as a pruner running in the
 // background would; that is memstore's own behaviour, tested in
 // memstore_test.go.
+//
+// It runs once more with the executor's replay cache, which must change no
+// answer.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
-		var offset atomic.Int64
-		store := memstore.New(&memstore.Config{
-			Clock:      func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
-			EvictAfter: -1,
+	for _, cached := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Store", true: "ReplayCache"}[cached], func(t *testing.T) {
+			t.Parallel()
+			idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
+				var offset atomic.Int64
+				store := memstore.New(&memstore.Config{
+					Clock:      func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
+					EvictAfter: -1,
+				})
+				return idempotencytest.Harness{
+					Store:       store,
+					Advance:     func(_ testing.TB, d time.Duration) { offset.Add(int64(d)) },
+					ReplayCache: cached,
+				}
+			})
 		})
-		return idempotencytest.Harness{
-			Store:   store,
-			Advance: func(_ testing.TB, d time.Duration) { offset.Add(int64(d)) },
-		}
-	})
+	}
 }
 
 var _ idempotency.Store = (*memstore.Store)(nil)

@@ -169,7 +169,7 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 	}
 	switch {
 	case r.Status != idempotency.StatusProcessing:
-		return idempotency.Claim{State: idempotency.ClaimReplay, Record: copyRecord(r)}, nil
+		return idempotency.Claim{State: idempotency.ClaimReplay, Record: copyRecord(r), StoreNow: now}, nil
 	case r.LockedUntil.After(now):
 		return idempotency.Claim{
 			State:      idempotency.ClaimInProgress,

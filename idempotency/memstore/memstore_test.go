@@ -939,7 +939,9 @@ func (m *machine) Claim(t *rapid.T) {
 	case pre.Fingerprint != p.Fingerprint:
 		want.State = idempotency.ClaimMismatch
 	case pre.Status != idempotency.StatusProcessing:
-		want = idempotency.Claim{State: idempotency.ClaimReplay, Record: pre}
+		// A replay carries the store's clock, from which a replay cache
+		// bounds how long it may answer for the record.
+		want = idempotency.Claim{State: idempotency.ClaimReplay, Record: pre, StoreNow: now}
 	case pre.LockedUntil.After(now):
 		want = idempotency.Claim{State: idempotency.ClaimInProgress, Record: pre, RetryAfter: pre.LockedUntil.Sub(now)}
 	default:

@@ -32,6 +32,7 @@ var (
 	_ idempotency.Store     = (*Store)(nil)
 	_ idempotency.Sizer     = (*Store)(nil)
 	_ idempotency.Abandoner = (*Store)(nil)
+	_ idempotency.Sealer    = (*Store)(nil)
 )
 
 // ClaimStrategy chooses how a claim reaches the database. Every strategy
@@ -83,6 +84,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	}
 	return s, nil
 }
+
+// Seals reports whether the store seals responses (Config.Keyring): an
+// executor's replay cache then keeps nothing of it.
+func (s *Store) Seals() bool { return s.keyring != nil }
 
 // readFirst says whether the next claim reads first.
 func (s *Store) readFirst() bool {
@@ -208,8 +213,8 @@ func (s *Store) claim(ctx context.Context, db dbtx, p idempotency.ClaimParams) (
 			if err != nil {
 				return idempotency.Claim{}, err
 			}
-			rec.Response = &resp
-			return idempotency.Claim{State: idempotency.ClaimReplay, Record: rec}, nil
+			rec.Response, rec.ExpiresAt = &resp, expiresAt
+			return idempotency.Claim{State: idempotency.ClaimReplay, Record: rec, StoreNow: dbNow}, nil
 		}
 		if !lockEnded {
 			return idempotency.Claim{State: idempotency.ClaimInProgress, Record: rec,
