@@ -60,6 +60,17 @@
 // downstream with a key derived from the same key (as payonce's payments do
 // with the providers' idempotency keys).
 //
+// # Replays from memory
+//
+// A finished record never changes until it expires, so an executor with a
+// [ReplayCache] ([Config].ReplayCache) answers replays of records its store
+// already replayed from a bounded in-process cache, without a round trip:
+// each entry lives no longer than the record's remaining life measured on
+// the store's clock, minus a margin; another fingerprint is refused as the
+// store refuses it. Records in progress, missing or expired always go to
+// the store, as does every request of a store that seals responses and
+// every request with [Request].NoCache.
+//
 // # HTTP
 //
 // [Middleware] protects net/http routes: the key comes from the

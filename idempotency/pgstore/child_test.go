@@ -81,6 +81,8 @@ func child(role string) error {
 		workers, _ := strconv.Atoi(os.Getenv("PGSTORE_WORKERS"))
 		s := contend(ctx, exec, pool, keys, workers, pid)
 		return json.NewEncoder(os.Stdout).Encode(s)
+	case "cache":
+		return cacheChild(ctx, pool, store, pid)
 	case "hang", "hang-tx":
 		r := childRequest(os.Getenv("PGSTORE_KEY"))
 		if role == "hang" {
