@@ -41,6 +41,16 @@
 //		return idempotency.Response{Code: 201, Body: []byte(fmt.Sprintf(`{"id":%d}`, id))}, err
 //	})
 //
+// # Behind PgBouncer
+//
+// In transaction pooling mode, consecutive statements may run on different
+// server sessions, so nothing may rest on a session: the store keeps no
+// session state, takes no session-level lock, and each claim, completion
+// and transaction reaches one session. The pool alone must be configured:
+// [ForTransactionPooler] makes it prepare no named statements, and
+// Config.Pooler = [TransactionPooler] has [New] check that it does. The
+// conformance suite runs through a real PgBouncer in this mode.
+//
 // # Pruning
 //
 // [Store.Prune] deletes one bounded batch of expired, finished records via

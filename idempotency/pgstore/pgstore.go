@@ -67,6 +67,10 @@ type Config struct {
 	// WithTx (see idempotency.Encrypted for the format and rotation).
 	// Default nil: responses are stored as they are.
 	Keyring *idempotency.Keyring
+	// Pooler says what is between the pool and PostgreSQL:
+	// DirectConnection (default) or TransactionPooler (PgBouncer in
+	// transaction mode), which New checks the pool is configured for.
+	Pooler Pooler
 }
 
 // New returns a Store over pool. A nil cfg means defaults. It returns an
@@ -81,6 +85,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	}
 	if s.strategy < ClaimAdaptive || s.strategy > ClaimReadFirst {
 		return nil, &idempotency.InvalidError{Field: "Config.ClaimStrategy", Reason: fmt.Sprintf("unknown strategy %d", s.strategy)}
+	}
+	if cfg != nil {
+		if err := checkPooler(cfg.Pooler, pool); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -326,7 +335,18 @@ func (s *Store) completeArgs(l idempotency.Lease, c idempotency.Completion) ([]a
 	if body == nil {
 		body = []byte{}
 	}
-	return []any{l.Key, l.Scope, l.Version, string(c.Status), int32(c.Response.Code), meta, body, c.Retention.Seconds()}, nil
+	return []any{l.Key, l.Scope, l.Version, string(c.Status), int32(c.Response.Code), jsonArg(meta), body, c.Retention.Seconds()}, nil
+}
+
+// jsonArg passes JSON for a JSONB parameter as text (NULL when nil): the
+// one encoding that every exec mode reads as JSON, including
+// pgx.QueryExecModeExec behind a transaction pooler, which takes a []byte
+// for bytea.
+func jsonArg(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
 }
 
 // Release implements [idempotency.Store.Release].

@@ -20,12 +20,22 @@ func TestMain(m *testing.M) {
 	if runChild() {
 		return
 	}
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(stopBouncer{m},
 		// pgx pools' background health checks end when the pool is closed
 		// by t.Cleanup, which runs before goleak looks.
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreTopFunction("github.com/jackc/puddle/v2.(*Pool).CreateResource.func1"),
 	)
+}
+
+// stopBouncer stops the PgBouncer that tests started, once they are done
+// and before goleak looks.
+type stopBouncer struct{ *testing.M }
+
+func (s stopBouncer) Run() int {
+	code := s.M.Run()
+	pgtest.StopBouncer()
+	return code
 }
 
 // advance makes d pass for every record of the test's schema. The database
