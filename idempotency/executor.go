@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures an [Executor]. The zero value (or nil) means defaults.
@@ -47,6 +49,11 @@ type Config struct {
 	// memory, without a round trip (see [ReplayCache] for what keeps it
 	// exact). Default nil: every request goes to the store.
 	ReplayCache *ReplayCache
+	// TracerProvider receives spans: idempotency.Do around each request,
+	// with idempotency.claim, idempotency.action and idempotency.complete
+	// inside it. Keys and scopes appear as short hashes only. Default: no
+	// spans.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -102,6 +109,7 @@ type Executor struct {
 	cfg     Config
 	metrics *Metrics
 	cache   *replayCache // nil: off
+	tracer  trace.Tracer
 }
 
 // New returns an Executor over store. A nil cfg means defaults. It returns
@@ -118,7 +126,7 @@ func New(store Store, cfg *Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: metrics: %w", err)
 	}
-	e := &Executor{store: store, cfg: c, metrics: m}
+	e := &Executor{store: store, cfg: c, metrics: m, tracer: Tracer(c.TracerProvider, "idempotency")}
 	if s, ok := store.(Sealer); c.ReplayCache != nil && !(ok && s.Seals()) {
 		if e.cache, err = newReplayCache(*c.ReplayCache); err != nil {
 			return nil, err
@@ -126,6 +134,10 @@ func New(store Store, cfg *Config) (*Executor, error) {
 	}
 	return e, nil
 }
+
+// Tracer returns the executor's tracer (Config.TracerProvider's), for
+// other executors over the same store that trace as this one does.
+func (e *Executor) Tracer() trace.Tracer { return e.tracer }
 
 // Metrics returns the executor's instruments.
 func (e *Executor) Metrics() *Metrics { return e.metrics }
@@ -299,44 +311,69 @@ func (e *Executor) Do(ctx context.Context, req Request, action Action) (Result, 
 // and says whether it recorded its outcome itself.
 type leasedAction func(ctx context.Context, lease Lease) (Response, *Recording, error)
 
-func (e *Executor) do(ctx context.Context, req Request, action leasedAction) (Result, error) {
+func (e *Executor) do(ctx context.Context, req Request, action leasedAction) (res Result, err error) {
 	if err := req.Validate(); err != nil {
 		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	ctx, span := e.tracer.Start(ctx, "idempotency.Do", trace.WithAttributes(KeyAttributes(req.Scope, req.Key)...))
+	defer func() {
+		span.SetAttributes(attribute.Bool(AttrReplayed, res.Replayed), attribute.Bool(AttrReclaimed, res.Reclaimed))
+		if res.Status != "" {
+			span.SetAttributes(attribute.String(AttrStatus, string(res.Status)))
+		}
+		EndSpan(span, err)
+	}()
+	claim, err := e.claim(ctx, req)
+	if err != nil {
+		return Result{}, err
+	}
+	if claim.State != ClaimAcquired && claim.State != ClaimReclaimed {
+		return Settle(claim)
+	}
+	return e.run(ctx, claim, action)
+}
+
+// claim claims req's key: from the replay cache when it can answer, else
+// from the store.
+func (e *Executor) claim(ctx context.Context, req Request) (claim Claim, err error) {
+	ctx, span := e.tracer.Start(ctx, "idempotency.claim")
+	cached := false
+	defer func() {
+		span.SetAttributes(attribute.String(AttrClaimState, claim.State.String()), attribute.Bool(AttrCached, cached))
+		EndSpan(span, err)
+	}()
 	cache := e.cache
 	if req.NoCache {
 		cache = nil
 	}
 	if cache != nil {
 		if claim, ok := cache.get(req); ok {
+			cached = true
 			e.metrics.Claim(ctx, req.Scope, claim.State)
 			e.metrics.cachedReplay(ctx)
-			return Settle(claim)
+			return claim, nil
 		}
 	}
 	var sent time.Time
 	if cache != nil {
 		sent = cache.cfg.Clock()
 	}
-	claim, err := e.store.Claim(ctx, ClaimParams{
+	claim, err = e.store.Claim(ctx, ClaimParams{
 		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
 		LockTimeout: e.cfg.LockTimeout, Retention: e.cfg.Retention, Expired: e.cfg.Expired,
 		RefuseForeign: req.RefuseForeign,
 	})
 	if err != nil {
-		return Result{}, err
+		return Claim{}, err
 	}
 	if cache != nil {
 		cache.put(req, claim, sent)
 	}
 	e.metrics.Claim(ctx, req.Scope, claim.State)
-	if claim.State != ClaimAcquired && claim.State != ClaimReclaimed {
-		return Settle(claim)
-	}
-	return e.run(ctx, claim, action)
+	return claim, nil
 }
 
 // Settle turns a claim that did not acquire the lease into Do's result:
@@ -405,7 +442,9 @@ func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (r
 	}()
 
 	started := e.cfg.Clock()
-	resp, done, aerr := action(actx, lease)
+	sctx, aspan := e.tracer.Start(actx, "idempotency.action")
+	resp, done, aerr := action(sctx, lease)
+	EndSpan(aspan, aerr)
 	took := e.cfg.Clock().Sub(started)
 	lost := errors.Is(context.Cause(actx), ErrLeaseLost)
 	stop()
@@ -474,8 +513,9 @@ func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (r
 // complete records the outcome, retrying a few times on store errors other
 // than a lost lease: the action already ran, so giving up early means a
 // retry runs it again.
-func (e *Executor) complete(ctx context.Context, lease Lease, c Completion) error {
-	var err error
+func (e *Executor) complete(ctx context.Context, lease Lease, c Completion) (err error) {
+	ctx, span := e.tracer.Start(ctx, "idempotency.complete", trace.WithAttributes(attribute.String(AttrStatus, string(c.Status))))
+	defer func() { EndSpan(span, err) }()
 	for attempt := 0; attempt < 3; attempt++ {
 		if err = e.store.Complete(ctx, lease, c); err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrInvalid) {
 			return err

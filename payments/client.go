@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
@@ -52,6 +53,13 @@ type Config struct {
 	// payments.provider_call_duration_ms) and the idempotency core's.
 	// Default: a no-op provider.
 	MeterProvider metric.MeterProvider
+	// TracerProvider receives spans: payments.charge and payments.refund
+	// around each call, payments.provider.<step> around each provider call
+	// (with the provider's object id and request id where given),
+	// payments.webhook.apply per batch of notifications, and the
+	// idempotency core's spans. Keys appear as short hashes only. Default:
+	// no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Client charges through providers, exactly once per key: it claims the
@@ -70,6 +78,7 @@ type Client struct {
 	hooks     hooks
 	// windowMargin: Config.WindowMargin.
 	windowMargin time.Duration
+	tracer       trace.Tracer
 }
 
 // ConfigError names a bad configuration field.
@@ -144,7 +153,7 @@ func New(pool *pgxpool.Pool, providers []Provider, cfg *Config) (*Client, error)
 		}
 	}
 	exec, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
-		Logger: c.Logger, MeterProvider: c.MeterProvider})
+		Logger: c.Logger, MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider})
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +166,7 @@ func New(pool *pgxpool.Pool, providers []Provider, cfg *Config) (*Client, error)
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, inbox: NewInbox(pool), providers: byName, log: log,
-		windowMargin: c.WindowMargin}, nil
+		windowMargin: c.WindowMargin, tracer: idempotency.Tracer(c.TracerProvider, "payments")}, nil
 }
 
 // Operator is the client's operator and reconciler calls, apart from the
@@ -264,11 +273,13 @@ type TxFunc func(ctx context.Context, tx pgx.Tx, out Outcome) error
 // records the charge's outcome (see [TxFunc]). No transaction is held open
 // across the provider call: the intent commits before it, the outcome
 // after.
-func (c *Client) ChargeTx(ctx context.Context, p ChargeParams, fn TxFunc) (Outcome, error) {
+func (c *Client) ChargeTx(ctx context.Context, p ChargeParams, fn TxFunc) (out Outcome, err error) {
 	prov, req, pkey, err := c.chargeRequest(p)
 	if err != nil {
 		return Outcome{}, err
 	}
+	ctx, span := c.startCall(ctx, "payments.charge", p.Provider, req)
+	defer func() { endCall(span, out, err) }()
 	cl := &call{fn: fn}
 	res, err := c.exec.DoRecording(ctx, req, func(ctx context.Context, lease idempotency.Lease) (idempotency.Recording, error) {
 		c.hooks.call(pointAfterClaim, c.hooks.afterClaim, ctx, req.Key)
@@ -448,13 +459,15 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 	known := prior.providerID
 	c.hooks.call(pointAfterIntent, c.hooks.afterIntent, ctx, req.Key)
 	started := time.Now()
-	pres, perr := prov.Charge(ctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,
+	pctx, pspan := c.startProvider(ctx, StepCharge, p.Provider, pkey)
+	pres, perr := prov.Charge(pctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,
 		Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata,
 		ProviderID: known,
 		Progress: func(ctx context.Context, id string) error {
 			_, err := c.pool.Exec(ctx, progressSQL, req.Key, req.Scope, id)
 			return err
 		}})
+	endProvider(pspan, pres.ProviderID, pres.RequestID, string(pres.Status), pres.Replayed, perr)
 	c.hooks.call(pointAfterProvider, c.hooks.afterProvider, ctx, req.Key)
 	c.metrics.observe(ctx, "charge", p.Provider, string(pres.Status), perr, time.Since(started))
 

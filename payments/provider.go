@@ -185,6 +185,10 @@ type ChargeResult struct {
 	// Replayed is true when the provider answered from its idempotency
 	// cache (the same key was seen before).
 	Replayed bool
+	// RequestID is the provider's id of this request, where it gives one
+	// (Stripe's Request-Id, PayPal's Paypal-Debug-Id), for tracing and
+	// support tickets.
+	RequestID string
 	// Refunded is what the provider has refunded of this charge, when a
 	// lookup asked for it (LookupRequest.WithRefunds) and RefundsKnown
 	// is set; the reconciler compares it with the refunds payonce
@@ -217,6 +221,8 @@ type RefundResult struct {
 	Status     RefundStatus
 	Amount     money.Money
 	Replayed   bool
+	// RequestID is the provider's id of this request, where it gives one.
+	RequestID string
 }
 
 // LookupRequest asks what exists at the provider for a local key.

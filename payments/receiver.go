@@ -9,7 +9,10 @@ import (
 	"net/http"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 )
 
@@ -177,12 +180,19 @@ func (o *Operator) ApplyEvents(ctx context.Context, provider string, events []We
 	return o.c.applyEvents(ctx, provider, events)
 }
 
-func (c *Client) applyEvents(ctx context.Context, provider string, events []WebhookEvent) ([]AppliedEvent, error) {
+func (c *Client) applyEvents(ctx context.Context, provider string, events []WebhookEvent) (_ []AppliedEvent, err error) {
+	ctx, span := c.tracer.Start(ctx, "payments.webhook.apply", trace.WithAttributes(
+		attribute.String(AttrProvider, provider), attribute.Int(AttrEvents, len(events))))
+	defer func() { idempotency.EndSpan(span, err) }()
 	var out []AppliedEvent
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		out = out[:0]
 		for _, ev := range events {
-			a, err := c.applyEvent(ctx, tx, provider, ev)
+			ectx, espan := c.tracer.Start(ctx, "payments.webhook.event", trace.WithAttributes(
+				attribute.String(AttrEventType, ev.Type), attribute.String(AttrProviderID, ev.ProviderID)))
+			a, err := c.applyEvent(ectx, tx, provider, ev)
+			espan.SetAttributes(attribute.String(AttrEventOutcome, a.Outcome))
+			idempotency.EndSpan(espan, err)
 			if err != nil {
 				return fmt.Errorf("event %s: %w", ev.ID, err)
 			}

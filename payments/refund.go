@@ -66,7 +66,7 @@ func (c *Client) Refund(ctx context.Context, p RefundParams) (Outcome, error) {
 
 // RefundTx is [Client.Refund] with fn run inside the transaction that
 // records the refund's outcome (see [TxFunc]).
-func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (Outcome, error) {
+func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (out Outcome, err error) {
 	chargeKey, err := idempotency.ComposeKey(p.Scope, "charge", p.ChargeKey)
 	if err != nil {
 		return Outcome{}, err
@@ -105,6 +105,8 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (Outco
 		return Outcome{}, err
 	}
 	req := idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}
+	ctx, span := c.startCall(ctx, "payments.refund", provName, req)
+	defer func() { endCall(span, out, err) }()
 	cl := &call{fn: fn}
 	res, err := c.exec.DoRecording(ctx, req, func(ctx context.Context, lease idempotency.Lease) (idempotency.Recording, error) {
 		cl.lease = lease
@@ -161,7 +163,9 @@ func (c *Client) refund(ctx context.Context, cl *call, prov Provider, req idempo
 		return c.settleBeyondWindow(ctx, cl, prov, in)
 	}
 	started := time.Now()
-	rres, rerr := prov.Refund(ctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
+	pctx, pspan := c.startProvider(ctx, StepRefund, prov.Name(), pkey)
+	rres, rerr := prov.Refund(pctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
+	endProvider(pspan, rres.ProviderID, rres.RequestID, string(rres.Status), rres.Replayed, rerr)
 	c.metrics.observe(ctx, "refund", prov.Name(), string(rres.Status), rerr, time.Since(started))
 	t, err := decideRefund(subj, rres, rerr)
 	if err != nil {

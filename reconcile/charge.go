@@ -20,8 +20,10 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 	if it.Kind == "REFUND" {
 		return r.examineRefund(ctx, rep, it)
 	}
-	res, err := prov.Lookup(ctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey, ProviderID: it.ProviderID,
+	lctx, span := r.startProvider(ctx, "lookup", it)
+	res, err := prov.Lookup(lctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey, ProviderID: it.ProviderID,
 		From: it.lookupFrom(), To: payments.LookupUntil(it.SentAt, payments.DedupWindowOf(prov, payments.StepCharge))})
+	endProvider(span, len(res.Charges), err)
 	if err != nil {
 		return r.lookupFailed(ctx, rep, it, err, "lookup", "attempt "+strconv.Itoa(it.Attempt))
 	}
@@ -107,7 +109,10 @@ func (r *Reconciler) void(ctx context.Context, rep *Report, it item, v payments.
 		return err
 	}
 	if !sent {
-		if err := v.Void(ctx, payments.VoidRequest{Key: it.Key, ProviderKey: it.ProviderKey, ProviderID: it.ProviderID}); err != nil {
+		vctx, span := r.startProvider(ctx, "void", it)
+		err := v.Void(vctx, payments.VoidRequest{Key: it.Key, ProviderKey: it.ProviderKey, ProviderID: it.ProviderID})
+		endProvider(span, -1, err)
+		if err != nil {
 			return r.reschedule(ctx, rep, it, Item{Kind: KindProviderUnavailable, ProviderState: "void failed", Detail: err.Error()}, recheckOutage)
 		}
 		base.Action, base.Detail = ActionVoidSent, "void of "+voidTarget(it)+"; its notification settles the intent"

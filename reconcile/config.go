@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payonce/payonce/internal/schedule"
 )
@@ -83,6 +84,11 @@ type Config struct {
 	Logger *slog.Logger
 	// MeterProvider receives the reconcile instruments. Default: no-op.
 	MeterProvider metric.MeterProvider
+	// TracerProvider receives spans: reconcile.run around each run and
+	// reconcile.examine around each intent examined (its key as a short
+	// hash, kind, provider and what was done), with the payments client's
+	// provider calls inside. Default: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // ConfigError names a bad configuration field.

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
@@ -24,6 +26,7 @@ type Reconciler struct {
 	client  *payments.Client
 	cfg     Config
 	metrics *instruments
+	tracer  trace.Tracer
 
 	mu        sync.Mutex
 	lastDrift time.Time
@@ -50,7 +53,8 @@ func New(pool *pgxpool.Pool, client *payments.Client, cfg *Config) (*Reconciler,
 	if err != nil {
 		return nil, err
 	}
-	return &Reconciler{pool: pool, store: store, client: client, cfg: c, metrics: ins}, nil
+	return &Reconciler{pool: pool, store: store, client: client, cfg: c, metrics: ins,
+		tracer: idempotency.Tracer(c.TracerProvider, "reconcile")}, nil
 }
 
 // Start runs RunOnce on Config.Spec until ctx ends or stop is called; runs
@@ -66,7 +70,9 @@ func (r *Reconciler) Start(ctx context.Context) (stop func()) {
 
 // RunOnce examines what is due now, repairs what it can prove, and stores
 // and returns the run's report.
-func (r *Reconciler) RunOnce(ctx context.Context) (*Report, error) {
+func (r *Reconciler) RunOnce(ctx context.Context) (_ *Report, err error) {
+	ctx, span := r.tracer.Start(ctx, "reconcile.run", trace.WithAttributes(attribute.String("reconcile.instance", r.cfg.Instance)))
+	defer func() { idempotency.EndSpan(span, err) }()
 	started := time.Now()
 	rep := &Report{Instance: r.cfg.Instance, Started: started}
 	if err := r.pool.QueryRow(ctx, startRunSQL, r.cfg.Instance).Scan(&rep.RunID); err != nil {
@@ -79,7 +85,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) (*Report, error) {
 		rep.Error = runErr.Error()
 		errText = rep.Error
 	}
-	_, err := r.pool.Exec(context.WithoutCancel(ctx), finishRunSQL,
+	span.SetAttributes(attribute.Int64("reconcile.run_id", rep.RunID), attribute.Int("reconcile.examined", rep.Examined),
+		attribute.Int("reconcile.repaired", rep.Repaired), attribute.Int("reconcile.failed_with_proof", rep.FailedWithProof),
+		attribute.Int("reconcile.needs_review", rep.NeedsReview), attribute.Int("reconcile.rescheduled", rep.Rescheduled),
+		attribute.Int("reconcile.divergences", len(rep.Items)))
+	_, err = r.pool.Exec(context.WithoutCancel(ctx), finishRunSQL,
 		rep.RunID, rep.Examined, rep.Repaired, rep.FailedWithProof, rep.NeedsReview, rep.Rescheduled, len(rep.Items), errText)
 	r.metrics.run(ctx, rep, rep.Finished.Sub(started))
 	r.cfg.Logger.Info("reconcile: run", "run", rep.RunID, "examined", rep.Examined, "repaired", rep.Repaired,
@@ -104,7 +114,7 @@ func (r *Reconciler) run(ctx context.Context, rep *Report) error {
 				break
 			}
 			rep.Examined++
-			if err := r.examine(ctx, rep, it); err != nil {
+			if err := r.traceExamine(ctx, rep, it); err != nil {
 				errs = append(errs, fmt.Errorf("intent %s: %w", idempotency.ShortHash(it.Key), err))
 			}
 		}
@@ -112,6 +122,50 @@ func (r *Reconciler) run(ctx context.Context, rep *Report) error {
 	}
 	errs = append(errs, r.stuckRecords(ctx, rep), r.webhookDivergences(ctx, rep))
 	return errors.Join(errs...) // nil errors are dropped
+}
+
+// traceExamine examines one intent in a reconcile.examine span that says
+// what was done: repaired, failed_with_proof, needs_review, rescheduled,
+// or nothing.
+func (r *Reconciler) traceExamine(ctx context.Context, rep *Report, it item) (err error) {
+	attrs := append(idempotency.KeyAttributes(it.Scope, it.Key), attribute.String("reconcile.intent_kind", string(it.Kind)),
+		attribute.String("payments.provider", it.Provider), attribute.String("payments.intent_status", string(it.Status)),
+		attribute.Int("reconcile.checks", it.checks))
+	ctx, span := r.tracer.Start(ctx, "reconcile.examine", trace.WithAttributes(attrs...))
+	before := *rep
+	defer func() {
+		done := "nothing"
+		switch {
+		case rep.Repaired > before.Repaired:
+			done = "repaired"
+		case rep.FailedWithProof > before.FailedWithProof:
+			done = "failed_with_proof"
+		case rep.NeedsReview > before.NeedsReview:
+			done = "needs_review"
+		case rep.Rescheduled > before.Rescheduled:
+			done = "rescheduled"
+		}
+		span.SetAttributes(attribute.String("reconcile.done", done))
+		idempotency.EndSpan(span, err)
+	}()
+	return r.examine(ctx, rep, it)
+}
+
+// startProvider starts the span of a provider call the reconciler makes
+// (payments.provider.lookup, .refund_lookup, .verify_lookup, .void).
+func (r *Reconciler) startProvider(ctx context.Context, step string, it item) (context.Context, trace.Span) {
+	attrs := append(idempotency.KeyAttributes(it.Scope, it.Key), attribute.String(payments.AttrProvider, it.Provider),
+		attribute.String(payments.AttrStep, step), attribute.String(payments.AttrProviderKeyHash, idempotency.ShortHash(it.ProviderKey)))
+	return r.tracer.Start(ctx, "payments.provider."+step, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+}
+
+// endProvider ends a provider call's span with how many objects it found
+// (-1: not a lookup).
+func endProvider(span trace.Span, found int, err error) {
+	if found >= 0 && err == nil {
+		span.SetAttributes(attribute.Int("payments.provider_objects", found))
+	}
+	idempotency.EndSpan(span, err)
 }
 
 // lookupFailed decides on an intent whose lookup (e.g. "refund lookup")

@@ -18,8 +18,10 @@ func (r *Reconciler) examineRefund(ctx context.Context, rep *Report, it item) er
 		base.ProviderState = "no refund lookup; no notification yet"
 		return r.inconclusive(ctx, rep, it, base, "the refund's outcome never arrived")
 	}
-	res, err := rl.LookupRefund(ctx, payments.RefundLookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
+	lctx, span := r.startProvider(ctx, "refund_lookup", it)
+	res, err := rl.LookupRefund(lctx, payments.RefundLookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
 		ProviderID: it.ProviderID, ChargeID: it.ChargeID})
+	endProvider(span, len(res.Refunds), err)
 	if err != nil {
 		return r.lookupFailed(ctx, rep, it, err, "refund lookup", "the refund")
 	}

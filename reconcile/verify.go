@@ -41,8 +41,11 @@ func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
 	}
 	var found []Item
 	for _, it := range due {
-		res, err := r.client.Provider(it.Provider).Lookup(ctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
+		lctx, span := r.startProvider(ctx, "verify_lookup", item{Examined: payments.Examined{Scope: it.Scope, Key: it.Key,
+			Provider: it.Provider, ProviderKey: it.ProviderKey}})
+		res, err := r.client.Provider(it.Provider).Lookup(lctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
 			ProviderID: it.ProviderID, From: it.CreatedAt.Add(-10 * time.Minute), To: time.Now().Add(5 * time.Minute), WithRefunds: true})
+		endProvider(span, len(res.Charges), err)
 		if err != nil {
 			if _, uerr := r.pool.Exec(ctx, unverifySQL, it.Key, it.Scope); uerr != nil {
 				return uerr

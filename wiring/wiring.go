@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
@@ -39,6 +41,10 @@ type Config struct {
 	// Logger receives the payments client's warnings
 	// (payments.Config.Logger). Default: discarded.
 	Logger *slog.Logger
+	// MeterProvider and TracerProvider receive the payments client's
+	// metrics and spans (payments.Config). Default: none.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 }
 
 // StripeConfig reaches Stripe (or a fake of it). Stripe is configured
@@ -214,7 +220,8 @@ func Client(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return payments.New(pool, provs, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout})
+	return payments.New(pool, provs, &payments.Config{Logger: cfg.Logger, LockTimeout: cfg.LockTimeout,
+		MeterProvider: cfg.MeterProvider, TracerProvider: cfg.TracerProvider})
 }
 
 // optional is a setting that may be unset, as the adapters' lists take it.

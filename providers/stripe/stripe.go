@@ -108,10 +108,13 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 			res.Status = payments.ChargeFailed
 			res.Replayed = replayed(se.LastResponse)
 		}
+		if se, ok := asStripeError(err); ok {
+			res.RequestID = se.RequestID
+		}
 		return res, classify(err, &sent)
 	}
 	res := chargeResult(pi, req.Amount)
-	res.Replayed = replayed(pi.LastResponse)
+	res.Replayed, res.RequestID = replayed(pi.LastResponse), requestID(pi.LastResponse)
 	return res, nil
 }
 
@@ -216,6 +219,7 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 		Status:     refundStatus(re.Status),
 		Amount:     amountOr(re.Amount, string(re.Currency), req.Amount),
 		Replayed:   replayed(re.LastResponse),
+		RequestID:  requestID(re.LastResponse),
 	}
 	return res, nil
 }
@@ -267,6 +271,14 @@ func amountOr(amount int64, currency string, fallback money.Money) money.Money {
 
 func replayed(r *stripego.APIResponse) bool {
 	return r != nil && r.Header.Get("Idempotent-Replayed") == "true"
+}
+
+// requestID is Stripe's Request-Id of a response ("req_..."), for traces.
+func requestID(r *stripego.APIResponse) string {
+	if r == nil {
+		return ""
+	}
+	return r.RequestID
 }
 
 // invalid is a request refused before sending it.
