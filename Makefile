@@ -7,7 +7,7 @@ FUZZTIME ?= 30000x
 STRIPE_MOCK_VERSION := v0.203.0
 STRIPE_MOCK := .bin/stripe-mock-$(STRIPE_MOCK_VERSION)
 
-.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench
+.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench
 
 # The whole suite: go vet, every test with the race detector against a
 # throwaway PostgreSQL (or TEST_DATABASE_URL when set), a brief run of
@@ -57,6 +57,11 @@ demo:
 
 bench:
 	$(GO) run ./internal/cmd/withpg -durable -var BENCH_DATABASE_URL -- $(GO) run ./internal/cmd/bench
+
+# The claim+complete cycle from 1, 2 and 4 OS processes, directly and
+# through PgBouncer in transaction pooling mode (BENCHMARKS.md).
+scalebench:
+	$(GO) run ./internal/cmd/withpg -durable -var BENCH_DATABASE_URL -- $(GO) run ./internal/cmd/scalebench
 
 # The cleanup job against a table of millions of rows (BENCHMARKS.md).
 prunebench:
