@@ -40,10 +40,13 @@ Example:
 `
 
 const reportUsage = `Usage: payonce report [--runs N] [--run ID] [--kind K] [--provider P] [--min-age 1h]
-                      [--since 2026-12-01T00:00:00Z] [--limit N] [--format table|json|csv] [--database-url URL]
+                      [--since 2026-12-01T00:00:00Z] [--limit N] [--format table|json|csv|html] [--database-url URL]
 
 Prints past reconciler runs (newest first) and the divergences and repairs
 they recorded, filtered by run, kind, provider and the intent's age.
+--format html writes one self-contained page (no script, nothing it loads):
+the runs, the items per kind and per provider, and the balance drift per
+currency with a small chart; open it in a browser.
 Kinds: the "kind" column of a report, e.g. "stuck record",
 "pending locally, succeeded at provider", "several charges at provider".
 
@@ -51,6 +54,7 @@ Exit codes: 0 success, 1 failure, 2 usage error.
 
 Example:
   payonce report --kind "several charges at provider" --min-age 1h --format csv > review.csv
+  payonce report --runs 50 --format html > divergences.html
 `
 
 func runReconcile(args []string) error {
@@ -106,7 +110,7 @@ func runReconcile(args []string) error {
 func runReport(args []string) error {
 	fs := flag.NewFlagSet("report", flag.ContinueOnError)
 	dbURL := databaseURL(fs)
-	format := fs.String("format", "table", "table, json or csv")
+	format := fs.String("format", "table", "table, json, csv or html")
 	runs := fs.Int("runs", 10, "past runs to list")
 	var f reconcile.Filter
 	fs.Int64Var(&f.RunID, "run", 0, "only this run's items")
@@ -120,8 +124,8 @@ func runReport(args []string) error {
 	} else if len(pos) > 0 {
 		return usageError{fmt.Sprintf("report: unexpected argument %q", pos[0])}
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
+	if *format != "html" && checkFormat(*format) != nil {
+		return usageError{fmt.Sprintf("--format %q: table, json, csv or html", *format)}
 	}
 	if *since != "" {
 		t, err := time.Parse(time.RFC3339, *since)
@@ -136,6 +140,17 @@ func runReport(args []string) error {
 		return err
 	}
 	defer pool.Close()
+	if *format == "html" {
+		list, err := reconcile.Runs(ctx, pool, *runs)
+		if err != nil {
+			return err
+		}
+		items, err := reconcile.Items(ctx, pool, f)
+		if err != nil {
+			return err
+		}
+		return reconcile.WriteHTML(os.Stdout, reconcile.HTMLReport{Runs: list, Items: items})
+	}
 	if *format == "table" {
 		list, err := reconcile.Runs(ctx, pool, *runs)
 		if err != nil {

@@ -85,7 +85,12 @@ func TestReconcileAndReportCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "RUN") || !strings.Contains(out, "completed locally") {
 		t.Fatalf("report: exit %d\n%s", code, out)
 	}
-	if out, code := cli(t, nil, "report", "--format", "xml", "--database-url", url); code != 2 || !strings.Contains(out, "table, json or csv") {
+	out, code = cli(t, nil, "report", "--format", "html", "--database-url", url)
+	if code != 0 || !strings.HasPrefix(out, "<!DOCTYPE html>") || !strings.Contains(out, "cus_cli_charge_order-1") ||
+		!strings.Contains(out, "pending locally, succeeded at provider") || strings.Contains(out, "<script") {
+		t.Fatalf("report --format html: exit %d\n%s", code, out)
+	}
+	if out, code := cli(t, nil, "report", "--format", "xml", "--database-url", url); code != 2 || !strings.Contains(out, "table, json, csv or html") {
 		t.Fatalf("report --format xml: exit %d\n%s", code, out)
 	}
 	if out, code := cli(t, []string{"DATABASE_URL="}, "report"); code != 2 || !strings.Contains(out, "no database") {
