@@ -112,9 +112,15 @@ func run() error {
 		p50, p99  time.Duration
 	}
 	var rows []row
-	for _, mode := range []struct{ name, url string }{{"direct", direct}, {"pgbouncer", bouncer.URL}} {
+	// direct-exec is a direct connection configured as for a pooler (no
+	// prepared statements): it separates the cost of the exec mode from
+	// the cost of the extra hop.
+	for _, mode := range []struct {
+		name, url string
+		pooler    bool
+	}{{"direct", direct, false}, {"direct-exec", direct, true}, {"pgbouncer", bouncer.URL, true}} {
 		for _, n := range counts {
-			res, err := instances(exe, mode.url, mode.name == "pgbouncer", n, seconds)
+			res, err := instances(exe, mode.url, mode.pooler, n, seconds)
 			if err != nil {
 				return fmt.Errorf("%s, %d instances: %w", mode.name, n, err)
 			}
@@ -133,7 +139,7 @@ func run() error {
 			slices.Sort(p50s)
 			r := row{mode.name, n, float64(cycles) / float64(seconds), p50s[len(p50s)/2], p99}
 			rows = append(rows, r)
-			fmt.Printf("scale %-9s instances=%d  %8.0f/s  p50 %7s  p99 %7s\n", r.mode, r.instances, r.tps,
+			fmt.Printf("scale %-11s instances=%d  %8.0f/s  p50 %7s  p99 %7s\n", r.mode, r.instances, r.tps,
 				r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond))
 		}
 	}
