@@ -340,8 +340,8 @@ func (s *Store) completeArgs(l idempotency.Lease, c idempotency.Completion) ([]a
 
 // jsonArg passes JSON for a JSONB parameter as text (NULL when nil): the
 // one encoding that every exec mode reads as JSON, including
-// pgx.QueryExecModeExec behind a transaction pooler, which takes a []byte
-// for bytea.
+// pgx.QueryExecModeExec (a pool configured for a pooler by hand), which
+// takes a []byte for bytea.
 func jsonArg(b []byte) any {
 	if b == nil {
 		return nil

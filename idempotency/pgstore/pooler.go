@@ -39,20 +39,27 @@ func (p Pooler) String() string {
 }
 
 // ForTransactionPooler configures cfg for a pooler in transaction mode:
-// every statement is sent with the extended protocol's unnamed statement
-// in one round trip (pgx.QueryExecModeExec), so that nothing depends on a
-// statement prepared on another server session, and pgx's statement and
-// description caches are off. Pass the pool to [New] with
-// Config.Pooler = TransactionPooler.
+// no named prepared statement (pgx's statement cache is off); each
+// statement is sent as the extended protocol's unnamed statement, parsed,
+// bound and executed in one round trip, with its parameter and result
+// types described once per connection and cached
+// (pgx.QueryExecModeCacheDescribe). A describe only reads, so it may land
+// on any server session. Pass the pool to [New] with Config.Pooler =
+// TransactionPooler.
+//
+// The price is a parse and plan of every statement on the server, which
+// a named prepared statement saves: make scalebench measures it. A pooler
+// that tracks protocol-level prepared statements (PgBouncer 1.21 and later
+// with max_prepared_statements set) can keep pgx's default mode instead;
+// use DirectConnection then.
 //
 //	cfg, err := pgxpool.ParseConfig(os.Getenv("PGBOUNCER_URL"))
 //	pgstore.ForTransactionPooler(cfg)
 //	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 //	store, err := pgstore.New(pool, &pgstore.Config{Pooler: pgstore.TransactionPooler})
 func ForTransactionPooler(cfg *pgxpool.Config) {
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	cfg.ConnConfig.StatementCacheCapacity = 0
-	cfg.ConnConfig.DescriptionCacheCapacity = 0
 }
 
 // checkPooler refuses a pool that prepares statements behind a
@@ -64,7 +71,9 @@ func checkPooler(p Pooler, pool *pgxpool.Pool) error {
 		return nil
 	case TransactionPooler:
 		switch mode := pool.Config().ConnConfig.DefaultQueryExecMode; mode {
-		case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
+		case pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
+			// No named statement, and a single round trip per execution
+			// (DescribeExec's two could reach two server sessions).
 			return nil
 		default:
 			return &idempotency.InvalidError{Field: "Config.Pooler", Reason: fmt.Sprintf(
