@@ -469,7 +469,9 @@ func parseKeyHeader(values []string) (string, error) {
 	if len(values) != 1 {
 		return "", invalid("key header", "sent %d times", len(values))
 	}
-	v := strings.TrimSpace(values[0])
+	// Only HTTP's optional whitespace (SP, HTAB) surrounds a field value:
+	// TrimSpace would also take "k\u00a0" or "k\v", which are no token.
+	v := strings.Trim(values[0], " \t")
 	if strings.HasPrefix(v, `"`) {
 		if len(v) < 2 || !strings.HasSuffix(v, `"`) {
 			return "", invalid("key header", "unterminated string")

@@ -126,7 +126,9 @@ func webhookEvent(ev stripego.Event, body []byte) (payments.WebhookEvent, error)
 		delta := ch.AmountRefunded
 		if prev, ok := ev.Data.PreviousAttributes["amount_refunded"]; ok {
 			f, isNum := prev.(float64)
-			if !isNum || f != math.Trunc(f) || f < 0 || int64(f) > ch.AmountRefunded {
+			// f < 1<<63 before int64(f): a larger value converts to a negative int64 and
+			// would pass the bound, making the delta negative.
+			if !isNum || f != math.Trunc(f) || f < 0 || f >= 1<<63 || int64(f) > ch.AmountRefunded {
 				return out, fmt.Errorf("data.previous_attributes.amount_refunded %v is not an amount up to amount_refunded %d", prev, ch.AmountRefunded)
 			}
 			delta -= int64(f)
