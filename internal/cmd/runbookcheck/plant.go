@@ -8,8 +8,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/inbox"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	paystripe "github.com/payonce/payonce/providers/stripe"
@@ -123,7 +127,41 @@ func plant(ctx context.Context, pool *pgxpool.Pool, stripeURL string) error {
 	if _, err := pool.Exec(ctx, backdateSQL); err != nil {
 		return fmt.Errorf("plant: backdate: %w", err)
 	}
+	if err := plantMessages(ctx, pool); err != nil {
+		return err
+	}
 	return plantSagas(ctx, pool)
+}
+
+// plantMessages leaves section 7's inbox records, through package inbox: a
+// message of the source "orders" that failed for good (an unknown sku),
+// and one that was processed.
+func plantMessages(ctx context.Context, pool *pgxpool.Pool) error {
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		return err
+	}
+	in, err := inbox.New(store, nil)
+	if err != nil {
+		return err
+	}
+	msg := func(id, sku string) inbox.Message {
+		fp, err := idempotency.NewFingerprint().String("sku", sku).Sum()
+		if err != nil {
+			panic(err)
+		}
+		return inbox.Message{Source: "orders", ID: id, Fingerprint: fp, Attempt: 1}
+	}
+	out, err := in.HandleTx(ctx, msg("ord-1001", "book-99"), func(context.Context, pgx.Tx, inbox.Message) error {
+		return idempotency.Permanent(errors.New("unknown sku"), idempotency.Response{Code: 422, Body: []byte("unknown sku book-99")})
+	})
+	if out != inbox.Poison {
+		return fmt.Errorf("plant: the poison message: %v %v", out, err)
+	}
+	if out, err := in.HandleTx(ctx, msg("ord-1002", "book-42"), func(context.Context, pgx.Tx, inbox.Message) error { return nil }); out != inbox.Processed {
+		return fmt.Errorf("plant: the processed message: %v %v", out, err)
+	}
+	return nil
 }
 
 // sagaName is the definition of the planted sagas. The checkout service

@@ -123,7 +123,7 @@ func parseRunbook(path string) ([]block, error) {
 }
 
 // alertRe matches the alert names the runbook cites, in backquotes.
-var alertRe = regexp.MustCompile("`((?:Idempotency|Payments|Reconcile|Saga)[A-Z][A-Za-z]+)`")
+var alertRe = regexp.MustCompile("`((?:Idempotency|Payments|Reconcile|Saga|Inbox)[A-Z][A-Za-z]+)`")
 
 // checkReferences keeps the runbook from drifting from what it names:
 // every alert it cites must be defined in one of ruleFiles, and every
