@@ -5,15 +5,21 @@
 //	(a) raw claim+complete: pgbench running pgstore's own claim and complete
 //	    statements as two autocommit statements (8 clients, prepared);
 //	(b) sdk claim+complete: pgstore's Do cycle, 8 goroutines, against (a);
-//	(c) replay: Do of an already completed key, against pgbench's
-//	    primary-key SELECT of one row of the same table;
+//	(c) replay: Do of an already completed key, with the executor's replay
+//	    cache and without it, against pgbench's primary-key SELECT of one
+//	    row of the same table;
 //	(d) one_tx: DoTx (claim, the action's insert, completion, one commit),
-//	    8 goroutines, against (a);
+//	    8 goroutines, against pgbench running the same transaction
+//	    (BEGIN, pgstore's claim, the insert, pgstore's complete, COMMIT),
+//	    and against the two-phase path (Do whose action inserts in its own
+//	    transaction);
+//	(p) peers: replicas of other designs (peers.go) on the same table
+//	    shape, claim+complete and replay;
 //	(e) ledger: postings per second with every entry on the same two
 //	    accounts against entries on distinct accounts (ledgerbench.Run).
 //
 // It reads BENCH_DATABASE_URL (make bench starts a durable throwaway
-// cluster), BENCH_SECONDS (default 10) and BENCH_ROUNDS (default 3).
+// cluster), BENCH_SECONDS (default 5) and BENCH_ROUNDS (default 3).
 package main
 
 import (
@@ -98,7 +104,7 @@ func run() error {
 	if base == "" {
 		return fmt.Errorf("BENCH_DATABASE_URL is not set: run `make bench`, which starts a throwaway PostgreSQL")
 	}
-	seconds, rounds := envInt("BENCH_SECONDS", 10), envInt("BENCH_ROUNDS", 3)
+	seconds, rounds := envInt("BENCH_SECONDS", 5), envInt("BENCH_ROUNDS", 3)
 	d := time.Duration(seconds) * time.Second
 	bin, err := localpg.BinDir()
 	if err != nil {
@@ -129,12 +135,20 @@ func run() error {
 	if err := seedReplays(ctx, pool, fp); err != nil {
 		return err
 	}
+	if err := preparePeers(ctx, pool); err != nil {
+		return err
+	}
+	cached, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: 30 * time.Second, Retention: 24 * time.Hour,
+		ReplayCache: &idempotency.ReplayCache{Size: 2 * replayKeys}})
+	if err != nil {
+		return err
+	}
 	tmp, err := os.MkdirTemp("", "payonce-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	cycle, sel, err := writeScripts(tmp)
+	cycle, sel, oneTx, err := writeScripts(tmp)
 	if err != nil {
 		return err
 	}
@@ -152,14 +166,29 @@ func run() error {
 	sdkCycle := &series{name: "(b) sdk claim+complete (Do)"}
 	rawRead := &series{name: "(c) raw primary-key SELECT (pgbench)"}
 	pgxRead := &series{name: "(c) plain pgx SELECT (Go ceiling)"}
-	sdkReplay := &series{name: "(c) sdk replay (Do)"}
+	sdkReplay := &series{name: "(c) sdk replay, replay cache (Do)"}
+	sdkReplayUncached := &series{name: "(c) sdk replay, no cache (Do)"}
+	rawOneTx := &series{name: "(d) raw one transaction (pgbench)"}
 	sdkOneTx := &series{name: "(d) sdk one transaction (DoTx)"}
+	sdkTwoPhase := &series{name: "(d) sdk two-phase (Do + own tx)"}
+	peerList := peers()
+	peerCycle := make([]*series, len(peerList))
+	peerReplay := make([]*series, len(peerList))
+	for i, p := range peerList {
+		peerCycle[i] = &series{name: "(p) claim+complete: " + p.name}
+		peerReplay[i] = &series{name: "(p) replay: " + p.name}
+	}
 
 	// Warm up caches and prepared statements, unmeasured.
 	if _, err := pgb.run(ctx, cycle, 2*time.Second); err != nil {
 		return err
 	}
 	_ = measure(2*time.Second, newKeyWorker(exec, fp, "w"))
+	// The replay cache fills from replays the store answered: one pass
+	// over every replay key, unmeasured.
+	if err := warmCache(cached, fp); err != nil {
+		return err
+	}
 
 	// Each measured run starts right after a checkpoint, so that none of
 	// them pays for a checkpoint the previous one left (full-page writes,
@@ -185,9 +214,25 @@ func run() error {
 		}
 		rawRead.samples = append(rawRead.samples, s)
 		pgxRead.samples = append(pgxRead.samples, measure(d, selectWorker(pool)))
-		sdkReplay.samples = append(sdkReplay.samples, measure(d, replayWorker(exec, fp)))
+		sdkReplay.samples = append(sdkReplay.samples, measure(d, replayWorker(cached, fp)))
+		sdkReplayUncached.samples = append(sdkReplayUncached.samples, measure(d, replayWorker(exec, fp)))
+		for i, p := range peerList {
+			peerReplay[i].samples = append(peerReplay[i].samples, measure(d, p.replayWorker(pool, fp)))
+		}
+		checkpoint()
+		s, err = pgb.run(ctx, oneTx, d)
+		if err != nil {
+			return err
+		}
+		rawOneTx.samples = append(rawOneTx.samples, s)
 		checkpoint()
 		sdkOneTx.samples = append(sdkOneTx.samples, measure(d, oneTxWorker(exec, fp, fmt.Sprintf("t%d", r))))
+		checkpoint()
+		sdkTwoPhase.samples = append(sdkTwoPhase.samples, measure(d, twoPhaseWorker(exec, pool, fp, fmt.Sprintf("p%d", r))))
+		for i, p := range peerList {
+			checkpoint()
+			peerCycle[i].samples = append(peerCycle[i].samples, measure(d, p.cycleWorker(pool, fp, fmt.Sprintf("q%d", r))))
+		}
 	}
 
 	// Every claim, pgbench's included, must have been completed: a
@@ -200,14 +245,39 @@ func run() error {
 	if open != 0 {
 		return fmt.Errorf("%d claims were never completed: the benchmark's statements are wrong", open)
 	}
+	for _, p := range peerList {
+		if n, err := p.open(ctx, pool); err != nil || n != 0 {
+			return fmt.Errorf("peer %s: %d claims never completed (%v)", p.name, n, err)
+		}
+	}
 
-	for _, s := range []*series{rawCycle, sdkCycle, rawRead, pgxRead, sdkReplay, sdkOneTx} {
+	all := []*series{rawCycle, sdkCycle, rawRead, pgxRead, sdkReplay, sdkReplayUncached, rawOneTx, sdkOneTx, sdkTwoPhase}
+	all = append(append(all, peerCycle...), peerReplay...)
+	for _, s := range all {
 		fmt.Println(s)
 	}
+	best := func(ss []*series) *series {
+		b := ss[0]
+		for _, s := range ss[1:] {
+			if s.median().tps > b.median().tps {
+				b = s
+			}
+		}
+		return b
+	}
+	bestCycle, bestReplay := best(peerCycle), best(peerReplay)
+	fmt.Printf("\nbest peer: %s; %s\n", bestCycle.name, bestReplay.name)
+	fmt.Printf("payonce's lead over the best peer: claim+complete %+.0f%%, replay %+.0f%% (without the replay cache %+.0f%%)\n",
+		100*(sdkCycle.median().tps/bestCycle.median().tps-1), 100*(sdkReplay.median().tps/bestReplay.median().tps-1),
+		100*(sdkReplayUncached.median().tps/bestReplay.median().tps-1))
 	fmt.Println()
 	fmt.Printf("ratio claim_complete sdk/raw=%.2f\n", sdkCycle.median().tps/rawCycle.median().tps)
 	fmt.Printf("ratio replay sdk/raw=%.2f\n", sdkReplay.median().tps/rawRead.median().tps)
-	fmt.Printf("ratio one_tx sdk/raw=%.2f\n", sdkOneTx.median().tps/rawCycle.median().tps)
+	fmt.Printf("ratio replay_uncached sdk/raw=%.2f\n", sdkReplayUncached.median().tps/rawRead.median().tps)
+	fmt.Printf("ratio one_tx sdk/raw=%.2f\n", sdkOneTx.median().tps/rawOneTx.median().tps)
+	fmt.Printf("ratio one_tx vs_two_phase=%.2f\n", sdkOneTx.median().tps/sdkTwoPhase.median().tps)
+	fmt.Printf("ratio peer_best claim_complete=%.2f\n", sdkCycle.median().tps/bestCycle.median().tps)
+	fmt.Printf("ratio peer_best replay=%.2f\n", sdkReplay.median().tps/bestReplay.median().tps)
 
 	// The ledger: postings on two hot accounts against distinct accounts,
 	// interleaved in rounds inside Run.
@@ -332,6 +402,48 @@ func selectWorker(pool *pgxpool.Pool) worker {
 	}
 }
 
+// twoPhaseWorker is what a user writes without DoTx: Do, whose action
+// inserts the order in a transaction of its own, then the completion.
+func twoPhaseWorker(exec *pgstore.Executor, pool *pgxpool.Pool, fp idempotency.Fingerprint, prefix string) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		r := idempotency.Request{Scope: scope, Key: fmt.Sprintf("%s%d", prefix, rng.Uint64()), Fingerprint: fp}
+		_, err := exec.Do(ctx, r, func(ctx context.Context) (idempotency.Response, error) {
+			_, err := pool.Exec(ctx, `INSERT INTO bench_orders (key, amount) VALUES ($1, $2)`, r.Key, "49.99")
+			return response(), err
+		})
+		return err
+	}
+}
+
+// warmCache replays every replay key once through exec, 8 at a time.
+func warmCache(exec *pgstore.Executor, fp idempotency.Fingerprint) error {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make([]error, clients)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 1 + c; k <= replayKeys; k += clients {
+				r := idempotency.Request{Scope: scope, Key: strconv.Itoa(k), Fingerprint: fp}
+				if _, err := exec.Do(ctx, r, func(context.Context) (idempotency.Response, error) {
+					return idempotency.Response{}, fmt.Errorf("a replay executed")
+				}); err != nil {
+					errs[c] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func oneTxWorker(exec *pgstore.Executor, fp idempotency.Fingerprint, prefix string) worker {
 	return func(ctx context.Context, rng *rand.Rand, i int) error {
 		r := idempotency.Request{Scope: scope, Key: fmt.Sprintf("%s%d", prefix, rng.Uint64()), Fingerprint: fp}
@@ -400,7 +512,7 @@ func summarize(all []time.Duration, elapsed time.Duration) sample {
 
 // pgbench scripts: pgstore's own statements, with each $n replaced by a
 // pgbench variable of the same meaning.
-func writeScripts(dir string) (cycle, sel string, err error) {
+func writeScripts(dir string) (cycle, sel, oneTx string, err error) {
 	st := pgstore.Statements()
 	toPgbench := func(sql string, vars ...string) string {
 		for i := len(vars); i >= 1; i-- { // $10 before $1
@@ -415,15 +527,23 @@ func writeScripts(dir string) (cycle, sel string, err error) {
 	cycle = filepath.Join(dir, "cycle.sql")
 	script := "\\set k random(1000000000, 9000000000000000000)\n" + claim + complete
 	if err := os.WriteFile(cycle, []byte(script), 0o644); err != nil {
-		return "", "", err
+		return "", "", "", err
+	}
+	// The same cycle in one transaction with the action's insert, as DoTx
+	// runs it.
+	oneTx = filepath.Join(dir, "one_tx.sql")
+	script = "\\set k random(1000000000, 9000000000000000000)\nBEGIN ISOLATION LEVEL READ COMMITTED;\n" + claim +
+		"INSERT INTO bench_orders (key, amount) VALUES (:k, 49.99);\n" + complete + "COMMIT;\n"
+	if err := os.WriteFile(oneTx, []byte(script), 0o644); err != nil {
+		return "", "", "", err
 	}
 	sel = filepath.Join(dir, "select.sql")
 	script = fmt.Sprintf("\\set k random(1, %d)\n", replayKeys) +
 		"SELECT fingerprint, status, response_code, response_body, response_raw, lock_version, locked_until, expires_at FROM idempotency_store WHERE idempotency_key = :k AND user_id = :s;\n"
 	if err := os.WriteFile(sel, []byte(script), 0o644); err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	return cycle, sel, nil
+	return cycle, sel, oneTx, nil
 }
 
 type pgbench struct {
