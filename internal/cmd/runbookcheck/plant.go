@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/payonce/payonce/cronslot"
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/inbox"
@@ -128,6 +129,9 @@ func plant(ctx context.Context, pool *pgxpool.Pool, stripeURL string) error {
 		return fmt.Errorf("plant: backdate: %w", err)
 	}
 	if err := plantMessages(ctx, pool); err != nil {
+		return err
+	}
+	if err := plantSlots(ctx, pool); err != nil {
 		return err
 	}
 	return plantSagas(ctx, pool)
@@ -253,3 +257,24 @@ UPDATE saga_steps SET started_at = started_at - interval '40 minutes', finished_
        updated_at = updated_at - interval '40 minutes'
  WHERE scope = 'usr_lena';
 `
+
+// plantSlots leaves section 8's cron slots, through package cronslot: the
+// nightly payouts of 1 December completed, those of 2 December failed for
+// good.
+func plantSlots(ctx context.Context, pool *pgxpool.Pool) error {
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		return err
+	}
+	g, err := cronslot.New(store, nil)
+	if err != nil {
+		return err
+	}
+	for day, jobErr := range map[int]error{1: nil, 2: idempotency.Permanent(errors.New("no bank calendar for the day"), idempotency.Response{})} {
+		slot := time.Date(2026, 12, day, 2, 0, 0, 0, time.UTC)
+		if _, err := g.RunSlot(ctx, "nightly-payouts", slot, func(context.Context, cronslot.Slot) error { return jobErr }, nil); (err != nil) != (jobErr != nil) {
+			return fmt.Errorf("plant: cron slot %s: %v", slot, err)
+		}
+	}
+	return nil
+}
