@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/payonce/payonce/cronslot"
 	"github.com/payonce/payonce/deploy/grafana"
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/memstore"
@@ -139,6 +140,7 @@ func series(t *testing.T) map[string]bool {
 		func() error { _, err := reconcile.New(pool, nil, &reconcile.Config{MeterProvider: mp}); return err },
 		func() error { _, err := saga.New(pool, &saga.Config{MeterProvider: mp}); return err },
 		func() error { _, err := inbox.New(store, &inbox.Config{MeterProvider: mp}); return err },
+		func() error { _, err := cronslot.New(store, &cronslot.Config{MeterProvider: mp}); return err },
 	} {
 		if err := build(); err != nil {
 			t.Fatal(err)
