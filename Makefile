@@ -7,7 +7,7 @@ FUZZTIME ?= 30000x
 STRIPE_MOCK_VERSION := v0.203.0
 STRIPE_MOCK := .bin/stripe-mock-$(STRIPE_MOCK_VERSION)
 
-.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench chargebench
+.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench chargebench demo-worker
 
 # The whole suite: go vet, every test with the race detector against a
 # throwaway PostgreSQL (or TEST_DATABASE_URL when set), a brief run of
@@ -62,6 +62,10 @@ bench:
 # through PgBouncer in transaction pooling mode (BENCHMARKS.md).
 scalebench:
 	$(GO) run ./internal/cmd/withpg -durable -var BENCH_DATABASE_URL -- $(GO) run ./internal/cmd/scalebench
+
+# The consumer path: River jobs through the inbox, a worker killed midway.
+demo-worker:
+	$(GO) run ./cmd/payonce demo worker
 
 # What the safety costs on the charge path: Client.Charge against a
 # hand-written pgx + stripe-go charge that records nothing (BENCHMARKS.md).

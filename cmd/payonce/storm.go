@@ -26,6 +26,7 @@ import (
 
 const demoUsage = `Usage: payonce demo [--payments N] [--customers N] [--seed N] [--no-kill] [--database-url URL]
        payonce demo core     the idempotency core alone (see: payonce demo core --help)
+       payonce demo worker   the consumer path: River jobs through the inbox (see: payonce demo worker --help)
 
 A checkout storm. The checkout example service (examples/checkout) runs as a
 worker process on a throwaway PostgreSQL, charging through payonce's Stripe
@@ -61,6 +62,8 @@ func runDemo(args []string) error {
 		switch args[0] {
 		case "core":
 			return runCoreDemo(args[1:])
+		case "worker":
+			return runWorkerDemo(args[1:])
 		}
 	}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)

@@ -25,21 +25,27 @@ const workerPackage = "github.com/payonce/payonce/cmd/payonce/internal/stormwork
 // returns its path and a function that removes it. It needs the Go
 // toolchain and payonce's source tree, as make demo has them.
 func buildWorker(ctx context.Context) (exe string, clean func(), err error) {
+	return buildProgram(ctx, workerPackage)
+}
+
+// buildProgram builds pkg (a main package of payonce's tree) as
+// buildWorker does.
+func buildProgram(ctx context.Context, pkg string) (exe string, clean func(), err error) {
 	dir, err := os.MkdirTemp("", "payonce-demo-")
 	if err != nil {
 		return "", nil, err
 	}
 	clean = func() { _ = os.RemoveAll(dir) }
-	exe = filepath.Join(dir, "stormworker")
+	exe = filepath.Join(dir, filepath.Base(pkg))
 	args := []string{"build", "-o", exe}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	out, err := exec.CommandContext(ctx, "go", append(args, workerPackage)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "go", append(args, pkg)...).CombinedOutput()
 	if err != nil {
 		clean()
-		return "", nil, fmt.Errorf("building the demo's checkout worker (%s) needs the Go toolchain and payonce's source tree "+
-			"(run make demo from it): %v\n%s", workerPackage, err, out)
+		return "", nil, fmt.Errorf("building the demo's worker (%s) needs the Go toolchain and payonce's source tree "+
+			"(run make demo from it): %v\n%s", pkg, err, out)
 	}
 	return exe, clean, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -14,10 +15,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/wiring"
 )
+
+// constantRetry retries a failed job after a fixed delay (the demo's;
+// River's default backs off from seconds to weeks).
+type constantRetry time.Duration
+
+func (d constantRetry) NextRetry(*rivertype.JobRow) time.Time {
+	return time.Now().Add(time.Duration(d))
+}
 
 type errWriter struct{}
 
@@ -37,7 +47,14 @@ func run() error {
 	if url == "" {
 		return errors.New("DATABASE_URL is required")
 	}
-	pool, err := pgxpool.New(ctx, url)
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	// 16 River workers, River's own maintenance and the inbox: pgx's
+	// default of 4 connections would make jobs queue for one.
+	pcfg.MaxConns = max(pcfg.MaxConns, 24)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
 	}
@@ -53,7 +70,26 @@ func run() error {
 			return err
 		}
 	}
-	client, err := NewClient(pool, Config{Payments: pay})
+	cfg := Config{Payments: pay}
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"WORKER_JOB_TIMEOUT", &cfg.JobTimeout}, {"WORKER_RESCUE_AFTER", &cfg.RescueStuckJobsAfter}, {"WORKER_RETRY_DELAY", nil}} {
+		v := os.Getenv(d.name)
+		if v == "" {
+			continue
+		}
+		dur, err := time.ParseDuration(v)
+		if err != nil || dur <= 0 {
+			return fmt.Errorf("%s=%q: a positive Go duration", d.name, v)
+		}
+		if d.dst != nil {
+			*d.dst = dur
+		} else {
+			cfg.RetryPolicy = constantRetry(dur)
+		}
+	}
+	client, err := NewClient(pool, cfg)
 	if err != nil {
 		return err
 	}
@@ -69,8 +105,12 @@ func run() error {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	fmt.Printf("worker: working River jobs; inserting on http://%s/jobs/{order,charge}\n", addr)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("worker: listening on http://%s (POST /jobs/order, /jobs/charge); working River jobs\n", l.Addr())
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -40,6 +40,10 @@
 //
 //	DATABASE_URL=postgres://... STRIPE_API_BASE=... STRIPE_SECRET_KEY=... go run ./examples/worker
 //
+// WORKER_JOB_TIMEOUT, WORKER_RESCUE_AFTER (River's JobTimeout and
+// RescueStuckJobsAfter) and WORKER_RETRY_DELAY (a constant retry delay
+// instead of River's backoff) are Go durations, for demos.
+//
 // It migrates payonce's and River's schemas, creates its tables and works
 // both queues until interrupted. POST /jobs/order {"order_id","sku","qty"}
 // and POST /jobs/charge {"payment_id","customer","amount","currency",
@@ -144,7 +148,7 @@ func (w *OrderWorker) Work(ctx context.Context, job *river.Job[OrderArgs]) error
 	case inbox.Poison:
 		return river.JobCancel(err) // recorded and dead-lettered: never retried
 	case inbox.Retry:
-		return err // nothing committed: River retries
+		return retry(err) // nothing committed: River runs it again
 	}
 	if w.afterCommit != nil {
 		return w.afterCommit(job)
@@ -171,11 +175,29 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[ChargeArgs]) err
 	switch {
 	case err == nil:
 		return nil
-	case payments.SafeToRetry(err):
-		return err // lost answer, provider down, in progress: the same key again later
+	case errors.Is(err, payments.ErrDeclined), errors.Is(err, payments.ErrInvalidRequest), errors.Is(err, payments.ErrNeedsReview),
+		errors.Is(err, payments.ErrKeyMismatch), errors.Is(err, idempotency.ErrInvalid), errors.Is(err, idempotency.ErrFingerprintMismatch),
+		errors.Is(err, idempotency.ErrForeignKey):
+		return river.JobCancel(err) // final: every retry of the key gets the same answer
 	default:
-		return river.JobCancel(err) // declined, invalid: final, replayed to any retry
+		// A lost answer, the provider or the database down, a timeout,
+		// another worker on the same payment: the same key again later.
+		return retry(err)
 	}
+}
+
+// retry returns a transient failure to River. Another worker holding the
+// same message or payment (idempotency.ErrInProgress) snoozes the job for
+// the holder's remaining lease without spending one of its attempts: a
+// holder that died keeps its lease for up to the inbox's LockTimeout, and
+// River's attempts must not run out meanwhile. Anything else is a failed
+// attempt, retried with River's backoff.
+func retry(err error) error {
+	var busy *idempotency.InProgressError
+	if errors.As(err, &busy) {
+		return river.JobSnooze(max(busy.RetryAfter, 100*time.Millisecond))
+	}
+	return err
 }
 
 // Config configures the worker.
@@ -218,19 +240,26 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	if err != nil {
 		return nil, err
 	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(errWriter{}, &slog.HandlerOptions{Level: slog.LevelError}))
+	}
 	in, err := inbox.New(store, &inbox.Config{
 		Retention: 30 * 24 * time.Hour, // beyond River's retries (25 attempts over about 3 weeks)
+		// An order takes milliseconds: a worker that died holding one
+		// leaves it to the others after 10s.
+		LockTimeout: 10 * time.Second,
+		// At least once per poison message (again on each job of it), so
+		// keyed by the message.
 		DeadLetter: func(ctx context.Context, m inbox.Message, reason error) {
-			_, _ = pool.Exec(context.WithoutCancel(ctx), `INSERT INTO dead_letters (source, message_id, reason) VALUES ($1, $2, $3)
-				ON CONFLICT DO NOTHING`, m.Source, m.ID, reason.Error())
+			if _, err := pool.Exec(context.WithoutCancel(ctx), `INSERT INTO dead_letters (source, message_id, reason) VALUES ($1, $2, $3)
+				ON CONFLICT DO NOTHING`, m.Source, m.ID, reason.Error()); err != nil {
+				logger.Error("worker: dead letter not stored", "message", m.ID, "err", err)
+			}
 		},
 	})
 	if err != nil {
 		return nil, err
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(errWriter{}, &slog.HandlerOptions{Level: slog.LevelError}))
 	}
 	workers := river.NewWorkers()
 	ow := cfg.orderWorker
