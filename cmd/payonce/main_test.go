@@ -62,6 +62,7 @@ func TestDemoStorm(t *testing.T) {
 		regexp.MustCompile(`intents needing review\s+0\n`),
 		regexp.MustCompile(`intents still open\s+0\n`),
 		regexp.MustCompile(`zero duplicates; the books balance and match every provider`),
+		regexp.MustCompile(`checkouts \(sagas\)\s+40: [1-9]\d* COMPLETED, [1-9]\d* ROLLED_BACK \(out of stock [1-9]\d*, declined \d+\), 0 NEEDS_REVIEW; .*stock never oversold; (\d+) charges for (\d+) completed`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("the summary does not match %q:\n%s", want, out)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -35,8 +36,11 @@ committing the charge and fails 5% of requests before. N payments by
 customers are each sent 2 to 5 times by impatient clients: double clicks,
 concurrent retries, clients that give up early. Midway the worker is killed
 with SIGKILL and restarted. Then every payment is retried with its key until
-it resolves, some are partly refunded, and the demo checks what the provider
-really holds against what payonce recorded.
+it resolves, some are partly refunded, then 40 checkouts of two scarce skus
+run as sagas (reserve stock, charge, record the order), double-clicked and
+retried until each is COMPLETED or ROLLED_BACK; and the demo checks what the
+providers really hold against what payonce recorded, and that no sku was
+sold beyond its stock.
 
 It prints a summary and exits 1 if any payment has more than one
 PaymentIntent at the provider, a succeeded payment has none, two answers
@@ -143,7 +147,9 @@ func storm(ctx context.Context, c stormConfig) error {
 	if strings.Contains(u, "?") {
 		sep = "&"
 	}
-	env := []string{"DATABASE_URL=" + u + sep + "pool_max_conns=24", "PAYONCE_DEMO_LOSE_WEBHOOKS=0.3"}
+	env := []string{"DATABASE_URL=" + u + sep + "pool_max_conns=24", "PAYONCE_DEMO_LOSE_WEBHOOKS=0.3",
+		// The checkout sagas' recovery finishes what a killed worker left.
+		"CHECKOUT_RECOVER_SPEC=@every 1s", "CHECKOUT_LOCK_TIMEOUT=2s"}
 	for k, v := range fk.Env() {
 		env = append(env, k+"="+v)
 	}
@@ -225,6 +231,12 @@ func storm(ctx context.Context, c stormConfig) error {
 			}
 		}
 	}
+	// Phase 3b: checkouts, each a saga (reserve, charge, confirm) of a
+	// scarce sku, double-clicked and retried until final.
+	checkouts, err := checkoutPhase(ctx, hc, base, pool, fk, fk.Providers(), rng)
+	if err != nil {
+		return err
+	}
 	// Let the providers' last webhooks (Adyen's refund outcomes) land.
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -242,6 +254,13 @@ func storm(ctx context.Context, c stormConfig) error {
 	}
 	err = report(ctx, stormReport{pays: pays, st: &st, fakes: fk, pool: pool, w: w, unresolved: unresolved.Load(),
 		refunds: refunds, rec: rec, elapsed: time.Since(began)})
+	fmt.Println(checkouts.line())
+	for _, p := range checkouts.problems {
+		fmt.Println("  PROBLEM:", p)
+	}
+	if len(checkouts.problems) > 0 {
+		err = errors.Join(err, fmt.Errorf("demo failed: %d checkout problem(s)", len(checkouts.problems)))
+	}
 	if kept {
 		fmt.Printf("\n  the demo's schema stays: payonce report --database-url '%s'\n", u)
 	}
