@@ -10,6 +10,7 @@
 //	payonce report                    past reconciler runs and their divergences
 //	payonce resolve SCOPE KEY         settle an intent under review (audited)
 //	payonce fake stripe|adyen|paypal  a stateful fake of a provider's API
+//	payonce design                    the idempotency design document
 //
 // Every command takes --help (usage and an example). Exit codes: 0
 // success; 1 failure (the demo exits 1 on any duplicate charge or books
@@ -47,6 +48,8 @@ Usage:
   payonce resolve SCOPE KEY         settle an intent flagged NEEDS_REVIEW with your decision
                                     (ledger entry, record, audit row in one transaction)
   payonce fake stripe|adyen|paypal  a stateful fake of the provider's API
+  payonce design                    the idempotency design document of your system (HTML
+                                    or Markdown) from your answers and a scan of your code
 
 Run payonce COMMAND --help (or payonce help COMMAND) for a command's flags and
 examples.
@@ -101,6 +104,8 @@ func main() {
 		err = runReport(os.Args[2:])
 	case "resolve":
 		err = runResolve(os.Args[2:])
+	case "design":
+		err = runDesign(os.Args[2:])
 	case "-h", "--help", "help":
 		if len(os.Args) > 2 && os.Args[1] == "help" {
 			if u, ok := commandUsage[os.Args[2]]; ok {
@@ -126,6 +131,7 @@ var commandUsage = map[string]string{
 	"demo": demoUsage, "migrate": migrateUsage, "fake": fakeUsage,
 	"stuck": stuckUsage, "release": releaseUsage, "prune": pruneUsage,
 	"reconcile": reconcileUsage, "report": reportUsage, "resolve": resolveUsage,
+	"design": designUsage,
 }
 
 // exitCode prints err and returns the exit code it calls for.

@@ -1,0 +1,204 @@
+package design
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// The seven testable constraints a generated document must meet. They
+// follow from payonce's invariants (shared/ARCHITECTURE.md): a document
+// that breaks one would lead its readers to build a system that charges
+// twice or loses an intent.
+const (
+	// C1: every protected action has a key of the form {scope}_{action}_{intent},
+	// its scope taken from authentication, and no time component.
+	C1 = "C1"
+	// C2: every action's lock timeout exceeds its stated duration and is
+	// below the retention.
+	C2 = "C2"
+	// C3: retention is at least the longest retry horizon stated (client,
+	// queue redelivery, webhook resends, provider windows).
+	C3 = "C3"
+	// C4: every provider call named has a provider reference derived
+	// deterministically from the key (no random or time part).
+	C4 = "C4"
+	// C5: every fingerprint covers named fields only, none volatile, and
+	// states what it excludes (timestamps, trace ids, the key itself).
+	C5 = "C5"
+	// C6: every step of a multi-step action has a compensation or an
+	// explicit non-compensable note.
+	C6 = "C6"
+	// C7: every section 1-12 and every deliverable D1-D9 is present and
+	// non-empty, in the rendered document too.
+	C7 = "C7"
+)
+
+// Constraints describes C1..C7 for people.
+var Constraints = map[string]string{
+	C1: "every protected action has a key {scope}_{action}_{intent} with its scope from authentication and no time component",
+	C2: "every action's lock timeout exceeds its stated duration and is below retention",
+	C3: "retention covers the longest retry horizon (client, queue, webhooks, provider windows)",
+	C4: "every provider call has a deterministic provider reference derived from the key",
+	C5: "every fingerprint excludes volatile fields (timestamps, trace ids, the key itself)",
+	C6: "every multi-step action has a compensation or an explicit non-compensable note per step",
+	C7: "every section 1-12 and every deliverable D1-D9 is present and non-empty",
+}
+
+// Violation is a broken constraint.
+type Violation struct {
+	Constraint string
+	Detail     string
+}
+
+func (v *Violation) Error() string {
+	return fmt.Sprintf("constraint %s violated (%s): %s", v.Constraint, Constraints[v.Constraint], v.Detail)
+}
+
+var timeish = regexp.MustCompile(`(?i)\{[^}]*(time|date|now|ts|epoch|unix|clock)[^}]*\}|\d{4}-\d{2}-\d{2}|_1\d{9}(\d{3})?(_|$)`)
+var randomish = regexp.MustCompile(`(?i)(uuid\.new|uuidv4|random|rand\(|now|time)`)
+
+// Check verifies C1..C7 on a document and its rendering. It returns every
+// violation found, joined; each is a *[Violation].
+func Check(d *Document, rendered []byte) error {
+	var errs []error
+	bad := func(c, f string, a ...any) { errs = append(errs, &Violation{c, fmt.Sprintf(f, a...)}) }
+	if len(d.Actions) == 0 {
+		bad(C1, "no protected action")
+	}
+	for _, x := range d.Actions {
+		if !strings.HasPrefix(x.KeyFormat, "{scope}_") || !strings.HasSuffix(x.KeyFormat, "_{intent}") || x.Name == "" || !strings.Contains(x.KeyFormat, "_"+x.Name+"_") {
+			bad(C1, "action %q: key format %q is not {scope}_%s_{intent}", x.Name, x.KeyFormat, x.Name)
+		}
+		if timeish.MatchString(x.KeyFormat) || timeish.MatchString(x.KeyExample) {
+			bad(C1, "action %q: key %q has a time component", x.Name, x.KeyFormat)
+		}
+		for _, f := range x.IdentifyingFields {
+			if strings.Contains(strings.ToLower(f), "now") || strings.Contains(strings.ToLower(f), "current time") {
+				bad(C1, "action %q: the intent is derived from %q, a time that varies between retries", x.Name, f)
+			}
+		}
+		if !strings.Contains(x.ScopeFrom, "authenticat") && !strings.Contains(x.ScopeFrom, "tenant") {
+			bad(C1, "action %q: scope %q is not taken from authentication", x.Name, x.ScopeFrom)
+		}
+		if x.LockTimeout <= x.DurationD {
+			bad(C2, "action %q: lock timeout %s does not exceed its duration %s", x.Name, x.LockTimeout, x.DurationD)
+		}
+		if x.LockTimeout >= d.Retention {
+			bad(C2, "action %q: lock timeout %s is not below retention %s", x.Name, x.LockTimeout, d.Retention)
+		}
+		if x.Provider != "" && len(x.Refs) == 0 {
+			bad(C4, "action %q calls %s with no provider reference", x.Name, x.Provider)
+		}
+		for _, r := range x.Refs {
+			if !r.Derived || !strings.Contains(r.Value, "{key}") || randomish.MatchString(r.Value) {
+				bad(C4, "action %q: %s reference %q is not derived deterministically from the key", x.Name, r.Provider, r.Value)
+			}
+		}
+		if len(x.Fields) == 0 {
+			bad(C5, "action %q: fingerprint names no field", x.Name)
+		}
+		for _, f := range x.Fields {
+			if isVolatile(f) {
+				bad(C5, "action %q: fingerprint covers the volatile field %q", x.Name, f)
+			}
+		}
+		ex := strings.ToLower(strings.Join(x.Excluded, " "))
+		for _, must := range []string{"timestamp", "trace", "key"} {
+			if !strings.Contains(ex, must) {
+				bad(C5, "action %q: fingerprint does not state that it excludes %s", x.Name, must)
+			}
+		}
+		if x.MultiStep() {
+			for _, s := range x.Steps {
+				if strings.TrimSpace(s.Compensation) == "" && strings.TrimSpace(s.NonCompensable) == "" {
+					bad(C6, "action %q: step %q has neither a compensation nor a non-compensable note", x.Name, s.Name)
+				}
+			}
+		}
+	}
+	for _, h := range d.Horizons {
+		if d.Retention < h.Window {
+			bad(C3, "retention %s is shorter than %s (%s)", human(d.Retention), h.Source, human(h.Window))
+		}
+	}
+	for _, p := range d.Providers {
+		if p.WindowD > d.Retention {
+			bad(C3, "retention %s is shorter than %s's window (%s)", human(d.Retention), p.Name, human(p.WindowD))
+		}
+	}
+	have := map[string]Section{}
+	for _, s := range d.Sections {
+		have[s.ID] = s
+	}
+	for _, id := range SectionIDs {
+		s, ok := have[id]
+		switch {
+		case !ok:
+			bad(C7, "section %s is missing", id)
+		case len(s.Blocks) == 0:
+			bad(C7, "section %s (%s) is empty", id, s.Title)
+		case rendered != nil && !bytes.Contains(rendered, []byte(`id="`+id+`"`)):
+			bad(C7, "section %s is not in the rendered document", id)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Violated returns the constraints err names, in order.
+func Violated(err error) []string {
+	var out []string
+	seen := map[string]bool{}
+	var walk func(error)
+	walk = func(e error) {
+		if e == nil {
+			return
+		}
+		if v, ok := e.(*Violation); ok && !seen[v.Constraint] {
+			seen[v.Constraint] = true
+			out = append(out, v.Constraint)
+		}
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, x := range j.Unwrap() {
+				walk(x)
+			}
+		}
+	}
+	walk(err)
+	return out
+}
+
+// Summary is the short account of the key decisions printed on the
+// terminal after the document is written.
+func Summary(d *Document, path string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "wrote %s (%s): 12 sections, 9 deliverables, constraints C1-C7 hold\n", path, d.Format)
+	fmt.Fprintf(&b, "key decisions:\n")
+	for _, x := range d.Actions {
+		fmt.Fprintf(&b, "  %-12s key %s (%s-generated), lock timeout %s (duration %s)", x.Name, x.KeyFormat, x.KeySource, human(x.LockTimeout), human(x.DurationD))
+		if len(x.Refs) > 0 {
+			var ps []string
+			for _, r := range x.Refs {
+				ps = append(ps, r.Provider)
+			}
+			fmt.Fprintf(&b, ", provider refs derived for %s", strings.Join(ps, ", "))
+		}
+		if x.MultiStep() {
+			fmt.Fprintf(&b, ", saga of %d steps", len(x.Steps))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "  retention %s: %s\n", human(d.Retention), d.RetentionReason)
+	if d.Agnostic {
+		b.WriteString("  stack unknown: technology-agnostic design; its code needs adaptation\n")
+	}
+	if len(d.Assumptions) > 0 {
+		fmt.Fprintf(&b, "  %d assumptions stated in the document\n", len(d.Assumptions))
+	}
+	if len(d.Findings) > 0 {
+		fmt.Fprintf(&b, "  %d anti-patterns found in the scanned code (section 9)\n", len(d.Findings))
+	}
+	return b.String()
+}

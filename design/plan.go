@@ -1,0 +1,394 @@
+package design
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Document is a generated design: the decisions ([ActionPlan], retention,
+// providers) and the sections that present them. [Check] verifies the
+// seven constraints on it before it is written.
+type Document struct {
+	Title     string
+	Service   string
+	Format    Format
+	Generated time.Time
+	// Agnostic: the stack is unknown, the design is technology-agnostic on
+	// the PostgreSQL reference schema and its code needs adaptation.
+	Agnostic    bool
+	Answers     Answers
+	Assumptions []string
+	Actions     []ActionPlan
+	Providers   []ProviderPlan
+	// Retention is the key retention chosen, RetentionReason why.
+	Retention       time.Duration
+	RetentionReason string
+	// Horizons are the retry horizons retention must cover.
+	Horizons []Horizon
+	Findings []Finding
+	// Sections are the 12 sections then the 9 deliverables, in order.
+	Sections []Section
+}
+
+// Horizon is how long one retry source can bring a request back.
+type Horizon struct {
+	Source string
+	Window time.Duration
+}
+
+// ActionPlan is the design of one protected action.
+type ActionPlan struct {
+	Action
+	KeyFormat  string
+	KeyExample string
+	ScopeFrom  string
+	Generator  string
+	IntentBits int
+	// Collision is the birthday-bound probability of two intents
+	// colliding within one retention period, at the stated volume.
+	Collision    float64
+	KeysInWindow float64
+	Excluded     []string
+	DurationD    time.Duration
+	LockTimeout  time.Duration
+	Heartbeat    time.Duration
+	LockReason   string
+	Recovery     []string
+	Refs         []ProviderRef
+}
+
+// MultiStep reports whether the action has more than one step.
+func (a ActionPlan) MultiStep() bool { return len(a.Steps) > 1 }
+
+// ProviderRef is the provider reference of one provider call.
+type ProviderRef struct {
+	Provider string
+	Step     string
+	Header   string
+	Value    string
+	// Derived: computed from the key, the step and the attempt only.
+	Derived bool
+}
+
+// ProviderPlan is one chosen provider's coordination facts.
+type ProviderPlan struct {
+	Name, Header, MaxLen, Window, Reference, Lookup string
+	WindowD                                         time.Duration
+}
+
+var providerFacts = map[string]ProviderPlan{
+	"stripe": {Name: "Stripe", Header: "Idempotency-Key", MaxLen: "255",
+		Window: "at least 24h (a key reused after pruning starts a new request)", WindowD: 24 * time.Hour,
+		Reference: "Idempotency-Key = {key}_{step}_{attempt} (hashed beyond 255); metadata carries the key",
+		Lookup:    "within 24h resend with the same key; later List PaymentIntents by creation window and match metadata"},
+	"adyen": {Name: "Adyen", Header: "Idempotency-Key", MaxLen: "64 (reference 80)",
+		Window: "7 days (design for 7; older docs said 31)", WindowD: 7 * 24 * time.Hour,
+		Reference: "reference = {key}_{step} (<= 80, hashed beyond) plus Idempotency-Key (<= 64, hashed)",
+		Lookup:    "no GET by reference: resend within 7 days, the AUTHORISATION webhook, or technical cancel by reference"},
+	"paypal": {Name: "PayPal", Header: "PayPal-Request-Id", MaxLen: "108 (Orders)",
+		Window: "6h for Orders v2 create and capture; 45 days for refunds of captures", WindowD: 45 * 24 * time.Hour,
+		Reference: "PayPal-Request-Id = UUIDv5(payonce namespace, {key}_{step}_{attempt}); custom_id carries the key",
+		Lookup:    "resend within the window; GET the order by id; Transaction Search (lags up to 3h) past it"},
+	"bank_transfer": {Name: "Bank transfer", Header: "end-to-end id / remittance reference", MaxLen: "35 (SEPA EndToEndId)",
+		Window: "no provider deduplication: the bank executes every instruction it receives", WindowD: 0,
+		Reference: "EndToEndId = first 35 chars of base32(sha256({key}_{step})), never regenerated",
+		Lookup:    "match the bank statement (camt.053) on the EndToEndId before any re-submission"},
+}
+
+func providerKey(p string) string {
+	p = strings.ToLower(strings.TrimSpace(p))
+	switch p {
+	case "bank", "bank transfer", "bank-transfer", "sepa", "ach":
+		return "bank_transfer"
+	}
+	return p
+}
+
+// Defaults and horizons.
+const (
+	defaultVolume = 100000
+	defaultClient = 24 * time.Hour
+	defaultQueue  = 72 * time.Hour
+	webhookResend = 72 * time.Hour // PayPal: 25 redeliveries over 3 days; Stripe: up to 3 days
+	minLock       = 30 * time.Second
+)
+
+// Build turns answers (already completed by a scan and the questions)
+// into a document. now is the generation time.
+func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
+	d := &Document{Answers: a, Generated: now.UTC(), Findings: findings}
+	f, err := ParseFormat(a.Format)
+	if err != nil {
+		return nil, err
+	}
+	d.Format = f
+	d.Service = a.Service
+	if d.Service == "" {
+		d.Service = "your service"
+	}
+	d.Title = "Idempotency design: " + d.Service
+	if len(a.Actions) == 0 || !a.Stack.Known() {
+		d.Agnostic = !a.Stack.Known()
+	}
+	if len(a.Actions) == 0 {
+		a.Actions = []Action{{Name: "createOrder", Kind: "http", Trigger: "POST /orders"}}
+		d.Assumptions = append(d.Assumptions, "No protected action was named: the design covers one generic write, createOrder (POST /orders); repeat it for each of your actions.")
+	}
+	if d.Agnostic {
+		d.Assumptions = append(d.Assumptions, "The stack is unknown: this design is technology-agnostic, on payonce's PostgreSQL reference schema; every code sample needs adaptation to your language and framework.")
+	}
+	if len(a.RetrySources) == 0 {
+		a.RetrySources = []string{"client_retries", "double_click", "lb_replay"}
+		d.Assumptions = append(d.Assumptions, "Retry sources not stated: assumed client retries, double clicks and load-balancer replay.")
+	}
+	if a.Concurrency == "" {
+		a.Concurrency = "multi-instance"
+		d.Assumptions = append(d.Assumptions, "Concurrency not stated: assumed several instances behind a load balancer (the database, not process memory, must arbitrate).")
+	}
+	if a.VolumePerDay <= 0 {
+		a.VolumePerDay = defaultVolume
+		d.Assumptions = append(d.Assumptions, fmt.Sprintf("Volume not stated: assumed %d protected requests a day.", defaultVolume))
+	}
+	if a.DetectionLatency == "" {
+		a.DetectionLatency = "synchronous"
+		d.Assumptions = append(d.Assumptions, "Duplicate detection latency not stated: assumed synchronous, in the request itself (a unique constraint, not an after-the-fact job).")
+	}
+	for i, p := range a.Providers {
+		a.Providers[i] = providerKey(p)
+		if _, ok := providerFacts[a.Providers[i]]; !ok {
+			return nil, fmt.Errorf("providers: %q is none of stripe, adyen, paypal, bank_transfer", p)
+		}
+	}
+	sort.Strings(a.Providers)
+
+	// Retry horizons, then retention.
+	clientW, err := durOr(a.ClientRetryWindow, defaultClient)
+	if err != nil {
+		return nil, fmt.Errorf("client_retry_window: %w", err)
+	}
+	queueW, err := durOr(a.QueueRedeliveryWindow, defaultQueue)
+	if err != nil {
+		return nil, fmt.Errorf("queue_redelivery_window: %w", err)
+	}
+	for _, s := range a.RetrySources {
+		switch s {
+		case "client_retries":
+			d.Horizons = append(d.Horizons, Horizon{"client retries", clientW})
+		case "queue_redelivery":
+			d.Horizons = append(d.Horizons, Horizon{"queue redelivery", queueW})
+		case "webhook_resends":
+			d.Horizons = append(d.Horizons, Horizon{"webhook resends (Stripe and PayPal: up to 3 days)", webhookResend})
+		case "cron_overlap":
+			d.Horizons = append(d.Horizons, Horizon{"cron overlap and catch-up (one day of slots)", 24 * time.Hour})
+		case "double_click":
+			d.Horizons = append(d.Horizons, Horizon{"double click", time.Minute})
+		case "lb_replay":
+			d.Horizons = append(d.Horizons, Horizon{"load-balancer replay", 5 * time.Minute})
+		default:
+			return nil, fmt.Errorf("retry_sources: %q is none of client_retries, queue_redelivery, webhook_resends, cron_overlap, double_click, lb_replay", s)
+		}
+	}
+	for _, p := range a.Providers {
+		if w := providerFacts[p].WindowD; w > 0 {
+			d.Horizons = append(d.Horizons, Horizon{providerFacts[p].Name + " deduplication window", w})
+		}
+	}
+	var longest Horizon
+	for _, h := range d.Horizons {
+		if h.Window > longest.Window {
+			longest = h
+		}
+	}
+	if a.Retention == "" {
+		d.Retention = max(longest.Window, 24*time.Hour)
+		d.Assumptions = append(d.Assumptions, fmt.Sprintf("Retention not stated: %s, the longest retry horizon (%s).", human(d.Retention), longest.Source))
+		d.RetentionReason = "the longest retry horizon: " + longest.Source
+	} else {
+		r, err := ParseDuration(a.Retention)
+		if err != nil {
+			return nil, fmt.Errorf("retention: %w", err)
+		}
+		d.Retention = r
+		d.RetentionReason = "as stated"
+		if r < longest.Window {
+			d.Retention = longest.Window
+			d.RetentionReason = fmt.Sprintf("raised from the stated %s to cover %s (%s): a key forgotten inside that horizon turns a retry into a second execution", human(r), longest.Source, human(longest.Window))
+		}
+	}
+	d.Answers = a
+
+	for _, act := range a.Actions {
+		p, err := planAction(act, a, d.Retention)
+		if err != nil {
+			return nil, err
+		}
+		d.Actions = append(d.Actions, p)
+	}
+	for _, p := range a.Providers {
+		d.Providers = append(d.Providers, providerFacts[p])
+	}
+	d.Sections = sections(d)
+	return d, nil
+}
+
+func durOr(s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	return ParseDuration(s)
+}
+
+// volatile are the fields a fingerprint never covers.
+var volatile = []string{"timestamps (created_at, sent_at)", "trace and request ids (traceparent, X-Request-Id)", "the idempotency key itself", "headers", "field order and insignificant whitespace"}
+
+func isVolatile(field string) bool {
+	f := strings.ToLower(field)
+	for _, v := range []string{"time", "date", "created_at", "updated_at", "sent_at", "trace", "request_id", "requestid", "span", "idempotency", "nonce"} {
+		if strings.Contains(f, v) {
+			return true
+		}
+	}
+	return f == "key" || f == "ts"
+}
+
+func planAction(act Action, a Answers, retention time.Duration) (ActionPlan, error) {
+	p := ActionPlan{Action: act}
+	if p.Kind == "" {
+		p.Kind = "http"
+	}
+	if p.KeySource == "" {
+		p.KeySource = "client"
+		if p.Kind != "http" {
+			p.KeySource = "server"
+		}
+	}
+	def := 2 * time.Second
+	if p.Kind != "http" {
+		def = 30 * time.Second
+	}
+	dd, err := durOr(p.Duration, def)
+	if err != nil {
+		return p, fmt.Errorf("action %s: duration: %w", p.Name, err)
+	}
+	if p.Duration == "" {
+		p.Duration = human(def) + " (assumed)"
+	}
+	p.DurationD = dd
+	// Lease: three times the stated duration, never under 30s, with
+	// heartbeats every third: a holder must miss two heartbeats to lose it.
+	lt := max(minLock, 3*dd)
+	lt = lt.Round(time.Second)
+	p.LockTimeout = lt
+	p.Heartbeat = lt / 3
+	p.LockReason = fmt.Sprintf("3x the stated p99 duration (%s), never under 30s; heartbeats every %s extend it, so a live holder keeps it and a crashed one frees it within %s; far below retention (%s)", human(dd), human(p.Heartbeat), human(lt), human(retention))
+	p.ScopeFrom = "the authenticated user or tenant (from the session or token, never the body)"
+	if p.Kind != "http" {
+		p.ScopeFrom = "the message's tenant or account, set by the producer and checked against the consumer's subscription"
+	}
+	p.KeyFormat = "{scope}_" + p.Name + "_{intent}"
+	if p.KeySource == "client" {
+		p.Generator = "client: a UUIDv4 (or ULID) generated once per intent and reused on every retry, sent in Idempotency-Key"
+		p.IntentBits = 122
+		p.KeyExample = "usr_7fQ9x_" + p.Name + "_0b5e4c1e-9c2a-4f7e-8d3b-6a1f2e9c7d40"
+	} else {
+		ids := p.IdentifyingFields
+		if len(ids) == 0 {
+			switch p.Kind {
+			case "cron":
+				ids = []string{"job name", "scheduled slot time (from the schedule, not the clock)"}
+			case "webhook":
+				ids = []string{"provider event id"}
+			default:
+				ids = []string{"message id"}
+			}
+			p.IdentifyingFields = ids
+		}
+		p.Generator = "server: intent = sha256 of " + strings.Join(ids, " + ") + " (idempotency.DeriveIntent), identical on every redelivery"
+		p.IntentBits = 256
+		p.KeyExample = "acct_42_" + p.Name + "_" + DeriveIntentExample(p.Name)
+	}
+	if len(p.Fields) == 0 {
+		p.Fields = []string{"the request's business fields (amount, currency, recipient, items)"}
+	}
+	for _, f := range p.Fields {
+		if isVolatile(f) {
+			return p, fmt.Errorf("action %s: field %q is volatile (a time, a trace id or the key): it cannot be part of a fingerprint", p.Name, f)
+		}
+	}
+	p.Excluded = volatile
+	// Birthday bound over one retention period.
+	n := float64(a.VolumePerDay) * retention.Hours() / 24
+	p.KeysInWindow = n
+	p.Collision = -math.Expm1(-n * (n - 1) / 2 / math.Pow(2, float64(p.IntentBits)))
+	if p.Collision == 0 {
+		p.Collision = n * (n - 1) / 2 / math.Pow(2, float64(p.IntentBits))
+	}
+	prov := providerKey(p.Provider)
+	if prov == "" && len(a.Providers) == 1 && (strings.Contains(strings.ToLower(p.Name), "charge") || strings.Contains(strings.ToLower(p.Name), "pay") || strings.Contains(strings.ToLower(p.Name), "checkout") || strings.Contains(strings.ToLower(p.Name), "refund")) {
+		prov = a.Providers[0]
+	}
+	if prov != "" {
+		p.Provider = prov
+		step := "charge"
+		for _, s := range p.Steps {
+			if s.Remote {
+				step = s.Name
+				break
+			}
+		}
+		if strings.Contains(strings.ToLower(p.Name), "refund") {
+			step = "refund"
+		}
+		if prov == "any" {
+			for _, q := range a.Providers {
+				p.Refs = append(p.Refs, providerRef(q, step))
+			}
+		} else {
+			if _, ok := providerFacts[prov]; !ok {
+				return p, fmt.Errorf("action %s: provider %q is none of stripe, adyen, paypal, bank_transfer, any", p.Name, p.Provider)
+			}
+			p.Refs = append(p.Refs, providerRef(prov, step))
+		}
+	}
+	p.Recovery = recovery(p)
+	return p, nil
+}
+
+// DeriveIntentExample is a stable 64-hex example intent for an action.
+func DeriveIntentExample(name string) string {
+	return sha256hex("example " + name)
+}
+
+func providerRef(p, step string) ProviderRef {
+	switch p {
+	case "stripe":
+		return ProviderRef{Provider: "Stripe", Step: step, Header: "Idempotency-Key", Value: "{key}_" + step + "_{attempt}", Derived: true}
+	case "adyen":
+		return ProviderRef{Provider: "Adyen", Step: step, Header: "reference + Idempotency-Key", Value: "{key}_" + step + " / sha256({key}_" + step + "_{attempt})[:64]", Derived: true}
+	case "paypal":
+		return ProviderRef{Provider: "PayPal", Step: step, Header: "PayPal-Request-Id", Value: "UUIDv5(ns, {key}_" + step + "_{attempt})", Derived: true}
+	}
+	return ProviderRef{Provider: "Bank transfer", Step: step, Header: "EndToEndId", Value: "base32(sha256({key}_" + step + "))[:35]", Derived: true}
+}
+
+func recovery(p ActionPlan) []string {
+	r := []string{
+		"Crash before the claim: nothing recorded; the retry starts fresh.",
+		fmt.Sprintf("Crash while PROCESSING: the lease ends within %s; the next retry reclaims it by compare-and-swap on lock_version and re-runs; the old holder can no longer complete (fencing).", human(p.LockTimeout)),
+	}
+	if p.Provider != "" {
+		r = append(r,
+			"Crash or timeout after the provider call: the payment intent was recorded PENDING before the call; the retry re-sends the SAME derived provider reference (the provider replays), or the reconciler looks it up and settles it; UNKNOWN is never turned into FAILED without proof.",
+			"Provider declines: FAILED is stored with the decline and replayed to every retry.")
+	} else {
+		r = append(r, "Effects commit in the same transaction as the COMPLETED record (Executor.DoTx): a crash leaves either both or neither.")
+	}
+	if p.MultiStep() {
+		r = append(r, "A later step fails permanently: the saga runs the completed steps' compensations in reverse order, each keyed {key}_{step}_compensate.")
+	}
+	r = append(r, "Transient error: the lease is released at once (locked_until = now()), the record is kept, and a retry re-drives with the same references.")
+	return r
+}
