@@ -1,0 +1,3 @@
+module example.com/scanmod
+
+go 1.22
