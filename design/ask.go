@@ -51,16 +51,29 @@ func (k *Asker) line() (string, bool) {
 	return s, err == nil || s != ""
 }
 
-// Ask asks q; an empty answer is asked once more with its examples. It
-// returns "" when still unanswered.
-func (k *Asker) Ask(q Question) string {
+// Ask asks q; an empty answer, or one valid refuses, is asked once more
+// with its examples, never a third time. It returns "" when still
+// unanswered.
+func (k *Asker) Ask(q Question, valid func(string) error) string {
 	fmt.Fprintf(k.out, "%s\n> ", q.Text)
 	s, ok := k.line()
-	if s != "" || !ok || q.N == 0 {
-		return s
+	if !ok && s == "" {
+		return "" // input closed
 	}
-	fmt.Fprintf(k.out, "No answer. Once more, for example: %s\n> ", q.Examples)
+	reason := "No answer."
+	if s != "" {
+		err := valid(s)
+		if err == nil {
+			return s
+		}
+		reason = fmt.Sprintf("Not understood (%v).", err)
+	}
+	fmt.Fprintf(k.out, "%s Once more, for example: %s\n> ", reason, q.Examples)
 	s, _ = k.line()
+	if s != "" && valid(s) != nil {
+		fmt.Fprintf(k.out, "Not understood either: taken as unanswered.\n")
+		return ""
+	}
 	return s
 }
 
@@ -70,23 +83,19 @@ func (k *Asker) Ask(q Question) string {
 func (k *Asker) Interview(a *Answers, skip map[int]bool) ([]string, error) {
 	var notes []string
 	if a.Format == "" && !skip[0] {
-		for i := 0; i < 2; i++ {
-			s := k.Ask(Questions[0])
-			if _, err := ParseFormat(s); err == nil {
-				a.Format = s
-				break
-			}
-			fmt.Fprintf(k.out, "Please answer html or markdown (empty or \"default\": HTML).\n")
+		fmt.Fprintf(k.out, "%s\n> ", Questions[0].Text)
+		s, _ := k.line()
+		if _, err := ParseFormat(s); err != nil {
+			fmt.Fprintf(k.out, "Not understood: HTML (the default) is used.\n")
+			s = "html"
 		}
-		if _, err := ParseFormat(a.Format); err != nil {
-			a.Format = "html"
-		}
+		a.Format = s
 	}
 	for _, q := range Questions[1:] {
 		if skip[q.N] || answered(a, q.N) {
 			continue
 		}
-		s := k.Ask(q)
+		s := k.Ask(q, func(s string) error { scratch := *a; return ApplyAnswer(&scratch, q.N, s) })
 		if s == "" {
 			if q.Critical {
 				notes = append(notes, fmt.Sprintf("question %d unanswered: technology-agnostic design", q.N))
@@ -96,7 +105,7 @@ func (k *Asker) Interview(a *Answers, skip map[int]bool) ([]string, error) {
 			continue
 		}
 		if err := ApplyAnswer(a, q.N, s); err != nil {
-			fmt.Fprintf(k.out, "(%v: taken as unanswered; an assumption is stated)\n", err)
+			return notes, err // valid accepted it
 		}
 	}
 	return notes, nil

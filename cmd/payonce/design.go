@@ -118,9 +118,10 @@ func designMain(args []string, stdin io.Reader, stdout, stderr io.Writer, intera
 	}
 	if interactive && !*noInput {
 		if *out != "" && a.Format == "" {
-			if strings.HasSuffix(*out, ".md") {
+			switch strings.ToLower(filepath.Ext(*out)) {
+			case ".md":
 				a.Format = "markdown"
-			} else {
+			case ".html", ".htm":
 				a.Format = "html"
 			}
 		}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/term"
+)
+
+func TestDesignAnswersFileBothFormats(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, f := range []struct{ format, out, marker string }{
+		{"html", "d.html", "<!DOCTYPE html>"},
+		{"markdown", "d.md", "## 1. Action analysis"},
+	} {
+		var stdout, stderr bytes.Buffer
+		out := filepath.Join(dir, f.out)
+		err := designMain([]string{"--answers", "../../design/testdata/checkout.yaml", "--scan", "../../examples/checkout",
+			"--format", f.format, "--out", out}, strings.NewReader(""), &stdout, &stderr, false)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", f.format, err, stderr.String())
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(b, []byte(f.marker)) && !bytes.Contains(b, []byte(f.marker)) {
+			t.Errorf("%s: %q missing", f.format, f.marker)
+		}
+		if !strings.Contains(stdout.String(), "key decisions:") || !strings.Contains(stdout.String(), "retention 45d") {
+			t.Errorf("%s: no summary of the key decisions:\n%s", f.format, stdout.String())
+		}
+		if !strings.Contains(stderr.String(), "service/service.go:290: route: POST /checkout") {
+			t.Errorf("%s: the scan did not report the checkout route:\n%s", f.format, stderr.String())
+		}
+	}
+}
+
+// TestDesignRefusesConstraintViolation: an action longer than the
+// retention cannot get a lock timeout between the two: C2, nothing written.
+func TestDesignRefusesConstraintViolation(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ans := filepath.Join(dir, "a.json")
+	os.WriteFile(ans, []byte(`{"stack":{"language":"Go"},"retention":"7d","actions":[{"name":"export","kind":"cron","duration":"10d"}]}`), 0o644)
+	out := filepath.Join(dir, "d.html")
+	err := designMain([]string{"--answers", ans, "--out", out}, strings.NewReader(""), io.Discard, io.Discard, false)
+	if err == nil || !strings.Contains(err.Error(), "constraint C2") {
+		t.Fatalf("want a C2 violation, got %v", err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Error("a document breaking C2 was written")
+	}
+}
+
+// TestDesignInteractivePTY runs payonce design on a pseudo-terminal: the
+// format, a question left unanswered then answered, one left unanswered
+// twice (an assumption, never a third asking).
+func TestDesignInteractivePTY(t *testing.T) {
+	t.Parallel()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	if !term.IsTerminal(int(tty.Fd())) {
+		t.Fatal("the pty's slave is not a terminal")
+	}
+	var mu sync.Mutex
+	var screen bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(b)
+			mu.Lock()
+			screen.Write(b[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	answers := []string{
+		"markdown",
+		"", "POST /checkout, charge worker", // Q1 asked once more
+		"Go, net/http, PostgreSQL, River",
+		"", "carrier pigeons", // Q3: empty, then not understood: assumption
+		"stripe, paypal",
+		"multi-instance, 20000/day",
+		"7d",
+		"synchronous",
+	}
+	go func() {
+		for _, a := range answers {
+			ptmx.Write([]byte(a + "\n"))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	out := filepath.Join(t.TempDir(), "design.out")
+	var stderr bytes.Buffer
+	err = designMain([]string{"--out", out}, tty, tty, &stderr, term.IsTerminal(int(tty.Fd())))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## 1. Action analysis", "{scope}_checkout_{intent}", "{scope}_charge_{intent}", "raised from the stated 7d", "PayPal-Request-Id", "Retry sources not stated"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("document lacks %q", want)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	s := screen.String()
+	mu.Unlock()
+	if n := strings.Count(s, "Once more"); n != 2 || !strings.Contains(s, "Not understood either") {
+		t.Errorf("asked once more %d times, want 2 (Q1, Q3):\n%s", n, s)
+	}
+	if n := strings.Count(s, "Where do retries come from?"); n != 1 {
+		t.Errorf("question 3 asked %d times (plus once more), want 1", n)
+	}
+	if !strings.Contains(s, "key decisions:") {
+		t.Errorf("no summary on the terminal:\n%s", s)
+	}
+	if !strings.Contains(stderr.String(), "question 3 unanswered") || t.Failed() {
+		t.Log(s)
+		t.Errorf("stderr: %s", stderr.String())
+	}
+}
