@@ -7,7 +7,7 @@ FUZZTIME ?= 30000x
 STRIPE_MOCK_VERSION := v0.203.0
 STRIPE_MOCK := .bin/stripe-mock-$(STRIPE_MOCK_VERSION)
 
-.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench chargebench demo-worker
+.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench chargebench design-doc design-screenshot demo-worker
 
 # The whole suite: go vet, every test with the race detector against a
 # throwaway PostgreSQL (or TEST_DATABASE_URL when set), a brief run of
@@ -75,3 +75,15 @@ chargebench:
 # The cleanup job against a table of millions of rows (BENCHMARKS.md).
 prunebench:
 	$(GO) run ./internal/cmd/withpg -durable -var BENCH_DATABASE_URL -- $(GO) run ./internal/cmd/prunebench
+
+# The idempotency design document of payonce's own checkout service
+# (examples/checkout), from the committed answers and a scan of its code;
+# constraints C1..C7 are checked before it is written (payonce design).
+design-doc:
+	$(GO) run ./cmd/payonce design --no-input --answers design/testdata/checkout.yaml --scan examples/checkout --out docs/idempotency-design.html
+
+# The document rendered in headless Chromium (Debian's chromium; .ci/run
+# installs it): zero network requests, every TOC link resolves, and a
+# full-page screenshot to look at.
+design-screenshot: design-doc
+	$(GO) run ./design/internal/cmd/designshot docs/idempotency-design.html docs/idempotency-design.png

@@ -67,7 +67,7 @@ func sections(d *Document) []Section {
 
 	// 1. Action analysis.
 	for _, x := range d.Actions {
-		b[0] = append(b[0], h3(x.Name), table([]string{"", ""}, [][]string{
+		b[0] = append(b[0], h3(x.Name), table([]string{"property", "value"}, [][]string{
 			{"kind", x.Kind}, {"trigger", orDash(x.Trigger)}, {"stated duration (p99)", x.Duration},
 			{"side effects", effects(x)}, {"found at", orDash(x.Location)},
 		}), p("Failure recovery path:"), list(x.Recovery...))
@@ -379,8 +379,16 @@ func orDash(s string) string {
 
 func effects(x ActionPlan) string {
 	var e []string
-	if x.Provider != "" {
-		e = append(e, "payment at "+x.Provider)
+	switch x.Provider {
+	case "":
+	case "any":
+		var ps []string
+		for _, r := range x.Refs {
+			ps = append(ps, r.Provider)
+		}
+		e = append(e, "a payment at "+strings.Join(ps, ", ")+" (chosen per request)")
+	default:
+		e = append(e, "a payment at "+x.Provider)
 	}
 	for _, s := range x.Steps {
 		e = append(e, s.Name)
