@@ -16,7 +16,7 @@ import (
 // Finding is something a scan saw at a place in the code: a route, a
 // payment call, a consumer, a cron job, or an anti-pattern.
 type Finding struct {
-	Pos    string // file:line, relative to the scanned directory
+	Pos    string // file:line, the file as reached from the scanned directory
 	Kind   string
 	Detail string
 }
@@ -71,8 +71,7 @@ func Scan(dir string) (*ScanResult, error) {
 		if err != nil {
 			return fmt.Errorf("scan: %w", err)
 		}
-		rel, _ := filepath.Rel(dir, path)
-		scanFile(res, fset, filepath.ToSlash(rel), f, fw, prov, brk)
+		scanFile(res, fset, filepath.ToSlash(path), f, fw, prov, brk)
 		return nil
 	})
 	if err != nil {
@@ -386,6 +385,15 @@ func (r *ScanResult) Apply(a *Answers) map[int]bool {
 		}
 		for _, c := range r.Crons {
 			a.Actions = append(a.Actions, Action{Name: actionName("cron", c.Detail), Kind: "cron", Trigger: c.Detail, Location: c.Pos})
+		}
+	}
+	for i, act := range a.Actions { // actions from answers: where the code has them
+		for _, rt := range r.Routes {
+			t, _, _ := strings.Cut(act.Trigger, "{")
+			d, _, _ := strings.Cut(rt.Detail, "{")
+			if act.Location == "" && t != "" && (rt.Detail == act.Trigger || strings.Contains(act.Trigger, "{") && t == d) {
+				a.Actions[i].Location = rt.Pos
+			}
 		}
 	}
 	if len(a.Actions) > 0 {
