@@ -47,6 +47,18 @@ var Constraints = map[string]string{
 	C7: "every section 1-12 and every deliverable D1-D9 is present and non-empty",
 }
 
+// ConstraintRow is one constraint as the document lists it.
+type ConstraintRow struct{ ID, Text string }
+
+// ConstraintList is C1..C7 in order, for the document's own list.
+func (d *Document) ConstraintList() []ConstraintRow {
+	var out []ConstraintRow
+	for _, c := range []string{C1, C2, C3, C4, C5, C6, C7} {
+		out = append(out, ConstraintRow{c, Constraints[c]})
+	}
+	return out
+}
+
 // Violation is a broken constraint.
 type Violation struct {
 	Constraint string

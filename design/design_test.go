@@ -57,6 +57,7 @@ func TestDesignEverySectionBothFormats(t *testing.T) {
 			"CREATE TABLE idempotency_store", "IdempotencyLockTimeoutsSustained", "idempotency_lock_timeouts_total",
 			"{scope}_checkout_{intent}", "PayPal-Request-Id", "UUIDv5", "Idempotency-Key", "birthday bound",
 			"reserve", "compensation", "Generated 2026-12-04 02:00 UTC", "45d",
+			"Constraints checked on this document", "C7",
 		} {
 			if f == HTML {
 				want = html.EscapeString(want)
@@ -319,5 +320,33 @@ func TestDesignRetentionCoversHorizons(t *testing.T) {
 	}
 	if !bytes.Contains(out, []byte("Adaptation needed")) {
 		t.Error("a Python stack needs the adaptation note")
+	}
+}
+
+// TestDesignMonitoringFromRules: the instruments, their types and the
+// thresholds come from deploy/monitoring's rule files.
+func TestDesignMonitoringFromRules(t *testing.T) {
+	t.Parallel()
+	metrics, alerts, err := Monitoring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]string{}
+	for _, m := range metrics {
+		types[m.Instrument] = m.Type
+	}
+	for inst, typ := range map[string]string{
+		"idempotency.duplicates_blocked": "counter", "idempotency.store_size": "gauge",
+		"idempotency.processing_duration_ms": "histogram", "idempotency.lock_timeouts": "counter",
+		"payments.unknown_outcomes": "counter", "saga.stuck": "counter",
+	} {
+		if types[inst] != typ {
+			t.Errorf("%s: type %q, want %q", inst, types[inst], typ)
+		}
+	}
+	for _, a := range alerts {
+		if a.Name == "IdempotencyLockTimeoutsSustained" && threshold(a) != "> 0 for 15m" {
+			t.Errorf("threshold of %s: %q", a.Name, threshold(a))
+		}
 	}
 }

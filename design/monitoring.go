@@ -36,7 +36,7 @@ type ruleFile struct {
 	} `json:"groups"`
 }
 
-var instrumentLine = regexp.MustCompile(`^#\s+([a-z_]+\.[a-z_.]+)\s+(\(gauge\)\s+)?(\S.*)$`)
+var instrumentLine = regexp.MustCompile(`^#\s+((?:idempotency|inbox|payments|reconcile|saga|cronslot)\.[a-z_.]+)\s+(\(gauge\)\s+)?(\S.*)$`)
 
 // RuleFiles returns the alert rule files embedded from deploy/monitoring,
 // by name.

@@ -15,7 +15,7 @@ const htmlTmpl = `<!DOCTYPE html>
 <title>{{.Title}}</title>
 <style>
 body{font-family:-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;line-height:1.55;color:#1d2330;background:#fafbfc;margin:0}
-main{max-width:62rem;margin:0 auto;padding:2rem 1.5rem 4rem}
+main{max-width:68rem;margin:0 auto;padding:2rem 1.5rem 4rem}
 h1{font-size:2rem;margin:.2rem 0 1rem;border-bottom:3px solid #2f5d9e;padding-bottom:.4rem}
 h2{font-size:1.4rem;margin-top:2.6rem;color:#23477a;border-bottom:1px solid #d5dbe5;padding-bottom:.2rem}
 h3{font-size:1.1rem;margin-top:1.4rem}
@@ -24,7 +24,7 @@ nav.toc ul{margin:.3rem 0 0;padding-left:0;list-style:none}
 nav.toc a{color:#23477a;text-decoration:none}
 nav.toc a:hover{text-decoration:underline}
 table{border-collapse:collapse;width:100%;margin:.8rem 0;font-size:.92rem;background:#fff}
-th,td{border:1px solid #d5dbe5;padding:.4rem .6rem;text-align:left;vertical-align:top}
+th,td{border:1px solid #d5dbe5;padding:.4rem .6rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}
 th{background:#eaf0f8}
 tr:nth-child(even) td{background:#f6f8fb}
 pre{background:#1e2430;color:#e8ecf2;padding:1rem;border-radius:6px;overflow-x:auto;font-size:.82rem;line-height:1.4;max-height:40rem}
@@ -50,6 +50,11 @@ footer{margin-top:3rem;color:#667;font-size:.85rem;border-top:1px solid #d5dbe5;
 {{else if eq .Kind "table"}}<table>{{if .Head}}<thead><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr></thead>{{end}}<tbody>{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</tbody></table>
 {{end}}{{end}}</section>
 {{end}}
+<div id="constraints">
+<h2>Constraints checked on this document</h2>
+<p>payonce design refuses to write a document that breaks one of these; all hold here.</p>
+<table><thead><tr><th>constraint</th><th>what holds</th></tr></thead><tbody>{{range .ConstraintList}}<tr><td>{{.ID}}</td><td>{{.Text}}</td></tr>{{end}}</tbody></table>
+</div>
 <footer>Generated {{.Generated.Format "2006-01-02 15:04 UTC"}} by payonce design. Constraints C1–C7 checked before writing.</footer>
 </main>
 </body>
@@ -85,6 +90,15 @@ The idempotency design for {{.Service}}: which actions are protected, their keys
 |{{range .Head}}---|{{end}}
 {{range .Rows}}|{{range .}} {{cell .}} |{{end}}
 {{end}}{{end}}{{end}}{{end}}
+<a id="constraints"></a>
+## Constraints checked on this document
+
+payonce design refuses to write a document that breaks one of these; all hold here.
+
+| constraint | what holds |
+|---|---|
+{{range .ConstraintList}}| {{.ID}} | {{.Text}} |
+{{end}}
 ---
 Generated {{.Generated.Format "2006-01-02 15:04 UTC"}} by payonce design. Constraints C1–C7 checked before writing.
 `
