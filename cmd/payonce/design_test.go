@@ -122,7 +122,11 @@ func TestDesignInteractivePTY(t *testing.T) {
 			t.Errorf("document lacks %q", want)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	tty.Close() // the reader drains what the command wrote, then ends
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
 	mu.Lock()
 	s := screen.String()
 	mu.Unlock()
