@@ -350,3 +350,15 @@ func TestDesignMonitoringFromRules(t *testing.T) {
 		}
 	}
 }
+
+func TestDesignParseFormat(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]Format{"": HTML, "default": HTML, " HTML ": HTML, "markdown": Markdown, "md": Markdown} {
+		if got, err := ParseFormat(in); err != nil || got != want {
+			t.Errorf("ParseFormat(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseFormat("pdf"); err == nil {
+		t.Error("pdf accepted")
+	}
+}

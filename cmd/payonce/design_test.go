@@ -144,3 +144,30 @@ func TestDesignInteractivePTY(t *testing.T) {
 		t.Errorf("stderr: %s", stderr.String())
 	}
 }
+
+// TestDesignFlagsOnly: every answer from flags, no file, no terminal.
+func TestDesignFlagsOnly(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "x.md")
+	var stdout bytes.Buffer
+	err := designMain([]string{"--format", "md", "--out", out, "--actions", "POST /orders, refund worker",
+		"--stack", "Go, chi, PostgreSQL, NATS", "--retry-sources", "client retries, queue redelivery",
+		"--providers", "stripe", "--concurrency", "global, 1000000/day", "--retention", "2d", "--latency", "synchronous"},
+		strings.NewReader(""), &stdout, io.Discard, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	for _, want := range []string{"{scope}_orders_{intent}", "{scope}_refund_{intent}", "Globally distributed", "raised from the stated 2d", "Idempotency-Key"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("document lacks %q", want)
+		}
+	}
+	if bytes.Contains(b, []byte("not stated")) {
+		t.Error("an assumption was made although every question was answered by flags")
+	}
+	err = designMain([]string{"--providers", "venmo", "--out", out}, strings.NewReader(""), io.Discard, io.Discard, false)
+	if !asUsage(err, &usageError{}) {
+		t.Errorf("unknown provider: want a usage error, got %v", err)
+	}
+}
