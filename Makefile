@@ -7,7 +7,7 @@ FUZZTIME ?= 30000x
 STRIPE_MOCK_VERSION := v0.203.0
 STRIPE_MOCK := .bin/stripe-mock-$(STRIPE_MOCK_VERSION)
 
-.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench chargebench design-doc design-screenshot demo-worker
+.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench chargebench design-doc design-screenshot demo-worker report-screenshot
 
 # The whole suite: go vet, every test with the race detector against a
 # throwaway PostgreSQL (or TEST_DATABASE_URL when set), a brief run of
@@ -81,6 +81,11 @@ prunebench:
 # constraints C1..C7 are checked before it is written (payonce design).
 design-doc:
 	$(GO) run ./cmd/payonce design --no-input --answers design/testdata/checkout.yaml --scan examples/checkout --out docs/idempotency-design.html
+
+# An example divergence report (payonce report --format html), checked in
+# headless Chromium and screenshotted.
+report-screenshot:
+	$(GO) run ./internal/cmd/reportshot docs/report-example.html docs/report-example.png
 
 # The document rendered in headless Chromium (Debian's chromium; .ci/run
 # installs it): zero network requests, every TOC link resolves, and a

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/payonce/payonce/design/internal/browser"
+	"github.com/payonce/payonce/internal/browser"
 )
 
 // TestDesignBrowser renders the checkout design in headless Chromium: it

@@ -61,10 +61,13 @@ type view struct {
 	HTMLReport
 	Kinds, Providers []count
 	Drift            []driftChart
-	Examined         int
-	Repaired         int
-	FailedWithProof  int
-	NeedsReview      int
+	// PerRun counts the items of each run (a run listed from the store
+	// carries none of its own).
+	PerRun          map[int64]int
+	Examined        int
+	Repaired        int
+	FailedWithProof int
+	NeedsReview     int
 }
 
 var amountsRE = regexp.MustCompile(`charged (-?[0-9.]+), refunded (-?[0-9.]+)`)
@@ -87,7 +90,9 @@ func net(state string, c money.Currency) (money.Money, bool) {
 func buildView(r HTMLReport) view {
 	v := view{HTMLReport: r}
 	kinds, provs := map[string]int{}, map[string]int{}
+	v.PerRun = map[int64]int{}
 	for _, x := range r.Items {
+		v.PerRun[x.RunID]++
 		kinds[string(x.Kind)]++
 		if x.Provider != "" {
 			provs[x.Provider]++
@@ -210,7 +215,7 @@ footer{margin-top:40px;color:#5d6675;font-size:12.5px}
 <body><main>
 <h1>payonce divergence report</h1>
 <p class="muted">{{len .Runs}} reconciler runs, {{len .Items}} divergence items.</p>
-<nav><ul>
+<nav class="toc"><ul>
 <li><a href="#summary">Summary</a></li><li><a href="#runs">Runs</a></li><li><a href="#kinds">By kind</a></li>
 <li><a href="#providers">By provider</a></li><li><a href="#drift">Balance drift</a></li><li><a href="#items">Items</a></li>
 </ul></nav>
@@ -226,7 +231,7 @@ footer{margin-top:40px;color:#5d6675;font-size:12.5px}
 
 <h2 id="runs">Runs</h2>
 {{if .Runs}}<table><tr><th>run</th><th>started</th><th>instance</th><th>examined</th><th>repaired</th><th>failed with proof</th><th>review</th><th>rescheduled</th><th>divergences</th><th>error</th></tr>
-{{range .Runs}}<tr><td class="n">{{.RunID}}</td><td>{{time .Started}}</td><td>{{.Instance}}</td><td class="n">{{.Examined}}</td><td class="n">{{.Repaired}}</td><td class="n">{{.FailedWithProof}}</td><td class="n">{{.NeedsReview}}</td><td class="n">{{.Rescheduled}}</td><td class="n">{{len .Items}}</td><td class="err">{{.Error}}</td></tr>
+{{range .Runs}}<tr><td class="n">{{.RunID}}</td><td>{{time .Started}}</td><td>{{.Instance}}</td><td class="n">{{.Examined}}</td><td class="n">{{.Repaired}}</td><td class="n">{{.FailedWithProof}}</td><td class="n">{{.NeedsReview}}</td><td class="n">{{.Rescheduled}}</td><td class="n">{{index $.PerRun .RunID}}</td><td class="err">{{.Error}}</td></tr>
 {{end}}</table>{{else}}<p class="muted">No run recorded.</p>{{end}}
 
 <h2 id="kinds">By kind</h2>
@@ -245,7 +250,7 @@ footer{margin-top:40px;color:#5d6675;font-size:12.5px}
 <svg role="img" aria-label="balance drift in {{.Currency}}" width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}">
 <line x1="0" y1="{{.Zero}}" x2="{{.Width}}" y2="{{.Zero}}" stroke="#5d6675" stroke-width="1"/>
 {{range .Points}}<rect class="{{if .Neg}}neg{{else}}pos{{end}}" x="{{.X}}" y="{{.Y}}" width="14" height="{{.H}}"><title>{{time .At}} {{.Provider}}: {{.Drift}}</title></rect>
-{{end}}<text x="4" y="12" font-size="11" fill="#5d6675">±{{.Max}}</text>
+{{end}}<text x="{{.Width}}" dx="-4" y="12" text-anchor="end" font-size="11" fill="#5d6675">scale ±{{.Max}} {{.Currency}}</text>
 </svg>
 <table><tr><th>checked</th><th>provider</th><th>drift</th></tr>
 {{$c := .Currency}}{{range .Points}}<tr><td>{{time .At}}</td><td>{{.Provider}}</td><td class="n">{{.Drift}} {{$c}}</td></tr>

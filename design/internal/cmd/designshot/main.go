@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/payonce/payonce/design/internal/browser"
+	"github.com/payonce/payonce/internal/browser"
 )
 
 func main() {

@@ -1,4 +1,5 @@
-// Package browser loads a generated design document in headless Chromium
+// Package browser loads a generated HTML page (the design document, the
+// divergence report) in headless Chromium
 // through the Chrome DevTools Protocol (chromedp): it records every
 // network request the page makes, checks that every table-of-contents link
 // resolves, and takes a full-page screenshot.
