@@ -12,7 +12,8 @@
 //	payonce fake stripe|adyen|paypal  a stateful fake of a provider's API
 //	payonce design                    the idempotency design document
 //
-// Every command takes --help (usage and an example). Exit codes: 0
+// Every command takes --help (usage and an example); "payonce completion
+// bash|zsh|fish|powershell" prints a shell completion script. Exit codes: 0
 // success; 1 failure (the demo exits 1 on any duplicate charge or books
 // that differ from the provider's); 2 usage error (including no database
 // given); 3 release refused by the record's state, nothing changed.
@@ -25,7 +26,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
 const usage = `payonce: the operator CLI of payonce
@@ -52,7 +56,8 @@ Usage:
                                     or Markdown) from your answers and a scan of your code
 
 Run payonce COMMAND --help (or payonce help COMMAND) for a command's flags and
-examples.
+examples. Shell completion: source <(payonce completion bash) (or zsh, fish,
+powershell).
 
 The database is DATABASE_URL or --database-url (demo starts a throwaway
 PostgreSQL when neither is given; the other commands refuse with exit 2).
@@ -84,46 +89,88 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
 	}
-	var err error
-	switch os.Args[1] {
-	case "demo":
-		err = runDemo(os.Args[2:])
-	case "migrate":
-		err = runMigrate(os.Args[2:])
-	case "fake":
-		err = runFake(os.Args[2:])
-	case "stuck":
-		err = runStuck(os.Args[2:])
-	case "release":
-		err = runRelease(os.Args[2:])
-	case "prune":
-		err = runPrune(os.Args[2:])
-	case "reconcile":
-		err = runReconcile(os.Args[2:])
-	case "report":
-		err = runReport(os.Args[2:])
-	case "resolve":
-		err = runResolve(os.Args[2:])
-	case "design":
-		err = runDesign(os.Args[2:])
-	case "-h", "--help", "help":
-		if len(os.Args) > 2 && os.Args[1] == "help" {
-			if u, ok := commandUsage[os.Args[2]]; ok {
-				fmt.Print(u)
-				return
-			}
-			fmt.Fprintf(os.Stderr, "payonce: no help for %q\n\n%s", os.Args[2], usage)
+	root := newRoot()
+	root.SetArgs(os.Args[1:])
+	if err := root.Execute(); err != nil {
+		if strings.HasPrefix(err.Error(), "unknown command ") {
+			fmt.Fprintf(os.Stderr, "payonce: unknown command %q\n\n%s", os.Args[1], usage)
 			os.Exit(2)
 		}
-		fmt.Print(usage)
-		return
-	default:
-		fmt.Fprintf(os.Stderr, "payonce: unknown command %q\n\n%s", os.Args[1], usage)
-		os.Exit(2)
-	}
-	if err != nil {
 		os.Exit(exitCode(err))
 	}
+}
+
+// commands are payonce's subcommands: each parses its own flags (and
+// prints its own --help), cobra dispatches, completes and documents them.
+var commands = []struct {
+	name string
+	run  func(args []string) error
+	// args completes the first argument in the shell.
+	args []string
+}{
+	{"demo", runDemo, []string{"core", "worker"}},
+	{"migrate", runMigrate, []string{"up", "status", "print"}},
+	{"fake", runFake, []string{"stripe", "adyen", "paypal"}},
+	{"stuck", runStuck, nil},
+	{"release", runRelease, nil},
+	{"prune", runPrune, nil},
+	{"reconcile", runReconcile, nil},
+	{"report", runReport, nil},
+	{"resolve", runResolve, nil},
+	{"design", runDesign, nil},
+}
+
+// newRoot is the CLI on cobra (spf13/cobra): dispatch, "help COMMAND", and
+// shell completion ("payonce completion bash|zsh|fish|powershell").
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "payonce",
+		Short:         "the operator CLI of payonce",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE:          func(*cobra.Command, []string) error { fmt.Print(usage); return nil },
+	}
+	root.SetHelpFunc(func(c *cobra.Command, _ []string) {
+		if u, ok := commandUsage[c.Name()]; ok {
+			fmt.Print(u)
+			return
+		}
+		fmt.Print(usage)
+	})
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "a command's usage and examples",
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			var names []cobra.Completion
+			for _, c := range commands {
+				names = append(names, c.name)
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				fmt.Print(usage)
+				return nil
+			}
+			if u, ok := commandUsage[args[0]]; ok {
+				fmt.Print(u)
+				return nil
+			}
+			fmt.Fprintf(os.Stderr, "payonce: no help for %q\n\n%s", args[0], usage)
+			return exitError{code: 2, err: fmt.Errorf("no help for %q", args[0])}
+		},
+	})
+	for _, c := range commands {
+		root.AddCommand(&cobra.Command{
+			Use:                c.name,
+			Short:              strings.SplitN(strings.TrimPrefix(commandUsage[c.name], "Usage: "), "\n", 2)[0],
+			DisableFlagParsing: true, // the command's own flag set, its --help and its exit codes
+			ValidArgs:          c.args,
+			RunE:               func(_ *cobra.Command, args []string) error { return c.run(args) },
+		})
+	}
+	return root
 }
 
 // commandUsage is what payonce help COMMAND prints.

@@ -79,3 +79,25 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("unknown command: exit %d\n%s", code, out)
 	}
 }
+
+// Shell completion comes from cobra: a script per shell, and the
+// commands' first arguments.
+func TestCompletion(t *testing.T) {
+	t.Parallel()
+	if out, code := cli(t, nil, "completion", "bash"); code != 0 || !strings.Contains(out, "__start_payonce") {
+		t.Fatalf("completion bash: exit %d\n%.300s", code, out)
+	}
+	out, code := cli(t, nil, "__complete", "fake", "")
+	if code != 0 || !strings.Contains(out, "stripe\nadyen\npaypal\n") {
+		t.Fatalf("completing fake: exit %d\n%s", code, out)
+	}
+	if out, code := cli(t, nil, "__complete", "rep"); code != 0 || !strings.Contains(out, "report") {
+		t.Fatalf("completing a command: exit %d\n%s", code, out)
+	}
+	if out, code := cli(t, nil, "help", "prune"); code != 0 || !strings.HasPrefix(out, "Usage: payonce prune") {
+		t.Fatalf("help prune: exit %d\n%s", code, out)
+	}
+	if out, code := cli(t, nil, "help", "nope"); code != 2 || !strings.Contains(out, `no help for "nope"`) {
+		t.Fatalf("help nope: exit %d\n%s", code, out)
+	}
+}

@@ -6,59 +6,69 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
-// isTerminal reports whether f is an interactive terminal: a character
-// device other than the null device. (The module has no terminal package;
-// /dev/null, which a process started without a stdin gets, is the one
-// character device that commonly stands in for a terminal and must not.)
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return false
-	}
-	null, err := os.Stat(os.DevNull)
-	return err != nil || !os.SameFile(fi, null)
-}
+// isTerminal reports whether f is an interactive terminal.
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
-// progressBar redraws one line on a terminal: a bar when the total is
-// known, a plain counter otherwise.
+// progressBar is a long command's progress on a terminal
+// (schollz/progressbar): a bar with counts, rate and elapsed time when
+// the total is known, a spinner with the count otherwise. Commands draw
+// it only when their output is a terminal (isTerminal) and print plain
+// lines otherwise.
 type progressBar struct {
-	w     io.Writer
-	what  string // "records deleted"
-	total int64  // <= 0: unknown
-	start time.Time
-	width int // of the bar, in cells
+	w    io.Writer
+	what string
+	bar  *progressbar.ProgressBar
 }
 
 func newProgressBar(w io.Writer, what string, total int64) *progressBar {
-	return &progressBar{w: w, what: what, total: total, start: time.Now(), width: 30}
+	return newProgressBarEvery(w, what, total, 100*time.Millisecond)
 }
 
-// update redraws the line with done units and a note ("3 batches").
+// newProgressBarEvery redraws at most once per throttle (0: on every
+// update, for tests).
+func newProgressBarEvery(w io.Writer, what string, total int64, throttle time.Duration) *progressBar {
+	if total <= 0 {
+		total = -1 // unknown: a spinner
+	}
+	bar := progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowElapsedTimeOnFinish(),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionThrottle(throttle),
+		progressbar.OptionSetRenderBlankState(true),
+		// The total is an estimate taken at the start: records that
+		// expire meanwhile can push the count past it.
+		progressbar.OptionSetPredictTime(false),
+	)
+	return &progressBar{w: w, what: what, bar: bar}
+}
+
+// update sets the count to done, with a note ("3 batches") after the
+// description.
 func (p *progressBar) update(done int64, note string) {
-	fmt.Fprint(p.w, "\r"+p.line(done, note, time.Since(p.start))+"\x1b[K")
+	desc := p.what
+	if note != "" {
+		desc += ", " + note
+	}
+	p.bar.Describe(desc)
+	if max := p.bar.GetMax64(); max > 0 && done > max {
+		p.bar.ChangeMax64(done)
+	}
+	_ = p.bar.Set64(done)
 }
 
 // finish ends the line, leaving the last state visible.
-func (p *progressBar) finish() { fmt.Fprintln(p.w) }
-
-func (p *progressBar) line(done int64, note string, elapsed time.Duration) string {
-	tail := fmt.Sprintf("%s %s", groupDigits(done), p.what)
-	if note != "" {
-		tail += ", " + note
-	}
-	tail += ", " + elapsed.Round(100*time.Millisecond).String()
-	if p.total <= 0 {
-		return tail
-	}
-	// The total is an estimate taken at the start: records that expire
-	// meanwhile can push done past it.
-	frac := min(float64(done)/float64(p.total), 1)
-	full := int(frac * float64(p.width))
-	bar := strings.Repeat("#", full) + strings.Repeat(".", p.width-full)
-	return fmt.Sprintf("[%s] %3d%%  %s of ~%s", bar, int(frac*100), groupDigits(done), groupDigits(p.total)) +
-		strings.TrimPrefix(tail, groupDigits(done))
+func (p *progressBar) finish() {
+	_ = p.bar.Finish()
+	fmt.Fprintln(p.w)
 }
 
 // groupDigits writes n with thousands separators: 1234567 -> "1,234,567".

@@ -22,20 +22,16 @@ import (
 // progress draws a progress bar while stdout is a terminal; otherwise it
 // prints nothing until the summary.
 func progress(st *stormStats, total int64) (stop func()) {
-	fi, err := os.Stdout.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+	if !isTerminal(os.Stdout) {
 		return func() {}
+	}
+	bar := newProgressBar(os.Stdout, "payments sent and resolved", 2*total)
+	draw := func() {
+		bar.update(st.started.Load()+st.resolved.Load(), fmt.Sprintf("%d requests", st.requests.Load()))
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	draw := func() {
-		n := st.started.Load() + st.resolved.Load()
-		const width = 30
-		filled := int(n * width / (2 * total))
-		fmt.Printf("\r  [%s%s] %3d%%  requests %d", strings.Repeat("#", filled), strings.Repeat("-", width-filled),
-			n*100/(2*total), st.requests.Load())
-	}
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(100 * time.Millisecond)
@@ -44,7 +40,7 @@ func progress(st *stormStats, total int64) (stop func()) {
 			select {
 			case <-done:
 				draw()
-				fmt.Println()
+				bar.finish()
 				return
 			case <-t.C:
 				draw()
