@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payonce/payonce/idempotency"
 )
@@ -52,6 +54,11 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 	if err := req.Validate(); err != nil {
 		return idempotency.Result{}, err
 	}
+	ctx, span := e.Tracer().Start(ctx, "idempotency.DoTx", trace.WithAttributes(idempotency.KeyAttributes(req.Scope, req.Key)...))
+	defer func() {
+		span.SetAttributes(attribute.Bool(idempotency.AttrReplayed, res.Replayed), attribute.String(idempotency.AttrStatus, string(res.Status)))
+		idempotency.EndSpan(span, err)
+	}()
 	cfg := e.Config()
 	conn, err := e.store.pool.Acquire(ctx)
 	if err != nil {
