@@ -89,6 +89,10 @@ type Config struct {
 	// hash, kind, provider and what was done), with the payments client's
 	// provider calls inside. Default: no spans.
 	TracerProvider trace.TracerProvider
+	// Progress, when set, is called after each intent a run examines,
+	// with how many it examined and how many it claimed (a CLI's progress
+	// bar). Default: none.
+	Progress func(examined, claimed int)
 }
 
 // ConfigError names a bad configuration field.

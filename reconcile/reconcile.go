@@ -117,6 +117,9 @@ func (r *Reconciler) run(ctx context.Context, rep *Report) error {
 			if err := r.traceExamine(ctx, rep, it); err != nil {
 				errs = append(errs, fmt.Errorf("intent %s: %w", idempotency.ShortHash(it.Key), err))
 			}
+			if r.cfg.Progress != nil {
+				r.cfg.Progress(rep.Examined, len(items))
+			}
 		}
 		errs = append(errs, r.verifySucceeded(ctx, rep), r.balanceDrift(ctx, rep))
 	}

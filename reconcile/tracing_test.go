@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -89,13 +90,18 @@ func TestSpans(t *testing.T) {
 	if _, err := client.Charge(ctx, lost); !errors.Is(err, payments.ErrOutcomeUnknown) {
 		t.Fatalf("lost response: %v", err)
 	}
+	var progressed []string
 	r, err := reconcile.New(pool, client, &reconcile.Config{TracerProvider: tp, Grace: time.Millisecond,
-		VoidAfter: time.Millisecond, Schedule: []time.Duration{time.Millisecond}, MaxChecks: 4})
+		VoidAfter: time.Millisecond, Schedule: []time.Duration{time.Millisecond}, MaxChecks: 4,
+		Progress: func(examined, claimed int) { progressed = append(progressed, fmt.Sprintf("%d/%d", examined, claimed)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := r.RunOnce(ctx); err != nil || rep.Repaired != 1 {
 		t.Fatalf("reconcile: %+v %v", rep, err)
+	}
+	if strings.Join(progressed, " ") != "1/1" {
+		t.Errorf("progress reported %v, want [1/1]", progressed)
 	}
 
 	spans := rec.Ended()

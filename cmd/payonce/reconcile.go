@@ -89,11 +89,25 @@ func runReconcile(args []string) error {
 	} else if client, err = wiring.Client(pool, cfg); err != nil {
 		return err
 	}
-	r, err := reconcile.New(pool, client, &reconcile.Config{Grace: *grace, Batch: *batch})
+	rcfg := &reconcile.Config{Grace: *grace, Batch: *batch}
+	var bar *progressBar
+	if isTerminal(os.Stderr) {
+		bar = newProgressBar(os.Stderr, "intents examined", int64(*batch))
+		rcfg.Progress = func(examined, claimed int) {
+			if examined == 1 {
+				bar.bar.ChangeMax64(int64(claimed))
+			}
+			bar.update(int64(examined), "")
+		}
+	}
+	r, err := reconcile.New(pool, client, rcfg)
 	if err != nil {
 		return usageError{err.Error()}
 	}
 	rep, err := r.RunOnce(ctx)
+	if bar != nil && rep != nil && rep.Examined > 0 {
+		bar.finish()
+	}
 	if rep != nil {
 		if *format == "table" {
 			fmt.Printf("run %d by %s: examined %d, repaired %d, failed with proof %d, needs review %d, rescheduled %d, %s\n\n",
