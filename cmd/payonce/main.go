@@ -36,8 +36,10 @@ const usage = `payonce: the operator CLI of payonce
 
 Usage:
   payonce demo                      a checkout storm through payonce's payments API
-                                    against the Stripe fake, its worker killed midway;
-                                    exits 1 on any duplicate charge or unbalanced books
+                                    against the providers' fakes, then checkouts as
+                                    sagas, its worker killed midway in each; exits 1 on
+                                    any duplicate charge, unbalanced books, unfinished
+                                    checkout or oversold stock
   payonce demo core                 concurrent duplicates through the idempotency core
   payonce migrate up|status|print   apply, inspect or print the schema
   payonce stuck                     list idempotency records stuck PROCESSING (lease

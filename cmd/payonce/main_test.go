@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -46,10 +47,14 @@ func cliProcess(t *testing.T, stdin io.Reader, env []string, args ...string) (st
 }
 
 // The storm, small: worker processes killed and restarted, lost and failed
-// provider responses, double clicks; zero duplicates and balanced books.
+// provider responses, double clicks; zero duplicates and balanced books;
+// then the saga phase: checkouts of scarce skus, declined cards and a
+// recalled sku (refunded), the worker killed once more, every checkout
+// COMPLETED or ROLLED_BACK, no sku oversold, one charge per completed
+// checkout.
 func TestDemoStorm(t *testing.T) {
 	t.Parallel()
-	out, code := cli(t, nil, "demo", "--payments", "120", "--customers", "12", "--seed", "3",
+	out, code := cli(t, nil, "demo", "--payments", "120", "--customers", "12", "--checkouts", "60", "--seed", "3",
 		"--database-url", pgtest.BaseURL(t))
 	if code != 0 {
 		t.Fatalf("demo exited %d:\n%s", code, out)
@@ -65,16 +70,36 @@ func TestDemoStorm(t *testing.T) {
 	}
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`duplicates \(payments charged more than once\)\s+0\n`),
-		regexp.MustCompile(`worker killed \(SIGKILL\) and restarted\s+1\n`),
+		// once in the payments' storm, once in the checkouts'
+		regexp.MustCompile(`worker killed \(SIGKILL\) and restarted\s+2\n`),
 		regexp.MustCompile(`unresolved after retries\s+0\n`),
 		regexp.MustCompile(`charges at the providers\s+\d+ \(stripe [1-9]\d*, adyen [1-9]\d*, paypal [1-9]\d*\)`),
 		regexp.MustCompile(`intents still open\s+0\n`),
 		regexp.MustCompile(`zero duplicates; the books balance and match every provider`),
-		regexp.MustCompile(`checkouts \(sagas\)\s+40: [1-9]\d* COMPLETED, [1-9]\d* ROLLED_BACK \(out of stock [1-9]\d*, declined \d+\), 0 NEEDS_REVIEW; .*stock never oversold; (\d+) charges for (\d+) completed`),
+		// the checkouts' money is in CHF alone, and balances too
+		regexp.MustCompile(`(?m)^\s+stripe\s+CHF\s+(\S+)\s+(\S+)\s+ok$`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("the summary does not match %q:\n%s", want, out)
 		}
+	}
+	line := regexp.MustCompile(`(?m)^  sagas: 60 checkouts \(the worker killed once more, midway\): ([1-9]\d*) COMPLETED, ` +
+		`([1-9]\d*) ROLLED_BACK \(out of stock ([1-9]\d*), declined (\d+), refunded at confirm (\d+)\), 0 NEEDS_REVIEW; ` +
+		`(\d+) given up by their clients: (\d+) finished without them \((\d+) by the recovery job\), (\d+) never recorded; ` +
+		`stock never oversold \((\d+) of (\d+) units sold, [1-9]\d* samples\); ` +
+		`one charge per completed checkout, none kept for a rolled-back one$`).FindStringSubmatch(out)
+	if line == nil {
+		t.Fatalf("no saga line, or not the expected one:\n%s", out)
+	}
+	n := make([]int, len(line))
+	for i, s := range line[1:] {
+		n[i+1], _ = strconv.Atoi(s)
+	}
+	completed, rolledBack, outOfStock, declined, refunded := n[1], n[2], n[3], n[4], n[5]
+	givenUp, finishedWithout, recovered, neverRecorded, sold, units := n[6], n[7], n[8], n[9], n[10], n[11]
+	if completed+rolledBack+neverRecorded != 60 || outOfStock+declined+refunded != rolledBack ||
+		finishedWithout+neverRecorded != givenUp || recovered > finishedWithout || sold > units || givenUp == 0 {
+		t.Errorf("the saga line does not add up: %s", line[0])
 	}
 }
 

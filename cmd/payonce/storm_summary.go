@@ -59,6 +59,7 @@ type stormReport struct {
 	unresolved int64
 	refunds    int
 	rec        reconciled
+	sagas      *sagaResult // nil: no saga phase
 	elapsed    time.Duration
 }
 
@@ -143,6 +144,15 @@ func report(ctx context.Context, r stormReport) error {
 	if r.rec.open > 0 {
 		problems = append(problems, fmt.Sprintf("%d intents still open after the reconciler", r.rec.open))
 	}
+	sagaProblems := 0
+	if r.sagas != nil {
+		fmt.Println(r.sagas.line())
+		for _, why := range r.sagas.reviews {
+			fmt.Println("  checkout in review:", why)
+		}
+		sagaProblems = len(r.sagas.problems)
+		problems = append(problems, r.sagas.problems...)
+	}
 
 	// The books: payonce's ledger against each provider's totals, per
 	// currency, and every currency's postings summing to zero.
@@ -208,8 +218,8 @@ func report(ctx context.Context, r stormReport) error {
 		for _, p := range problems {
 			fmt.Println("  PROBLEM:", p)
 		}
-		return fmt.Errorf("demo failed: %d duplicate(s), %d succeeded without a charge, %d inconsistent answer(s), %d book problem(s), %d unresolved",
-			dups, missing, inconsistent, books, r.unresolved)
+		return fmt.Errorf("demo failed: %d duplicate(s), %d succeeded without a charge, %d inconsistent answer(s), %d book problem(s), %d unresolved, %d checkout problem(s)",
+			dups, missing, inconsistent, books, r.unresolved, sagaProblems)
 	}
 	fmt.Println("  zero duplicates; the books balance and match every provider")
 	return nil
