@@ -112,10 +112,12 @@ var errUnknownSKU = errors.New("unknown sku")
 type OrderWorker struct {
 	river.WorkerDefaults[OrderArgs]
 	inbox *inbox.Inbox
-	// hooks for tests: afterEffect runs in the transaction after the order
-	// is written (a hang there is a crash before the commit); afterCommit
+	// hooks for tests: onHandle runs when the handler starts (never for a
+	// Duplicate or a recorded Poison); afterEffect runs in the transaction
+	// after the order is written (a hang there is a crash before the commit); afterCommit
 	// runs after the commit, before River records the completion (an
 	// error there is a crash in between).
+	onHandle    func()
 	afterEffect func(ctx context.Context)
 	afterCommit func(job *river.Job[OrderArgs]) error
 }
@@ -129,6 +131,9 @@ func (w *OrderWorker) Work(ctx context.Context, job *river.Job[OrderArgs]) error
 	}
 	out, err := w.inbox.HandleTx(ctx, inbox.Message{Source: "river-order", ID: a.OrderID, Fingerprint: fp, Attempt: job.Attempt},
 		func(ctx context.Context, tx pgx.Tx, _ inbox.Message) error {
+			if w.onHandle != nil {
+				w.onHandle()
+			}
 			var known bool
 			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_skus WHERE sku = $1)`, a.SKU).Scan(&known); err != nil {
 				return err

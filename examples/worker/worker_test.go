@@ -175,12 +175,16 @@ func TestSameOrderTwiceIsOneOrder(t *testing.T) {
 func TestPoisonOrder(t *testing.T) {
 	t.Parallel()
 	pool, _ := setup(t)
-	c := start(t, pool, Config{})
+	var runs atomic.Int32
+	c := start(t, pool, Config{orderWorker: &OrderWorker{onHandle: func() { runs.Add(1) }}})
 	for i := 0; i < 2; i++ {
 		res := insert(t, c, OrderArgs{OrderID: "ord-4", SKU: "nope", Qty: 1}, nil)
 		if state, attempt := wait(t, pool, res.Job.ID, 20*time.Second); state != "cancelled" || attempt != 1 {
 			t.Fatalf("job %d: %s after %d attempts, want cancelled after 1", i, state, attempt)
 		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want once (the second job is poison from the record)", n)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM worker_orders`); n != 0 {
 		t.Fatalf("%d orders", n)
@@ -284,6 +288,13 @@ func TestChargeJobRetriedOneCharge(t *testing.T) {
 	state, attempt := wait(t, pool, res.Job.ID, 30*time.Second)
 	if state != "completed" || attempt < 2 {
 		t.Fatalf("charge job %s after %d attempts, want completed after a retry", state, attempt)
+	}
+	// The same payment inserted again as another job: the payment's key
+	// replays, nothing reaches the provider.
+	again := insert(t, c, ChargeArgs{PaymentID: "pay-1", Customer: "cus_w", Amount: "19.90", Currency: "EUR",
+		PaymentMethod: "pm_card_visa", Provider: "stripe", Recipient: "acct_w"}, nil)
+	if state, attempt := wait(t, pool, again.Job.ID, 30*time.Second); state != "completed" || attempt != 1 {
+		t.Fatalf("the second charge job %s after %d attempts, want completed after 1", state, attempt)
 	}
 	key, _ := idempotency.ComposeKey("cus_w", "charge", "pay-1")
 	if n := fk.Charges("stripe", key); n != 1 {
