@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
@@ -45,8 +46,9 @@ type TxAction func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error)
 //
 // A nil error from action commits its writes with the outcome COMPLETED. A
 // [idempotency.Permanent] error rolls back the transaction, then stores the
-// outcome FAILED on its own (no savepoint: the success path stays at five
-// round trips: begin, claim, the action's statements, complete, commit).
+// outcome FAILED on its own (no savepoint: the success path stays at two
+// round trips besides the action's statements, the BEGIN sent with the
+// claim, and the completion with the COMMIT).
 // Any other error, or a panic, rolls back everything, the claim included.
 //
 // Errors are those of [idempotency.Executor.Do].
@@ -67,27 +69,29 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 	// Release destroys the connection if a transaction is still open on it.
 	defer conn.Release()
 	// READ COMMITTED whatever the database's default: a claim that waited
-	// on a concurrent insert must see that row when it looks again.
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return idempotency.Result{}, translate("begin", err)
-	}
+	// on a concurrent insert must see that row when it looks again. The
+	// BEGIN travels with the claim's first statement, in one round trip.
+	db := &beginWithFirst{conn: conn.Conn(), opts: pgx.TxOptions{IsoLevel: pgx.ReadCommitted}}
 	committed := false
 	defer func() {
-		if !committed {
+		if !committed && db.tx != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.FinishTimeout)
-			_ = tx.Rollback(rctx)
+			_ = db.tx.Rollback(rctx)
 			cancel()
 		}
 	}()
 
-	c, err := e.store.claim(ctx, tx, idempotency.ClaimParams{
+	c, err := e.store.claim(ctx, db, idempotency.ClaimParams{
 		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
 		LockTimeout: cfg.LockTimeout, Retention: cfg.Retention, Expired: cfg.Expired,
 		RefuseForeign: req.RefuseForeign,
 	})
 	if err != nil {
 		return idempotency.Result{}, err
+	}
+	tx := db.tx
+	if tx == nil { // a claim always sends a statement
+		return idempotency.Result{}, errors.New("pgstore: DoTx: the claim began no transaction")
 	}
 	m := e.Metrics()
 	m.Claim(ctx, req.Scope, c.State)
@@ -129,6 +133,78 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 	}
 	committed = true
 	return res, nil
+}
+
+// beginWithFirst is the claim's dbtx in DoTx: its first statement is sent
+// in one batch after the BEGIN (pgx's Batch.BeginTx), saving the round
+// trip of a BEGIN of its own; later statements run in the transaction
+// begun, tx.
+type beginWithFirst struct {
+	conn *pgx.Conn
+	opts pgx.TxOptions
+	tx   pgx.Tx
+}
+
+// first sends BEGIN and sql in one batch and reads the BEGIN's result.
+// The caller reads sql's result, then closes the batch.
+func (b *beginWithFirst) first(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	batch := &pgx.Batch{}
+	batch.BeginTx(b.opts)
+	batch.Queue(sql, args...)
+	br := b.conn.SendBatch(ctx, batch)
+	// The transaction, available at once so that DoTx rolls it back
+	// whatever happens next; closed by Close if the BEGIN failed.
+	b.tx = br.Tx()
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return br, nil
+}
+
+// closeBatch closes br and returns err, or the error of Close when there
+// was none (or only "no rows", which a broken batch must not pass for).
+func closeBatch(br pgx.BatchResults, err error) error {
+	if cerr := br.Close(); cerr != nil && (err == nil || errors.Is(err, pgx.ErrNoRows)) {
+		return cerr
+	}
+	return err
+}
+
+func (b *beginWithFirst) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if b.tx != nil {
+		return b.tx.Exec(ctx, sql, args...)
+	}
+	br, err := b.first(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	return tag, closeBatch(br, err)
+}
+
+func (b *beginWithFirst) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if b.tx != nil {
+		return b.tx.QueryRow(ctx, sql, args...)
+	}
+	return firstRow{b: b, ctx: ctx, sql: sql, args: args}
+}
+
+// firstRow sends the batch when scanned, as pgx's rows report their error
+// at Scan.
+type firstRow struct {
+	b    *beginWithFirst
+	ctx  context.Context
+	sql  string
+	args []any
+}
+
+func (r firstRow) Scan(dest ...any) error {
+	br, err := r.b.first(r.ctx, r.sql, r.args)
+	if err != nil {
+		return err
+	}
+	return closeBatch(br, br.QueryRow().Scan(dest...))
 }
 
 // completeAndCommit sends the completion and the COMMIT in one round trip.

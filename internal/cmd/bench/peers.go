@@ -30,56 +30,84 @@ type peer struct {
 	claim func(ctx context.Context, pool *pgxpool.Pool, key, fp string) (bool, int64, []byte, error)
 }
 
-var errReplayRan = errors.New("peer: a replay executed")
+var (
+	errReplayRan  = errors.New("peer: a replay executed")
+	errInProgress = errors.New("peer: in progress") // never on the bench's paths: they fail on it
+)
 
 func peers() []peer {
 	return []peer{
 		{
 			// A lease+token library: every claim is an UPDATE that takes a
-			// new token (and extends the lease while PROCESSING), even on a
-			// completed key, with RETURNING; a missing row is inserted.
+			// new token, even on a completed key, with RETURNING (on a
+			// PROCESSING key only once its lease ran out: a takeover); a
+			// missing row is inserted.
 			name: "lease+token, writes on replay", table: "peer_lease",
 			claim: func(ctx context.Context, pool *pgxpool.Pool, key, fp string) (bool, int64, []byte, error) {
-				var status string
-				var token int64
-				var raw []byte
-				err := pool.QueryRow(ctx, `UPDATE peer_lease
-					   SET lock_version = lock_version + 1,
-					       locked_until = CASE WHEN status = 'PROCESSING' THEN now() + interval '30 seconds' ELSE locked_until END
-					 WHERE idempotency_key = $1 AND user_id = $2
-					RETURNING status, lock_version, response_raw`, key, scope).Scan(&status, &token, &raw)
-				if err == nil {
-					return false, token, raw, nil
+				for {
+					var status string
+					var token int64
+					var raw []byte
+					err := pool.QueryRow(ctx, `UPDATE peer_lease
+						   SET lock_version = lock_version + 1,
+						       locked_until = CASE WHEN status = 'PROCESSING' THEN now() + interval '30 seconds' ELSE locked_until END
+						 WHERE idempotency_key = $1 AND user_id = $2 AND (status <> 'PROCESSING' OR locked_until < now())
+						RETURNING status, lock_version, response_raw`, key, scope).Scan(&status, &token, &raw)
+					if err == nil {
+						return status == "PROCESSING", token, raw, nil // a takeover runs the action
+					}
+					if !errors.Is(err, pgx.ErrNoRows) {
+						return false, 0, nil, err
+					}
+					err = pool.QueryRow(ctx, `INSERT INTO peer_lease (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
+						VALUES ($1, $2, $3, 'PROCESSING', 1, now() + interval '30 seconds', now() + interval '1 day')
+						ON CONFLICT DO NOTHING RETURNING lock_version`, key, scope, fp).Scan(&token)
+					if err == nil {
+						return true, token, nil, nil
+					}
+					if !errors.Is(err, pgx.ErrNoRows) {
+						return false, 0, nil, err
+					}
+					// The row exists: a live lease (in progress), or one
+					// inserted since the UPDATE.
+					var live bool
+					if err := pool.QueryRow(ctx, `SELECT status = 'PROCESSING' AND locked_until >= now() FROM peer_lease
+						WHERE idempotency_key = $1 AND user_id = $2`, key, scope).Scan(&live); err == nil && live {
+						return false, 0, nil, errInProgress
+					} else if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+						return false, 0, nil, err
+					}
 				}
-				if !errors.Is(err, pgx.ErrNoRows) {
-					return false, 0, nil, err
-				}
-				err = pool.QueryRow(ctx, `INSERT INTO peer_lease (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
-					VALUES ($1, $2, $3, 'PROCESSING', 1, now() + interval '30 seconds', now() + interval '1 day')
-					ON CONFLICT DO NOTHING RETURNING lock_version`, key, scope, fp).Scan(&token)
-				return err == nil, token, nil, err
 			},
 		},
 		{
 			// A hand-written pgx client: read; when nothing is there,
-			// insert PROCESSING (the unique key decides a race).
+			// insert PROCESSING (the unique key decides a race: the loser
+			// reads again).
 			name: "plain pgx read, then insert", table: "peer_plain",
 			claim: func(ctx context.Context, pool *pgxpool.Pool, key, fp string) (bool, int64, []byte, error) {
-				var status string
-				var token int64
-				var raw []byte
-				err := pool.QueryRow(ctx, `SELECT status, lock_version, response_raw FROM peer_plain WHERE idempotency_key = $1 AND user_id = $2`,
-					key, scope).Scan(&status, &token, &raw)
-				if err == nil {
-					return false, token, raw, nil
+				for {
+					var status string
+					var token int64
+					var raw []byte
+					err := pool.QueryRow(ctx, `SELECT status, lock_version, response_raw FROM peer_plain WHERE idempotency_key = $1 AND user_id = $2`,
+						key, scope).Scan(&status, &token, &raw)
+					if err == nil {
+						if status == "PROCESSING" {
+							return false, 0, nil, errInProgress
+						}
+						return false, token, raw, nil
+					}
+					if !errors.Is(err, pgx.ErrNoRows) {
+						return false, 0, nil, err
+					}
+					err = pool.QueryRow(ctx, `INSERT INTO peer_plain (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
+						VALUES ($1, $2, $3, 'PROCESSING', 1, now() + interval '30 seconds', now() + interval '1 day')
+						ON CONFLICT DO NOTHING RETURNING lock_version`, key, scope, fp).Scan(&token)
+					if !errors.Is(err, pgx.ErrNoRows) {
+						return err == nil, token, nil, err
+					}
 				}
-				if !errors.Is(err, pgx.ErrNoRows) {
-					return false, 0, nil, err
-				}
-				err = pool.QueryRow(ctx, `INSERT INTO peer_plain (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
-					VALUES ($1, $2, $3, 'PROCESSING', 1, now() + interval '30 seconds', now() + interval '1 day')
-					ON CONFLICT DO NOTHING RETURNING lock_version`, key, scope, fp).Scan(&token)
-				return err == nil, token, nil, err
 			},
 		},
 		{
@@ -89,12 +117,16 @@ func peers() []peer {
 			name: "INSERT .. ON CONFLICT DO UPDATE", table: "peer_upsert",
 			claim: func(ctx context.Context, pool *pgxpool.Pool, key, fp string) (bool, int64, []byte, error) {
 				var isNew bool
+				var status string
 				var token int64
 				var raw []byte
 				err := pool.QueryRow(ctx, `INSERT INTO peer_upsert (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
 					VALUES ($1, $2, $3, 'PROCESSING', 1, now() + interval '30 seconds', now() + interval '1 day')
 					ON CONFLICT (idempotency_key, user_id) DO UPDATE SET fingerprint = peer_upsert.fingerprint
-					RETURNING xmax = 0, lock_version, response_raw`, key, scope, fp).Scan(&isNew, &token, &raw)
+					RETURNING xmax = 0, status, lock_version, response_raw`, key, scope, fp).Scan(&isNew, &status, &token, &raw)
+				if err == nil && !isNew && status == "PROCESSING" {
+					return false, 0, nil, errInProgress
+				}
 				return isNew, token, raw, err
 			},
 		},
