@@ -7,7 +7,7 @@ FUZZTIME ?= 30000x
 STRIPE_MOCK_VERSION := v0.203.0
 STRIPE_MOCK := .bin/stripe-mock-$(STRIPE_MOCK_VERSION)
 
-.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench chargebench design-doc design-screenshot demo-worker report-screenshot
+.PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench chargebench design-doc design-screenshot demo-worker report-screenshot torture
 
 # The whole suite: go vet, every test with the race detector against a
 # throwaway PostgreSQL (or TEST_DATABASE_URL when set), a brief run of
@@ -62,6 +62,15 @@ bench:
 # through PgBouncer in transaction pooling mode (BENCHMARKS.md).
 scalebench:
 	$(GO) run ./internal/cmd/withpg -durable -var BENCH_DATABASE_URL -- $(GO) run ./internal/cmd/scalebench
+
+# The torture run: Toxiproxy between the checkout workers and PostgreSQL
+# and the providers, workers SIGKILLed at random, 10,000 intents, two
+# reconcilers at once; the invariants checked at the end (RELIABILITY.md).
+# make test runs a 1,000-intent variant (cmd/payonce TestTorture).
+TORTURE_INTENTS ?= 10000
+TORTURE_SEED ?= 1
+torture:
+	$(GO) run ./cmd/payonce demo torture --intents $(TORTURE_INTENTS) --seed $(TORTURE_SEED)
 
 # The consumer path: River jobs through the inbox, a worker killed midway.
 demo-worker:

@@ -2,6 +2,7 @@
 //
 //	payonce demo                      the checkout storm (make demo)
 //	payonce demo core                 the idempotency core alone
+//	payonce demo torture              faults on every link, workers killed (make torture)
 //	payonce migrate up|status|print   apply, inspect or print the schema
 //	payonce stuck                     records stuck PROCESSING
 //	payonce release SCOPE KEY         release a stuck record's lease (audited)
@@ -41,6 +42,8 @@ Usage:
                                     any duplicate charge, unbalanced books, unfinished
                                     checkout or oversold stock
   payonce demo core                 concurrent duplicates through the idempotency core
+  payonce demo torture              Toxiproxy on every link, workers killed at random,
+                                    two reconcilers, 10,000 intents (make torture)
   payonce migrate up|status|print   apply, inspect or print the schema
   payonce stuck                     list idempotency records stuck PROCESSING (lease
                                     ended, never reclaimed), keys hashed unless --show-keys
@@ -110,7 +113,7 @@ var commands = []struct {
 	// args completes the first argument in the shell.
 	args []string
 }{
-	{"demo", runDemo, []string{"core", "worker"}},
+	{"demo", runDemo, []string{"core", "worker", "torture"}},
 	{"migrate", runMigrate, []string{"up", "status", "print"}},
 	{"fake", runFake, []string{"stripe", "adyen", "paypal"}},
 	{"stuck", runStuck, nil},

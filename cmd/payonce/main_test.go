@@ -134,3 +134,41 @@ func TestCompletion(t *testing.T) {
 		t.Fatalf("help nope: exit %d\n%s", code, out)
 	}
 }
+
+// The torture run, short (make torture runs 10,000 intents): Toxiproxy on
+// every link of three workers, workers SIGKILLed at random, two
+// reconcilers at once; zero duplicate provider effects, zero lost intents,
+// the books equal to each provider's net.
+func TestTorture(t *testing.T) {
+	t.Parallel()
+	out, code := cli(t, nil, "demo", "torture", "--intents", "1000", "--customers", "48", "--seed", "5",
+		"--fault-gap", "500ms", "--kill-gap", "2s", "--database-url", pgtest.BaseURL(t))
+	if code != 0 {
+		t.Fatalf("torture exited %d:\n%s", code, out)
+	}
+	for _, line := range regexp.MustCompile(`(?m)^\s*REVIEW: .*$`).FindAllString(out, -1) {
+		if !strings.Contains(line, "refused to void") {
+			t.Errorf("an intent in review for another reason: %s", line)
+		}
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`duplicate provider effects \(charges / refunds\)\s+0 / 0\n`),
+		regexp.MustCompile(`lost intents\s+0\n`),
+		regexp.MustCompile(`answers that contradict the record\s+0\n`),
+		regexp.MustCompile(`intents still open\s+0\n`),
+		// every kind of fault on every link, and kills
+		regexp.MustCompile(`faults injected \(Toxiproxy\)\s+\d+: bandwidth [1-9]\d*, latency [1-9]\d*, limit_data [1-9]\d*, reset [1-9]\d*, slicer [1-9]\d*, timeout [1-9]\d*\n`),
+		regexp.MustCompile(`by link\s+adyen [1-9]\d*, paypal [1-9]\d*, postgres [1-9]\d*, stripe [1-9]\d*\n`),
+		regexp.MustCompile(`refused by Toxiproxy\s+0\n`),
+		regexp.MustCompile(`workers killed \(SIGKILL\) and restarted\s+([3-9]|\d\d+) \(of 3 workers\)`),
+		regexp.MustCompile(`refunds \(partial\) told done / at the providers\s+([1-9]\d*) / ([1-9]\d*)\n`),
+		regexp.MustCompile(`zero duplicate provider effects, zero lost intents; the books balance and match every provider`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("the summary does not match %q:\n%s", want, out)
+		}
+	}
+	if m := regexp.MustCompile(`refunds \(partial\) told done / at the providers\s+(\d+) / (\d+)`).FindStringSubmatch(out); m != nil && m[1] != m[2] {
+		t.Errorf("%s refunds told done, %s at the providers", m[1], m[2])
+	}
+}

@@ -28,6 +28,7 @@ import (
 const demoUsage = `Usage: payonce demo [--payments N] [--customers N] [--checkouts N] [--seed N] [--no-kill] [--database-url URL]
        payonce demo core     the idempotency core alone (see: payonce demo core --help)
        payonce demo worker   the consumer path: River jobs through the inbox (see: payonce demo worker --help)
+       payonce demo torture  faults on every link, workers killed, 10,000 intents (see: payonce demo torture --help)
 
 A checkout storm. The checkout example service (examples/checkout) runs as a
 worker process on a throwaway PostgreSQL, charging through payonce's Stripe,
@@ -77,6 +78,8 @@ func runDemo(args []string) error {
 			return runCoreDemo(args[1:])
 		case "worker":
 			return runWorkerDemo(args[1:])
+		case "torture":
+			return runTorture(args[1:])
 		}
 	}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)

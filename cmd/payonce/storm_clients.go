@@ -31,6 +31,7 @@ type payment struct {
 	providerIDs         map[string]bool
 	final               int // last final status code seen (201, 202, 402, 422), 0 if none
 	status              string
+	finals              map[string]bool // every status a final answer named
 	unknownSeen         bool
 	refundKey, refunded string
 }
@@ -44,6 +45,7 @@ func (p *payment) record(code int, body map[string]any) {
 		p.final = code
 		if s, ok := body["status"].(string); ok {
 			p.status = s
+			p.finals[s] = true
 		}
 		if id, ok := body["provider_id"].(string); ok && id != "" {
 			p.providerIDs[id] = true
@@ -77,7 +79,7 @@ func makePayments(c stormConfig, rng *rand.Rand, providers []string) []*payment 
 			sends:    2 + rng.IntN(4),
 			// One payment in ten: a single send, never retried.
 			abandoned: i%10 == 7,
-			codes:     map[int]int{}, providerIDs: map[string]bool{},
+			codes:     map[int]int{}, providerIDs: map[string]bool{}, finals: map[string]bool{},
 		})
 	}
 	return pays
@@ -208,8 +210,8 @@ func refund(hc *http.Client, base string, p *payment) bool {
 			p.refunded = half.AmountString()
 			return true
 		}
-		if err == nil && code != 503 && code != 409 {
-			return false
+		if err == nil && code < 500 && code != 409 {
+			return false // refused: not retried
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -156,62 +156,12 @@ func report(ctx context.Context, r stormReport) error {
 
 	// The books: payonce's ledger against each provider's totals, per
 	// currency, and every currency's postings summing to zero.
-	fmt.Println("\n  ledger vs provider")
-	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  provider\tcurrency\tledger cash\tprovider net\t")
-	l, err := ledger.New(r.pool, nil)
+	bookProblems, err := checkBooks(ctx, r.pool, r.fakes)
 	if err != nil {
 		return err
 	}
-	books := 0
-	for _, name := range r.fakes.Providers() {
-		net, err := r.fakes.NetAmounts(name)
-		if err != nil {
-			return err
-		}
-		var currencies []string
-		for c := range net {
-			currencies = append(currencies, c)
-		}
-		sort.Strings(currencies)
-		for _, code := range currencies {
-			cur, err := money.ParseCurrency(code)
-			if err != nil {
-				return err
-			}
-			bal, err := l.Balance(ctx, ledger.ProviderCash(name), cur)
-			if errors.Is(err, ledger.ErrUnknownAccount) {
-				bal, _ = money.FromMinor(0, cur)
-			} else if err != nil {
-				return err
-			}
-			held := net[code]
-			mark := "ok"
-			if !bal.Equal(held) {
-				mark = "DIFFERS"
-				books++
-				problems = append(problems, fmt.Sprintf("%s %s: ledger %s, provider %s", name, code, bal.AmountString(), held.AmountString()))
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", name, code, bal.AmountString(), held.AmountString(), mark)
-		}
-	}
-	tw.Flush()
-	rows, err := r.pool.Query(ctx, `SELECT currency, sum(amount)::text FROM ledger_postings GROUP BY currency HAVING sum(amount) <> 0`)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var code, sum string
-		if err := rows.Scan(&code, &sum); err != nil {
-			return err
-		}
-		books++
-		problems = append(problems, fmt.Sprintf("ledger %s: postings sum to %s, not 0", code, sum))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
+	books := len(bookProblems)
+	problems = append(problems, bookProblems...)
 	fmt.Printf("\n  wall time %s\n", r.elapsed.Round(time.Millisecond))
 
 	if len(problems) > 0 || r.unresolved > 0 {
@@ -223,4 +173,61 @@ func report(ctx context.Context, r stormReport) error {
 	}
 	fmt.Println("  zero duplicates; the books balance and match every provider")
 	return nil
+}
+
+// checkBooks prints payonce's ledger against each provider's net per
+// currency and returns what differs, with every currency whose postings
+// do not sum to zero.
+func checkBooks(ctx context.Context, pool *pgxpool.Pool, fk *fakes.Set) (problems []string, err error) {
+	fmt.Println("\n  ledger vs provider")
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  provider\tcurrency\tledger cash\tprovider net\t")
+	l, err := ledger.New(pool, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range fk.Providers() {
+		net, err := fk.NetAmounts(name)
+		if err != nil {
+			return nil, err
+		}
+		var currencies []string
+		for c := range net {
+			currencies = append(currencies, c)
+		}
+		sort.Strings(currencies)
+		for _, code := range currencies {
+			cur, err := money.ParseCurrency(code)
+			if err != nil {
+				return nil, err
+			}
+			bal, err := l.Balance(ctx, ledger.ProviderCash(name), cur)
+			if errors.Is(err, ledger.ErrUnknownAccount) {
+				bal, _ = money.FromMinor(0, cur)
+			} else if err != nil {
+				return nil, err
+			}
+			held := net[code]
+			mark := "ok"
+			if !bal.Equal(held) {
+				mark = "DIFFERS"
+				problems = append(problems, fmt.Sprintf("%s %s: ledger %s, provider %s", name, code, bal.AmountString(), held.AmountString()))
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", name, code, bal.AmountString(), held.AmountString(), mark)
+		}
+	}
+	tw.Flush()
+	rows, err := pool.Query(ctx, `SELECT currency, sum(amount)::text FROM ledger_postings GROUP BY currency HAVING sum(amount) <> 0`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var code, sum string
+		if err := rows.Scan(&code, &sum); err != nil {
+			return nil, err
+		}
+		problems = append(problems, fmt.Sprintf("ledger %s: postings sum to %s, not 0", code, sum))
+	}
+	return problems, rows.Err()
 }

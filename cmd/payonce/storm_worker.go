@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,12 @@ func buildWorker(ctx context.Context) (exe string, clean func(), err error) {
 // buildProgram builds pkg (a main package of payonce's tree) as
 // buildWorker does.
 func buildProgram(ctx context.Context, pkg string) (exe string, clean func(), err error) {
+	return build(ctx, pkg, raceEnabled)
+}
+
+// build builds pkg (a main package of payonce's tree or of a module it
+// requires, such as a tool), with the race detector if race.
+func build(ctx context.Context, pkg string, race bool) (exe string, clean func(), err error) {
 	dir, err := os.MkdirTemp("", "payonce-demo-")
 	if err != nil {
 		return "", nil, err
@@ -38,7 +45,7 @@ func buildProgram(ctx context.Context, pkg string) (exe string, clean func(), er
 	clean = func() { _ = os.RemoveAll(dir) }
 	exe = filepath.Join(dir, filepath.Base(pkg))
 	args := []string{"build", "-o", exe}
-	if raceEnabled {
+	if race {
 		args = append(args, "-race")
 	}
 	out, err := exec.CommandContext(ctx, "go", append(args, pkg)...).CombinedOutput()
@@ -53,9 +60,11 @@ func buildProgram(ctx context.Context, pkg string) (exe string, clean func(), er
 // worker runs the checkout service as a child process on a fixed address.
 type worker struct {
 	// exe is the worker program (buildWorker).
-	exe      string
-	env      []string
-	addr     string
+	exe  string
+	env  []string
+	addr string
+	// stderr receives the worker's logs; nil: payonce's stderr.
+	stderr   io.Writer
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	restarts int
@@ -66,6 +75,9 @@ func (w *worker) start() error {
 	cmd.Env = append(os.Environ(), w.env...)
 	cmd.Env = append(cmd.Env, "ADDR="+w.addr)
 	cmd.Stderr = os.Stderr
+	if w.stderr != nil {
+		cmd.Stderr = w.stderr
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -102,6 +114,12 @@ func (w *worker) start() error {
 
 // crash kills the worker with SIGKILL mid-flight and starts a new one.
 func (w *worker) crash() error {
+	return w.killFor(time.Second) // down for a second: requests and webhooks meanwhile fail
+}
+
+// killFor kills the worker with SIGKILL, leaves it down for down, and
+// starts a new one.
+func (w *worker) killFor(down time.Duration) error {
 	w.mu.Lock()
 	cmd := w.cmd
 	w.mu.Unlock()
@@ -110,7 +128,7 @@ func (w *worker) crash() error {
 	}
 	_ = cmd.Wait()
 	w.restarts++
-	time.Sleep(time.Second) // down for a second: requests and webhooks meanwhile fail
+	time.Sleep(down)
 	return w.start()
 }
 

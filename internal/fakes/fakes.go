@@ -262,3 +262,24 @@ func (s *Set) WaitDeliveries(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Refunds counts the refunds that really exist at provider's fake for a
+// refund's local key (payonce's composed key), over every attempt's
+// references, as [Set.Charges] counts charges: refunds carrying it in
+// their metadata (Stripe), modifications with an attempt's reference
+// (Adyen), refunds with an attempt's custom_id (PayPal).
+func (s *Set) Refunds(provider, key string) int {
+	if provider == "stripe" {
+		return s.Stripe.CountsByMetadata(paystripe.MetadataKey, key).Refunds
+	}
+	n := 0
+	for attempt := range MaxAttempts {
+		switch provider {
+		case "adyen":
+			n += s.Adyen.Counts(payments.ProviderKey(key, payments.StepRefund, attempt, adyen.MaxReferenceLen)).Refunds
+		case "paypal":
+			n += s.PayPal.CountsByCustomID(payments.ProviderKey(key, payments.StepRefund, attempt, paypal.MaxProviderKeyLen)).Refunds
+		}
+	}
+	return n
+}

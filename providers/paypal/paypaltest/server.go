@@ -266,7 +266,8 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.seq++
-	tok := fmt.Sprintf("A21AAfake%014d", s.seq)
+	seq := s.seq // read under the lock: webhooks and new objects move it too
+	tok := fmt.Sprintf("A21AAfake%014d", seq)
 	s.tokens[tok] = &token{clientID: id, expires: s.clock().Add(s.tokenLifetime)}
 	s.tokenCount++
 	s.mu.Unlock()
@@ -276,7 +277,7 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		"token_type":   "Bearer",
 		"app_id":       "APP-FAKE",
 		"expires_in":   int64(s.tokenLifetime / time.Second),
-		"nonce":        fmt.Sprintf("%s#fake%d", s.clock().UTC().Format(time.RFC3339), s.seq),
+		"nonce":        fmt.Sprintf("%s#fake%d", s.clock().UTC().Format(time.RFC3339), seq),
 	}).write(w)
 }
 
