@@ -411,12 +411,12 @@ func proxiedURL(t *toxi, name, raw string) (string, error) {
 
 // tortureReconciler is one reconciler instance and what it did.
 type tortureReconciler struct {
-	name                                                   string
-	pool                                                   *pgxpool.Pool
-	r                                                      *reconcile.Reconciler
+	name                                                  string
+	pool                                                  *pgxpool.Pool
+	r                                                     *reconcile.Reconciler
 	runs, failedRuns, repaired, failedWithProof, reviewed int
-	examined                                               int
-	lastErr                                                string
+	examined                                              int
+	lastErr                                               string
 }
 
 func newTortureReconciler(ctx context.Context, name, dbURL string, env map[string]string) (*tortureReconciler, error) {
@@ -471,4 +471,3 @@ func (t *tortureReconciler) loop(ctx context.Context) {
 }
 
 func (t *tortureReconciler) close() { t.pool.Close() }
-
