@@ -20,10 +20,10 @@ import (
 )
 
 // progress draws a progress bar while stdout is a terminal; otherwise it
-// prints nothing until the summary.
+// prints a plain line every 10s.
 func progress(st *stormStats, total int64) (stop func()) {
 	if !isTerminal(os.Stdout) {
-		return func() {}
+		return plainProgress(st, total, 10*time.Second)
 	}
 	bar := newProgressBar(os.Stdout, "payments sent and resolved", 2*total)
 	draw := func() {
@@ -44,6 +44,30 @@ func progress(st *stormStats, total int64) (stop func()) {
 				return
 			case <-t.C:
 				draw()
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// plainProgress prints, every interval, how many payments were sent and
+// resolved, until stopped.
+func plainProgress(st *stormStats, total int64, every time.Duration) (stop func()) {
+	began := time.Now()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Printf("  ... %d of %d payments sent, %d resolved by retries, %d requests (%s)\n",
+					st.started.Load(), total, st.resolved.Load(), st.requests.Load(), time.Since(began).Round(time.Second))
 			}
 		}
 	}()
