@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -318,7 +317,10 @@ func (e *Executor) do(ctx context.Context, req Request, action leasedAction) (re
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	ctx, span := e.tracer.Start(ctx, "idempotency.Do", trace.WithAttributes(KeyAttributes(req.Scope, req.Key)...))
+	ctx, span := e.tracer.Start(ctx, "idempotency.Do")
+	if span.IsRecording() { // the hashes only for a span that keeps them
+		span.SetAttributes(KeyAttributes(req.Scope, req.Key)...)
+	}
 	defer func() {
 		span.SetAttributes(attribute.Bool(AttrReplayed, res.Replayed), attribute.Bool(AttrReclaimed, res.Reclaimed))
 		if res.Status != "" {
@@ -410,16 +412,19 @@ func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (r
 	// Heartbeats go on while the action runs even if the request's context
 	// is cancelled: an action that ignores its context must not lose its
 	// lease to a second execution.
+	// They start after one interval, from a timer: most actions end
+	// before it, and never pay for a goroutine of their own.
 	hbctx, hbcancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	hbDone := make(chan struct{})
+	hb := time.AfterFunc(e.cfg.HeartbeatInterval, func() {
+		defer close(hbDone)
 		e.heartbeat(hbctx, cancel, lease)
-	}()
+	})
 	stop := func() {
 		hbcancel()
-		wg.Wait()
+		if !hb.Stop() {
+			<-hbDone // the heartbeats started: they end with hbctx
+		}
 		cancel(context.Canceled)
 	}
 
@@ -529,27 +534,33 @@ func (e *Executor) complete(ctx context.Context, lease Lease, c Completion) (err
 	return err
 }
 
-// heartbeat extends the lease until ctx ends (when the action returns). When the lease turns out to
-// be lost, it cancels the action with ErrLeaseLost.
+// heartbeat extends the lease now and every interval after until ctx ends (when the action
+// returns); it starts one interval into the action. When the lease turns out to be lost, it
+// cancels the action with ErrLeaseLost.
 func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease Lease) {
 	t := time.NewTicker(e.cfg.HeartbeatInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			hctx, hcancel := context.WithTimeout(ctx, e.cfg.LockTimeout)
-			err := e.store.Heartbeat(hctx, lease, e.cfg.LockTimeout)
-			hcancel()
-			switch {
-			case err == nil:
-			case errors.Is(err, ErrLeaseLost):
-				cancel(ErrLeaseLost)
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
 				return
-			default:
-				e.cfg.Logger.Warn("idempotency: heartbeat failed", "key", ShortHash(lease.Key), "err", err)
+			case <-t.C:
 			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		hctx, hcancel := context.WithTimeout(ctx, e.cfg.LockTimeout)
+		err := e.store.Heartbeat(hctx, lease, e.cfg.LockTimeout)
+		hcancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrLeaseLost):
+			cancel(ErrLeaseLost)
+			return
+		default:
+			e.cfg.Logger.Warn("idempotency: heartbeat failed", "key", ShortHash(lease.Key), "err", err)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"context"
-	"hash/fnv"
 	"strconv"
 	"time"
 
@@ -109,7 +108,7 @@ var (
 func (m *Metrics) Claim(ctx context.Context, scope string, s ClaimState) {
 	switch s {
 	case ClaimAcquired:
-		m.keysCreated.Add(ctx, 1, metric.WithAttributes(attribute.String("scope_bucket", ScopeBucket(scope))))
+		m.keysCreated.Add(ctx, 1, bucketAttrs[scopeBucket(scope)])
 	case ClaimReclaimed:
 		m.reclaims.Add(ctx, 1)
 	case ClaimReplay:
@@ -127,7 +126,28 @@ func (m *Metrics) cachedReplay(ctx context.Context) { m.cacheHits.Add(ctx, 1) }
 // Action records how long an action ran and how it ended: "completed",
 // "failed" (permanent) or "transient".
 func (m *Metrics) Action(ctx context.Context, d time.Duration, outcome string) {
-	m.duration.Record(ctx, float64(d)/float64(time.Millisecond), metric.WithAttributes(attribute.String("outcome", outcome)))
+	opt, ok := outcomeAttrs[outcome]
+	if !ok {
+		opt = metric.WithAttributes(attribute.String("outcome", outcome))
+	}
+	m.duration.Record(ctx, float64(d)/float64(time.Millisecond), opt)
+}
+
+// The attribute sets of the hot path, built once.
+var (
+	bucketAttrs = func() (out [ScopeBuckets]metric.MeasurementOption) {
+		for i := range out {
+			out[i] = metric.WithAttributes(attribute.String("scope_bucket", strconv.Itoa(i)))
+		}
+		return out
+	}()
+	outcomeAttrs = map[string]metric.MeasurementOption{}
+)
+
+func init() {
+	for _, o := range []string{"completed", "failed", "transient"} {
+		outcomeAttrs[o] = metric.WithAttributes(attribute.String("outcome", o))
+	}
 }
 
 // LeaseLost records a holder that learned its lease had run out and been
@@ -136,8 +156,15 @@ func (m *Metrics) LeaseLost(ctx context.Context) { m.lockTimeouts.Add(ctx, 1) }
 
 // ScopeBucket is the bounded label of a scope in
 // idempotency.keys_created_per_user.
-func ScopeBucket(scope string) string {
-	h := fnv.New32a()
-	h.Write([]byte(scope))
-	return strconv.Itoa(int(h.Sum32() % ScopeBuckets))
+func ScopeBucket(scope string) string { return strconv.Itoa(scopeBucket(scope)) }
+
+// scopeBucket is FNV-1a (32 bits) of scope modulo ScopeBuckets, without
+// allocating.
+func scopeBucket(scope string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(scope); i++ {
+		h ^= uint32(scope[i])
+		h *= 16777619
+	}
+	return int(h % ScopeBuckets)
 }

@@ -3,6 +3,9 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"hash/fnv"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,6 +150,18 @@ func TestMetricsScenario(t *testing.T) {
 	for set := range sums[idempotency.MetricKeysCreatedPerUser] {
 		if v, ok := set.Value("scope_bucket"); !ok || len(v.AsString()) > 2 || set.Len() != 1 {
 			t.Errorf("keys_created_per_user carries unbounded attributes: %v", set)
+		}
+	}
+}
+
+// A scope's bucket is FNV-1a (32 bits) modulo ScopeBuckets: dashboards and
+// the runbook find a hot scope's bucket by that formula.
+func TestScopeBucketIsFNV1a(t *testing.T) {
+	for _, scope := range []string{"", "alice", "usr_42", "cus_001", "ü-scope", strings.Repeat("x", 300)} {
+		h := fnv.New32a()
+		h.Write([]byte(scope))
+		if got, want := idempotency.ScopeBucket(scope), strconv.Itoa(int(h.Sum32()%idempotency.ScopeBuckets)); got != want {
+			t.Errorf("ScopeBucket(%q) = %s, want %s", scope, got, want)
 		}
 	}
 }

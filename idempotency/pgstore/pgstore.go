@@ -40,9 +40,12 @@ var (
 type ClaimStrategy int
 
 const (
-	// ClaimAdaptive uses ClaimOneStatement while most recent claims are
-	// new keys (the usual traffic), and ClaimReadFirst while most find an
-	// existing record (a retry storm). The default.
+	// ClaimAdaptive inserts first while most recent claims are new keys
+	// (the usual traffic): a plain INSERT ... ON CONFLICT DO NOTHING, and
+	// ClaimOneStatement's statement only when the key exists; and it uses
+	// ClaimReadFirst while most claims find an existing record (a retry
+	// storm). Claims that refuse foreign keys always use ClaimOneStatement's
+	// statement in the first case. The default.
 	ClaimAdaptive ClaimStrategy = iota
 	// ClaimOneStatement claims with one statement that reads the key and
 	// inserts it when absent: one round trip for every common path. A
@@ -158,6 +161,20 @@ func (s *Store) claim(ctx context.Context, db dbtx, p idempotency.ClaimParams) (
 	}
 	lockS, retS := p.LockTimeout.Seconds(), p.Retention.Seconds()
 	readFirst := s.readFirst()
+	if !readFirst && s.strategy == ClaimAdaptive && !p.RefuseForeign {
+		// Mostly new keys: the lean insert first; a key that exists goes
+		// on below (claimSQL reads it).
+		var v int64
+		err := db.QueryRow(ctx, claimNewSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS).Scan(&v)
+		if err == nil {
+			s.observe(false)
+			return idempotency.Claim{State: idempotency.ClaimAcquired,
+				Lease: idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: v}}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return idempotency.Claim{}, translate("claim", err)
+		}
+	}
 	for round := 0; round < maxClaimRounds; round++ {
 		var (
 			isNew, isForeign bool

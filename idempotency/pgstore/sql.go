@@ -55,6 +55,23 @@ SELECT false, * FROM existing
 UNION ALL
 SELECT false, repeat('0', 64), 'PROCESSING', NULL, NULL, NULL, 0, NULL, now(), now(), true FROM foreign_scope`
 
+// claimNewSQL is the insert-first half of an adaptive claim while most
+// claims are new keys (see ClaimAdaptive): a plain INSERT that returns the
+// new record's lock version, or no row when the key exists (in any state,
+// in any scope's row with this key and scope), after which claimSQL reads
+// it. A new key costs one lean statement instead of claimSQL's CTE; a
+// replay costs one more round trip, which the adaptive strategy stops
+// paying once replays are common. Never used for claims that refuse
+// foreign keys: only claimSQL sees other scopes. Same values as claimSQL's
+// insert (random initial lock version, database-clock times).
+//
+// $3 fingerprint, $4 lock timeout (s), $5 retention (s).
+const claimNewSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
+VALUES ($1, $2, $3, 'PROCESSING', floor(random() * 1073741824)::int,
+        now() + make_interval(secs => $4), now() + make_interval(secs => $5))
+ON CONFLICT (idempotency_key, user_id) DO NOTHING
+RETURNING lock_version`
+
 // readSQL is the read-first half of a claim (see ClaimReadFirst): a plain
 // primary-key SELECT with the same columns as claimSQL, so that a replay
 // costs what a read costs. When it finds nothing, claimSQL follows.
@@ -184,7 +201,7 @@ const approxSizeSQL = `SELECT reltuples::float8 FROM pg_class WHERE oid = 'idemp
 // drives pgbench with them).
 func Statements() map[string]string {
 	return map[string]string{
-		"claim": claimSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
+		"claim": claimSQL, "claim_new": claimNewSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
 		"release": releaseSQL, "abandon": abandonSQL, "fence": fenceSQL, "limit": limitSQL, "heartbeat": heartbeatSQL, "get": getSQL, "prune": pruneSQL,
 	}
 }

@@ -520,9 +520,9 @@ func writeScripts(dir string) (cycle, sel, oneTx string, err error) {
 		}
 		return strings.Join(strings.Fields(sql), " ") + ";\n"
 	}
-	// The claim's lock version (random for a new key) feeds the completion,
-	// as in Do.
-	claim := strings.TrimSuffix(toPgbench(st["claim"], "k", "s", "fp", "lock", "ret", "rf"), ";\n") + " \\gset c_\n"
+	// The claim a new key gets from the default (adaptive) store, the lean
+	// insert; its lock version (random) feeds the completion, as in Do.
+	claim := strings.TrimSuffix(toPgbench(st["claim_new"], "k", "s", "fp", "lock", "ret"), ";\n") + " \\gset c_\n"
 	complete := toPgbench(st["complete"], "k", "s", "c_lock_version", "st", "code", "meta", "body", "ret")
 	cycle = filepath.Join(dir, "cycle.sql")
 	script := "\\set k random(1000000000, 9000000000000000000)\n" + claim + complete
