@@ -14,8 +14,10 @@
 // PROCESSING; an existing key is only read (a replay writes nothing: no row
 // lock, no WAL, no commit). While most claims find an existing record (a
 // retry storm), the default [ClaimAdaptive] strategy reads first with a plain
-// primary-key SELECT, so that a replay costs what a read costs; see
-// [ClaimStrategy]. Taking over an orphaned record (its lease ended
+// primary-key SELECT, so that a replay costs what a read costs; while most
+// are new keys (normal traffic) it inserts first with a plain INSERT ...
+// ON CONFLICT DO NOTHING, cheaper than the one statement that also reads;
+// see [ClaimStrategy]. Taking over an orphaned record (its lease ended
 // because its holder crashed or released it) is a second statement, a
 // compare-and-swap on the lock version, so exactly one of many contenders
 // wins. Complete, Release and Heartbeat are fenced by the lock version: a
