@@ -71,13 +71,20 @@ func (r *tortureRun) check(ctx context.Context, open int) error {
 			continue
 		}
 		byStatus[in.status]++
+		// The provider's truth for this key: how many of its objects moved
+		// money.
+		charged := r.fk.Charged(p.provider, key)
 		switch in.status {
 		case "SUCCEEDED":
-			if n == 0 {
+			if charged != 1 {
 				lost++
-				problem("%s: SUCCEEDED without a charge at the provider", id)
+				problem("%s: SUCCEEDED, and %d charges that moved money at the provider", id, charged)
 			}
 		case "DECLINED", "FAILED", "REQUIRES_ACTION":
+			if charged != 0 {
+				lost++
+				problem("%s: %s, and %d charges that moved money at the provider", id, in.status, charged)
+			}
 		case "NEEDS_REVIEW":
 			if in.reason == "" {
 				lost++

@@ -87,6 +87,13 @@ func TestTortureCheckFindsViolations(t *testing.T) {
 	told := pay("order-told")
 	charge(told)
 	told.finals["DECLINED"] = true
+	// recorded DECLINED while the provider holds a succeeded charge
+	hidden := pay("order-hidden")
+	charge(hidden)
+	hidden.finals = map[string]bool{"DECLINED": true}
+	if _, err := pool.Exec(ctx, `UPDATE payment_intents SET status = 'DECLINED' WHERE idempotency_key LIKE '%order-hidden%'`); err != nil {
+		t.Fatal(err)
+	}
 	open := pay("order-open")
 	charge(open)
 	if _, err := pool.Exec(ctx, `UPDATE payment_intents SET status = 'PENDING' WHERE idempotency_key LIKE '%order-open%'`); err != nil {
@@ -101,12 +108,15 @@ func TestTortureCheckFindsViolations(t *testing.T) {
 	all := strings.Join(f.problems, "\n")
 	for _, want := range []string{
 		"stripe cus_1/order-dup: 2 charges at the provider",
+		"stripe cus_1/order-dup: SUCCEEDED, and 2 charges that moved money at the provider",
+		"stripe cus_1/order-hidden: DECLINED, and 1 charges that moved money at the provider",
 		"stripe cus_1/order-lost: a charge at the provider and no intent",
 		"stripe cus_1/order-told: a client was told DECLINED, payonce recorded SUCCEEDED",
 		"stripe cus_1/order-open: still PENDING",
 		"stripe cus_1/order-open: a client was told SUCCEEDED, payonce recorded PENDING",
-		// four charges through payonce, two behind its back
-		"stripe EUR: ledger 40.00, provider 60.00",
+		// five charges through payonce (one of them ledgered, then
+		// relabelled DECLINED behind its back), two behind its back
+		"stripe EUR: ledger 50.00, provider 70.00",
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no problem %q among:\n%s", want, all)
@@ -115,7 +125,7 @@ func TestTortureCheckFindsViolations(t *testing.T) {
 	if strings.Contains(all, "order-clean") {
 		t.Errorf("the clean payment is named:\n%s", all)
 	}
-	if len(f.problems) != 6 {
-		t.Errorf("%d problems, want the 6 planted:\n%s", len(f.problems), all)
+	if len(f.problems) != 8 {
+		t.Errorf("%d problems, want the 8 planted:\n%s", len(f.problems), all)
 	}
 }

@@ -283,3 +283,23 @@ func (s *Set) Refunds(provider, key string) int {
 	}
 	return n
 }
+
+// Charged counts, of [Set.Charges], the charges that moved money at the
+// provider's fake: succeeded PaymentIntents (Stripe), payments authorised
+// and not cancelled (Adyen), captures not declined (PayPal), the objects
+// each fake's totals sum.
+func (s *Set) Charged(provider, key string) int {
+	if provider == "stripe" {
+		return s.Stripe.SucceededByMetadata(paystripe.MetadataKey, key)
+	}
+	n := 0
+	for attempt := range MaxAttempts {
+		switch provider {
+		case "adyen":
+			n += s.Adyen.Charged(payments.ProviderKey(key, payments.StepCharge, attempt, adyen.MaxReferenceLen))
+		case "paypal":
+			n += s.PayPal.CapturedByCustomID(payments.ProviderKey(key, payments.StepCharge, attempt, paypal.MaxProviderKeyLen))
+		}
+	}
+	return n
+}

@@ -122,3 +122,11 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		"totals": fakekit.Value(s.Totals),
 	})
 }
+
+// Charged counts the payments with reference that hold money: authorised and not cancelled
+// (as [Server.Totals] sums them), where [Server.Counts] counts every payment, refused ones too.
+func (s *Server) Charged(reference string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fakekit.Count(s.porder, func(p *payment) bool { return p.reference == reference && p.authorised && !p.cancelled() })
+}

@@ -98,3 +98,23 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		"tokens": fakekit.Value(func() map[string]int { return map[string]int{"issued": s.TokenRequests()} }),
 	})
 }
+
+// CapturedByCustomID counts the captures of the orders with customID that moved money (any
+// status but DECLINED, as [Server.Totals] sums them), where [Server.CountsByCustomID] counts
+// declined captures too.
+func (s *Server) CapturedByCustomID(customID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, o := range s.orderList {
+		if o.customID != customID {
+			continue
+		}
+		for _, cp := range o.captures {
+			if cp.status != "DECLINED" {
+				n++
+			}
+		}
+	}
+	return n
+}

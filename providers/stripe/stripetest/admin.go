@@ -83,3 +83,15 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		"totals": fakekit.Value(s.Totals),
 	})
 }
+
+// SucceededByMetadata counts the succeeded PaymentIntents whose metadata[key] is value: those
+// that moved money (as [Server.Totals] sums them), where [Server.CountsByMetadata] counts every
+// PaymentIntent whatever its status.
+func (s *Server) SucceededByMetadata(key, value string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fakekit.Count(s.order, func(pi *paymentIntent) bool {
+		v, ok := pi.Metadata[key]
+		return ok && v == value && pi.Status == "succeeded"
+	})
+}
