@@ -540,17 +540,7 @@ func (e *Executor) complete(ctx context.Context, lease Lease, c Completion) (err
 func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease Lease) {
 	t := time.NewTicker(e.cfg.HeartbeatInterval)
 	defer t.Stop()
-	for first := true; ; first = false {
-		if !first {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-		if ctx.Err() != nil {
-			return
-		}
+	for ctx.Err() == nil {
 		hctx, hcancel := context.WithTimeout(ctx, e.cfg.LockTimeout)
 		err := e.store.Heartbeat(hctx, lease, e.cfg.LockTimeout)
 		hcancel()
@@ -561,6 +551,10 @@ func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 			return
 		default:
 			e.cfg.Logger.Warn("idempotency: heartbeat failed", "key", ShortHash(lease.Key), "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
 		}
 	}
 }

@@ -125,24 +125,11 @@ func storm(ctx context.Context, c stormConfig) error {
 	began := time.Now()
 	rng := rand.New(rand.NewPCG(c.seed, c.seed^0x5eed))
 	kept := c.dbURL != "" // the user's database: the demo's schema stays for inspection
-	if c.dbURL == "" {
-		fmt.Println("starting a throwaway PostgreSQL ...")
-		pg, err := localpg.Start(ctx, localpg.Options{Fast: true})
-		if err != nil {
-			return err
-		}
-		defer pg.Stop()
-		c.dbURL = pg.URL
-	}
-	u, err := localpg.FreshSchema(ctx, c.dbURL, "payonce_storm")
+	u, pool, closeDB, err := demoDatabase(ctx, c.dbURL, "payonce_storm")
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, u)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer closeDB()
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -284,4 +271,31 @@ func storm(ctx context.Context, c stormConfig) error {
 		fmt.Printf("\n  the demo's schema stays: payonce report --database-url '%s'\n", u)
 	}
 	return err
+}
+
+// demoDatabase opens a fresh schema for a demo in dbURL, or in a
+// throwaway PostgreSQL when dbURL is empty: the schema's URL, a pool on
+// it, and a function that closes the pool (and stops the throwaway
+// server).
+func demoDatabase(ctx context.Context, dbURL, schema string) (string, *pgxpool.Pool, func(), error) {
+	stop := func() {}
+	if dbURL == "" {
+		fmt.Println("starting a throwaway PostgreSQL ...")
+		pg, err := localpg.Start(ctx, localpg.Options{Fast: true})
+		if err != nil {
+			return "", nil, nil, err
+		}
+		stop, dbURL = pg.Stop, pg.URL
+	}
+	u, err := localpg.FreshSchema(ctx, dbURL, schema)
+	if err != nil {
+		stop()
+		return "", nil, nil, err
+	}
+	pool, err := pgxpool.New(ctx, u)
+	if err != nil {
+		stop()
+		return "", nil, nil, err
+	}
+	return u, pool, func() { pool.Close(); stop() }, nil
 }

@@ -90,21 +90,36 @@ func (p *payment) body() string {
 		p.amount, p.currency, p.method, p.provider)
 }
 
-// send posts path once; timeout 0 means a patient client.
+// send posts body to url once with the Idempotency-Key key; timeout 0
+// means a patient client.
 func send(hc *http.Client, url, user, key, body string, timeout time.Duration) (int, map[string]any, error) {
+	return request(hc, http.MethodPost, url, user, key, body, timeout)
+}
+
+// request sends one request as user (and with the Idempotency-Key key,
+// unless empty) and decodes its JSON answer; timeout 0: no deadline.
+func request(hc *http.Client, method, url, user, key, body string, timeout time.Duration) (int, map[string]any, error) {
 	ctx := context.Background()
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+user)
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, nil, err

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -344,25 +343,7 @@ func (res *sagaResult) await(hc *http.Client, base string, c *sagaCheckout) {
 
 // get reads url as user.
 func get(hc *http.Client, url, user string) (int, map[string]any, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+user)
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, nil, err
-	}
-	var m map[string]any
-	_ = json.Unmarshal(raw, &m)
-	return resp.StatusCode, m, nil
+	return request(hc, http.MethodGet, url, user, "", "", 15*time.Second)
 }
 
 // stockSQL reads, per sku in one snapshot, what is left, held by
@@ -537,7 +518,7 @@ func (res *sagaResult) check(ctx context.Context, pool *pgxpool.Pool, fk *fakes.
 		reservation := reservations[[2]string{c.customer, c.key + "_reserve"}]
 		if !recorded {
 			if !c.abandoned || !c.missing || len(c.answers) > 0 {
-				problem("checkout %s: no saga recorded (answers %v)", id, keys(c.answers))
+				problem("checkout %s: no saga recorded (answers %v)", id, slices.Sorted(maps.Keys(c.answers)))
 			}
 			res.neverRecorded++
 			if atProvider > 0 || ordered || reservation != "" || charges[ck] != "" {
@@ -556,7 +537,7 @@ func (res *sagaResult) check(ctx context.Context, pool *pgxpool.Pool, fk *fakes.
 			}
 		}
 		if len(c.answers) > 1 {
-			problem("checkout %s: %d different final answers %v", id, len(c.answers), keys(c.answers))
+			problem("checkout %s: %d different final answers %v", id, len(c.answers), slices.Sorted(maps.Keys(c.answers)))
 		}
 		if len(c.answers) == 0 && !c.abandoned {
 			problem("checkout %s: no final answer to its client", id)
@@ -602,7 +583,7 @@ func (res *sagaResult) check(ctx context.Context, pool *pgxpool.Pool, fk *fakes.
 			case s.failedStep == "reserve" && (atProvider > 0 || st != ""):
 				chargeProblems++
 				problem("checkout %s out of stock, yet charged (%d at %s, intent %q)", id, atProvider, c.provider, st)
-			case st == "SUCCEEDED" && !contains(refunds[ck], fmt.Sprintf("SUCCEEDED %d", c.cents)):
+			case st == "SUCCEEDED" && !slices.Contains(refunds[ck], fmt.Sprintf("SUCCEEDED %d", c.cents)):
 				chargeProblems++
 				problem("checkout %s rolled back, its charge not refunded (refunds %v)", id, refunds[ck])
 			case st == "PENDING" || st == "UNKNOWN":
@@ -665,24 +646,6 @@ func (res *sagaResult) check(ctx context.Context, pool *pgxpool.Pool, fk *fakes.
 	}
 	res.stockOK, res.chargesOK = stockProblems == 0, chargeProblems == 0
 	return nil
-}
-
-func keys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // line is the saga phase's summary line.

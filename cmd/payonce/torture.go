@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/localpg"
 	"github.com/payonce/payonce/reconcile"
 	"github.com/payonce/payonce/wiring"
 )
@@ -170,24 +169,11 @@ func torture(ctx context.Context, c tortureConfig) error {
 		return err
 	}
 
-	if c.dbURL == "" {
-		fmt.Println("starting a throwaway PostgreSQL ...")
-		pg, err := localpg.Start(ctx, localpg.Options{Fast: true})
-		if err != nil {
-			return err
-		}
-		defer pg.Stop()
-		c.dbURL = pg.URL
-	}
-	direct, err := localpg.FreshSchema(ctx, c.dbURL, "payonce_torture")
+	direct, pool, closeDB, err := demoDatabase(ctx, c.dbURL, "payonce_torture")
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, direct)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	defer closeDB()
 
 	toxiLog, err := os.Create(filepath.Join(dir, "toxiproxy.log"))
 	if err != nil {

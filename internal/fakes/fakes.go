@@ -170,16 +170,26 @@ const MaxAttempts = 32
 // attempt's reference (Adyen), captures of orders with an attempt's
 // custom_id (PayPal).
 func (s *Set) Charges(provider, key string) int {
+	return s.count(provider, key, payments.StepCharge,
+		func(v string) int { return s.Stripe.CountsByMetadata(paystripe.MetadataKey, v).PaymentIntents },
+		func(ref string) int { return s.Adyen.Counts(ref).Payments },
+		func(ref string) int { return s.PayPal.CountsByCustomID(ref).Captures })
+}
+
+// count sums, for provider, what stripe counts of the objects carrying key
+// in their metadata, or what adyen or paypal count for each attempt's
+// reference of step (payments.ProviderKey) up to MaxAttempts.
+func (s *Set) count(provider, key, step string, stripe, adyenRef, paypalRef func(string) int) int {
 	if provider == "stripe" {
-		return s.Stripe.CountsByMetadata(paystripe.MetadataKey, key).PaymentIntents
+		return stripe(key)
 	}
 	n := 0
 	for attempt := range MaxAttempts {
 		switch provider {
 		case "adyen":
-			n += s.Adyen.Counts(payments.ProviderKey(key, payments.StepCharge, attempt, adyen.MaxReferenceLen)).Payments
+			n += adyenRef(payments.ProviderKey(key, step, attempt, adyen.MaxReferenceLen))
 		case "paypal":
-			n += s.PayPal.CountsByCustomID(payments.ProviderKey(key, payments.StepCharge, attempt, paypal.MaxProviderKeyLen)).Captures
+			n += paypalRef(payments.ProviderKey(key, step, attempt, paypal.MaxProviderKeyLen))
 		}
 	}
 	return n
@@ -269,19 +279,10 @@ func (s *Set) WaitDeliveries(ctx context.Context) error {
 // their metadata (Stripe), modifications with an attempt's reference
 // (Adyen), refunds with an attempt's custom_id (PayPal).
 func (s *Set) Refunds(provider, key string) int {
-	if provider == "stripe" {
-		return s.Stripe.CountsByMetadata(paystripe.MetadataKey, key).Refunds
-	}
-	n := 0
-	for attempt := range MaxAttempts {
-		switch provider {
-		case "adyen":
-			n += s.Adyen.Counts(payments.ProviderKey(key, payments.StepRefund, attempt, adyen.MaxReferenceLen)).Refunds
-		case "paypal":
-			n += s.PayPal.CountsByCustomID(payments.ProviderKey(key, payments.StepRefund, attempt, paypal.MaxProviderKeyLen)).Refunds
-		}
-	}
-	return n
+	return s.count(provider, key, payments.StepRefund,
+		func(v string) int { return s.Stripe.CountsByMetadata(paystripe.MetadataKey, v).Refunds },
+		func(ref string) int { return s.Adyen.Counts(ref).Refunds },
+		func(ref string) int { return s.PayPal.CountsByCustomID(ref).Refunds })
 }
 
 // Charged counts, of [Set.Charges], the charges that moved money at the
@@ -289,17 +290,7 @@ func (s *Set) Refunds(provider, key string) int {
 // and not cancelled (Adyen), captures not declined (PayPal), the objects
 // each fake's totals sum.
 func (s *Set) Charged(provider, key string) int {
-	if provider == "stripe" {
-		return s.Stripe.SucceededByMetadata(paystripe.MetadataKey, key)
-	}
-	n := 0
-	for attempt := range MaxAttempts {
-		switch provider {
-		case "adyen":
-			n += s.Adyen.Charged(payments.ProviderKey(key, payments.StepCharge, attempt, adyen.MaxReferenceLen))
-		case "paypal":
-			n += s.PayPal.CapturedByCustomID(payments.ProviderKey(key, payments.StepCharge, attempt, paypal.MaxProviderKeyLen))
-		}
-	}
-	return n
+	return s.count(provider, key, payments.StepCharge,
+		func(v string) int { return s.Stripe.SucceededByMetadata(paystripe.MetadataKey, v) },
+		s.Adyen.Charged, s.PayPal.CapturedByCustomID)
 }
