@@ -3,6 +3,7 @@ package money
 import (
 	"errors"
 	"math"
+	"math/big"
 	"strings"
 	"testing"
 
@@ -76,22 +77,38 @@ func TestPropertyParseRefusesOrIsExact(t *testing.T) {
 	})
 }
 
-// Add and Sub agree with integer arithmetic on minor units.
+// Add and Sub agree with exact integer arithmetic on minor units: the
+// result is the exact sum or difference when it fits in ±(2^63-1) minor
+// units, and ErrOutOfRange otherwise (never a wrapped int64).
 func TestPropertyArithmetic(t *testing.T) {
 	t.Parallel()
+	limit := big.NewInt(math.MaxInt64)
 	rapid.Check(t, func(t *rapid.T) {
 		c := genCurrency.Draw(t, "currency")
-		a := rapid.Int64Range(-1<<62, 1<<62).Draw(t, "a")
-		b := rapid.Int64Range(-1<<62, 1<<62).Draw(t, "b")
-		ma, _ := FromMinor(a, c)
-		mb, _ := FromMinor(b, c)
+		a := genMinor.Draw(t, "a")
+		b := genMinor.Draw(t, "b")
+		ma, err := FromMinor(a, c)
+		if err != nil {
+			t.Fatalf("FromMinor(%d, %s): %v", a, c, err)
+		}
+		mb, err := FromMinor(b, c)
+		if err != nil {
+			t.Fatalf("FromMinor(%d, %s): %v", b, c, err)
+		}
+		check := func(op string, got Money, err error, want *big.Int) {
+			if new(big.Int).Abs(want).Cmp(limit) > 0 {
+				if !errors.Is(err, ErrOutOfRange) {
+					t.Fatalf("%d %s %d = %v, %v; want ErrOutOfRange", a, op, b, got.Minor(), err)
+				}
+				return
+			}
+			if err != nil || got.Minor() != want.Int64() {
+				t.Fatalf("%d %s %d = %v, %v; want %s", a, op, b, got.Minor(), err, want)
+			}
+		}
 		sum, err := ma.Add(mb)
-		if err != nil || sum.Minor() != a+b {
-			t.Fatalf("%d + %d = %v, %v", a, b, sum.Minor(), err)
-		}
+		check("+", sum, err, new(big.Int).Add(big.NewInt(a), big.NewInt(b)))
 		diff, err := ma.Sub(mb)
-		if err != nil || diff.Minor() != a-b {
-			t.Fatalf("%d - %d = %v, %v", a, b, diff.Minor(), err)
-		}
+		check("-", diff, err, new(big.Int).Sub(big.NewInt(a), big.NewInt(b)))
 	})
 }
