@@ -62,7 +62,8 @@ func child(role string) error {
 		lock = 5 * time.Second
 	}
 	strategy, _ := strconv.Atoi(os.Getenv("PGSTORE_STRATEGY"))
-	store, err := pgstore.New(pool, &pgstore.Config{ClaimStrategy: pgstore.ClaimStrategy(strategy)})
+	store, err := pgstore.New(pool, &pgstore.Config{ClaimStrategy: pgstore.ClaimStrategy(strategy),
+		NoGroupCommit: os.Getenv("PGSTORE_GROUP") == ""})
 	if err != nil {
 		return err
 	}
@@ -193,7 +194,10 @@ func TestProcessesOneExecution(t *testing.T) {
 			outs := make([][]byte, len(skews))
 			var wg sync.WaitGroup
 			for i, skew := range skews {
+				// Children 0 and 2 gather their claims and completions
+				// into group statements (Config.GroupCommit).
 				c := startChild(t, "contend", b.url, "PGSTORE_SKEW="+skew, "PGSTORE_STRATEGY="+strconv.Itoa(i%3),
+					"PGSTORE_GROUP="+map[bool]string{true: "1"}[i%2 == 0],
 					"PGSTORE_KEYS="+strconv.Itoa(keys), "PGSTORE_WORKERS="+strconv.Itoa(workers))
 				wg.Add(1)
 				go func(i int) {

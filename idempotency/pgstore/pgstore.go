@@ -26,6 +26,12 @@ type Store struct {
 	// hits is an exponentially weighted share, in 1/1024ths, of recent
 	// claims that found an existing record (ClaimAdaptive).
 	hits atomic.Int64
+	// claims and completions gather concurrent callers into one statement
+	// (group commit); nil with Config.NoGroupCommit.
+	claims      *grouper[*newClaim]
+	completions *grouper[*pendingCompletion]
+	// groupedRows counts the rows that group statements committed.
+	groupedRows atomic.Int64
 }
 
 var (
@@ -74,6 +80,17 @@ type Config struct {
 	// DirectConnection (default) or TransactionPooler (PgBouncer in
 	// transaction mode), which New checks the pool is configured for.
 	Pooler Pooler
+	// NoGroupCommit turns group commit off. By default, the new-key
+	// claims and the completions that callers of this Store make while one
+	// of the same kind is in flight wait for it and then go together: one
+	// statement, one transaction and one commit per group instead of one
+	// each. Each caller still returns only once its own row is durable; a
+	// caller that finds nothing in flight runs its own statement at once,
+	// exactly as without group commit; a group never waits behind a row
+	// held by a longer transaction (see the package doc). Group commit
+	// lifts throughput when callers outnumber the pool's connections
+	// (BENCHMARKS.md) and costs nothing measurable otherwise.
+	NoGroupCommit bool
 }
 
 // New returns a Store over pool. A nil cfg means defaults. It returns an
@@ -93,6 +110,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		if err := checkPooler(cfg.Pooler, pool); err != nil {
 			return nil, err
 		}
+	}
+	if cfg == nil || !cfg.NoGroupCommit {
+		s.claims = &grouper[*newClaim]{maxFlights: 1, flush: s.flushClaims}
+		s.completions = &grouper[*pendingCompletion]{maxFlights: 1, flush: s.flushCompletions}
 	}
 	return s, nil
 }
@@ -145,17 +166,17 @@ const maxClaimRounds = 8
 // replay, in progress, mismatch) take one round trip; a reclaim or renewal
 // takes a second, a compare-and-swap.
 func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempotency.Claim, error) {
-	return s.claim(ctx, s.pool, p)
+	return s.claim(ctx, s.pool, true, p)
 }
 
 // ClaimTx is Claim inside the caller's transaction. A new record stays
 // invisible to others until the transaction commits; a concurrent claim of
 // the same key waits for that commit and then sees the outcome.
 func (s *Store) ClaimTx(ctx context.Context, tx pgx.Tx, p idempotency.ClaimParams) (idempotency.Claim, error) {
-	return s.claim(ctx, tx, p)
+	return s.claim(ctx, tx, false, p)
 }
 
-func (s *Store) claim(ctx context.Context, db dbtx, p idempotency.ClaimParams) (idempotency.Claim, error) {
+func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.ClaimParams) (idempotency.Claim, error) {
 	if err := p.Validate(); err != nil {
 		return idempotency.Claim{}, err
 	}
@@ -164,15 +185,14 @@ func (s *Store) claim(ctx context.Context, db dbtx, p idempotency.ClaimParams) (
 	if !readFirst && s.strategy == ClaimAdaptive && !p.RefuseForeign {
 		// Mostly new keys: the lean insert first; a key that exists goes
 		// on below (claimSQL reads it).
-		var v int64
-		err := db.QueryRow(ctx, claimNewSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS).Scan(&v)
-		if err == nil {
+		v, inserted, err := s.claimNew(ctx, db, pooled, p, lockS, retS)
+		if err != nil {
+			return idempotency.Claim{}, err
+		}
+		if inserted {
 			s.observe(false)
 			return idempotency.Claim{State: idempotency.ClaimAcquired,
 				Lease: idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: v}}, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return idempotency.Claim{}, translate("claim", err)
 		}
 	}
 	for round := 0; round < maxClaimRounds; round++ {
@@ -303,6 +323,13 @@ func decodeStored(code *int32, meta, raw []byte) (idempotency.Response, error) {
 
 // Complete implements [idempotency.Store.Complete].
 func (s *Store) Complete(ctx context.Context, l idempotency.Lease, c idempotency.Completion) error {
+	if s.completions != nil {
+		args, err := s.completeArgs(l, c)
+		if err != nil {
+			return err
+		}
+		return s.completeGrouped(ctx, args)
+	}
 	return s.complete(ctx, s.pool, l, c)
 }
 

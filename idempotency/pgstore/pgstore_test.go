@@ -81,19 +81,19 @@ func mustStore(t testing.TB, pool *pgxpool.Pool, cfg *pgstore.Config) *pgstore.S
 	return s
 }
 
-// The suite runs once per claim strategy, and once more with the
-// executor's replay cache: they must be indistinguishable but for their
-// cost.
+// The suite runs once per claim strategy, once more with the executor's
+// replay cache and once without group commit: they must be
+// indistinguishable but for their cost.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for name, strategy := range map[string]pgstore.ClaimStrategy{
 		"Adaptive": pgstore.ClaimAdaptive, "OneStatement": pgstore.ClaimOneStatement, "ReadFirst": pgstore.ClaimReadFirst,
-		"AdaptiveReplayCache": pgstore.ClaimAdaptive,
+		"AdaptiveReplayCache": pgstore.ClaimAdaptive, "AdaptiveNoGroupCommit": pgstore.ClaimAdaptive,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
-				b := setupWith(t, &pgstore.Config{ClaimStrategy: strategy})
+				b := setupWith(t, &pgstore.Config{ClaimStrategy: strategy, NoGroupCommit: strings.HasSuffix(name, "NoGroupCommit")})
 				return idempotencytest.Harness{Store: b.store, Advance: advance(b.pool),
 					ReplayCache: strings.HasSuffix(name, "ReplayCache")}
 			})

@@ -201,7 +201,7 @@ const approxSizeSQL = `SELECT reltuples::float8 FROM pg_class WHERE oid = 'idemp
 // drives pgbench with them).
 func Statements() map[string]string {
 	return map[string]string{
-		"claim": claimSQL, "claim_new": claimNewSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
+		"claim": claimSQL, "claim_new": claimNewSQL, "claim_new_group": claimNewGroupSQL, "complete_group": completeGroupSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
 		"release": releaseSQL, "abandon": abandonSQL, "fence": fenceSQL, "limit": limitSQL, "heartbeat": heartbeatSQL, "get": getSQL, "prune": pruneSQL,
 	}
 }

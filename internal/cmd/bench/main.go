@@ -49,9 +49,12 @@ import (
 )
 
 const (
-	clients    = 8
-	scope      = "bench"
-	replayKeys = 100_000
+	clients = 8
+	// manyCallers is the (h) paths' number of goroutines on the pool of
+	// clients connections.
+	manyCallers = 64
+	scope       = "bench"
+	replayKeys  = 100_000
 )
 
 var body = []byte(`{"order_id":"ord_4f9c2a","status":"created","amount":"49.99","currency":"EUR"}`)
@@ -128,6 +131,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// The same executor over a store without group commit, for
+	// comparison.
+	plain, err := pgstore.New(pool, &pgstore.Config{NoGroupCommit: true})
+	if err != nil {
+		return err
+	}
+	plainExec, err := pgstore.NewExecutor(plain, &idempotency.Config{LockTimeout: 30 * time.Second, Retention: 24 * time.Hour})
+	if err != nil {
+		return err
+	}
 	fp, err := benchFingerprint()
 	if err != nil {
 		return err
@@ -162,8 +175,17 @@ func run() error {
 	fmt.Printf("server settings: %s\n", settings)
 	fmt.Printf("%d rounds of %s per path, %d clients, interleaved\n\n", rounds, d, clients)
 
+	// Each measured run starts right after a checkpoint, so that none of
+	// them pays for a checkpoint the previous one left (full-page writes,
+	// fsync storms): without it, figures on this machine swing by 2-3x.
+	checkpoint := func() {
+		if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: CHECKPOINT refused (not a superuser?); figures will be noisier:", err)
+		}
+	}
 	rawCycle := &series{name: "(a) raw claim+complete (pgbench)"}
 	sdkCycle := &series{name: "(b) sdk claim+complete (Do)"}
+	sdkCyclePlain := &series{name: "(b) sdk claim+complete, NoGroupCommit"}
 	rawRead := &series{name: "(c) raw primary-key SELECT (pgbench)"}
 	pgxRead := &series{name: "(c) plain pgx SELECT (Go ceiling)"}
 	sdkReplay := &series{name: "(c) sdk replay, replay cache (Do)"}
@@ -178,6 +200,33 @@ func run() error {
 		peerCycle[i] = &series{name: "(p) claim+complete: " + p.name}
 		peerReplay[i] = &series{name: "(p) replay: " + p.name}
 	}
+	// (h): the same cycles from many more callers than the pool has
+	// connections, as a busy service makes them.
+	manyCycle := &series{name: fmt.Sprintf("(h) sdk claim+complete, %d callers", manyCallers)}
+	manyCyclePlain := &series{name: fmt.Sprintf("(h) sdk, NoGroupCommit, %d callers", manyCallers)}
+	manyPeer := make([]*series, len(peerList))
+	for i, p := range peerList {
+		manyPeer[i] = &series{name: fmt.Sprintf("(h) %s, %d callers", p.name, manyCallers)}
+	}
+	cycles := func(r int) {
+		checkpoint()
+		sdkCycle.samples = append(sdkCycle.samples, measure(d, newKeyWorker(exec, fp, fmt.Sprintf("c%d", r))))
+		checkpoint()
+		sdkCyclePlain.samples = append(sdkCyclePlain.samples, measure(d, newKeyWorker(plainExec, fp, fmt.Sprintf("n%d", r))))
+		for i, p := range peerList {
+			checkpoint()
+			peerCycle[i].samples = append(peerCycle[i].samples, measure(d, p.cycleWorker(pool, fp, fmt.Sprintf("q%d", r))))
+		}
+		checkpoint()
+		manyCycle.samples = append(manyCycle.samples, measureN(d, manyCallers, newKeyWorker(exec, fp, fmt.Sprintf("hc%d", r))))
+		checkpoint()
+		manyCyclePlain.samples = append(manyCyclePlain.samples, measureN(d, manyCallers, newKeyWorker(plainExec, fp, fmt.Sprintf("hn%d", r))))
+		for i, p := range peerList {
+			checkpoint()
+			manyPeer[i].samples = append(manyPeer[i].samples, measureN(d, manyCallers, p.cycleWorker(pool, fp, fmt.Sprintf("hq%d", r))))
+		}
+	}
+	onlyCycles := os.Getenv("BENCH_ONLY") == "claim_complete"
 
 	// Warm up caches and prepared statements, unmeasured.
 	if _, err := pgb.run(ctx, cycle, 2*time.Second); err != nil {
@@ -190,14 +239,6 @@ func run() error {
 		return err
 	}
 
-	// Each measured run starts right after a checkpoint, so that none of
-	// them pays for a checkpoint the previous one left (full-page writes,
-	// fsync storms): without it, figures on this machine swing by 2-3x.
-	checkpoint := func() {
-		if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: CHECKPOINT refused (not a superuser?); figures will be noisier:", err)
-		}
-	}
 	for r := 0; r < rounds; r++ {
 		fmt.Fprintf(os.Stderr, "round %d/%d\n", r+1, rounds)
 		checkpoint()
@@ -206,8 +247,10 @@ func run() error {
 			return err
 		}
 		rawCycle.samples = append(rawCycle.samples, s)
-		checkpoint()
-		sdkCycle.samples = append(sdkCycle.samples, measure(d, newKeyWorker(exec, fp, fmt.Sprintf("c%d", r))))
+		cycles(r)
+		if onlyCycles {
+			continue
+		}
 		s, err = pgb.run(ctx, sel, d)
 		if err != nil {
 			return err
@@ -229,10 +272,6 @@ func run() error {
 		sdkOneTx.samples = append(sdkOneTx.samples, measure(d, oneTxWorker(exec, fp, fmt.Sprintf("t%d", r))))
 		checkpoint()
 		sdkTwoPhase.samples = append(sdkTwoPhase.samples, measure(d, twoPhaseWorker(exec, pool, fp, fmt.Sprintf("p%d", r))))
-		for i, p := range peerList {
-			checkpoint()
-			peerCycle[i].samples = append(peerCycle[i].samples, measure(d, p.cycleWorker(pool, fp, fmt.Sprintf("q%d", r))))
-		}
 	}
 
 	// Every claim, pgbench's included, must have been completed: a
@@ -251,11 +290,6 @@ func run() error {
 		}
 	}
 
-	all := []*series{rawCycle, sdkCycle, rawRead, pgxRead, sdkReplay, sdkReplayUncached, rawOneTx, sdkOneTx, sdkTwoPhase}
-	all = append(append(all, peerCycle...), peerReplay...)
-	for _, s := range all {
-		fmt.Println(s)
-	}
 	best := func(ss []*series) *series {
 		b := ss[0]
 		for _, s := range ss[1:] {
@@ -265,11 +299,33 @@ func run() error {
 		}
 		return b
 	}
+	bestMany := best(manyPeer)
+	lead := func() {
+		fmt.Printf("\nat %d callers on the %d-connection pool: best peer %s; payonce's lead %+.0f%% (without group commit %+.0f%%)\n",
+			manyCallers, clients, bestMany.name, 100*(manyCycle.median().tps/bestMany.median().tps-1),
+			100*(manyCyclePlain.median().tps/bestMany.median().tps-1))
+	}
+	if onlyCycles {
+		for _, s := range append(append([]*series{rawCycle, sdkCycle, sdkCyclePlain}, peerCycle...), append([]*series{manyCycle, manyCyclePlain}, manyPeer...)...) {
+			fmt.Println(s)
+		}
+		fmt.Printf("ratio claim_complete sdk/raw=%.2f\n", sdkCycle.median().tps/rawCycle.median().tps)
+		fmt.Printf("ratio peer_best claim_complete=%.2f\n", sdkCycle.median().tps/best(peerCycle).median().tps)
+		lead()
+		return nil
+	}
+	all := []*series{rawCycle, sdkCycle, sdkCyclePlain, rawRead, pgxRead, sdkReplay, sdkReplayUncached, rawOneTx, sdkOneTx, sdkTwoPhase}
+	all = append(append(all, peerCycle...), peerReplay...)
+	all = append(append(all, manyCycle, manyCyclePlain), manyPeer...)
+	for _, s := range all {
+		fmt.Println(s)
+	}
 	bestCycle, bestReplay := best(peerCycle), best(peerReplay)
 	fmt.Printf("\nbest peer: %s; %s\n", bestCycle.name, bestReplay.name)
 	fmt.Printf("payonce's lead over the best peer: claim+complete %+.0f%%, replay %+.0f%% (without the replay cache %+.0f%%)\n",
 		100*(sdkCycle.median().tps/bestCycle.median().tps-1), 100*(sdkReplay.median().tps/bestReplay.median().tps-1),
 		100*(sdkReplayUncached.median().tps/bestReplay.median().tps-1))
+	lead()
 	fmt.Println()
 	fmt.Printf("ratio claim_complete sdk/raw=%.2f\n", sdkCycle.median().tps/rawCycle.median().tps)
 	fmt.Printf("ratio replay sdk/raw=%.2f\n", sdkReplay.median().tps/rawRead.median().tps)
@@ -457,15 +513,19 @@ func oneTxWorker(exec *pgstore.Executor, fp idempotency.Fingerprint, prefix stri
 
 // measure runs w on clients goroutines for d and returns throughput and
 // latency percentiles.
-func measure(d time.Duration, w worker) sample {
+func measure(d time.Duration, w worker) sample { return measureN(d, clients, w) }
+
+// measureN is measure with callers goroutines sharing the pool's clients
+// connections.
+func measureN(d time.Duration, callers int, w worker) sample {
 	ctx := context.Background()
-	lat := make([][]time.Duration, clients)
+	lat := make([][]time.Duration, callers)
 	var wg sync.WaitGroup
 	start := time.Now()
 	deadline := start.Add(d)
 	var failed error
 	var mu sync.Mutex
-	for c := 0; c < clients; c++ {
+	for c := 0; c < callers; c++ {
 		wg.Add(1)
 		go func(c int) {
 			defer wg.Done()

@@ -1,0 +1,11 @@
+package pgstore
+
+// GroupedRows returns how many rows group statements committed (tests
+// prove with it that groups formed).
+func (s *Store) GroupedRows() int64 { return s.groupedRows.Load() }
+
+// SetGroupFlights sets how many group statements of a kind may be in
+// flight at once.
+func (s *Store) SetGroupFlights(n int) {
+	s.claims.maxFlights, s.completions.maxFlights = n, n
+}

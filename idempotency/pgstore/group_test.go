@@ -1,0 +1,257 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
+)
+
+func groupStore(t *testing.T) bundle {
+	t.Helper()
+	b := setup(t)
+	// One flight of each kind: every caller that arrives while one is in
+	// flight waits for the next group.
+	b.store.SetGroupFlights(1)
+	return b
+}
+
+func params(t *testing.T, key string) idempotency.ClaimParams {
+	return idempotency.ClaimParams{Scope: "usr_group", Key: key, Fingerprint: mustFP(t, key),
+		LockTimeout: time.Minute, Retention: time.Hour}
+}
+
+// Many goroutines, on distinct keys and on a few shared ones, through the
+// executor: each key's action runs once, every answer for a key is the
+// same, nothing is left PROCESSING, and the store did gather callers into
+// groups.
+func TestGroupCommitOneExecutionPerKey(t *testing.T) {
+	t.Parallel()
+	b := groupStore(t)
+	exec, err := pgstore.NewExecutor(b.store, &idempotency.Config{LockTimeout: time.Minute, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const workers, rounds, shared = 48, 20, 4
+	var runs sync.Map // key -> *atomic.Int64
+	var answers sync.Map
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*rounds*2)
+	do := func(key string) {
+		req := idempotency.Request{Scope: "usr_group", Key: key, Fingerprint: mustFP(t, key)}
+		res, err := exec.Do(context.Background(), req, func(context.Context) (idempotency.Response, error) {
+			n, _ := runs.LoadOrStore(key, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+			return idempotency.Response{Code: 201, Body: []byte(key)}, nil
+		})
+		var inProgress *idempotency.InProgressError
+		switch {
+		case errors.As(err, &inProgress):
+			return
+		case err != nil:
+			errs <- fmt.Errorf("%s: %w", key, err)
+			return
+		}
+		if prev, loaded := answers.LoadOrStore(key, string(res.Response.Body)); loaded && prev != string(res.Response.Body) {
+			errs <- fmt.Errorf("%s answered %q and %q", key, prev, res.Response.Body)
+		}
+	}
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				do(fmt.Sprintf("distinct-%d-%d", w, r))
+				do(fmt.Sprintf("shared-%d", (w+r)%shared))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	count := 0
+	runs.Range(func(k, n any) bool {
+		count++
+		if got := n.(*atomic.Int64).Load(); got != 1 {
+			t.Errorf("key %s: action ran %d times, want 1", k, got)
+		}
+		return true
+	})
+	if want := workers*rounds + shared; count != want {
+		t.Errorf("%d keys ran their action, want %d", count, want)
+	}
+	var open int
+	if err := b.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM idempotency_store WHERE status <> 'COMPLETED'`).Scan(&open); err != nil || open != 0 {
+		t.Errorf("%d records not completed (%v)", open, err)
+	}
+	if b.store.GroupedRows() == 0 {
+		t.Error("no claim or completion went in a group: the test proves nothing")
+	}
+}
+
+// A row held by a long transaction (a DoTx's uncommitted claim of the
+// same key, a FenceTx's lock) holds up the caller of that row only: the
+// others, queued behind it or in its group, finish while the transaction
+// is still open.
+func TestGroupCommitNotHeldUpByALongTransaction(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"claim", "complete"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := groupStore(t)
+			ctx := context.Background()
+			// Leases to complete, taken before the long transaction.
+			leases := make([]idempotency.Lease, 32)
+			for i := range leases {
+				c, err := b.store.Claim(ctx, params(t, fmt.Sprintf("other-%d", i)))
+				if err != nil || c.State != idempotency.ClaimAcquired {
+					t.Fatalf("claim: %+v, %v", c, err)
+				}
+				leases[i] = c.Lease
+			}
+			held, err := b.store.Claim(ctx, params(t, "held"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx, err := b.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if kind == "claim" {
+				c, err := b.store.ClaimTx(ctx, tx, params(t, "in-tx"))
+				if err != nil || c.State != idempotency.ClaimAcquired {
+					t.Fatalf("ClaimTx: %+v, %v", c, err)
+				}
+			} else if err := b.store.FenceTx(ctx, tx, held.Lease); err != nil {
+				t.Fatal(err)
+			}
+			blocked := make(chan error, 1)
+			go func() {
+				if kind == "claim" {
+					c, err := b.store.Claim(ctx, params(t, "in-tx"))
+					if err == nil && c.State != idempotency.ClaimInProgress {
+						err = fmt.Errorf("claim of the key the transaction holds: %v, want in progress", c.State)
+					}
+					blocked <- err
+					return
+				}
+				blocked <- b.store.Complete(ctx, held.Lease, idempotency.Completion{Status: idempotency.StatusCompleted, Retention: time.Hour})
+			}()
+			waitForLockWait(t, b)
+
+			others := make(chan error, len(leases))
+			for i, l := range leases {
+				go func() {
+					if kind == "claim" {
+						c, err := b.store.Claim(ctx, params(t, fmt.Sprintf("new-%d", i)))
+						if err == nil && c.State != idempotency.ClaimAcquired {
+							err = fmt.Errorf("claim of a new key: %v", c.State)
+						}
+						others <- err
+						return
+					}
+					others <- b.store.Complete(ctx, l, idempotency.Completion{Status: idempotency.StatusCompleted, Retention: time.Hour})
+				}()
+			}
+			deadline := time.After(30 * time.Second)
+			for range leases {
+				select {
+				case err := <-others:
+					if err != nil {
+						t.Error(err)
+					}
+				case <-deadline:
+					t.Fatal("callers of other keys are still waiting behind the open transaction")
+				}
+			}
+			select {
+			case err := <-blocked:
+				t.Fatalf("the caller of the held row returned while the transaction is open: %v", err)
+			default:
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-blocked; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// waitForLockWait waits until a session of b's database waits for a lock.
+func waitForLockWait(t *testing.T, b bundle) {
+	t.Helper()
+	for range 1000 {
+		var n int
+		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("nobody waits for the transaction's lock")
+}
+
+// In one group, a completion under a lease that was lost stores nothing
+// and answers ErrLeaseLost; the others of its group are stored.
+func TestGroupCommitFencesEachRow(t *testing.T) {
+	t.Parallel()
+	b := groupStore(t)
+	ctx := context.Background()
+	const n = 64
+	leases := make([]idempotency.Lease, n)
+	for i := range leases {
+		c, err := b.store.Claim(ctx, params(t, fmt.Sprintf("k-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = c.Lease
+	}
+	for i := 0; i < n; i += 4 {
+		leases[i].Version-- // a holder whose lease was taken over
+	}
+	before := b.store.GroupedRows()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, l := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = b.store.Complete(ctx, l, idempotency.Completion{Status: idempotency.StatusCompleted,
+				Response: idempotency.Response{Code: 200, Body: []byte(l.Key)}, Retention: time.Hour})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		rec, gerr := b.store.Get(ctx, "usr_group", leases[i].Key)
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		if i%4 == 0 {
+			if !errors.Is(err, idempotency.ErrLeaseLost) || rec.Status != idempotency.StatusProcessing {
+				t.Errorf("stale lease %d: %v, record %s; want ErrLeaseLost and PROCESSING", i, err, rec.Status)
+			}
+			continue
+		}
+		if err != nil || rec.Status != idempotency.StatusCompleted || string(rec.Response.Body) != leases[i].Key {
+			t.Errorf("lease %d: %v, record %s %q", i, err, rec.Status, rec.Response.Body)
+		}
+	}
+	if b.store.GroupedRows() == before {
+		t.Error("no completion went in a group: the test proves nothing")
+	}
+}
