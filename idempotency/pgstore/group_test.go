@@ -1,16 +1,23 @@
 package pgstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/pgtest"
 )
 
 func groupStore(t *testing.T) bundle {
@@ -253,5 +260,90 @@ func TestGroupCommitFencesEachRow(t *testing.T) {
 	}
 	if b.store.GroupedRows() == before {
 		t.Error("no completion went in a group: the test proves nothing")
+	}
+}
+
+// Group statements carry every kind of outcome (headers, no headers, an
+// empty body, binary bytes, FAILED) exactly as a caller's own statement
+// would, whatever the pool's exec mode and through PgBouncer in
+// transaction mode.
+func TestGroupCommitExecModes(t *testing.T) {
+	t.Parallel()
+	modes := map[string]pgx.QueryExecMode{
+		"CacheStatement": pgx.QueryExecModeCacheStatement, "CacheDescribe": pgx.QueryExecModeCacheDescribe,
+		"Exec": pgx.QueryExecModeExec, "SimpleProtocol": pgx.QueryExecModeSimpleProtocol,
+	}
+	for _, name := range []string{"CacheStatement", "CacheDescribe", "Exec", "SimpleProtocol", "PgBouncer"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var pool *pgxpool.Pool
+			cfg := &pgstore.Config{}
+			if name == "PgBouncer" {
+				pool, cfg.Pooler = pgtest.BouncerPool(t), pgstore.TransactionPooler
+			} else {
+				pc, err := pgxpool.ParseConfig(pgtest.MigratedURL(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pc.ConnConfig.DefaultQueryExecMode, pc.MaxConns = modes[name], 8
+				if pool, err = pgxpool.NewWithConfig(context.Background(), pc); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(pool.Close)
+			}
+			store := mustStore(t, pool, cfg)
+			store.SetGroupFlights(1)
+			ctx := context.Background()
+			const workers, perWorker = 24, 6
+			want := map[string]idempotency.Completion{}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range perWorker {
+						key := fmt.Sprintf("mode-%d-%d", w, i)
+						c, err := store.Claim(ctx, params(t, key))
+						if err != nil || c.State != idempotency.ClaimAcquired {
+							t.Errorf("claim %s: %+v, %v", key, c, err)
+							return
+						}
+						done := idempotency.Completion{Status: idempotency.StatusCompleted, Retention: time.Hour}
+						switch i % 3 {
+						case 0:
+							done.Response = idempotency.Response{Code: 201, Body: []byte(`{"id":"` + key + `", "n": 1}`),
+								Header: http.Header{"Content-Type": {"application/json"}, "X-Key": {key, "second"}}}
+						case 1:
+							done.Response = idempotency.Response{Code: 204}
+						case 2:
+							done.Status = idempotency.StatusFailed
+							done.Response = idempotency.Response{Code: 402, Body: []byte{0, 1, 2, 0xff, '\''}}
+						}
+						mu.Lock()
+						want[key] = done
+						mu.Unlock()
+						if err := store.Complete(ctx, c.Lease, done); err != nil {
+							t.Errorf("complete %s: %v", key, err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for key, done := range want {
+				rec, err := store.Get(ctx, "usr_group", key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := rec.Response
+				if rec.Status != done.Status || got == nil || got.Code != done.Response.Code ||
+					!bytes.Equal(got.Body, done.Response.Body) || !reflect.DeepEqual(got.Header, done.Response.Header) {
+					t.Errorf("%s: stored %s %+v, want %s %+v", key, rec.Status, got, done.Status, done.Response)
+				}
+			}
+			if store.GroupedRows() == 0 {
+				t.Error("no claim or completion went in a group: the test proves nothing")
+			}
+		})
 	}
 }
