@@ -311,15 +311,8 @@ func (s *Store) flushClaims(batch []*newClaim) {
 // pendingCompletion is one caller's completion in a group.
 type pendingCompletion struct {
 	member
-	key, scope string
-	version    int64
-	status     string
-	code       int32
-	meta       *string
-	body       []byte
-	retS       float64
-	args       []any // completeSQL's, for a caller that runs alone
-	matched    bool
+	completionRow
+	matched bool
 }
 
 // completeGroupSQL is completeSQL for many leases: each row is updated for
@@ -335,16 +328,11 @@ const completeGroupSQL = `UPDATE idempotency_store AS s
 RETURNING s.idempotency_key, s.user_id`
 
 // completeGrouped stores one outcome through the completion group.
-func (s *Store) completeGrouped(ctx context.Context, args []any) error {
-	c := &pendingCompletion{member: member{ctx: ctx, done: make(chan struct{})}, args: args}
-	c.key, c.scope, c.version = args[0].(string), args[1].(string), args[2].(int64)
-	c.status, c.code, c.body, c.retS = args[3].(string), args[4].(int32), args[6].([]byte), args[7].(float64)
-	if m, ok := args[5].(string); ok {
-		c.meta = &m
-	}
+func (s *Store) completeGrouped(ctx context.Context, row completionRow) error {
+	c := &pendingCompletion{member: member{ctx: ctx, done: make(chan struct{})}, completionRow: row}
 	if s.completions.join(c) {
 		defer s.completions.leave()
-		return fenced(ctx, s.pool, "complete", completeSQL, args...)
+		return fenced(ctx, s.pool, "complete", completeSQL, row.args()...)
 	}
 	if err := s.completions.wait(c); err != nil {
 		return translate("complete", err)
@@ -353,7 +341,7 @@ func (s *Store) completeGrouped(ctx context.Context, args []any) error {
 	case c.err != nil:
 		return translate("complete", c.err)
 	case c.alone:
-		return fenced(ctx, s.pool, "complete", completeSQL, args...)
+		return fenced(ctx, s.pool, "complete", completeSQL, row.args()...)
 	case !c.matched:
 		return idempotency.ErrLeaseLost
 	}

@@ -324,11 +324,11 @@ func decodeStored(code *int32, meta, raw []byte) (idempotency.Response, error) {
 // Complete implements [idempotency.Store.Complete].
 func (s *Store) Complete(ctx context.Context, l idempotency.Lease, c idempotency.Completion) error {
 	if s.completions != nil {
-		args, err := s.completeArgs(l, c)
+		row, err := s.completionRow(l, c)
 		if err != nil {
 			return err
 		}
-		return s.completeGrouped(ctx, args)
+		return s.completeGrouped(ctx, row)
 	}
 	return s.complete(ctx, s.pool, l, c)
 }
@@ -341,11 +341,11 @@ func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, l idempotency.Lease, 
 }
 
 func (s *Store) complete(ctx context.Context, db dbtx, l idempotency.Lease, c idempotency.Completion) error {
-	args, err := s.completeArgs(l, c)
+	row, err := s.completionRow(l, c)
 	if err != nil {
 		return err
 	}
-	tag, err := db.Exec(ctx, completeSQL, args...)
+	tag, err := db.Exec(ctx, completeSQL, row.args()...)
 	if err != nil {
 		return translate("complete", err)
 	}
@@ -355,42 +355,60 @@ func (s *Store) complete(ctx context.Context, db dbtx, l idempotency.Lease, c id
 	return nil
 }
 
-// completeArgs validates a completion, seals its response when the store
-// has a keyring, and returns completeSQL's arguments.
-func (s *Store) completeArgs(l idempotency.Lease, c idempotency.Completion) ([]any, error) {
+// completionRow is one completion as the database stores it.
+type completionRow struct {
+	key, scope string
+	version    int64
+	status     string
+	code       int32
+	// meta is the response metadata's JSON, nil for NULL. It goes to the
+	// JSONB column as text: the one encoding that every exec mode reads as
+	// JSON, including pgx.QueryExecModeExec, which takes a []byte for bytea.
+	meta *string
+	body []byte // never nil
+	retS float64
+}
+
+// args returns completeSQL's arguments.
+func (r completionRow) args() []any {
+	var meta any
+	if r.meta != nil {
+		meta = *r.meta
+	}
+	return []any{r.key, r.scope, r.version, r.status, r.code, meta, r.body, r.retS}
+}
+
+// completionRow validates a completion, seals its response when the store
+// has a keyring, and returns the row to store.
+func (s *Store) completionRow(l idempotency.Lease, c idempotency.Completion) (completionRow, error) {
 	if c.Status != idempotency.StatusCompleted && c.Status != idempotency.StatusFailed {
-		return nil, &idempotency.InvalidError{Field: "Completion.Status", Reason: fmt.Sprintf("must be COMPLETED or FAILED, got %q", c.Status)}
+		return completionRow{}, &idempotency.InvalidError{Field: "Completion.Status", Reason: fmt.Sprintf("must be COMPLETED or FAILED, got %q", c.Status)}
 	}
 	if c.Retention <= 0 {
-		return nil, &idempotency.InvalidError{Field: "Completion.Retention", Reason: "must be positive"}
+		return completionRow{}, &idempotency.InvalidError{Field: "Completion.Retention", Reason: "must be positive"}
 	}
 	if s.keyring != nil {
 		sealed, err := s.keyring.Seal(l.Scope, l.Key, c.Status, c.Response)
 		if err != nil {
-			return nil, err
+			return completionRow{}, err
 		}
 		c.Response = sealed
 	}
 	meta, err := encodeResponse(c.Response)
 	if err != nil {
-		return nil, &idempotency.InvalidError{Field: "Response.Header", Reason: err.Error()}
+		return completionRow{}, &idempotency.InvalidError{Field: "Response.Header", Reason: err.Error()}
 	}
 	body := c.Response.Body
 	if body == nil {
 		body = []byte{}
 	}
-	return []any{l.Key, l.Scope, l.Version, string(c.Status), int32(c.Response.Code), jsonArg(meta), body, c.Retention.Seconds()}, nil
-}
-
-// jsonArg passes JSON for a JSONB parameter as text (NULL when nil): the
-// one encoding that every exec mode reads as JSON, including
-// pgx.QueryExecModeExec (a pool configured for a pooler by hand), which
-// takes a []byte for bytea.
-func jsonArg(b []byte) any {
-	if b == nil {
-		return nil
+	r := completionRow{key: l.Key, scope: l.Scope, version: l.Version, status: string(c.Status),
+		code: int32(c.Response.Code), body: body, retS: c.Retention.Seconds()}
+	if meta != nil {
+		m := string(meta)
+		r.meta = &m
 	}
-	return string(b)
+	return r, nil
 }
 
 // Release implements [idempotency.Store.Release].

@@ -213,12 +213,12 @@ func (r firstRow) Scan(dest ...any) error {
 // zero, the pipeline stops before the COMMIT, and the transaction is rolled
 // back with the action's writes.
 func (s *Store) completeAndCommit(ctx context.Context, tx pgx.Tx, l idempotency.Lease, c idempotency.Completion) error {
-	args, err := s.completeArgs(l, c)
+	row, err := s.completionRow(l, c)
 	if err != nil {
 		return err
 	}
 	b := &pgx.Batch{}
-	b.Queue(completeGuardedSQL, args...)
+	b.Queue(completeGuardedSQL, row.args()...)
 	b.Queue("COMMIT")
 	br := tx.SendBatch(ctx, b)
 	var one int
