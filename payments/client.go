@@ -41,7 +41,7 @@ type Config struct {
 	WindowMargin time.Duration
 	// Store is the idempotency store of payments' keys; it must be on the
 	// client's database (records complete in the same transactions as the
-	// intents). Default: pgstore.New(pool, nil).
+	// intents). Default: pgstore.New over pool, with MeterProvider.
 	Store *pgstore.Store
 	// Ledger receives the postings; it must be on the client's database.
 	// Default: ledger.New(pool, nil).
@@ -106,7 +106,7 @@ func New(pool *pgxpool.Pool, providers []Provider, cfg *Config) (*Client, error)
 	store, l := c.Store, c.Ledger
 	var err error
 	if store == nil {
-		if store, err = pgstore.New(pool, nil); err != nil {
+		if store, err = pgstore.New(pool, &pgstore.Config{MeterProvider: c.MeterProvider}); err != nil {
 			return nil, err
 		}
 	}

@@ -23,7 +23,8 @@ import (
 type Config struct {
 	// Store is the idempotency store of the sagas' keys; it must be on the
 	// orchestrator's database (a saga's final transition completes its
-	// record in the same transaction). Default: pgstore.New(pool, nil).
+	// record in the same transaction). Default: pgstore.New over pool,
+	// with MeterProvider.
 	Store *pgstore.Store
 	// LockTimeout is the lease of a saga being driven, kept alive by
 	// heartbeats while its steps run. A crashed driver's saga is resumed
@@ -142,7 +143,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Orchestrator, error) {
 		return nil, err
 	}
 	if c.Store == nil {
-		if c.Store, err = pgstore.New(pool, nil); err != nil {
+		if c.Store, err = pgstore.New(pool, &pgstore.Config{MeterProvider: c.MeterProvider}); err != nil {
 			return nil, err
 		}
 	}

@@ -39,7 +39,9 @@
 // the others of its group are stored). When callers outnumber the pool's
 // connections, it multiplies throughput (make bench's (h) paths: 64
 // callers on 8 connections, against the best other design; see
-// BENCHMARKS.md). Config.NoGroupCommit turns it off. Claims and completions inside a caller's transaction
+// BENCHMARKS.md). Config.NoGroupCommit turns it off; Config.MeterProvider
+// counts the groups by outcome ([MetricGroups]) and their rows
+// ([MetricGroupRows]). Claims and completions inside a caller's transaction
 // (ClaimTx, CompleteTx, DoTx) are never grouped.
 //
 // # Transactions

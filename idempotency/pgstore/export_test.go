@@ -1,5 +1,7 @@
 package pgstore
 
+import "time"
+
 // GroupedRows returns how many rows group statements committed (tests
 // prove with it that groups formed).
 func (s *Store) GroupedRows() int64 { return s.groupedRows.Load() }
@@ -8,4 +10,10 @@ func (s *Store) GroupedRows() int64 { return s.groupedRows.Load() }
 // flight at once.
 func (s *Store) SetGroupFlights(n int) {
 	s.claims.maxFlights, s.completions.maxFlights = n, n
+}
+
+// SetGroupStall sets how long a queued caller waits for a flight before it
+// starts one more.
+func (s *Store) SetGroupStall(d time.Duration) {
+	s.claims.stall, s.completions.stall = d, d
 }

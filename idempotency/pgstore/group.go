@@ -9,6 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/payonce/payonce/idempotency"
 )
@@ -84,6 +87,7 @@ type groupMember interface {
 // grouper gathers the callers of one kind of statement.
 type grouper[M groupMember] struct {
 	maxFlights int
+	stall      time.Duration // groupStall
 	flush      func(batch []M)
 
 	mu      sync.Mutex
@@ -124,7 +128,7 @@ func (g *grouper[M]) leave() {
 // member still queued after groupStall starts one more flight.
 func (g *grouper[M]) wait(m M) error {
 	b := m.base()
-	stall := time.NewTimer(groupStall)
+	stall := time.NewTimer(g.stall)
 	defer stall.Stop()
 	for {
 		select {
@@ -208,6 +212,69 @@ func (s *Store) sendGroup(ctx context.Context, sql string, args []any, scan func
 }
 
 type scopedKey struct{ scope, key string }
+
+// Group commit's instruments (Config.MeterProvider).
+const (
+	// MetricGroups counts group statements sent, by kind (claim,
+	// complete) and outcome: committed; rolled_back (the server refused
+	// the group, typically a row held by a longer transaction past the
+	// 50 ms lock timeout, and its callers ran alone); failed (the outcome
+	// is unknown, each caller got the error).
+	MetricGroups = "idempotency.store_groups"
+	// MetricGroupRows counts the rows that committed groups stored, by
+	// kind: divided by the committed groups, the mean group size.
+	MetricGroupRows = "idempotency.store_group_rows"
+)
+
+type groupMetrics struct {
+	groups, rows metric.Int64Counter
+	// attribute sets, built once: by kind, and by kind and outcome.
+	kind    map[string]metric.AddOption
+	outcome map[[2]string]metric.AddOption
+}
+
+func newGroupMetrics(mp metric.MeterProvider) (groupMetrics, error) {
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m := mp.Meter("github.com/payonce/payonce/idempotency/pgstore")
+	var g groupMetrics
+	var err error
+	if g.groups, err = m.Int64Counter(MetricGroups, metric.WithDescription(
+		"Group statements sent by group commit, by kind (claim, complete) and outcome (committed, rolled_back: its callers ran alone; failed: outcome unknown).")); err != nil {
+		return g, err
+	}
+	if g.rows, err = m.Int64Counter(MetricGroupRows, metric.WithDescription(
+		"Rows stored by committed group statements, by kind (claim, complete).")); err != nil {
+		return g, err
+	}
+	g.kind, g.outcome = map[string]metric.AddOption{}, map[[2]string]metric.AddOption{}
+	for _, k := range []string{"claim", "complete"} {
+		g.kind[k] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", k)))
+		for _, o := range []string{"committed", "rolled_back", "failed"} {
+			g.outcome[[2]string{k, o}] = metric.WithAttributeSet(attribute.NewSet(
+				attribute.String("kind", k), attribute.String("outcome", o)))
+		}
+	}
+	return g, nil
+}
+
+// record counts one group of kind that stored rows (when committed).
+func (s *Store) record(ctx context.Context, kind string, rows int, rolledBack bool, err error) {
+	outcome := "committed"
+	switch {
+	case rolledBack:
+		outcome = "rolled_back"
+	case err != nil:
+		outcome = "failed"
+	}
+	ctx = context.WithoutCancel(ctx)
+	s.metrics.groups.Add(ctx, 1, s.metrics.outcome[[2]string{kind, outcome}])
+	if outcome == "committed" {
+		s.groupedRows.Add(int64(rows))
+		s.metrics.rows.Add(ctx, int64(rows), s.metrics.kind[kind])
+	}
+}
 
 // newClaim is one caller's insert-first claim (claimNewSQL) in a group.
 type newClaim struct {
@@ -303,9 +370,7 @@ func (s *Store) flushClaims(batch []*newClaim) {
 			c.err = err
 		}
 	}
-	if !rolledBack && err == nil {
-		s.groupedRows.Add(int64(len(byKey)))
-	}
+	s.record(batch[0].ctx, "claim", len(byKey), rolledBack, err)
 }
 
 // pendingCompletion is one caller's completion in a group.
@@ -392,7 +457,5 @@ func (s *Store) flushCompletions(batch []*pendingCompletion) {
 			c.err = err
 		}
 	}
-	if !rolledBack && err == nil {
-		s.groupedRows.Add(int64(len(byKey)))
-	}
+	s.record(batch[0].ctx, "complete", len(byKey), rolledBack, err)
 }

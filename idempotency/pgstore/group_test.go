@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
@@ -154,7 +156,7 @@ func TestGroupCommitNotHeldUpByALongTransaction(t *testing.T) {
 				}
 				blocked <- b.store.Complete(ctx, held.Lease, idempotency.Completion{Status: idempotency.StatusCompleted, Retention: time.Hour})
 			}()
-			waitForLockWait(t, b)
+			waitForLockWait(t, b.pool, tx)
 
 			others := make(chan error, len(leases))
 			for i, l := range leases {
@@ -196,16 +198,21 @@ func TestGroupCommitNotHeldUpByALongTransaction(t *testing.T) {
 	}
 }
 
-// waitForLockWait waits until a session of b's database waits for a lock.
-func waitForLockWait(t *testing.T, b bundle) {
+// waitForLockWait waits until a session waits for a lock that tx holds.
+func waitForLockWait(t *testing.T, pool *pgxpool.Pool, tx pgx.Tx) {
 	t.Helper()
+	ctx := context.Background()
+	var holder int32
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
+		t.Fatal(err)
+	}
 	for range 1000 {
-		var n int
-		if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE $1::int = ANY (pg_blocking_pids(pid)))`, holder).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
+		if waiting {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -345,5 +352,112 @@ func TestGroupCommitExecModes(t *testing.T) {
 				t.Error("no claim or completion went in a group: the test proves nothing")
 			}
 		})
+	}
+}
+
+// The instruments count what group commit did. A group that meets a row
+// held by a longer transaction is counted rolled_back, and its callers
+// still get their answers: here the one flight is held by a caller
+// waiting for one open transaction, two callers queue behind it, and after
+// the stall they go as a group that meets another open transaction's row.
+func TestGroupCommitMetrics(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	pool := pgtest.PoolURL(t, pgtest.MigratedURL(t))
+	store := mustStore(t, pool, &pgstore.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	store.SetGroupFlights(1)
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 4 {
+				c, err := store.Claim(ctx, params(t, fmt.Sprintf("load-%d-%d", w, i)))
+				if err == nil {
+					err = store.Complete(ctx, c.Lease, idempotency.Completion{Status: idempotency.StatusCompleted, Retention: time.Hour})
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	holders := make([]pgx.Tx, 2)
+	for i, key := range []string{"held-1", "held-2"} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := store.ClaimTx(ctx, tx, params(t, key)); err != nil {
+			t.Fatal(err)
+		}
+		holders[i] = tx
+	}
+	answers := make(chan idempotency.ClaimState, 3)
+	claim := func(key string) {
+		c, err := store.Claim(ctx, params(t, key))
+		if err != nil {
+			t.Error(err)
+		}
+		answers <- c.State
+	}
+	go claim("held-2") // takes the flight and waits for holders[1]
+	waitForLockWait(t, pool, holders[1])
+	// Both queue well before the first of them stalls.
+	store.SetGroupStall(time.Second)
+	go claim("held-1")
+	go claim("free")
+	if got := <-answers; got != idempotency.ClaimAcquired {
+		t.Fatalf("the free key's claim: %v, want acquired while the transactions are open", got)
+	}
+	for _, tx := range holders {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if got := <-answers; got != idempotency.ClaimInProgress {
+			t.Errorf("a held key's claim: %v, want in progress", got)
+		}
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	groups, rows := map[string]int64{}, map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				kind, _ := dp.Attributes.Value("kind")
+				outcome, _ := dp.Attributes.Value("outcome")
+				switch m.Name {
+				case pgstore.MetricGroups:
+					groups[kind.AsString()+"/"+outcome.AsString()] += dp.Value
+				case pgstore.MetricGroupRows:
+					rows[kind.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	for _, kind := range []string{"claim", "complete"} {
+		if n := groups[kind+"/committed"]; n == 0 || rows[kind] < 2*n {
+			t.Errorf("%s: %d committed groups with %d rows; want groups of two rows or more", kind, n, rows[kind])
+		}
+	}
+	if rows["claim"]+rows["complete"] != store.GroupedRows() {
+		t.Errorf("rows counted %v, stored %d", rows, store.GroupedRows())
+	}
+	if groups["claim/rolled_back"] == 0 {
+		t.Errorf("groups %v: the group that met the open transaction's row was not counted rolled_back", groups)
 	}
 }
