@@ -43,8 +43,14 @@ import (
 //     caller runs alone: one caller's bad row never fails the others.
 //   - An error that leaves the outcome unknown (the connection broke) is
 //     each caller's error, as it would be for its own statement.
+//   - A caller queued for longer than groupStall starts one more flight:
+//     a flight held by a caller that waits for a row lock (running alone,
+//     with no lock timeout) holds up nobody else for long.
 //   - A caller whose context ends while it waits returns at once; its row
-//     is left out of a group that has not started yet.
+//     is left out of a group that has not started yet. A group already in
+//     flight may still commit it, as a statement cancelled too late does:
+//     a claim is then a lease nobody holds, which runs out and is
+//     reclaimed; a completion is stored.
 
 // groupLockTimeout bounds how long a group's statement waits for a row
 // lock before it gives up and its callers run alone.

@@ -360,14 +360,7 @@ func (s *Store) complete(ctx context.Context, db dbtx, l idempotency.Lease, c id
 	if err != nil {
 		return err
 	}
-	tag, err := db.Exec(ctx, completeSQL, row.args()...)
-	if err != nil {
-		return translate("complete", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return idempotency.ErrLeaseLost
-	}
-	return nil
+	return fenced(ctx, db, "complete", completeSQL, row.args()...)
 }
 
 // completionRow is one completion as the database stores it.
