@@ -52,8 +52,10 @@ type WebhookEvent struct {
 	// Reference is the reference payonce sent (the ProviderKey: Adyen's
 	// merchantReference, PayPal's custom_id), when the event carries it.
 	Reference string
-	// Key is the local idempotency key, when the event carries it (Stripe
-	// metadata).
+	// Key is the local idempotency key, when the event carries it in a
+	// part the provider's signature covers (Stripe metadata). An intent
+	// is matched by it: an adapter leaves it empty when the field is not
+	// signed (Adyen's additionalData).
 	Key string
 	// ProviderID is the provider's object the event is about (a
 	// PaymentIntent, a pspReference, a PayPal capture or refund).

@@ -23,8 +23,15 @@ const (
 	MaxIdempotencyKeyLen = 64
 
 	// MetadataKey is the metadata entry carrying payonce's local key on a payment, when the key
-	// fits Adyen's 80-character metadata values. The reference is the link in every case.
+	// fits Adyen's 80-character metadata values, for people reading the payment in Adyen's
+	// Customer Area. The reference is the link in every case: a notification's metadata is not
+	// signed, so [Provider.VerifyWebhook] never reads the key from it.
 	MetadataKey = "payonce_key"
+
+	// Adyen's shopperReference length limits
+	// (https://docs.adyen.com/api-explorer/Checkout/71/post/payments#request-shopperReference).
+	minShopperReferenceLen = 3
+	maxShopperReferenceLen = 256
 
 	// Adyen's metadata limits.
 	maxMetadataKeys     = 20

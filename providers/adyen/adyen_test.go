@@ -241,7 +241,7 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 	}
 	b.wait(t)
 	evs := b.inbox.byReference(req.ProviderKey)
-	if len(evs) != 1 || evs[0].Kind != payments.EventChargeSucceeded || evs[0].Key != "order-1" ||
+	if len(evs) != 1 || evs[0].Kind != payments.EventChargeSucceeded || evs[0].Key != "" ||
 		evs[0].ID != res.ProviderID+":AUTHORISATION:true" || !evs[0].Amount.Equal(req.Amount) {
 		t.Fatalf("AUTHORISATION events: %+v", evs)
 	}

@@ -26,7 +26,10 @@
 // Adyen does not deduplicate references: only the Idempotency-Key prevents a second payment,
 // so it must follow from the reference, and the reference must be the same on every retry.
 // The local key also travels in metadata[payonce_key] ([MetadataKey]) when it fits Adyen's
-// 80-character values; it is omitted otherwise (the reference is the link).
+// 80-character values; it is omitted otherwise (the reference is the link). It is for people
+// reading the payment at Adyen, never for matching: Adyen's webhook signature does not cover
+// additionalData, so a notification's metadata could name any intent. Events are matched by
+// the signed merchantReference, pspReference and originalReference only.
 //
 // # Retention
 //

@@ -82,8 +82,12 @@ func (it *notificationItem) signingString() string {
 // Events: ID "pspReference:eventCode:success" (Adyen's dedup key), Type the eventCode,
 // Reference the merchantReference, ProviderID the pspReference, ChargeID the
 // originalReference (for a modification: the payment it modifies), Amount the amount read in
-// Adyen's minor units ([Decimals]), DeclineCode Adyen's reason of a failure, Key the
-// metadata.payonce_key Adyen echoes in additionalData, Body the item's JSON. Kinds:
+// Adyen's minor units ([Decimals]), DeclineCode Adyen's reason of a failure, Body the item's
+// JSON. Key is always empty: the metadata.payonce_key Adyen echoes in additionalData is not
+// covered by the signature, and a field anyone on the path could have changed must not name the
+// intent an event settles (payments matches an event by Key). Only the signed pspReference,
+// merchantReference (the reference payonce derived from the key) and originalReference
+// identify an intent. Kinds:
 //
 //	AUTHORISATION success                 EventChargeSucceeded ([CaptureAutomatic]: the money moved)
 //	                                      EventChargePending ([CaptureManual]: funds reserved only)
@@ -184,7 +188,8 @@ func (p *Provider) event(it *notificationItem, raw json.RawMessage) (payments.We
 		ID:         it.PSPReference + ":" + it.EventCode + ":" + it.Success.text,
 		Type:       it.EventCode,
 		Reference:  it.MerchantReference,
-		Key:        it.AdditionalData["metadata."+MetadataKey],
+		// No Key: additionalData is outside the HMAC (see signingString), so its
+		// metadata.payonce_key proves nothing about which intent the event is about.
 		ProviderID: it.PSPReference,
 		ChargeID:   it.OriginalReference,
 		Body:       append(json.RawMessage(nil), raw...),
