@@ -21,6 +21,10 @@ const (
 	// refund.
 	StepCharge = "charge"
 	StepRefund = "refund"
+	// StepRefundReversal is the step of the entry that reverses a
+	// refund's (under the refund's key) when the provider failed the
+	// refund after it succeeded.
+	StepRefundReversal = "refund_reversal"
 )
 
 // ProviderCash returns the code of the account holding the money at a
@@ -87,6 +91,27 @@ func RefundEntry(key, provider string, amount money.Money) (PostParams, error) {
 			Credit(ProviderCash(provider), amount),
 		},
 	}, nil
+}
+
+// RefundReversalEntry returns the entry that reverses RefundEntry(key,
+// provider, amount), under the same key and step [StepRefundReversal]:
+// debit the provider's cash, credit customer refunds. A provider can fail
+// a refund after it succeeded (Stripe's failed refunds, Adyen's
+// REFUND_FAILED); the money is back at the provider, and the refund's own
+// entry stays, as every entry does.
+//
+// Errors: those of [ChargeEntry].
+func RefundReversalEntry(key, provider string, amount money.Money) (PostParams, error) {
+	refund, err := RefundEntry(key, provider, amount)
+	if err != nil {
+		return PostParams{}, err
+	}
+	out := PostParams{Key: key, Step: StepRefundReversal,
+		Description: fmt.Sprintf("reversal of the refund %s via %s, failed at the provider", amount, provider)}
+	for _, p := range refund.Postings {
+		out.Postings = append(out.Postings, Posting{Account: p.Account, Amount: p.Amount.Neg()})
+	}
+	return out, nil
 }
 
 // Reversal returns the entry that cancels e: the same postings with

@@ -54,6 +54,9 @@
 // A charge of 25.00 EUR debits provider:stripe 25.00 and credits
 // customer:payments 25.00; a refund of 5.50 EUR debits customer:refunds
 // 5.50 and credits provider:stripe 5.50, leaving 19.50 EUR at Stripe.
+// A refund the provider fails after it succeeded is reversed by
+// [RefundReversalEntry] under the refund's key (step "refund_reversal"):
+// the refund's entry stays, and the books return to 25.00 EUR at Stripe.
 // See the package example.
 //
 // # Keys, replays and conflicts
