@@ -185,9 +185,9 @@ const modificationAction = "modification.action"
 
 func (p *Provider) event(it *notificationItem, raw json.RawMessage) (payments.WebhookEvent, error) {
 	ev := payments.WebhookEvent{
-		ID:         it.PSPReference + ":" + it.EventCode + ":" + it.Success.text,
-		Type:       it.EventCode,
-		Reference:  it.MerchantReference,
+		ID:        it.PSPReference + ":" + it.EventCode + ":" + it.Success.text,
+		Type:      it.EventCode,
+		Reference: it.MerchantReference,
 		// No Key: additionalData is outside the HMAC (see signingString), so its
 		// metadata.payonce_key proves nothing about which intent the event is about.
 		ProviderID: it.PSPReference,
