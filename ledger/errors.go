@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shopspring/decimal"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 )
 
@@ -107,7 +108,8 @@ func (e *UnbalancedError) Is(target error) bool { return target == ErrUnbalanced
 
 // KeyConflictError is a post whose key and step name an existing entry
 // with different postings. It matches [ErrKeyConflict]. Neither entry's
-// postings are repeated in the message.
+// postings are repeated in the message, nor the key: only its
+// idempotency.ShortHash.
 type KeyConflictError struct {
 	Key     string
 	Step    string
@@ -115,7 +117,7 @@ type KeyConflictError struct {
 }
 
 func (e *KeyConflictError) Error() string {
-	return fmt.Sprintf("ledger: entry %d already has key %q step %q with different postings", e.EntryID, e.Key, e.Step)
+	return fmt.Sprintf("ledger: entry %d already has this key (%s) and step %q with different postings", e.EntryID, idempotency.ShortHash(e.Key), e.Step)
 }
 
 // Is matches [ErrKeyConflict].

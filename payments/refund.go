@@ -82,7 +82,7 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (out O
 	var chargeID *string
 	err = c.pool.QueryRow(ctx, chargeForRefundSQL, chargeKey, p.Scope).Scan(&provName, &chargeID, &status, &amount, &currency)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (status != string(IntentSucceeded) || chargeID == nil)) {
-		return Outcome{}, fmt.Errorf("payments: no succeeded charge %q in this scope: %w", p.ChargeKey, idempotency.ErrNotFound)
+		return Outcome{}, fmt.Errorf("payments: no succeeded charge with this ChargeKey (%s) in this scope: %w", idempotency.ShortHash(p.ChargeKey), idempotency.ErrNotFound)
 	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("payments: read charge: %w", err)

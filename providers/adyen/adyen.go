@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
 )
 
@@ -342,7 +343,7 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 	}
 	events, err := p.cfg.Notifications(ctx, req.ProviderKey)
 	if err != nil {
-		return payments.LookupResult{}, fmt.Errorf("adyen: notifications of reference %q: %w", req.ProviderKey, err)
+		return payments.LookupResult{}, fmt.Errorf("adyen: notifications of this reference (key %s): %w", idempotency.ShortHash(req.ProviderKey), err)
 	}
 	res := payments.LookupResult{Charges: []payments.ChargeResult{}}
 	index := map[string]int{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
 )
 
@@ -41,7 +42,7 @@ func (p *Provider) LookupRefund(ctx context.Context, req payments.RefundLookupRe
 	}
 	events, err := p.cfg.Notifications(ctx, req.ProviderKey)
 	if err != nil {
-		return payments.RefundLookupResult{}, fmt.Errorf("adyen: notifications of reference %q: %w", req.ProviderKey, err)
+		return payments.RefundLookupResult{}, fmt.Errorf("adyen: notifications of this reference (key %s): %w", idempotency.ShortHash(req.ProviderKey), err)
 	}
 	res := payments.RefundLookupResult{Refunds: []payments.RefundResult{}}
 	index := map[string]int{}

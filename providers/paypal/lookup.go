@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 )
@@ -177,7 +178,8 @@ func (p *Provider) lookupBySearch(ctx context.Context, req payments.LookupReques
 				}
 				if tx.TransactionID == "" {
 					return payments.LookupResult{}, &payments.UnknownOutcomeError{Provider: providerName,
-						Err: fmt.Errorf("Transaction Search lists a payment for custom_id %q without a transaction id", req.ProviderKey)}
+						Err: fmt.Errorf("Transaction Search lists a payment for this attempt's custom_id (key %s) without a transaction id",
+							idempotency.ShortHash(req.ProviderKey))}
 				}
 				if !seen[tx.TransactionID] {
 					seen[tx.TransactionID] = true
@@ -208,7 +210,7 @@ func (p *Provider) lookupBySearch(ctx context.Context, req payments.LookupReques
 		}
 		if orderID == "" {
 			return payments.LookupResult{}, &payments.UnknownOutcomeError{Provider: providerName,
-				Err: fmt.Errorf("capture %s carries custom_id %q but names no order", id, req.ProviderKey)}
+				Err: fmt.Errorf("capture %s carries this attempt's custom_id (key %s) but names no order", id, idempotency.ShortHash(req.ProviderKey))}
 		}
 		if orders[orderID] {
 			continue
@@ -220,7 +222,8 @@ func (p *Provider) lookupBySearch(ctx context.Context, req payments.LookupReques
 		}
 		if o.ID != orderID || (len(o.PurchaseUnits) > 0 && customID(o) != req.ProviderKey && o.PurchaseUnits[0].InvoiceID != req.ProviderKey) {
 			return payments.LookupResult{}, &payments.KeyMismatchError{Provider: providerName,
-				Message: fmt.Sprintf("Transaction Search lists capture %s for %q, but its order %s carries neither as custom_id nor invoice_id", id, req.ProviderKey, o.ID)}
+				Message: fmt.Sprintf("Transaction Search lists capture %s for this attempt (key %s), but its order %s carries it neither as custom_id nor invoice_id",
+					id, idempotency.ShortHash(req.ProviderKey), o.ID)}
 		}
 		charges := chargesOf(o)
 		if req.WithRefunds {

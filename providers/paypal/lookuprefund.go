@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
 )
 
@@ -52,7 +53,8 @@ func (p *Provider) LookupRefund(ctx context.Context, req payments.RefundLookupRe
 		}
 		if re.CustomID != req.ProviderKey {
 			return payments.RefundLookupResult{}, &payments.KeyMismatchError{Provider: providerName,
-				Message: fmt.Sprintf("refund %s carries custom_id %q, not this ProviderKey %q", re.ID, re.CustomID, req.ProviderKey)}
+				Message: fmt.Sprintf("refund %s carries the custom_id of key %s, not this ProviderKey's (key %s)", re.ID,
+					idempotency.ShortHash(re.CustomID), idempotency.ShortHash(req.ProviderKey))}
 		}
 		r, err := refundResult(re)
 		if err != nil {

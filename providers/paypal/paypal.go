@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 )
@@ -258,7 +259,8 @@ func checkOrder(o *Order, providerKey string, amount money.Money) error {
 	pu := o.PurchaseUnits[0]
 	if pu.CustomID != providerKey {
 		return &payments.KeyMismatchError{Provider: providerName,
-			Message: fmt.Sprintf("order %s carries custom_id %q, not this ProviderKey %q", o.ID, pu.CustomID, providerKey)}
+			Message: fmt.Sprintf("order %s carries the custom_id of key %s, not this ProviderKey's (key %s)", o.ID,
+				idempotency.ShortHash(pu.CustomID), idempotency.ShortHash(providerKey))}
 	}
 	if !amount.IsZero() && pu.Amount != nil {
 		got, err := pu.Amount.Money()
@@ -360,7 +362,8 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 	}
 	if (re.CustomID != "" && re.CustomID != req.ProviderKey) || !out.Amount.Equal(req.Amount) {
 		return payments.RefundResult{}, &payments.KeyMismatchError{Provider: providerName,
-			Message: fmt.Sprintf("refund %s carries custom_id %q and %s; this refund is %q for %s", re.ID, re.CustomID, out.Amount, req.ProviderKey, req.Amount)}
+			Message: fmt.Sprintf("refund %s carries the custom_id of key %s and %s; this refund is key %s for %s", re.ID,
+				idempotency.ShortHash(re.CustomID), out.Amount, idempotency.ShortHash(req.ProviderKey), req.Amount)}
 	}
 	out.Status = refundStatus(re.Status)
 	return out, nil

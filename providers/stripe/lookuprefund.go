@@ -6,6 +6,7 @@ import (
 
 	stripego "github.com/stripe/stripe-go/v79"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 )
@@ -79,7 +80,8 @@ func (p *Provider) refundByID(ctx context.Context, req payments.RefundLookupRequ
 	}
 	if got := re.Metadata[MetadataKey]; got != req.Key {
 		return payments.RefundLookupResult{}, &payments.InvalidRequestError{Provider: providerName, Code: "payonce_refund_mismatch",
-			Param: "ProviderID", Message: fmt.Sprintf("refund %s carries %s %q, not Key %q", re.ID, MetadataKey, got, req.Key)}
+			Param: "ProviderID", Message: fmt.Sprintf("refund %s carries the %s of key %s, not this Key's (key %s)", re.ID, MetadataKey,
+				idempotency.ShortHash(got), idempotency.ShortHash(req.Key))}
 	}
 	if pi := refundIntent(re); req.ChargeID != "" && pi != req.ChargeID {
 		return payments.RefundLookupResult{}, &payments.InvalidRequestError{Provider: providerName, Code: "payonce_refund_mismatch",
