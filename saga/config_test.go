@@ -3,6 +3,7 @@ package saga_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,9 @@ func TestDefaultClassify(t *testing.T) {
 		{&payments.InvalidRequestError{Provider: "stripe"}, saga.ClassPermanent},
 		{&payments.UnknownOutcomeError{Provider: "stripe", Err: base}, saga.ClassUnknown},
 		{&payments.NeedsReviewError{Reason: "no proof"}, saga.ClassUnknown},
+		{saga.Wait(base, time.Minute), saga.ClassWaiting},
+		{fmt.Errorf("refund: %w", saga.Wait(&payments.UnknownOutcomeError{Provider: "stripe", Err: base}, 0)), saga.ClassWaiting},
+		{saga.Fail(saga.Wait(base, time.Minute)), saga.ClassPermanent},
 	} {
 		if got := saga.DefaultClassify(tc.err); got != tc.want {
 			t.Fatalf("%v: %s, want %s", tc.err, got, tc.want)

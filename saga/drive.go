@@ -33,17 +33,19 @@ type driver struct {
 	lease idempotency.Lease
 	def   *Definition
 	s     *Saga
+	// read is when s was read.
+	read readClock
 }
 
 // drive runs the saga from where it stands to its outcome, or until a
 // step leaves it pending. It returns the recording of the outcome, which
 // it stored itself with the final transition.
 func (o *Orchestrator) drive(ctx context.Context, lease idempotency.Lease, def *Definition, r ref, fp idempotency.Fingerprint, input []byte) (idempotency.Recording, error) {
-	s, err := o.open(ctx, def, r, fp, input)
+	s, read, err := o.open(ctx, def, r, fp, input)
 	if err != nil {
 		return idempotency.Recording{}, err
 	}
-	d := &driver{o: o, lease: lease, def: def, s: s}
+	d := &driver{o: o, lease: lease, def: def, s: s, read: read}
 	for {
 		if s.Status.Final() {
 			// Its record was renewed after expiry: answer the same again.
@@ -77,60 +79,62 @@ func (o *Orchestrator) drive(ctx context.Context, lease idempotency.Lease, def *
 }
 
 // open records the saga when input is given and it is new, and reads it.
-func (o *Orchestrator) open(ctx context.Context, def *Definition, r ref, fp idempotency.Fingerprint, input []byte) (*Saga, error) {
+func (o *Orchestrator) open(ctx context.Context, def *Definition, r ref, fp idempotency.Fingerprint, input []byte) (*Saga, readClock, error) {
 	if input != nil {
 		names, kinds := make([]string, len(def.Steps)), make([]string, len(def.Steps))
 		for i, s := range def.Steps {
 			names[i], kinds[i] = s.Name, s.Kind.String()
 		}
 		if _, err := o.pool.Exec(ctx, createSQL, r.scope, r.key, r.record, def.Name, string(fp), input, names, kinds); err != nil {
-			return nil, fmt.Errorf("saga: record saga: %w", err)
+			return nil, readClock{}, fmt.Errorf("saga: record saga: %w", err)
 		}
 	}
-	s, err := load(ctx, o.pool, r.scope, r.key)
+	s, read, err := load(ctx, o.pool, r.scope, r.key)
 	if err != nil {
-		return nil, err
+		return nil, read, err
 	}
 	if !idempotency.Fingerprint(s.fingerprint).Equal(fp) {
 		// The key's record expired (or was pruned) and was claimed again
 		// with other fields: the saga stands, and the claim is taken back.
-		return nil, idempotency.Abandon(idempotency.ErrFingerprintMismatch)
+		return nil, read, idempotency.Abandon(idempotency.ErrFingerprintMismatch)
 	}
 	if len(s.Steps) != len(def.Steps) {
-		return nil, fmt.Errorf("%w: %q started with %d steps, %d registered", ErrDefinitionChanged, def.Name, len(s.Steps), len(def.Steps))
+		return nil, read, fmt.Errorf("%w: %q started with %d steps, %d registered", ErrDefinitionChanged, def.Name, len(s.Steps), len(def.Steps))
 	}
 	for i, st := range s.Steps {
 		if st.Name != def.Steps[i].Name || st.Kind != def.Steps[i].Kind {
-			return nil, fmt.Errorf("%w: %q step %d was %s %s, registered %s %s", ErrDefinitionChanged, def.Name, i,
+			return nil, read, fmt.Errorf("%w: %q step %d was %s %s, registered %s %s", ErrDefinitionChanged, def.Name, i,
 				st.Kind, st.Name, def.Steps[i].Kind, def.Steps[i].Name)
 		}
 	}
-	return s, nil
+	return s, read, nil
 }
 
 // load reads a saga and its steps in one round trip.
-func load(ctx context.Context, db querier, scope, key string) (*Saga, error) {
+func load(ctx context.Context, db querier, scope, key string) (*Saga, readClock, error) {
 	b := &pgx.Batch{}
 	b.Queue(loadSagaSQL, scope, key)
 	b.Queue(loadStepsSQL, scope, key)
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
 	s := &Saga{Scope: scope, Key: key}
+	var read readClock
 	var status string
 	var input []byte
-	var finished *time.Time
+	var finished, wake *time.Time
 	err := br.QueryRow().Scan(&s.Name, &s.fingerprint, &status, &s.CurrentStep, &input, &s.FailedStep, &s.Reason,
-		&s.CreatedAt, &s.UpdatedAt, &finished)
+		&s.CreatedAt, &s.UpdatedAt, &finished, &wake, &read.db)
+	read.local = time.Now()
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, read, ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("saga: read saga: %w", err)
+		return nil, read, fmt.Errorf("saga: read saga: %w", err)
 	}
-	s.Status, s.Input, s.FinishedAt = Status(status), input, deref(finished)
+	s.Status, s.Input, s.FinishedAt, s.WakeAt = Status(status), input, deref(finished), deref(wake)
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("saga: read steps: %w", err)
+		return nil, read, fmt.Errorf("saga: read steps: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -138,18 +142,18 @@ func load(ctx context.Context, db querier, scope, key string) (*Saga, error) {
 		var kind, status string
 		var output []byte
 		var started, finished, compensated *time.Time
-		if err := rows.Scan(&st.Position, &st.Name, &kind, &status, &output, &st.Error, &st.Attempts, &st.CompensationAttempts,
+		if err := rows.Scan(&st.Position, &st.Name, &kind, &status, &output, &st.Error, &st.Note, &st.Attempts, &st.CompensationAttempts,
 			&started, &finished, &compensated, &st.UpdatedAt); err != nil {
-			return nil, fmt.Errorf("saga: read steps: %w", err)
+			return nil, read, fmt.Errorf("saga: read steps: %w", err)
 		}
 		st.Kind, st.Status, st.Output = kindOf(kind), StepStatus(status), output
 		st.StartedAt, st.FinishedAt, st.CompensatedAt = deref(started), deref(finished), deref(compensated)
 		s.Steps = append(s.Steps, st)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("saga: read steps: %w", err)
+		return nil, read, fmt.Errorf("saga: read steps: %w", err)
 	}
-	return s, nil
+	return s, read, nil
 }
 
 func deref(t *time.Time) time.Time {
@@ -193,6 +197,11 @@ type change struct {
 	saga                 Status
 	// failedStep and reason, when set, are stored on the saga.
 	failedStep, reason string
+	// note, when set, is stored on the step ([NothingToUndo]).
+	note string
+	// waiting reschedules the saga wait from now ([Wait]).
+	waiting bool
+	wait    time.Duration
 }
 
 // apply commits c in tx (a step's transaction, or the final one), fenced
@@ -201,10 +210,14 @@ func (d *driver) apply(ctx context.Context, tx pgx.Tx, c change) error {
 	if err := d.o.store.FenceTx(ctx, tx, d.lease); err != nil {
 		return err
 	}
-	var one int
+	var wake any
+	if c.waiting {
+		wake = c.wait.Seconds()
+	}
+	var at time.Time
 	err := tx.QueryRow(ctx, transitionSQL, d.s.Scope, d.s.Key, c.step, string(c.status),
 		nullable(c.output), nullable(c.err), count(c.attempt), count(c.compAttempt), string(c.saga),
-		nullable(c.failedStep), nullable(c.reason)).Scan(&one)
+		nullable(c.failedStep), nullable(c.reason), nullable(c.note), wake).Scan(&at)
 	if err != nil {
 		return fmt.Errorf("saga: record step %s: %w", d.s.Steps[c.step].Name, err)
 	}
@@ -212,6 +225,19 @@ func (d *driver) apply(ctx context.Context, tx pgx.Tx, c change) error {
 	st.Status, st.Error = c.status, c.err
 	if c.output != nil {
 		st.Output = c.output
+	}
+	switch c.status {
+	case StepDone, StepFailed:
+		st.FinishedAt = at
+	case StepCompensated:
+		st.CompensatedAt = at
+	}
+	if c.note != "" {
+		st.Note = c.note
+	}
+	d.s.WakeAt = time.Time{}
+	if c.waiting {
+		d.s.WakeAt = at.Add(c.wait)
 	}
 	st.Attempts += count(c.attempt)
 	st.CompensationAttempts += count(c.compAttempt)
@@ -254,9 +280,14 @@ func (d *driver) call(i int, compensation bool) *Call {
 	if compensation {
 		c.Key, c.Attempt = CompensationKey(d.s.Key, st.Name), st.CompensationAttempts+1
 	}
+	c.done, c.read = map[string]time.Time{}, d.read
 	for _, x := range d.s.Steps {
 		if x.Output != nil {
 			c.Outputs[x.Name] = x.Output
+		}
+		switch x.Status {
+		case StepDone, StepCompensating, StepCompensated, StepNeedsReview:
+			c.done[x.Name] = x.FinishedAt
 		}
 	}
 	return c
@@ -271,9 +302,9 @@ func (o *Orchestrator) finishCtx(ctx context.Context) (context.Context, context.
 // invoke calls fn as step i's action (or compensation) and, when it
 // succeeds, commits done with its output: a Local step's in fn's own
 // transaction, a Remote step's after the call, which started is committed
-// before. It returns fn's error (then only a Remote call's start is
-// recorded) or the error of recording.
-func (d *driver) invoke(ctx context.Context, i int, compensation bool, fn func(context.Context, *Call) ([]byte, error), started, done change) (callErr, err error) {
+// before. fn may complete done (a note). It returns fn's error (then only
+// a Remote call's start is recorded) or the error of recording.
+func (d *driver) invoke(ctx context.Context, i int, compensation bool, fn func(context.Context, *Call) ([]byte, error), started change, done *change) (callErr, err error) {
 	c := d.call(i, compensation)
 	if d.def.Steps[i].Kind == Remote {
 		if err := d.applyNow(ctx, started); err != nil {
@@ -287,7 +318,7 @@ func (d *driver) invoke(ctx context.Context, i int, compensation bool, fn func(c
 		rctx, cancel := d.o.finishCtx(ctx)
 		defer cancel()
 		crashpoint.Hit(pointBeforeCommit, c.Key)
-		if err := d.applyNow(rctx, done); err != nil {
+		if err := d.applyNow(rctx, *done); err != nil {
 			return nil, err
 		}
 		crashpoint.Hit(pointAfterCommit, c.Key)
@@ -308,7 +339,7 @@ func (d *driver) invoke(ctx context.Context, i int, compensation bool, fn func(c
 		return cerr, nil
 	}
 	done.output = out
-	if err := d.apply(ctx, tx, done); err != nil {
+	if err := d.apply(ctx, tx, *done); err != nil {
 		return nil, err
 	}
 	crashpoint.Hit(pointBeforeCommit, c.Key)
@@ -325,8 +356,13 @@ func (d *driver) invoke(ctx context.Context, i int, compensation bool, fn func(c
 func (d *driver) step(ctx context.Context, i int) error {
 	spec, prior := d.def.Steps[i], d.s.Steps[i].Status
 	local := spec.Kind == Local
+	done := change{step: i, status: StepDone, attempt: local, saga: StatusRunning}
 	aerr, err := d.invoke(ctx, i, false, func(ctx context.Context, c *Call) ([]byte, error) {
 		out, err := spec.Action(ctx, c)
+		var none *nothingToUndoError
+		if errors.As(err, &none) {
+			return nil, Fail(fmt.Errorf("saga: the action of step %s returned NothingToUndo, which only a compensation may: %w", spec.Name, err))
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -339,8 +375,7 @@ func (d *driver) step(ctx context.Context, i int) error {
 			return nil, fmt.Errorf("saga: output of step %s: %w", spec.Name, err)
 		}
 		return b, nil
-	}, change{step: i, status: StepRunning, attempt: true, saga: StatusRunning},
-		change{step: i, status: StepDone, attempt: local, saga: StatusRunning})
+	}, change{step: i, status: StepRunning, attempt: true, saga: StatusRunning}, &done)
 	if err != nil {
 		return err
 	}
@@ -356,10 +391,14 @@ func (d *driver) step(ctx context.Context, i int) error {
 	case class == ClassPermanent:
 		fail.status, fail.saga, fail.failedStep, fail.reason = StepFailed, StatusCompensating, spec.Name, msg
 	case class == ClassUnknown || prior == StepUnknown || prior == StepRunning:
-		// A transient failure after an unknown attempt leaves it unknown.
+		// A transient failure (or a wait) after an unknown attempt leaves
+		// it unknown.
 		fail.status = StepUnknown
 	default:
 		fail.status = StepPending
+	}
+	if class == ClassWaiting {
+		fail.waiting, fail.wait = true, waitOf(aerr)
 	}
 	rctx, cancel := d.o.finishCtx(ctx)
 	defer cancel()
@@ -372,21 +411,29 @@ func (d *driver) step(ctx context.Context, i int) error {
 	if class == ClassPermanent {
 		return nil
 	}
-	return &PendingError{Step: spec.Name, Unknown: fail.status == StepUnknown, Err: aerr}
+	return &PendingError{Step: spec.Name, Unknown: fail.status == StepUnknown, RetryAfter: fail.wait, Err: aerr}
 }
 
-// compensate runs step j's compensation until it succeeds, up to
-// Config.CompensationAttempts times in this run. A permanent failure
-// returns the step's NEEDS_REVIEW transition, for the final transaction.
+// compensate runs step j's compensation until it succeeds (or finds
+// nothing to undo), up to Config.CompensationAttempts times in this run;
+// a wait ([Wait]) stops the run at once and reschedules the saga. A
+// permanent failure returns the step's NEEDS_REVIEW transition, for the
+// final transaction.
 func (d *driver) compensate(ctx context.Context, j int) (*change, error) {
 	spec := d.def.Steps[j]
 	local := spec.Kind == Local
 	wait := d.o.cfg.CompensationBackoff
 	for try := 1; ; try++ {
+		done := change{step: j, status: StepCompensated, compAttempt: local, saga: StatusCompensating}
 		cerr, err := d.invoke(ctx, j, true, func(ctx context.Context, c *Call) ([]byte, error) {
-			return nil, spec.Compensate(ctx, c)
-		}, change{step: j, status: StepCompensating, compAttempt: true, saga: StatusCompensating},
-			change{step: j, status: StepCompensated, compAttempt: local, saga: StatusCompensating})
+			err := spec.Compensate(ctx, c)
+			var none *nothingToUndoError
+			if errors.As(err, &none) {
+				done.note = none.reason
+				return nil, nil
+			}
+			return nil, err
+		}, change{step: j, status: StepCompensating, compAttempt: true, saga: StatusCompensating}, &done)
 		if err != nil {
 			return nil, err
 		}
@@ -404,11 +451,20 @@ func (d *driver) compensate(ctx context.Context, j int) (*change, error) {
 				reason: fmt.Sprintf("compensation of step %s failed: %s (rolling back after step %s failed: %s)",
 					spec.Name, msg, d.s.FailedStep, d.s.Reason)}, nil
 		}
+		again := change{step: j, status: StepCompensating, err: msg, compAttempt: local, saga: StatusCompensating}
+		if class == ClassWaiting {
+			again.waiting, again.wait = true, waitOf(cerr)
+		}
 		rctx, cancel := d.o.finishCtx(ctx)
-		err = d.applyNow(rctx, change{step: j, status: StepCompensating, err: msg, compAttempt: local, saga: StatusCompensating})
+		err = d.applyNow(rctx, again)
 		cancel()
 		if err != nil {
 			return nil, err
+		}
+		if class == ClassWaiting {
+			// Not retried in this run: nothing changes until what it waits
+			// for happens.
+			return nil, &PendingError{Step: spec.Name, Compensating: true, RetryAfter: again.wait, Err: cerr}
 		}
 		if try >= d.o.cfg.CompensationAttempts {
 			return nil, &PendingError{Step: spec.Name, Compensating: true, Unknown: class == ClassUnknown, Err: cerr}
@@ -441,7 +497,7 @@ func (d *driver) finish(ctx context.Context, status Status, last *change) (idemp
 	if _, err := tx.Exec(ctx, finishSQL, d.s.Scope, d.s.Key, string(status)); err != nil {
 		return idempotency.Recording{}, fmt.Errorf("saga: finish: %w", err)
 	}
-	s, err := load(ctx, tx, d.s.Scope, d.s.Key)
+	s, _, err := load(ctx, tx, d.s.Scope, d.s.Key)
 	if err != nil {
 		return idempotency.Recording{}, err
 	}

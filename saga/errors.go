@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
@@ -43,6 +44,10 @@ type PendingError struct {
 	// Unknown is true when the last call's outcome is unknown (it may
 	// have had its effect; it is never compensated blindly).
 	Unknown bool
+	// RetryAfter is set when the step (or compensation) waits for
+	// something outside ([Wait]): how long until recovery looks at it
+	// again. A retry before then only finds it still waiting.
+	RetryAfter time.Duration
 	// Err is the step's error.
 	Err error
 }
@@ -54,6 +59,9 @@ func (e *PendingError) Error() string {
 	}
 	if e.Unknown {
 		return fmt.Sprintf("%v: %s: outcome unknown: %v", ErrPending, what, e.Err)
+	}
+	if e.RetryAfter > 0 {
+		return fmt.Sprintf("%v: %s waits (again in %s): %v", ErrPending, what, e.RetryAfter, e.Err)
 	}
 	return fmt.Sprintf("%v: %s: %v", ErrPending, what, e.Err)
 }
@@ -110,6 +118,10 @@ const (
 	// steps done before it are compensated. For a compensation: the saga
 	// needs review.
 	ClassPermanent
+	// ClassWaiting: the step (or compensation) cannot be decided yet: it
+	// waits for something outside (a charge to settle). It is not retried
+	// within the run; the saga is rescheduled (see [Wait]).
+	ClassWaiting
 )
 
 func (c Class) String() string {
@@ -120,6 +132,8 @@ func (c Class) String() string {
 		return "unknown"
 	case ClassPermanent:
 		return "permanent"
+	case ClassWaiting:
+		return "waiting"
 	}
 	return fmt.Sprintf("Class(%d)", int(c))
 }
@@ -153,9 +167,59 @@ func Unknown(err error) error {
 	return &unknownError{err}
 }
 
+type waitError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *waitError) Error() string { return e.err.Error() }
+func (e *waitError) Unwrap() error { return e.err }
+
+// Wait marks a step's (or compensation's) error as a wait: it cannot be
+// decided until something outside happens (a charge to settle before its
+// refund). The run stops at once, without the in-run retries of a
+// transient failure, and answers a *PendingError with RetryAfter set; the
+// saga is rescheduled: [Orchestrator.Recover] leaves it until after has
+// passed (a client's retry drives it at once). The next run calls the
+// step again with the same [Call.Key], and it decides again: done, a
+// failure, or another wait. A wait must be bounded by the step itself
+// (see [RefundCharge]: past its bound, a failure). after is at least 0.
+func Wait(err error, after time.Duration) error {
+	if err == nil {
+		err = errors.New("waiting")
+	}
+	return &waitError{err: err, after: max(after, 0)}
+}
+
+// waitOf is how long err waits (0 when it is not a [Wait]).
+func waitOf(err error) time.Duration {
+	var w *waitError
+	if errors.As(err, &w) {
+		return w.after
+	}
+	return 0
+}
+
+type nothingToUndoError struct{ reason string }
+
+func (e *nothingToUndoError) Error() string { return "nothing to undo: " + e.reason }
+
+// NothingToUndo is what a compensation returns when the step it undoes
+// left no effect after all (a charge that was declined after its step was
+// done needs no refund): the step is COMPENSATED, with reason as its note
+// ([StepState].Note, [StepResult].Note), and the rollback goes on. Only a
+// compensation may return it: from an action, it fails the step.
+func NothingToUndo(reason string) error {
+	if reason == "" {
+		reason = "the step left no effect"
+	}
+	return &nothingToUndoError{reason}
+}
+
 // DefaultClassify is the default Config.Classify:
 //   - permanent: errors made with [Fail]; payments' declines and invalid
 //     requests (payments.ErrDeclined, payments.ErrInvalidRequest);
+//   - waiting: errors made with [Wait];
 //   - unknown: errors made with [Unknown]; errors that say a retry with
 //     the same key is safe (payments.SafeToRetry: the payment's outcome is
 //     unknown, the provider or another call still holds the key, the
@@ -167,11 +231,14 @@ func Unknown(err error) error {
 func DefaultClassify(err error) Class {
 	var perm *permanentError
 	var unk *unknownError
+	var wait *waitError
 	switch {
 	case errors.As(err, &perm):
 		return ClassPermanent
 	case errors.As(err, &unk):
 		return ClassUnknown
+	case errors.As(err, &wait):
+		return ClassWaiting
 	case errors.Is(err, payments.ErrDeclined), errors.Is(err, payments.ErrInvalidRequest):
 		return ClassPermanent
 	case payments.SafeToRetry(err), errors.Is(err, payments.ErrNeedsReview), errors.Is(err, context.DeadlineExceeded):

@@ -12,14 +12,16 @@ import (
 // outcome.
 const (
 	// MetricStepsExecuted counts step actions run, by outcome: done,
-	// failed (permanent), unknown, transient.
+	// failed (permanent), unknown, transient, waiting ([Wait]).
 	MetricStepsExecuted = "saga.steps_executed"
 	// MetricCompensations counts compensations run, by outcome:
-	// compensated, failed (permanent: the saga needs review), unknown,
-	// transient.
+	// compensated (nothing to undo included), failed (permanent: the saga
+	// needs review), unknown, transient, waiting ([Wait]: a charge not
+	// settled yet; not a failure).
 	MetricCompensations = "saga.compensations"
 	// MetricStuck counts sagas [Orchestrator.Recover] found stuck (past
 	// their lease, or without progress for Config.StuckAfter), by saga.
+	// A saga whose wait ([Wait]) ended is not stuck: it is not counted.
 	MetricStuck = "saga.stuck"
 )
 
@@ -38,8 +40,8 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 		dst        *metric.Int64Counter
 		name, desc string
 	}{
-		{&in.steps, MetricStepsExecuted, "Saga step actions run, by saga, step and outcome (done, failed, unknown, transient)."},
-		{&in.compensations, MetricCompensations, "Saga compensations run, by saga, step and outcome (compensated, failed, unknown, transient)."},
+		{&in.steps, MetricStepsExecuted, "Saga step actions run, by saga, step and outcome (done, failed, unknown, transient, waiting)."},
+		{&in.compensations, MetricCompensations, "Saga compensations run, by saga, step and outcome (compensated, failed, unknown, transient, waiting)."},
 		{&in.stuck, MetricStuck, "Sagas found stuck by recovery (lease ended, or no progress for a while), by saga."},
 	} {
 		if *c.dst, err = m.Int64Counter(c.name, metric.WithDescription(c.desc)); err != nil {
@@ -58,6 +60,8 @@ func outcome(c Class, done string) string {
 		return "unknown"
 	case ClassTransient:
 		return "transient"
+	case ClassWaiting:
+		return "waiting"
 	}
 	return done
 }

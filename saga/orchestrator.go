@@ -375,7 +375,7 @@ func answer(body []byte, replayed bool) (Result, error) {
 // State reads the saga of (scope, key) and its steps. Errors: ErrNotFound,
 // or a database error.
 func (o *Orchestrator) State(ctx context.Context, scope, key string) (Saga, error) {
-	s, err := load(ctx, o.pool, scope, key)
+	s, _, err := load(ctx, o.pool, scope, key)
 	if err != nil {
 		return Saga{}, err
 	}

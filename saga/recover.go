@@ -15,6 +15,9 @@ type RecoverResult struct {
 	// Stuck is how many unfinished sagas it found past their lease (or
 	// without progress for Config.StuckAfter).
 	Stuck int
+	// Woken is how many sagas it found whose wait ([Wait]) had ended; it
+	// drove them like the stuck ones, but they are not counted stuck.
+	Woken int
 	// Completed, RolledBack and NeedsReview: sagas it drove to that
 	// outcome.
 	Completed, RolledBack, NeedsReview int
@@ -33,11 +36,15 @@ type RecoverResult struct {
 type stuckSaga struct {
 	ref
 	definition, fingerprint string
+	// woken: it waited ([Wait]) and its wake time has passed.
+	woken bool
 }
 
 // Recover finds unfinished sagas whose driver is gone (their idempotency
 // record's lease ended: a crash, or a step whose outcome is unknown) or
-// that made no progress for Config.StuckAfter, and drives each forward
+// that made no progress for Config.StuckAfter, and those whose wait
+// ([Wait]) has ended (a saga that waits is left alone until then), and
+// drives each forward
 // (re-running its pending or unknown step with the same sub-key) or back
 // (compensating), at most Config.RecoverBatch of them. It claims each
 // saga's key exactly as a client's retry does: a saga is never driven by
@@ -57,8 +64,12 @@ func (o *Orchestrator) Recover(ctx context.Context) (RecoverResult, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		res.Stuck++
-		o.metrics.found(ctx, x.definition)
+		if x.woken {
+			res.Woken++
+		} else {
+			res.Stuck++
+			o.metrics.found(ctx, x.definition)
+		}
 		def := o.definition(x.definition)
 		if def == nil {
 			res.Unregistered++
@@ -113,7 +124,7 @@ func (o *Orchestrator) stuck(ctx context.Context) ([]stuckSaga, error) {
 		for rows.Next() {
 			var x stuckSaga
 			var old bool
-			if err := rows.Scan(&x.scope, &x.key, &x.record, &x.definition, &x.fingerprint, &lastAt, &old); err != nil {
+			if err := rows.Scan(&x.scope, &x.key, &x.record, &x.definition, &x.fingerprint, &lastAt, &old, &x.woken); err != nil {
 				rows.Close()
 				return nil, err
 			}

@@ -71,7 +71,12 @@ type ActionFunc func(ctx context.Context, c *Call) (any, error)
 // CompensateFunc undoes a DONE step (a refund for a charge). It runs with
 // the compensation's own key ([Call.Key] is "<key>_<step>_compensate") and
 // is retried, with the same key, until it succeeds; an error made with
-// [Fail] stops the saga in NEEDS_REVIEW instead.
+// [Fail] stops the saga in NEEDS_REVIEW instead. One made with [Wait]
+// reschedules the saga (the step's effect cannot be decided yet: a charge
+// still pending); [NothingToUndo] marks the step compensated with a note
+// (the effect never happened: a charge declined after its step was done).
+// A step that charged through payments is undone with [RefundCharge],
+// which does all three.
 type CompensateFunc func(ctx context.Context, c *Call) error
 
 // Step is one step of a [Definition].
@@ -113,6 +118,11 @@ type Call struct {
 	// Outputs holds the output of every step done so far, by name (for a
 	// compensation, its own step's too).
 	Outputs map[string]json.RawMessage
+
+	// done is when each step done so far was recorded DONE (the
+	// database's clock), read when the saga was read.
+	done map[string]time.Time
+	read readClock
 }
 
 // DecodeInput decodes the saga's input into v.
@@ -126,6 +136,19 @@ func (c *Call) DecodeOutput(step string, v any) error {
 		return fmt.Errorf("%w: no output of step %q", ErrNotFound, step)
 	}
 	return json.Unmarshal(raw, v)
+}
+
+// DoneAgo reports how long ago the action of the step named step was
+// recorded DONE, by the database's clock (read with the saga, plus the
+// time since on this process's monotonic clock), and false when that step
+// is not done (nor being compensated or compensated). A compensation
+// bounds a wait with it ([Wait]): "the charge has been pending for".
+func (c *Call) DoneAgo(step string) (time.Duration, bool) {
+	at, ok := c.done[step]
+	if !ok || at.IsZero() || c.read.db.IsZero() {
+		return 0, false
+	}
+	return c.read.db.Sub(at) + time.Since(c.read.local), true
 }
 
 // SubKey returns the sub-key of a step's action: "<key>_<step>".
@@ -150,7 +173,8 @@ const (
 	// StatusRolledBack: a step failed permanently and every step done
 	// before it was compensated. Final.
 	StatusRolledBack Status = "ROLLED_BACK"
-	// StatusNeedsReview: a compensation failed permanently; a human
+	// StatusNeedsReview: a compensation failed permanently (a refund
+	// refused, a charge that did not settle within its bound); a human
 	// decides. Final: payonce does not touch the saga again.
 	StatusNeedsReview Status = "NEEDS_REVIEW"
 )
@@ -178,7 +202,9 @@ const (
 	// StepCompensating: the step's compensation was started and has not
 	// succeeded yet.
 	StepCompensating StepStatus = "COMPENSATING"
-	StepCompensated  StepStatus = "COMPENSATED"
+	// StepCompensated: the step's compensation succeeded, or found nothing
+	// to undo ([NothingToUndo]: the step's note says why).
+	StepCompensated StepStatus = "COMPENSATED"
 	// StepNeedsReview: the step's compensation failed permanently.
 	StepNeedsReview StepStatus = "NEEDS_REVIEW"
 )
@@ -232,6 +258,9 @@ type StepResult struct {
 	Status StepStatus      `json:"status"`
 	Output json.RawMessage `json:"output,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Note says why a COMPENSATED step had nothing to undo
+	// ([NothingToUndo]).
+	Note string `json:"note,omitempty"`
 }
 
 // Saga is the stored state of one saga, as [Orchestrator.State] reads it.
@@ -249,9 +278,16 @@ type Saga struct {
 	CreatedAt, UpdatedAt time.Time
 	// FinishedAt is zero until the saga is final.
 	FinishedAt time.Time
+	// WakeAt is set while the saga waits ([Wait]): recovery leaves it
+	// until then.
+	WakeAt time.Time
 
 	fingerprint string
 }
+
+// readClock is when a saga was read: the database's clock, and this
+// process's (monotonic) at the same moment.
+type readClock struct{ db, local time.Time }
 
 // StepState is the stored state of one step.
 type StepState struct {
@@ -262,7 +298,10 @@ type StepState struct {
 	// Output is set once the step is DONE.
 	Output json.RawMessage
 	// Error is the last attempt's error (empty after a success).
-	Error                          string
+	Error string
+	// Note says why a COMPENSATED step had nothing to undo
+	// ([NothingToUndo]).
+	Note                           string
 	Attempts, CompensationAttempts int
 	StartedAt, FinishedAt          time.Time
 	CompensatedAt, UpdatedAt       time.Time
@@ -273,7 +312,7 @@ func (s *Saga) result() Result {
 	r := Result{Saga: s.Name, Status: s.Status, FailedStep: s.FailedStep, Reason: s.Reason,
 		Steps: make([]StepResult, len(s.Steps))}
 	for i, st := range s.Steps {
-		r.Steps[i] = StepResult{Name: st.Name, Status: st.Status, Output: st.Output, Error: st.Error}
+		r.Steps[i] = StepResult{Name: st.Name, Status: st.Status, Output: st.Output, Error: st.Error, Note: st.Note}
 	}
 	if s.Status == StatusCompleted && len(s.Steps) > 0 {
 		r.Output = s.Steps[len(s.Steps)-1].Output

@@ -467,3 +467,34 @@ func TestExpiredRecordAnswersTheSameAgain(t *testing.T) {
 		t.Fatalf("replay: %+v %v", replay, err)
 	}
 }
+
+// NothingToUndo from a compensation marks its step COMPENSATED with the
+// note; from an action it is a bug, and fails the step for good.
+func TestNothingToUndo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	err := b.orch.Register(saga.Definition{Name: "undo", Steps: []saga.Step{
+		{Name: "hold", Kind: saga.Local,
+			Action: func(context.Context, *saga.Call) (any, error) { return "held", nil },
+			Compensate: func(context.Context, *saga.Call) error {
+				return saga.NothingToUndo("the hold lapsed by itself")
+			}},
+		{Name: "misuse", Kind: saga.Remote,
+			Action: func(context.Context, *saga.Call) (any, error) {
+				return nil, saga.NothingToUndo("not an action's answer")
+			}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.orch.Run(ctx, saga.RunParams{Saga: "undo", Scope: scope, Key: "undo-1", Input: nil})
+	if !errors.Is(err, saga.ErrRolledBack) || res.FailedStep != "misuse" || !strings.Contains(res.Reason, "only a compensation may") {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	if st := res.Steps[0]; st.Status != saga.StepCompensated || st.Note != "the hold lapsed by itself" || st.Error != "" {
+		t.Fatalf("hold: %+v", st)
+	}
+	if st := b.state(t, "undo-1").Steps[0]; st.Note != "the hold lapsed by itself" || st.CompensatedAt.IsZero() {
+		t.Fatalf("stored hold: %+v", st)
+	}
+}
