@@ -42,7 +42,16 @@
 //     references. The lease is released and the caller gets a
 //     [PendingError]; a retry, or [Orchestrator.Recover], runs the step
 //     again with the same sub-key.
+//   - waiting ([Wait]: what the step or compensation depends on has not
+//     happened yet, a charge still pending): not retried within the run;
+//     the caller gets a *PendingError with RetryAfter, and the saga is
+//     rescheduled: recovery leaves it alone until then. The call decides
+//     again on its next run, and bounds its own wait.
 //   - transient (anything else): as unknown, the step staying PENDING.
+//
+// A compensation that finds nothing to undo (the charge was declined
+// after its step was done) returns [NothingToUndo]: the step is
+// COMPENSATED with the reason as its note.
 //
 // The saga's final answer (COMPLETED with the last step's output,
 // ROLLED_BACK with the failing step and its reason, or NEEDS_REVIEW) is
@@ -54,8 +63,29 @@
 // [Orchestrator.Recover] (scheduled by [Orchestrator.Start]) finds sagas
 // left mid-way (their lease ended, or no progress for a while) and drives
 // them forward or back, claiming each exactly as a client's retry does.
+// A saga that waits ([Wait]) is left alone until its wake time
+// ([Saga].WakeAt), then driven again (counted woken, not stuck).
 // It needs the definitions: register them ([Orchestrator.Register]) in
 // every process that runs or recovers sagas.
+//
+// # Charges
+//
+// A step that charges through package payments is compensated by
+// [RefundCharge]. payments.Client.Charge answers PENDING or
+// REQUIRES_ACTION (3-D Secure) without an error: the step is then DONE
+// while its charge is still open, and it may yet be declined (by a
+// webhook, or the reconciler) or succeed. So a plain refund cannot undo
+// it: a charge that did not succeed has nothing to refund, and payments
+// refuses the refund ("no succeeded charge"), which no retry mends.
+// RefundCharge reads the charge's intent on each run instead: it refunds
+// a charge that SUCCEEDED (once, with the compensation's key), finds
+// nothing to undo for one DECLINED or FAILED, waits ([Wait]) while it is
+// open, up to RefundConfig.SettleWithin after its step was done
+// ([DefaultSettleWithin], 24 hours), and stops the saga in NEEDS_REVIEW,
+// with the reason, past that bound or when the charge itself is in
+// review. Later steps run while the charge is open: a step that must not
+// (shipping goods) reads the intent (payments.Client.Intent) and waits or
+// fails as it says.
 //
 // # Example
 //
@@ -63,6 +93,8 @@
 // ship (local).
 //
 //	orch, err := saga.New(pool, nil)
+//	...
+//	refund, err := saga.RefundCharge(pay, nil) // the charge step's own sub-key, 24h bound
 //	...
 //	err = orch.Register(saga.Definition{Name: "checkout", Steps: []saga.Step{
 //		{Name: "reserve", Kind: saga.Local,
@@ -79,11 +111,7 @@
 //				return pay.Charge(ctx, payments.ChargeParams{Scope: c.Scope, Key: c.Key, Provider: "stripe",
 //					Amount: price, Recipient: "acct_shop", PaymentMethod: pm})
 //			},
-//			Compensate: func(ctx context.Context, c *saga.Call) error {
-//				_, err := pay.Refund(ctx, payments.RefundParams{Scope: c.Scope, Key: c.Key,
-//					ChargeKey: saga.SubKey(c.SagaKey, "charge"), Amount: price})
-//				return err
-//			}},
+//			Compensate: refund}, // never a refund of a charge that did not succeed
 //		{Name: "ship", Kind: saga.Local,
 //			Action: func(ctx context.Context, c *saga.Call) (any, error) {
 //				var id int64
@@ -100,6 +128,6 @@
 //
 // # Schema
 //
-// Tables sagas and saga_steps are created by package migrations (version
-// 0011).
+// Tables sagas and saga_steps are created by package migrations (versions
+// 0011 and 0014).
 package saga
