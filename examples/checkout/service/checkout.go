@@ -48,8 +48,7 @@ func (o Order) money() (money.Money, error) {
 	return money.Parse(o.Amount, cur)
 }
 
-// charged is the charge step's output, read by the confirm step and by
-// the refund.
+// charged is the charge step's output, read by the confirm step.
 type charged struct {
 	Provider   string `json:"provider"`
 	ProviderID string `json:"provider_id"`
@@ -159,10 +158,25 @@ var errOutOfStock = errors.New("out of stock")
 // a step run again after a crash or an unknown outcome has its effect
 // once: the reservation's key, the charge's and the refund's idempotency
 // keys.
+//
+// The charge is undone by saga.RefundCharge, which reads the charge's
+// intent rather than trusting the step's output: it refunds the whole
+// charge once it is known to have succeeded (a refund the provider
+// accepted but settles later, Adyen's, counts as done: payments tracks it
+// to its end), never refunds one that did not (declined after its step:
+// nothing to undo), and while the charge is open it waits, rescheduled, up
+// to saga.DefaultSettleWithin, then leaves the checkout NEEDS_REVIEW.
 func (s *Service) definition() saga.Definition {
+	refund, err := saga.RefundCharge(s.client, nil)
+	if err != nil { // only for a nil client, which open never makes
+		refund = func(context.Context, *saga.Call) error { return saga.Fail(err) }
+	}
 	return saga.Definition{Name: SagaName, Steps: []saga.Step{
 		{Name: StepReserve, Kind: saga.Local, Action: s.reserve, Compensate: s.release},
-		{Name: StepCharge, Kind: saga.Remote, Action: s.chargeStep, Compensate: s.refundStep},
+		{Name: StepCharge, Kind: saga.Remote, Action: s.chargeStep, Compensate: func(ctx context.Context, c *saga.Call) error {
+			s.crash.at(StepCharge+compensateSuffix, phaseBefore)
+			return refund(ctx, c)
+		}},
 		{Name: StepConfirm, Kind: saga.Local, Action: s.confirm},
 	}}
 }
@@ -241,28 +255,6 @@ func (s *Service) chargeStep(ctx context.Context, c *saga.Call) (any, error) {
 		}
 	}
 	return charged{Provider: out.Provider, ProviderID: out.ProviderID, Amount: out.Amount, Currency: out.Currency}, nil
-}
-
-// refundStep refunds the whole charge with the compensation's own key. A
-// refund the provider accepted but settles later (Adyen's) counts as done:
-// payments tracks it to its end.
-func (s *Service) refundStep(ctx context.Context, c *saga.Call) error {
-	s.crash.at(StepCharge+compensateSuffix, phaseBefore)
-	var ch charged
-	if err := c.DecodeOutput(StepCharge, &ch); err != nil {
-		return saga.Fail(err)
-	}
-	cur, err := money.ParseCurrency(ch.Currency)
-	if err != nil {
-		return saga.Fail(err)
-	}
-	amount, err := money.Parse(ch.Amount, cur)
-	if err != nil {
-		return saga.Fail(err)
-	}
-	_, err = s.client.Refund(ctx, payments.RefundParams{Scope: c.Scope, Key: c.Key,
-		ChargeKey: saga.SubKey(c.SagaKey, StepCharge), Amount: amount})
-	return err
 }
 
 func (s *Service) confirm(ctx context.Context, c *saga.Call) (any, error) {
