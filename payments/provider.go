@@ -53,6 +53,10 @@ type ChargeRequest struct {
 	PaymentMethod string
 	Description   string
 	Metadata      map[string]string
+	// Shopper identifies the paying customer at the provider: Adyen's
+	// shopperReference (required with a stored payment method). It is
+	// [ChargeParams.Shopper], or the charge's Scope when that is empty.
+	Shopper string
 	// ProviderID is the provider's object for this attempt when an earlier
 	// call already learnt it (a PayPal order id, an Adyen pspReference
 	// recorded through Progress): the adapter resumes from it instead of

@@ -577,7 +577,8 @@ func TestFakeProviders(t *testing.T) {
 		{"adyen", func(base string, creds map[string]string) (*http.Request, error) {
 			r, err := http.NewRequest("POST", base+"/payments", strings.NewReader(`{"merchantAccount":"PayonceTest",
 				"amount":{"currency":"EUR","value":1000},"reference":"order42_charge",
-				"paymentMethod":{"type":"scheme","storedPaymentMethodId":"pm_card_visa"},"returnUrl":"https://example.com"}`))
+				"paymentMethod":{"type":"scheme","storedPaymentMethodId":"pm_card_visa"},"returnUrl":"https://example.com",
+				"shopperReference":"usr_42","shopperInteraction":"ContAuth","recurringProcessingModel":"CardOnFile"}`))
 			if err == nil {
 				r.Header.Set("X-API-Key", creds["X-API-Key"])
 				r.Header.Set("Content-Type", "application/json")

@@ -97,12 +97,15 @@ func IdempotencyKey(reference string) string {
 	return reference[:cut] + "_" + h
 }
 
-// Charge authorises req.Amount on the stored card req.PaymentMethod (a card-on-file payment:
-// shopperInteraction ContAuth, recurringProcessingModel UnscheduledCardOnFile), with
-// req.ProviderKey as the reference, [IdempotencyKey] of it as the Idempotency-Key, and req.Key
-// in the metadata under [MetadataKey] when it fits. req.Recipient and req.Description are not
-// sent (no split, no shopper statement). The amount is sent in Adyen's minor units
-// ([Decimals]).
+// Charge authorises req.Amount on the stored card req.PaymentMethod (its
+// storedPaymentMethodId), as Adyen's token payments require
+// (https://docs.adyen.com/online-payments/tokenization/make-token-payments): shopperReference
+// req.Shopper (the shopper the card was stored for), shopperInteraction ContAuth (a returning
+// shopper whose card is on file, no security code collected) and Config.RecurringProcessingModel
+// (CardOnFile by default). The reference is req.ProviderKey, the Idempotency-Key
+// [IdempotencyKey] of it, and req.Key travels in the metadata under [MetadataKey] when it fits.
+// req.Recipient and req.Description are not sent (no split, no shopper statement). The amount
+// is sent in Adyen's minor units ([Decimals]).
 //
 // What Authorised means depends on Config.CaptureMode:
 //
@@ -220,10 +223,11 @@ var _ payments.Validator = (*Provider)(nil)
 
 // ValidateCharge refuses, before anything is recorded or sent, a charge Adyen would refuse or
 // could not represent: a missing Key or PaymentMethod, a ProviderKey that is empty or over 80
-// characters, an amount without currency, not positive, or finer than Adyen's decimals for
-// its currency ([Decimals]: 1000.50 CVE cannot be sent, Adyen counts CVE in whole escudos),
-// metadata over Adyen's limits. Errors: *[payments.InvalidRequestError] whose Param names the
-// field.
+// characters, a Shopper that is not 3 to 256 characters (Adyen's shopperReference, required
+// with a stored payment method), an amount without currency, not positive, or finer than
+// Adyen's decimals for its currency ([Decimals]: 1000.50 CVE cannot be sent, Adyen counts CVE
+// in whole escudos), metadata over Adyen's limits. Errors: *[payments.InvalidRequestError]
+// whose Param names the field.
 func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
 	_, err := p.paymentRequest(req)
 	return err
@@ -266,23 +270,47 @@ func (p *Provider) paymentRequest(req payments.ChargeRequest) (PaymentRequest, e
 	if req.PaymentMethod == "" {
 		return PaymentRequest{}, invalid("PaymentMethod", "is required (a storedPaymentMethodId)")
 	}
+	if err := checkShopper(req.Shopper); err != nil {
+		return PaymentRequest{}, err
+	}
 	md, err := metadata(req.Key, req.Metadata)
 	if err != nil {
 		return PaymentRequest{}, err
 	}
-	preq := PaymentRequest{
-		Amount:                   amount,
-		Reference:                req.ProviderKey,
-		PaymentMethod:            PaymentMethod{Type: "scheme", StoredPaymentMethodID: req.PaymentMethod},
-		ReturnURL:                p.cfg.ReturnURL,
-		ShopperInteraction:       "ContAuth",
-		RecurringProcessingModel: "UnscheduledCardOnFile",
+	return PaymentRequest{
+		Amount:        amount,
+		Reference:     req.ProviderKey,
+		PaymentMethod: PaymentMethod{Type: "scheme", StoredPaymentMethodID: req.PaymentMethod},
+		ReturnURL:     p.cfg.ReturnURL,
+		// A payment with a token names its shopper, says the shopper is a returning one whose
+		// card is on file (ContAuth: no security code is collected), and what kind of stored-card
+		// payment it is. Adyen refuses a token payment without them
+		// (https://docs.adyen.com/online-payments/tokenization/make-token-payments,
+		// https://docs.adyen.com/development-resources/error-codes: "Recurring payments require
+		// a shopperReference", "CVC is required for OneClick card payments").
+		ShopperReference:         req.Shopper,
+		ShopperInteraction:       ShopperInteractionContAuth,
+		RecurringProcessingModel: string(p.cfg.RecurringProcessingModel),
 		Metadata:                 md,
+	}, nil
+}
+
+// ShopperInteractionContAuth is the shopperInteraction of every payment: a returning shopper
+// paying with card details on file, without a security code.
+const ShopperInteractionContAuth = "ContAuth"
+
+// checkShopper refuses a shopperReference Adyen refuses: a token payment needs one of 3 to 256
+// characters.
+func checkShopper(shopper string) error {
+	switch n := utf8.RuneCountInString(shopper); {
+	case n == 0:
+		return invalid("Shopper", "is required: Adyen's shopperReference names the shopper the stored card belongs to "+
+			"(payments.ChargeParams.Shopper, or the charge's Scope by default)")
+	case n < minShopperReferenceLen || n > maxShopperReferenceLen:
+		return invalid("Shopper", fmt.Sprintf("is %d characters; Adyen's shopperReference takes %d to %d: set payments.ChargeParams.Shopper "+
+			"to the shopperReference the card was stored under", n, minShopperReferenceLen, maxShopperReferenceLen))
 	}
-	if p.cfg.ShopperReference != nil {
-		preq.ShopperReference = p.cfg.ShopperReference(req)
-	}
-	return preq, nil
+	return nil
 }
 
 // Refund refunds req.Amount of the payment req.ChargeID (its pspReference), with

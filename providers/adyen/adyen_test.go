@@ -153,6 +153,7 @@ func chargeReq(key, pm string) payments.ChargeRequest {
 		Amount:        eur("20.00"),
 		PaymentMethod: pm,
 		Metadata:      map[string]string{"order": key},
+		Shopper:       "usr_" + key,
 	}
 }
 

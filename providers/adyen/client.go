@@ -23,8 +23,8 @@ type Client struct {
 	http                      *http.Client
 }
 
-// NewClient returns a Client for cfg (HMACKeys, Notifications, Retention and ShopperReference
-// are not used by it). Errors: *[ConfigError] naming the bad field.
+// NewClient returns a Client for cfg (HMACKeys, Notifications, Retention, CaptureMode and
+// RecurringProcessingModel are not used by it). Errors: *[ConfigError] naming the bad field.
 func NewClient(cfg *Config) (*Client, error) {
 	c, _, err := cfg.withDefaults()
 	if err != nil {
@@ -50,6 +50,10 @@ type PaymentMethod struct {
 }
 
 // PaymentRequest is the body of POST /payments. MerchantAccount defaults to the Client's.
+// Adyen requires amount, merchantAccount, paymentMethod, reference and returnUrl
+// (https://docs.adyen.com/api-explorer/Checkout/71/post/payments), and, with a
+// storedPaymentMethodId, shopperReference, shopperInteraction ContAuth and
+// recurringProcessingModel (https://docs.adyen.com/online-payments/tokenization/make-token-payments).
 type PaymentRequest struct {
 	MerchantAccount          string            `json:"merchantAccount"`
 	Amount                   Amount            `json:"amount"`

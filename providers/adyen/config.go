@@ -80,12 +80,41 @@ type Config struct {
 	// refused.
 	CaptureMode CaptureMode
 
-	// ShopperReference, when set, names the shopper a stored payment method belongs to
-	// (shopperReference); Adyen requires it with storedPaymentMethodId. payments.ChargeRequest
-	// carries no customer, so the caller derives it (from Metadata, for instance). Default:
-	// nil, no shopperReference.
-	ShopperReference func(payments.ChargeRequest) string
+	// RecurringProcessingModel is the recurringProcessingModel of every payment: which kind of
+	// stored-card payment payonce makes. Adyen requires one on every payment with a stored
+	// payment method ("Required when creating a token to store payment details or using stored
+	// payment details": https://docs.adyen.com/api-explorer/Checkout/71/post/payments), and it
+	// must say who started the payment
+	// (https://docs.adyen.com/online-payments/tokenization/make-token-payments).
+	//
+	// Default: [RecurringCardOnFile], Adyen's "one-click" model: a shopper-initiated payment
+	// where a returning shopper pays with their stored card. That is how payments.Client.Charge
+	// is meant to be called: from the customer's own request, with the customer's key, the
+	// customer at the checkout. Flagging such a payment as merchant-initiated
+	// ([RecurringUnscheduledCardOnFile]) would tell the issuer the shopper was absent, which
+	// scheme rules reserve for payments the merchant starts. Set
+	// [RecurringUnscheduledCardOnFile] when this Provider charges stored cards on the
+	// merchant's initiative at non-fixed times (a top-up, a background job charging later),
+	// [RecurringSubscription] for charges on a fixed schedule. Any other value is refused.
+	RecurringProcessingModel RecurringProcessingModel
 }
+
+// RecurringProcessingModel is Adyen's recurringProcessingModel. See
+// Config.RecurringProcessingModel.
+type RecurringProcessingModel string
+
+// Adyen's recurringProcessingModel values
+// (https://docs.adyen.com/api-explorer/Checkout/71/post/payments#request-recurringProcessingModel).
+const (
+	// RecurringCardOnFile: a shopper-initiated payment with stored card details (one-click).
+	// The default.
+	RecurringCardOnFile RecurringProcessingModel = "CardOnFile"
+	// RecurringUnscheduledCardOnFile: a merchant-initiated payment at non-fixed times or for
+	// variable amounts (an automatic top-up).
+	RecurringUnscheduledCardOnFile RecurringProcessingModel = "UnscheduledCardOnFile"
+	// RecurringSubscription: a merchant-initiated payment on a fixed schedule.
+	RecurringSubscription RecurringProcessingModel = "Subscription"
+)
 
 // CaptureMode is the merchant account's capture setting. See Config.CaptureMode.
 type CaptureMode string
@@ -136,6 +165,14 @@ func (c *Config) withDefaults() (Config, [][]byte, error) {
 	default:
 		return out, nil, &ConfigError{Field: "CaptureMode", Reason: fmt.Sprintf("is %q; want %q (Adyen's default) or %q",
 			out.CaptureMode, CaptureAutomatic, CaptureManual)}
+	}
+	switch out.RecurringProcessingModel {
+	case "":
+		out.RecurringProcessingModel = RecurringCardOnFile
+	case RecurringCardOnFile, RecurringUnscheduledCardOnFile, RecurringSubscription:
+	default:
+		return out, nil, &ConfigError{Field: "RecurringProcessingModel", Reason: fmt.Sprintf("is %q; want %q (the default: the shopper pays), %q or %q",
+			out.RecurringProcessingModel, RecurringCardOnFile, RecurringUnscheduledCardOnFile, RecurringSubscription)}
 	}
 	if out.BaseURL == "" {
 		out.BaseURL = DefaultBaseURL

@@ -40,10 +40,23 @@
 //
 // # Outcomes
 //
-// Payments are card-on-file (shopperInteraction ContAuth, recurringProcessingModel
-// UnscheduledCardOnFile). What Authorised means depends on the merchant account's capture
-// setting, which the adapter cannot read and Config.CaptureMode states
-// (https://docs.adyen.com/online-payments/capture):
+// Payments are token payments with the stored card ChargeRequest.PaymentMethod
+// (paymentMethod.storedPaymentMethodId), sent with the fields Adyen requires of a payment with a
+// token (https://docs.adyen.com/online-payments/tokenization/make-token-payments):
+//
+//   - shopperReference: ChargeRequest.Shopper, which payments fills with
+//     payments.ChargeParams.Shopper or, by default, the charge's Scope (the authenticated
+//     customer). It must be the reference the card was stored under, 3 to 256 characters, and
+//     hold no personal data (Adyen asks for an id, not a name or an email); anything else is
+//     refused before sending, naming Shopper.
+//   - shopperInteraction ContAuth: a returning shopper whose card is on file; no security code
+//     is collected.
+//   - recurringProcessingModel: Config.RecurringProcessingModel, CardOnFile by default (the
+//     shopper starts the payment, as from a checkout); UnscheduledCardOnFile or Subscription for
+//     payments the merchant starts.
+//
+// What Authorised means depends on the merchant account's capture setting, which the adapter
+// cannot read and Config.CaptureMode states (https://docs.adyen.com/online-payments/capture):
 //
 //   - [CaptureAutomatic] (Adyen's default, and a capture delay too): Adyen captures by itself,
 //     Authorised means the money moved, and the AUTHORISATION notification is

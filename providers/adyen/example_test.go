@@ -35,6 +35,7 @@ func Example() {
 		ProviderKey:   payments.ProviderKey("order-42", "charge", 0, payments.MaxReferenceLen(p)),
 		Amount:        money.MustParse("20.00", money.EUR),
 		PaymentMethod: adyentest.PaymentMethodVisa,
+		Shopper:       "usr_7fQ9x", // payments fills it from ChargeParams.Shopper or the Scope
 	}
 
 	srv.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments"})

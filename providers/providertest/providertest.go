@@ -87,7 +87,8 @@ func req(t *testing.T, h Harness, method string) payments.ChargeRequest {
 		t.Fatal(err)
 	}
 	return payments.ChargeRequest{Key: key, ProviderKey: payments.ProviderKey(key, "charge", 0, payments.MaxReferenceLen(h.Provider)),
-		Amount: amount, Recipient: "acct_conf", PaymentMethod: method, Description: "conformance"}
+		Amount: amount, Recipient: "acct_conf", PaymentMethod: method, Description: "conformance",
+		Shopper: "usr_conf"} // as payments fills it (the Scope by default): Adyen requires one with a stored card
 }
 
 func ctxT(t *testing.T) context.Context {

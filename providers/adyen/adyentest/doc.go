@@ -16,8 +16,11 @@
 // the page it comes from; where Adyen documents nothing, the text says what the fake chose.
 //
 //   - POST /payments {merchantAccount, amount{currency, value}, reference (<= 80),
-//     paymentMethod{type "scheme", storedPaymentMethodId}, returnUrl, metadata (<= 20 entries,
-//     keys <= 20, values <= 80)}. Test cards (storedPaymentMethodId): [PaymentMethodVisa]
+//     paymentMethod{type "scheme", storedPaymentMethodId}, returnUrl, shopperReference (3 to 256),
+//     shopperInteraction "ContAuth", recurringProcessingModel, metadata (<= 20 entries, keys <=
+//     20, values <= 80)}: a payment with a token, which Adyen refuses without its shopper, ContAuth
+//     (or a security code) and a recurringProcessingModel
+//     (https://docs.adyen.com/online-payments/tokenization/make-token-payments). Test cards (storedPaymentMethodId): [PaymentMethodVisa]
 //     Authorised; [PaymentMethodDeclined] Refused with refusalReason "Refused" (code 2);
 //     [PaymentMethodInsufficientFunds] Refused, "Not enough balance" (code 12);
 //     [PaymentMethodAuthenticationRequired] RedirectShopper with a redirect action (finish it
@@ -69,9 +72,14 @@
 //     CVE and IDR, unlike ISO 4217. The fake reads them with its own table ([Decimals],
 //     [FormatValue]); [Server.Totals] reports NetAmount under it.
 //
-// Validation errors are 422 with errorType "validation" and the fake's own errorCodes
-// (required_field, invalid_field, invalid_payment_method, ...), not Adyen's numeric catalogue;
-// "000", "901" (merchant account), "704" and "905" (internal) are Adyen's.
+// Every endpoint refuses a request without a field Adyen's API reference requires of it (see
+// [ErrorCodeRequired]): 422 with errorType "validation" and the body {status, errorCode,
+// message, errorType}, as Adyen documents (https://docs.adyen.com/development-resources/error-codes).
+// Adyen's codes where its pages name them: "100" (no amount), "14_030" (no returnUrl), "000"
+// ("Recurring payments require a shopperReference", "CVC is required for OneClick card
+// payments"), "901" (merchant account), "704" (in progress), "905" (internal). Elsewhere the
+// codes are the fake's own (required_field, invalid_field, invalid_payment_method, ...), since
+// payonce's adapter does not act on Adyen's numeric validation catalogue.
 //
 // # Idempotency
 //

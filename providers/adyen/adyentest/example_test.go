@@ -18,7 +18,8 @@ func Example() {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	pay := func(key string) string {
 		body := `{"merchantAccount":"ShopECOM","amount":{"currency":"EUR","value":2000},"reference":"order-42",
-			"paymentMethod":{"type":"scheme","storedPaymentMethodId":"pm_card_visa"},"returnUrl":"https://shop.example/return"}`
+			"paymentMethod":{"type":"scheme","storedPaymentMethodId":"pm_card_visa"},"returnUrl":"https://shop.example/return",
+			"shopperReference":"usr_7fQ9x","shopperInteraction":"ContAuth","recurringProcessingModel":"CardOnFile"}`
 		req, _ := http.NewRequest(http.MethodPost, srv.URL()+"/payments", bytes.NewBufferString(body))
 		req.Header.Set("X-API-Key", "AQE_example")
 		req.Header.Set("Idempotency-Key", key)

@@ -70,6 +70,13 @@ func (s *Server) modify(c *call, kind string) *response {
 	if bad := decode(c, &req); bad != nil {
 		return bad
 	}
+	fields := refundRequired
+	if kind == "capture" {
+		fields = captureRequired
+	}
+	if bad := checkRequired(c, fields); bad != nil {
+		return bad
+	}
 	if bad := s.checkMerchant(req.MerchantAccount); bad != nil {
 		return bad
 	}
@@ -158,6 +165,9 @@ func (s *Server) createReversal(c *call) *response {
 	if bad := decode(c, &req); bad != nil {
 		return bad
 	}
+	if bad := checkRequired(c, reversalRequired); bad != nil {
+		return bad
+	}
 	if bad := s.checkMerchant(req.MerchantAccount); bad != nil {
 		return bad
 	}
@@ -240,6 +250,9 @@ type cancelResponse struct {
 func (s *Server) createCancel(c *call) *response {
 	var req cancelRequest
 	if bad := decode(c, &req); bad != nil {
+		return bad
+	}
+	if bad := checkRequired(c, cancelRequired); bad != nil {
 		return bad
 	}
 	if bad := s.checkMerchant(req.MerchantAccount); bad != nil {

@@ -106,6 +106,7 @@ type paymentRequest struct {
 	PaymentMethod   *struct {
 		Type                  string `json:"type"`
 		StoredPaymentMethodID string `json:"storedPaymentMethodId"`
+		EncryptedSecurityCode string `json:"encryptedSecurityCode"`
 	} `json:"paymentMethod"`
 	ReturnURL                string            `json:"returnUrl"`
 	ShopperInteraction       string            `json:"shopperInteraction"`
@@ -182,10 +183,18 @@ func checkMetadata(md map[string]string) *response {
 }
 
 // createPayment serves POST /payments. The reference is NOT deduplicated: two requests with
-// different idempotency keys and the same reference create two payments, as at Adyen.
+// different idempotency keys and the same reference create two payments, as at Adyen. A request
+// without a required field, or a token payment without what Adyen requires of one, is refused
+// (see required.go).
+//
+// Not modelled: at Adyen a token belongs to the shopperReference it was stored under; the
+// fake's test cards ([PaymentMethodVisa], ...) serve any shopperReference.
 func (s *Server) createPayment(c *call) *response {
 	var req paymentRequest
 	if bad := decode(c, &req); bad != nil {
+		return bad
+	}
+	if bad := checkRequired(c, paymentRequired); bad != nil {
 		return bad
 	}
 	if bad := s.checkMerchant(req.MerchantAccount); bad != nil {
@@ -197,11 +206,8 @@ func (s *Server) createPayment(c *call) *response {
 	if bad := checkReference("reference", req.Reference, true); bad != nil {
 		return bad
 	}
-	if req.PaymentMethod == nil {
-		return validation(codeRequired, "Required field 'paymentMethod' is not provided.")
-	}
-	if req.ReturnURL == "" {
-		return validation(codeRequired, "Required field 'returnUrl' is not provided.")
+	if bad := checkTokenPayment(c, &req); bad != nil {
+		return bad
 	}
 	if bad := checkMetadata(req.Metadata); bad != nil {
 		return bad

@@ -359,8 +359,9 @@ func jsonResponse(status int, v any) *response {
 }
 
 // Error codes. "000" (security), "901" (invalid merchant account), "704" (in progress) and
-// "905" (internal) are Adyen's; the validation codes are the fake's own, since payonce's adapter
-// does not act on Adyen's numeric validation catalogue.
+// "905" (internal) are Adyen's, as are those of missing fields Adyen documents (required.go);
+// the other validation codes are the fake's own, since payonce's adapter does not act on Adyen's
+// numeric validation catalogue.
 const (
 	codeInProgress    = "704"
 	codeKeyMismatch   = ErrorCodeKeyMismatch

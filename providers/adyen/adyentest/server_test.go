@@ -164,6 +164,10 @@ func payment(ref, pm string, value int64) map[string]any {
 		"paymentMethod":   map[string]any{"type": "scheme", "storedPaymentMethodId": pm},
 		"returnUrl":       "https://shop.example/return",
 		"metadata":        map[string]string{"payonce_key": "order-" + ref},
+		// A token payment: its shopper, a returning one, and the kind of stored-card payment.
+		"shopperReference":         "usr_" + ref,
+		"shopperInteraction":       "ContAuth",
+		"recurringProcessingModel": "CardOnFile",
 	}
 }
 
@@ -323,7 +327,8 @@ func TestIdempotency(t *testing.T) {
 	}
 	// Field order and whitespace do not matter; values do.
 	reordered := []byte(`{"reference":"ref-1", "returnUrl":"https://shop.example/return","amount":{"value":1000,"currency":"EUR"},` +
-		`"merchantAccount":"PayonceECOM","paymentMethod":{"storedPaymentMethodId":"pm_card_visa","type":"scheme"},"metadata":{"payonce_key":"order-ref-1"}}`)
+		`"merchantAccount":"PayonceECOM","paymentMethod":{"storedPaymentMethodId":"pm_card_visa","type":"scheme"},"metadata":{"payonce_key":"order-ref-1"},` +
+		`"recurringProcessingModel":"CardOnFile", "shopperInteraction":"ContAuth","shopperReference":"usr_ref-1"}`)
 	if a := b.post(t, "/payments", "key-1", reordered); !bytes.Equal(a.raw, first.raw) {
 		t.Fatalf("reordered body: %d %s", a.status, a.raw)
 	}
