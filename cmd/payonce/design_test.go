@@ -38,7 +38,7 @@ func TestDesignAnswersFileBothFormats(t *testing.T) {
 		if !strings.Contains(stdout.String(), "key decisions:") || !strings.Contains(stdout.String(), "retention 45d") {
 			t.Errorf("%s: no summary of the key decisions:\n%s", f.format, stdout.String())
 		}
-		if !strings.Contains(stderr.String(), "service/service.go:290: route: POST /checkout") {
+		if !strings.Contains(stderr.String(), "service/service.go:314: route: POST /checkout") {
 			t.Errorf("%s: the scan did not report the checkout route:\n%s", f.format, stderr.String())
 		}
 	}

@@ -20,6 +20,16 @@
 //	CHECKOUT_LOCK_TIMEOUT  lease of a payment or checkout in progress (default 30s)
 //	CHECKOUT_RECOVER_SPEC  cron schedule of the checkout sagas' recovery
 //	                       (default "@every 1m"; "off" runs none)
+//	CHECKOUT_RECONCILE_SPEC     cron schedule of the payments reconciler, which
+//	                            settles the payments whose outcome stayed unknown
+//	                            (default "@every 1m"; "off" runs none)
+//	CHECKOUT_RECONCILE_GRACE    how long an open payment is left to its client's
+//	                            retries before the reconciler looks at it (default 2m)
+//	CHECKOUT_RECONCILE_RECHECK  the delays before each next look at a payment its
+//	                            provider gave no answer for, comma-separated
+//	                            (default 1m,5m,1h,6h,24h; the last repeats)
+//
+// README.md describes every variable.
 //
 // For tests only (never set them in production):
 //

@@ -54,7 +54,9 @@
 // retry with the same key is exactly what resolves the outcome (payonce
 // re-drives the provider call with the same provider key, which the
 // provider deduplicates). The body still carries the intent's status
-// ("UNKNOWN"), and GET /charges/{key} reads it at any time.
+// ("UNKNOWN"), and GET /charges/{key} reads it at any time. A client
+// that never retries loses nothing either: the service's payments
+// reconciler (Config.Reconcile) asks the provider and settles the intent.
 //
 // # Checkout
 //
@@ -137,6 +139,7 @@ import (
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/reconcile"
 	"github.com/payonce/payonce/saga"
 	"github.com/payonce/payonce/wiring"
 )
@@ -157,6 +160,14 @@ type Config struct {
 	// up or whose process died. Default "@every 1m"; "off" runs none (for
 	// tests that want the client's retries alone to finish a saga).
 	RecoverSpec string
+	// Reconcile configures the payments reconciler Open schedules
+	// (reconcile.Reconciler.Start): it settles, with no client retry,
+	// the payments whose outcome stayed unknown (a provider answering
+	// 5xx, an answer lost, a crash), as every service charging through
+	// payonce runs it. Its Spec is the cron schedule; "" or "off" runs
+	// none (ConfigFromEnv defaults it to "@every 1m"). Its Logger,
+	// MeterProvider and TracerProvider default to the service's.
+	Reconcile reconcile.Config
 	// ConfirmCheck, when set, runs in the checkout saga's confirm step,
 	// after the charge, before the order is recorded: an error fails the
 	// step for good, so the charge is refunded and the items released.
@@ -182,6 +193,7 @@ type Service struct {
 	confirmCheck func(context.Context, Order) error
 	crash        crashAt
 	stopRecovery func()
+	stopRecon    func() // the payments reconciler's; nil: none
 }
 
 type namedHandler struct {
@@ -191,7 +203,8 @@ type namedHandler struct {
 
 // Open connects, migrates, creates the example's tables, wires payments
 // with the configured providers and the checkout saga, and starts the
-// saga's recovery (Config.RecoverSpec). Close stops it.
+// saga's recovery (Config.RecoverSpec) and the payments reconciler
+// (Config.Reconcile). Close stops them.
 func Open(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("checkout: DatabaseURL is required")
@@ -248,9 +261,16 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 		}
 		s.webhooks = append(s.webhooks, namedHandler{name, h})
 	}
+	rec, err := newReconciler(pool, client, cfg)
+	if err != nil {
+		return nil, err
+	}
 	crash.install()
 	if cfg.RecoverSpec != "off" {
 		s.stopRecovery = orch.Start(context.WithoutCancel(ctx))
+	}
+	if rec != nil {
+		s.stopRecon = rec.Start(context.WithoutCancel(ctx))
 	}
 	return s, nil
 }
@@ -265,10 +285,14 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
 	return client, err
 }
 
-// Close stops the saga recovery and releases the database pool.
+// Close stops the saga recovery and the reconciler, and releases the
+// database pool.
 func (s *Service) Close() {
 	if s.stopRecovery != nil {
 		s.stopRecovery()
+	}
+	if s.stopRecon != nil {
+		s.stopRecon()
 	}
 	s.pool.Close()
 }
@@ -583,7 +607,12 @@ func problem(w http.ResponseWriter, status int, typ, detail string, retryAfter t
 // ADYEN_MERCHANT_ACCOUNT, ADYEN_HMAC_KEY, ADYEN_RETURN_URL,
 // PAYPAL_API_BASE, PAYPAL_CLIENT_ID, PAYPAL_SECRET, PAYPAL_WEBHOOK_ID),
 // CHECKOUT_LOCK_TIMEOUT (a Go duration: Config.LockTimeout) and
-// CHECKOUT_RECOVER_SPEC (Config.RecoverSpec). Two more are for tests
+// CHECKOUT_RECOVER_SPEC (Config.RecoverSpec), and the payments
+// reconciler's (Config.Reconcile): CHECKOUT_RECONCILE_SPEC (its cron
+// schedule, default "@every 1m"; "off" runs none),
+// CHECKOUT_RECONCILE_GRACE (a Go duration: reconcile.Config.Grace) and
+// CHECKOUT_RECONCILE_RECHECK (comma-separated Go durations:
+// reconcile.Config.Schedule). Two more are for tests
 // only: PAYONCE_CHECKOUT_CRASH_AT (Config.CrashAt) and
 // PAYONCE_CHECKOUT_FAIL_CONFIRM_SKU (a Config.ConfirmCheck that fails the
 // confirm step of every checkout of that sku). It refuses a provider base
@@ -604,6 +633,9 @@ func ConfigFrom(getenv func(string) string) (Config, error) {
 			return cfg, fmt.Errorf("checkout: CHECKOUT_LOCK_TIMEOUT=%q: a positive duration such as 30s is expected", v)
 		}
 		cfg.LockTimeout = d
+	}
+	if cfg.Reconcile, err = reconcileFrom(getenv); err != nil {
+		return cfg, err
 	}
 	if _, err := parseCrashAt(cfg.CrashAt); err != nil {
 		return cfg, fmt.Errorf("checkout: PAYONCE_CHECKOUT_CRASH_AT: %w", err)
