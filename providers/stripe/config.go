@@ -3,6 +3,7 @@ package stripe
 import (
 	"fmt"
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/payments"
 	"net/http"
 	"net/url"
 	"slices"
@@ -69,6 +70,21 @@ type Config struct {
 	// Search API instead. Must not be negative. Default:
 	// [DefaultLookupScanLimit] (1000, ten List pages).
 	LookupScanLimit int
+
+	// Customer returns the Stripe Customer ("cus_...") the saved card of a
+	// charge is attached to, sent as the PaymentIntent's customer. Stripe
+	// requires it for a card attached to a Customer: "If the payment
+	// method is attached to a Customer, you must also provide the ID of
+	// that Customer as the customer parameter of this PaymentIntent"
+	// (https://docs.stripe.com/api/payment_intents/create). A saved card
+	// is one: cards are saved by attaching them to a Customer. When
+	// payments.ChargeParams.Shopper carries the Stripe Customer, use
+	// func(r payments.ChargeRequest) string { return r.Shopper }; else map
+	// r.Shopper (the charge's Scope by default) to it. An empty answer
+	// sends no customer. Default: nil, no customer: right only for
+	// PaymentMethods attached to none (collected for this one payment, or
+	// Stripe's test PaymentMethods such as pm_card_visa).
+	Customer func(payments.ChargeRequest) string
 }
 
 // ConfigError reports an invalid [Config] field.

@@ -44,6 +44,7 @@ type Provider struct {
 	webhookSecrets   []string
 	webhookTolerance time.Duration
 	scanLimit        int
+	customer         func(payments.ChargeRequest) string
 }
 
 var _ payments.Provider = (*Provider)(nil)
@@ -68,6 +69,7 @@ func New(cfg *Config) (*Provider, error) {
 		webhookSecrets:   c.WebhookSecrets,
 		webhookTolerance: c.WebhookTolerance,
 		scanLimit:        c.LookupScanLimit,
+		customer:         c.Customer,
 	}, nil
 }
 
@@ -81,7 +83,11 @@ func (p *Provider) DedupWindow() time.Duration { return DedupWindow }
 // req.ProviderKey as its Idempotency-Key and req.Key in its metadata under
 // [MetadataKey]. req.Recipient is not used: charges land on the account
 // of Config.SecretKey (no Connect destination). req.Amount is sent in
-// Stripe's units for its currency ([ToAmount]).
+// Stripe's units for its currency ([ToAmount]). The PaymentIntent names
+// the Customer Config.Customer returns for req, if any (Stripe requires
+// it for a card attached to a Customer), and payment_method_types card:
+// without it a confirmation would take the Dashboard's payment methods,
+// some of which redirect, and Stripe would require a return_url.
 //
 // On a decline the result still names the declined PaymentIntent (status
 // [payments.ChargeFailed]) next to the error. Errors (see the package
@@ -93,7 +99,7 @@ func (p *Provider) DedupWindow() time.Duration { return DedupWindow }
 // *[payments.UnknownOutcomeError], *[payments.InProgressError],
 // *[payments.KeyMismatchError].
 func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (payments.ChargeResult, error) {
-	params, err := paymentIntentParams(req)
+	params, err := p.paymentIntentParams(req)
 	if err != nil {
 		return payments.ChargeResult{}, err
 	}
@@ -127,7 +133,7 @@ var _ payments.Validator = (*Provider)(nil)
 // represent in its units ([ToAmount]: 10.50 MGA, 1.235 KWD). It sends
 // nothing. Errors: *[payments.InvalidRequestError] naming the field.
 func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
-	_, err := paymentIntentParams(req)
+	_, err := p.paymentIntentParams(req)
 	return err
 }
 
@@ -146,8 +152,10 @@ func (p *Provider) ValidateRefund(req payments.RefundRequest) error {
 }
 
 // paymentIntentParams checks req and returns its PaymentIntent create,
-// without a context.
-func paymentIntentParams(req payments.ChargeRequest) (*stripego.PaymentIntentParams, error) {
+// without a context. Stripe requires amount and currency
+// (https://docs.stripe.com/api/payment_intents/create), and the Customer
+// of a payment method attached to one.
+func (p *Provider) paymentIntentParams(req payments.ChargeRequest) (*stripego.PaymentIntentParams, error) {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
 		return nil, err
 	}
@@ -174,6 +182,11 @@ func paymentIntentParams(req payments.ChargeRequest) (*stripego.PaymentIntentPar
 	}
 	if req.Description != "" {
 		params.Description = stripego.String(req.Description)
+	}
+	if p.customer != nil {
+		if cus := p.customer(req); cus != "" {
+			params.Customer = stripego.String(cus)
+		}
 	}
 	params.Metadata = md
 	params.SetIdempotencyKey(req.ProviderKey)

@@ -64,6 +64,18 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 		t.Fatalf("charge: no PaymentIntent id in %+v", res)
 	}
 
+	// A saved card's charge names its Customer (Config.Customer).
+	withCustomer, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_123", BaseURL: os.Getenv("STRIPE_MOCK_URL"),
+		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		Customer:   func(r payments.ChargeRequest) string { return r.Shopper }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := chargeReq("usr_mock_charge_k2", "pm_card_visa")
+	rc.Shopper = "cus_mock"
+	_, err = withCustomer.Charge(ctx, rc)
+	shapeOK(t, "charge with a customer", err)
+
 	_, err = p.Refund(ctx, payments.RefundRequest{Key: "usr_mock_refund_r1",
 		ProviderKey: payments.ProviderKey("usr_mock_refund_r1", "refund", 0, paystripe.MaxProviderKeyLen),
 		ChargeID:    res.ProviderID, Amount: eur("5.00")})

@@ -24,8 +24,10 @@
 //
 // # Endpoints
 //
-//   - POST /v1/payment_intents (amount, currency, payment_method, confirm, description,
-//     metadata[...]). Test payment methods: [PaymentMethodVisa] succeeds;
+//   - POST /v1/payment_intents (amount, currency, payment_method, customer, confirm,
+//     description, metadata[...]); without amount or currency, Stripe's 400 parameter_missing.
+//     A card saved with [Server.AttachPaymentMethod] is attached to a Customer and needs that
+//     customer, as at Stripe. Test payment methods: [PaymentMethodVisa] succeeds;
 //     [PaymentMethodDeclined] and [PaymentMethodInsufficientFunds] answer 402 card_error
 //     card_declined with decline_code generic_decline or insufficient_funds (the PaymentIntent
 //     exists, in requires_payment_method); [PaymentMethodAuthenticationRequired] gives

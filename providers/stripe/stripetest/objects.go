@@ -25,6 +25,7 @@ type paymentIntent struct {
 	ConfirmationMethod string            `json:"confirmation_method"`
 	Created            int64             `json:"created"`
 	Currency           string            `json:"currency"`
+	Customer           *string           `json:"customer"`
 	Description        *string           `json:"description"`
 	LastPaymentError   *apiError         `json:"last_payment_error"`
 	LatestCharge       *string           `json:"latest_charge"`
@@ -139,10 +140,13 @@ func ptr(s string) *string {
 
 // createPaymentIntent serves POST /v1/payment_intents. Parameter checks (missing or malformed
 // parameters, an amount Stripe's rules for the currency refuse (see checkAmount), unknown
-// payment methods) happen before execution and are not cached; a created PaymentIntent,
-// including a declined one, is an executed request.
+// payment methods, what one parameter requires of another (see checkPaymentIntentConditions))
+// happen before execution and are not cached; a created PaymentIntent, including a declined
+// one, is an executed request.
 func (s *Server) createPaymentIntent(c *call) (*response, bool) {
 	f := c.form
+	// amount and currency are required (https://docs.stripe.com/api/payment_intents/create;
+	// see required.go).
 	if f.Get("amount") == "" {
 		return missing("amount")
 	}
@@ -162,7 +166,7 @@ func (s *Server) createPaymentIntent(c *call) (*response, bool) {
 		return bad, false
 	}
 	pm := f.Get("payment_method")
-	card, known := testCards[pm]
+	card, pmCustomer, known := s.cardOfLocked(pm)
 	if pm != "" && !known {
 		return noSuch(http.StatusBadRequest, "PaymentMethod", "payment_method", pm)
 	}
@@ -170,6 +174,9 @@ func (s *Server) createPaymentIntent(c *call) (*response, bool) {
 	if confirm && pm == "" {
 		return errorResponse(http.StatusBadRequest, apiError{Type: typeInvalidRequest, Code: "payment_intent_unexpected_state",
 			Message: "You cannot confirm this PaymentIntent because it's missing a payment method."}), false
+	}
+	if bad := s.checkPaymentIntentConditions(f, pmCustomer); bad != nil {
+		return bad, false
 	}
 
 	pi := &paymentIntent{
@@ -180,6 +187,7 @@ func (s *Server) createPaymentIntent(c *call) (*response, bool) {
 		ConfirmationMethod: "automatic",
 		Created:            s.clock().Unix(),
 		Currency:           currency,
+		Customer:           ptr(f.Get("customer")),
 		Description:        ptr(f.Get("description")),
 		Metadata:           metadata(f),
 		PaymentMethod:      ptr(pm),
@@ -345,6 +353,7 @@ func (s *Server) createRefund(c *call) (*response, bool) {
 		}
 		pi = s.order[i]
 	default:
+		// One of them is required (https://docs.stripe.com/api/refunds/create; see required.go).
 		return errorResponse(http.StatusBadRequest, apiError{Type: typeInvalidRequest, Code: "parameter_missing",
 			Message: "One of the following params should be provided for this request: payment_intent or charge."}), false
 	}

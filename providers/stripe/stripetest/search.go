@@ -27,7 +27,7 @@ const searchPageCursor = "stripetest_after:"
 // Config.SearchLag ago on Config.Clock: Stripe's search index lags behind its writes.
 func (s *Server) searchPaymentIntents(c *call) (*response, bool) {
 	f := c.form
-	if !f.Has("query") {
+	if !f.Has("query") { // required (https://docs.stripe.com/api/payment_intents/search; see required.go)
 		return missing("query")
 	}
 	q, err := parseSearchQuery(f.Get("query"))

@@ -81,6 +81,9 @@ type Server struct {
 	balance map[string]*balanceTransaction
 	border  []*balanceTransaction // creation order
 
+	saved     map[string]savedMethod // PaymentMethods attached to a Customer, by id
+	customers map[string]bool        // the Customers they are attached to
+
 	wh *fakekit.Deliveries[Event] // event log and delivery queue; its own lock is taken after mu
 }
 
@@ -103,6 +106,8 @@ func NewUnstartedServer(cfg *Config) *Server {
 		intents:   make(map[string]*paymentIntent),
 		refunds:   make(map[string]*refund),
 		balance:   make(map[string]*balanceTransaction),
+		saved:     make(map[string]savedMethod),
+		customers: make(map[string]bool),
 	}
 	s.wh = newWebhooks(cfg, s.clock)
 	return s
