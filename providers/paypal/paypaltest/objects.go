@@ -259,6 +259,13 @@ func (s *Server) createOrder(c *call) (*response, resourceRef) {
 	if err := json.Unmarshal(c.body, &req); err != nil {
 		return invalidRequest("", "MALFORMED_REQUEST_JSON", "The request JSON is not well formed: "+err.Error()), resourceRef{}
 	}
+	// intent and purchase_units are required, and each purchase unit's amount with its
+	// currency_code and value (order_request, purchase_unit_request and money in
+	// https://github.com/paypal/paypal-rest-api-specifications/blob/main/openapi/checkout_orders_v2.json;
+	// https://developer.paypal.com/api/orders/v2/#orders_create). Their absence is 400
+	// INVALID_REQUEST with issue MISSING_REQUIRED_PARAMETER naming the field
+	// (https://developer.paypal.com/api/rest/reference/orders/v2/errors/#create-order, body shape
+	// https://developer.paypal.com/api/rest/responses/#link-validationerrors).
 	switch {
 	case req.Intent == "":
 		return invalidRequest("/intent", "MISSING_REQUIRED_PARAMETER", "A required field / parameter is missing."), resourceRef{}
@@ -278,13 +285,17 @@ func (s *Server) createOrder(c *call) (*response, resourceRef) {
 	case len(pu.ReferenceID) > maxReferenceIDLen:
 		return tooLong("/purchase_units/0/reference_id", maxReferenceIDLen), resourceRef{}
 	}
-	amount, errResp := parseAmount(pu.Amount, "/purchase_units/0/amount")
+	amount, errResp := parseAmount(pu.Amount, "/purchase_units/0/amount") // required, see above
 	if errResp != nil {
 		return errResp, resourceRef{}
 	}
 	status, vaultID := "CREATED", ""
 	var card testCard
 	if req.PaymentSource != nil {
+		// "PayPal-Request-Id ... is mandatory for all single-step create order calls (E.g. Create
+		// Order Request with payment source information like Card ...)"
+		// (https://developer.paypal.com/api/orders/v2/#orders_create); its absence is 400
+		// PAYPAL_REQUEST_ID_REQUIRED (https://developer.paypal.com/api/rest/reference/orders/v2/errors/#create-order).
 		if c.requestID == "" {
 			return apiError(http.StatusBadRequest, "INVALID_REQUEST", "Request is not well-formed, syntactically incorrect, or violates schema.",
 				detail{Field: "PayPal-Request-Id", Location: "header", Issue: "PAYPAL_REQUEST_ID_REQUIRED",
@@ -329,8 +340,9 @@ func (s *Server) getOrder(c *call) (*response, resourceRef) {
 	return jsonResponse(http.StatusOK, o.view(s)), resourceRef{}
 }
 
-// captureOrder is POST /v2/checkout/orders/{id}/capture: "To successfully capture payment for an
-// order, the buyer must first approve the order" (https://developer.paypal.com/api/orders/v2/#orders_capture).
+// captureOrder is POST /v2/checkout/orders/{id}/capture, whose body has no required field (the
+// order is the path's): "To successfully capture payment for an order, the buyer must first
+// approve the order" (https://developer.paypal.com/api/orders/v2/#orders_capture).
 // An order that is not APPROVED is 422 ORDER_NOT_APPROVED; one already captured (by an earlier
 // capture, or by its single-step create) 422 ORDER_ALREADY_CAPTURED ("Order already captured.
 // If 'intent=CAPTURE' only one capture per order is allowed", Orders v2 errors).
@@ -388,7 +400,10 @@ func (s *Server) getCapture(c *call) (*response, resourceRef) {
 }
 
 // refundCapture is POST /v2/payments/captures/{id}/refund, bounded by what is left of the
-// capture.
+// capture. Its body is optional and has no required field: without an amount, what is left of
+// the capture is refunded (refund_request in
+// https://github.com/paypal/paypal-rest-api-specifications/blob/main/openapi/payments_payment_v2.json;
+// https://developer.paypal.com/docs/api/payments/v2/#captures_refund).
 func (s *Server) refundCapture(c *call) (*response, resourceRef) {
 	id := c.r.PathValue("id")
 	cp, ok := s.captures[id]

@@ -152,7 +152,11 @@ func (s *Server) searchTransactions(c *call) (*response, resourceRef) {
 }
 
 // searchDate reads a required RFC 3339 date parameter (PayPal's own "+0000" offset form is
-// accepted too). Fractions of seconds are dropped.
+// accepted too). Fractions of seconds are dropped. start_date and end_date are required
+// (https://developer.paypal.com/docs/api/transaction-search/v1/#transactions_get; "required": true
+// in https://github.com/paypal/paypal-rest-api-specifications/blob/main/openapi/reporting_transactions_v1.json);
+// without one, 400 INVALID_REQUEST with issue MISSING_REQUIRED_PARAMETER naming it (PayPal's
+// validation error, https://developer.paypal.com/api/rest/responses/#link-validationerrors).
 func searchDate(q url.Values, name string) (time.Time, *response) {
 	v := q.Get(name)
 	if v == "" {

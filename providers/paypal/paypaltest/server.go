@@ -260,6 +260,8 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusUnauthorized, "invalid_client", "Client Authentication failed")
 		return
 	}
+	// grant_type=client_credentials is required (https://developer.paypal.com/api/rest/authentication/);
+	// anything else is the OAuth 2.0 error unsupported_grant_type (RFC 6749 section 5.2).
 	if err := r.ParseForm(); err != nil || r.PostForm.Get("grant_type") != "client_credentials" {
 		oauthError(w, http.StatusBadRequest, "unsupported_grant_type", "Grant Type is NULL or not client_credentials")
 		return

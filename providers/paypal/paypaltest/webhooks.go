@@ -181,6 +181,10 @@ func (s *Server) verifyWebhookSignature(c *call) (*response, resourceRef) {
 	if err := json.Unmarshal(c.body, &req); err != nil {
 		return invalidRequest("", "MALFORMED_REQUEST_JSON", "The request JSON is not well formed: "+err.Error()), resourceRef{}
 	}
+	// Every field is required (verify_webhook_signature in
+	// https://github.com/paypal/paypal-rest-api-specifications/blob/main/openapi/notifications_webhooks_v1.json;
+	// https://developer.paypal.com/docs/api/webhooks/v1/#verify-webhook-signature_post): 400
+	// INVALID_REQUEST, MISSING_REQUIRED_PARAMETER naming it.
 	for _, f := range []struct{ name, v string }{
 		{"auth_algo", req.AuthAlgo}, {"cert_url", req.CertURL}, {"transmission_id", req.TransmissionID},
 		{"transmission_sig", req.TransmissionSig}, {"transmission_time", req.TransmissionTime},
