@@ -16,11 +16,30 @@ import (
 // Config configures an [Executor]. The zero value (or nil) means defaults.
 type Config struct {
 	// LockTimeout is the lease a claim takes. An action that runs longer
-	// keeps its lease alive by heartbeats. Default 30s.
+	// keeps its lease alive by heartbeats. A holder that cannot renew it
+	// stops after LockTimeout minus LeaseMargin (see [CheckLease]): a
+	// shorter lease stops a cut-off holder sooner, and lets a retry take
+	// over the key of a crashed one sooner, at the cost of more
+	// heartbeats. Default 30s.
 	LockTimeout time.Duration
 	// HeartbeatInterval is how often a running action's lease is extended
-	// by LockTimeout. Default LockTimeout/3; must be less than LockTimeout.
+	// by LockTimeout, counted from the send time of the last confirmed
+	// claim or heartbeat; a failed heartbeat is retried sooner. Heartbeats
+	// go on until the action's outcome is recorded. Default LockTimeout/3,
+	// so that one failed heartbeat does not stop a healthy action;
+	// HeartbeatInterval plus LeaseMargin must be less than LockTimeout.
 	HeartbeatInterval time.Duration
+	// LeaseMargin is how long before its lease could end in the store a
+	// holder stops on its own when no renewal was confirmed: its action's
+	// context is cancelled (the cause matches ErrLeaseLost) and
+	// [CheckLease] refuses new external calls once LockTimeout minus
+	// LeaseMargin has passed, on this process's monotonic clock, since the
+	// last confirmed claim or heartbeat was sent. The margin absorbs the
+	// store's clock running ahead of ours (a stepped database clock) and
+	// the time the action needs to notice its cancellation. Default
+	// LockTimeout/10 (3s for the default lease); must be positive, and
+	// less than LockTimeout minus HeartbeatInterval.
+	LeaseMargin time.Duration
 	// Retention is how long outcomes are kept and replayed. It must cover
 	// the deduplication window of every downstream system the action
 	// reaches (Stripe 24h, Adyen 7 days, PayPal up to 45 days). Default 24h;
@@ -31,7 +50,9 @@ type Config struct {
 	Expired ExpiredPolicy
 	// FinishTimeout bounds recording the outcome after the action returns,
 	// which runs even when the request's context was cancelled: the
-	// action's effect may have happened and must be recorded. Default 10s.
+	// action's effect may have happened and must be recorded. The lease is
+	// kept alive by heartbeats meanwhile, so FinishTimeout may be longer
+	// than LockTimeout. Default 10s.
 	FinishTimeout time.Duration
 	// Clock is the application clock. It only measures how long actions
 	// take, for logs and metrics: leases and expiry are decided by the
@@ -69,6 +90,10 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.HeartbeatInterval == 0 {
 		out.HeartbeatInterval = out.LockTimeout / 3
 	}
+	marginSet := out.LeaseMargin != 0
+	if !marginSet {
+		out.LeaseMargin = out.LockTimeout / 10
+	}
 	if out.FinishTimeout == 0 {
 		out.FinishTimeout = 10 * time.Second
 	}
@@ -83,8 +108,19 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, invalid("Config.LockTimeout", "must be positive, got %s", out.LockTimeout)
 	case out.Retention <= out.LockTimeout:
 		return out, invalid("Config.Retention", "must exceed LockTimeout (%s), got %s", out.LockTimeout, out.Retention)
-	case out.HeartbeatInterval < 0 || out.HeartbeatInterval >= out.LockTimeout:
+	case out.HeartbeatInterval <= 0 || out.HeartbeatInterval >= out.LockTimeout:
 		return out, invalid("Config.HeartbeatInterval", "must be positive and less than LockTimeout (%s), got %s", out.LockTimeout, out.HeartbeatInterval)
+	case out.LeaseMargin < 0:
+		return out, invalid("Config.LeaseMargin", "must be positive (0 means LockTimeout/10), got %s", out.LeaseMargin)
+	case out.HeartbeatInterval+out.LeaseMargin >= out.LockTimeout:
+		field := "Config.HeartbeatInterval"
+		if marginSet {
+			field = "Config.LeaseMargin"
+		}
+		return out, invalid(field, "HeartbeatInterval (%s) plus LeaseMargin (%s) must be less than LockTimeout (%s): "+
+			"a holder stops once LockTimeout minus LeaseMargin passes without a confirmed heartbeat, so its first heartbeat "+
+			"must be sent before that; shorten HeartbeatInterval (default LockTimeout/3) or LeaseMargin (default LockTimeout/10)",
+			out.HeartbeatInterval, out.LeaseMargin, out.LockTimeout)
 	case out.FinishTimeout < 0:
 		return out, invalid("Config.FinishTimeout", "must be positive, got %s", out.FinishTimeout)
 	case out.Expired != ExpiredIsNew && out.Expired != ExpiredRefused:
@@ -179,8 +215,11 @@ func (r Request) Validate() error {
 }
 
 // Action is the protected work. It gets a context that is cancelled when
-// the request's context is, or when the lease is lost to another processor
-// (context.Cause is then ErrLeaseLost). A nil error stores the response as
+// the request's context is, or when its lease can no longer be trusted:
+// lost to another processor, or not renewed for LockTimeout minus
+// LeaseMargin (context.Cause then matches ErrLeaseLost). An action with
+// external effects calls [CheckLease] right before each external call and
+// does not make it when the lease is gone. A nil error stores the response as
 // COMPLETED; an error made with [Permanent] stores its response as FAILED;
 // any other error is transient: the lease is released and a retry runs the
 // action again.
@@ -199,6 +238,7 @@ type leaseKey struct{}
 type leaseValue struct {
 	lease     Lease
 	reclaimed bool
+	guard     *leaseGuard
 }
 
 // LeaseFromContext returns the lease of the action running with ctx, for
@@ -328,19 +368,20 @@ func (e *Executor) do(ctx context.Context, req Request, action leasedAction) (re
 		}
 		EndSpan(span, err)
 	}()
-	claim, err := e.claim(ctx, req)
+	claim, sent, err := e.claim(ctx, req)
 	if err != nil {
 		return Result{}, err
 	}
 	if claim.State != ClaimAcquired && claim.State != ClaimReclaimed {
 		return Settle(claim)
 	}
-	return e.run(ctx, claim, action)
+	return e.run(ctx, claim, sent, action)
 }
 
 // claim claims req's key: from the replay cache when it can answer, else
-// from the store.
-func (e *Executor) claim(ctx context.Context, req Request) (claim Claim, err error) {
+// from the store. sent is when the claim was sent to the store, on the
+// monotonic clock: the lease it takes starts no earlier.
+func (e *Executor) claim(ctx context.Context, req Request) (claim Claim, sent time.Time, err error) {
 	ctx, span := e.tracer.Start(ctx, "idempotency.claim")
 	cached := false
 	defer func() {
@@ -356,26 +397,27 @@ func (e *Executor) claim(ctx context.Context, req Request) (claim Claim, err err
 			cached = true
 			e.metrics.Claim(ctx, req.Scope, claim.State)
 			e.metrics.cachedReplay(ctx)
-			return claim, nil
+			return claim, time.Time{}, nil
 		}
 	}
-	var sent time.Time
+	var cacheSent time.Time
 	if cache != nil {
-		sent = cache.cfg.Clock()
+		cacheSent = cache.cfg.Clock()
 	}
+	sent = time.Now()
 	claim, err = e.store.Claim(ctx, ClaimParams{
 		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
 		LockTimeout: e.cfg.LockTimeout, Retention: e.cfg.Retention, Expired: e.cfg.Expired,
 		RefuseForeign: req.RefuseForeign,
 	})
 	if err != nil {
-		return Claim{}, err
+		return Claim{}, time.Time{}, err
 	}
 	if cache != nil {
-		cache.put(req, claim, sent)
+		cache.put(req, claim, cacheSent)
 	}
 	e.metrics.Claim(ctx, req.Scope, claim.State)
-	return claim, nil
+	return claim, sent, nil
 }
 
 // Settle turns a claim that did not acquire the lease into Do's result:
@@ -405,28 +447,46 @@ func Settle(c Claim) (Result, error) {
 	return Result{}, fmt.Errorf("idempotency: Settle of a %s claim", c.State)
 }
 
-func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (res Result, err error) {
+// run runs action under the claim's lease (the claim was sent at sent)
+// and records its outcome.
+//
+// Heartbeats keep the lease from one interval after sent until the
+// outcome is recorded: recording may wait on the store for up to
+// FinishTimeout, longer than what is left of the lease. They stop before
+// the lease is given back (a transient error, a panic, an abandon): a
+// heartbeat landing after a release would take the key back for a whole
+// LockTimeout. Meanwhile the holder trusts its lease only until
+// LockTimeout minus LeaseMargin after the last confirmed send (see
+// leaseGuard), and the action is cancelled when that passes.
+func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action leasedAction) (res Result, err error) {
 	lease := claim.Lease
-	actx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{},
-		leaseValue{lease: lease, reclaimed: claim.State == ClaimReclaimed}))
+	actx, cancel := context.WithCancelCause(ctx)
+	guard := newLeaseGuard(sent, e.cfg.LockTimeout-e.cfg.LeaseMargin, cancel)
+	actx = context.WithValue(actx, leaseKey{}, leaseValue{lease: lease, reclaimed: claim.State == ClaimReclaimed, guard: guard})
+	defer guard.ended()
 	// Heartbeats go on while the action runs even if the request's context
 	// is cancelled: an action that ignores its context must not lose its
 	// lease to a second execution.
-	// They start after one interval, from a timer: most actions end
-	// before it, and never pay for a goroutine of their own.
+	// They start one interval after the claim, from a timer: most actions
+	// end before it, and never pay for a goroutine of their own.
 	hbctx, hbcancel := context.WithCancel(context.WithoutCancel(ctx))
 	hbDone := make(chan struct{})
-	hb := time.AfterFunc(e.cfg.HeartbeatInterval, func() {
+	hb := time.AfterFunc(max(0, e.cfg.HeartbeatInterval-time.Since(sent)), func() {
 		defer close(hbDone)
-		e.heartbeat(hbctx, cancel, lease)
+		e.heartbeat(hbctx, guard, lease)
 	})
-	stop := func() {
+	heartbeating := true
+	stopHeartbeats := func() {
+		if !heartbeating {
+			return
+		}
+		heartbeating = false
 		hbcancel()
 		if !hb.Stop() {
 			<-hbDone // the heartbeats started: they end with hbctx
 		}
-		cancel(context.Canceled)
 	}
+	defer stopHeartbeats()
 
 	// finishCtx outlives the request's cancellation: the action may have
 	// had its effect, and the outcome must be recorded or the lease released.
@@ -436,7 +496,8 @@ func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (r
 
 	defer func() {
 		if p := recover(); p != nil {
-			stop()
+			stopHeartbeats()
+			cancel(context.Canceled)
 			fctx, fcancel := finish()
 			if rerr := e.store.Release(fctx, lease); rerr != nil {
 				e.cfg.Logger.Warn("idempotency: release after panic failed", "key", ShortHash(lease.Key), "err", rerr)
@@ -451,8 +512,13 @@ func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (r
 	resp, done, aerr := action(sctx, lease)
 	EndSpan(aspan, aerr)
 	took := e.cfg.Clock().Sub(started)
-	lost := errors.Is(context.Cause(actx), ErrLeaseLost)
-	stop()
+	cause := context.Cause(actx)
+	lost := errors.Is(cause, ErrLeaseLost)
+	guard.returned.Store(true)
+	cancel(context.Canceled)
+	if lost {
+		e.cfg.Logger.Warn("idempotency: the action ran past its lease and was cancelled", "key", ShortHash(lease.Key), "cause", cause)
+	}
 
 	fctx, fcancel := finish()
 	defer fcancel()
@@ -462,6 +528,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (r
 	var abandon *AbandonError
 	switch {
 	case errors.As(aerr, &abandon):
+		stopHeartbeats()
 		var rerr error
 		if ab, ok := e.store.(Abandoner); ok {
 			rerr = ab.Abandon(fctx, lease)
@@ -473,6 +540,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (r
 		}
 		return Result{}, abandon.Err
 	case done != nil:
+		stopHeartbeats()
 		res.Status, res.Response = done.Status, done.Response
 		if done.Status == StatusFailed {
 			e.metrics.Action(ctx, took, "failed")
@@ -487,6 +555,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (r
 		res.Status, res.Response = StatusFailed, perm.Response
 		e.metrics.Action(ctx, took, "failed")
 	default:
+		stopHeartbeats()
 		e.metrics.Action(ctx, took, "transient")
 		if lost {
 			e.metrics.LeaseLost(ctx)
@@ -494,13 +563,22 @@ func (e *Executor) run(ctx context.Context, claim Claim, action leasedAction) (r
 		if rerr := e.store.Release(fctx, lease); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 			e.cfg.Logger.Warn("idempotency: release failed; the lease runs out by itself", "key", ShortHash(lease.Key), "err", rerr)
 		}
-		if lost {
-			return Result{}, fmt.Errorf("%w (action error: %w)", ErrLeaseLost, aerr)
+		switch {
+		case !lost:
+			return Result{}, aerr
+		case errors.Is(aerr, ErrLeaseLost):
+			return Result{}, aerr
 		}
-		return Result{}, aerr
+		return Result{}, fmt.Errorf("%w (action error: %w)", cause, aerr)
 	}
 
-	if cerr := e.complete(fctx, lease, Completion{Status: res.Status, Response: res.Response, Retention: e.cfg.Retention}); cerr != nil {
+	// An outcome is recorded under the fencing token even when the
+	// holder stopped trusting its lease: should nobody have reclaimed
+	// the key, it is the true outcome and spares a retry a second run;
+	// should somebody have, the store refuses it (ErrLeaseLost).
+	cerr := e.complete(fctx, lease, Completion{Status: res.Status, Response: res.Response, Retention: e.cfg.Retention})
+	stopHeartbeats()
+	if cerr != nil {
 		if errors.Is(cerr, ErrLeaseLost) {
 			e.metrics.LeaseLost(ctx)
 			return Result{}, fmt.Errorf("idempotency: outcome not recorded: %w", ErrLeaseLost)
@@ -534,27 +612,54 @@ func (e *Executor) complete(ctx context.Context, lease Lease, c Completion) (err
 	return err
 }
 
-// heartbeat extends the lease now and every interval after until ctx ends (when the action
-// returns); it starts one interval into the action. When the lease turns out to be lost, it
-// cancels the action with ErrLeaseLost.
-func (e *Executor) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, lease Lease) {
-	t := time.NewTicker(e.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for ctx.Err() == nil {
-		hctx, hcancel := context.WithTimeout(ctx, e.cfg.LockTimeout)
+// heartbeat keeps the lease alive until ctx ends (once the outcome is
+// recorded, or just before the lease is given back). It starts one
+// interval after the claim was sent; each heartbeat goes out one interval
+// after the send time of the last confirmed one, and a failed one is
+// retried sooner, after half the time the holder still trusts its lease
+// (at most one interval), so that a passing failure does not stop a
+// healthy action. It ends when the lease is lost or no longer trusted:
+// the guard has then cancelled the action.
+func (e *Executor) heartbeat(ctx context.Context, g *leaseGuard, lease Lease) {
+	g.arm()
+	wait := time.NewTimer(time.Hour)
+	defer wait.Stop()
+	for {
+		sent := time.Now()
+		// No answer is worth waiting for past the moment the holder
+		// stops trusting its lease.
+		hctx, hcancel := context.WithDeadline(ctx, g.deadline())
 		err := e.store.Heartbeat(hctx, lease, e.cfg.LockTimeout)
 		hcancel()
+		if ctx.Err() != nil {
+			return // the outcome is recorded or the lease given back: nothing left to keep
+		}
+		var next time.Duration
 		switch {
 		case err == nil:
+			if !g.renewed(sent) {
+				return
+			}
+			next = e.cfg.HeartbeatInterval - time.Since(sent)
 		case errors.Is(err, ErrLeaseLost):
-			cancel(ErrLeaseLost)
+			g.lost()
 			return
 		default:
-			e.cfg.Logger.Warn("idempotency: heartbeat failed", "key", ShortHash(lease.Key), "err", err)
+			if !g.failed(err) {
+				return
+			}
+			left := time.Until(g.deadline())
+			e.cfg.Logger.Warn("idempotency: heartbeat failed; retrying", "key", ShortHash(lease.Key), "err", err,
+				"stops_in", left.Round(time.Millisecond))
+			if next = min(e.cfg.HeartbeatInterval, left/2); next < e.cfg.HeartbeatInterval/10 {
+				next = left // one last try when the holder stops anyway
+			}
 		}
+		wait.Reset(next)
 		select {
 		case <-ctx.Done():
-		case <-t.C:
+			return
+		case <-wait.C:
 		}
 	}
 }
