@@ -48,8 +48,12 @@
 //     transient error, a panic or a cancelled context release the lock; an
 //     abandoned claim leaves no record.
 //   - Lease (lease.go): orphan reclaim with one winner, fencing of the old
-//     holder (also after its record was pruned), heartbeats, and a lost
-//     lease cancelling its action.
+//     holder (also after its record was pruned), heartbeats (also while a
+//     slow store records the outcome), a lost lease cancelling its action,
+//     and a holder whose heartbeats fail cancelled, with a cause matching
+//     ErrLeaseLost, before another instance can reclaim the key, its late
+//     outcome not recorded. These two wrap the store: every Heartbeat
+//     fails, or Complete waits for heartbeats.
 //   - Expiry (expiry.go): expired records are new or refused, never
 //     replayed; Prune never removes PROCESSING or unexpired records.
 //   - Scope and Input (scopes.go): scopes isolated, foreign keys refused;
