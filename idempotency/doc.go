@@ -55,10 +55,58 @@
 // What "exactly once" covers: the record is exact, and an action whose
 // effects commit with the record (pgstore's Executor.DoTx, or
 // Store.CompleteTx) runs its effects exactly once. An action with effects
-// outside the database runs at most once at a time, and again only if its
-// holder died before recording the outcome; make such effects idempotent
+// outside the database runs at most once at a time, as long as it checks
+// its lease before each external call ([CheckLease]; see Leases and
+// heartbeats). It runs again only if its holder died or stopped before
+// recording the outcome; make such effects idempotent
 // downstream with a key derived from the same key (as payonce's payments do
 // with the providers' idempotency keys).
+//
+// # Leases and heartbeats
+//
+// A claim takes a lease of [Config].LockTimeout (default 30s) on the
+// store's clock. While the action runs, heartbeats extend it every
+// HeartbeatInterval (default LockTimeout/3), counted from when the last
+// confirmed one was sent, so that one failed heartbeat does not stop a
+// healthy action; a failed one is retried sooner.
+//
+// A holder that cannot renew its lease stops. It keeps its own deadline
+// on the monotonic clock: when the last claim or heartbeat was sent (not
+// when its answer came), plus LockTimeout, minus LeaseMargin (default
+// LockTimeout/10, so 27s after the last confirmed renewal by default). The
+// store starts counting the lease only when it receives the request, so
+// the holder stops before the store can let another instance reclaim the
+// key. The margin covers a store clock that runs ahead of ours and the
+// time the action needs to notice. At the deadline, the action's context
+// is cancelled. Its cause, a [*LeaseExpiredError], matches [ErrLeaseLost].
+// [CheckLease] then refuses every new external call. An action with
+// effects outside the database calls it before each one, as payonce's
+// payments client does before every provider call:
+//
+//	if err := idempotency.CheckLease(ctx); err != nil {
+//		return idempotency.Response{}, err
+//	}
+//	res, err := mailer.Send(ctx, msg) // never sent beside another holder's run
+//
+// This is the trade-off of LockTimeout. A shorter lease stops a holder
+// that is cut off from its store sooner. It also lets a retry take over
+// a crashed holder's key sooner. The cost is more heartbeats, and a
+// database stall of LockTimeout minus LeaseMargin stops actions that
+// were healthy. A longer lease keeps a cut-off holder running, unseen,
+// for longer.
+//
+// Heartbeats go on after the action returns, until its outcome is
+// recorded. Recording retries for up to FinishTimeout (default 10s), and
+// a store may stall longer than what is left of the lease. No fixed
+// relation between FinishTimeout and LockTimeout could cover that: what is
+// left of the lease when the action returns depends on its last confirmed
+// heartbeat. So FinishTimeout may be longer than LockTimeout. Before a
+// lease is given back (a transient error, a panic, [Abandon]), heartbeats
+// stop: one landing after the release would hold the key for another
+// LockTimeout. An outcome returned after the holder stopped is still
+// recorded under the fencing token. If nobody took the key over, it is
+// the true outcome and spares a retry a second run. If somebody did, the
+// store refuses it ([ErrLeaseLost]).
 //
 // # Replays from memory
 //
@@ -85,7 +133,9 @@
 //	same key, other significant fields 409 (or 422: MismatchStatus)
 //	key missing where required         400
 //	malformed key                      400
-//	key of another scope               404, never 403, never that scope's answer
+//	key that cannot carry 128 bits     400: send a UUIDv4 or a ULID (AllowLowEntropyKeys opts out)
+//	the same key in another scope      that scope's own record: scopes never share keys
+//	                                   (404 under AllowLowEntropyKeys)
 //	too many new keys from one scope   429 with Retry-After (Limiter; pgstore.Limiter is shared)
 //	body over MaxRequestBody           413
 //
@@ -97,11 +147,21 @@
 // sealed at rest with [Encrypted], or reduced to a status and a body hash
 // per route (Route.StoreHashOnly).
 //
-// How the 404 is decided in one round trip: the middleware stores the key
-// as "{action}_{client key}" with the scope in the record's other primary
-// key column (user_id), so the claim statement finds a live record of the
-// same key under another scope through the primary key's leading column,
-// in the same statement that would insert it (ClaimParams.RefuseForeign).
+// Client keys must carry 128 bits of entropy by default ([CheckEntropy]: a
+// UUIDv4, a ULID, or a string long enough): a key like "order-1" is
+// answered 400 before anything is stored. Keys that cannot be guessed make
+// scopes independent: the middleware stores the key as
+// "{action}_{client key}" with the scope in the record's other primary key
+// column (user_id), so the same key under two scopes is two records, and
+// nothing one tenant sends can block or reveal another's request.
+// MiddlewareConfig.AllowLowEntropyKeys accepts any key and keeps the
+// earlier answer to a key another scope holds, 404, decided in the claim's
+// own statement through the primary key's leading column
+// (ClaimParams.RefuseForeign); its cost is that a guessable key used first
+// by one tenant blocks it for every other tenant until it expires.
+// Server-derived keys (webhooks, queue messages, cron slots: [DeriveIntent],
+// package inbox, package cronslot) do not go through the middleware and
+// are not subject to the entropy rule: no client chooses them.
 //
 // # Metrics
 //
