@@ -17,8 +17,9 @@ const DefaultRetention = 24 * time.Hour
 
 // Config configures a Server. A nil *Config means all defaults.
 type Config struct {
-	// Clock returns the fake's current time. It stamps `created` on objects and decides when an
-	// idempotency key has outlived Retention. Default: time.Now. See [ManualClock].
+	// Clock returns the fake's current time. It stamps `created` on objects and every answer's
+	// Date header, and decides when an idempotency key has outlived Retention. Default:
+	// time.Now. See [ManualClock].
 	Clock func() time.Time
 
 	// Retention is how long a completed idempotency key is remembered; a request reusing the key
@@ -144,6 +145,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Request-Id", s.newID("req"))
+	// Stripe's clock, the one that stamps created (RFC 9110 section 6.6.1:
+	// an origin server with a clock sends Date); net/http would send the
+	// host's.
+	w.Header().Set("Date", s.clock().UTC().Format(http.TimeFormat))
 	apiKey, errResp := authenticate(r)
 	if errResp != nil {
 		errResp.write(w)
