@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/internal/fakes"
+	"github.com/payonce/payonce/internal/keyscan"
 	"github.com/payonce/payonce/internal/localpg"
 )
 
@@ -130,6 +131,14 @@ func storm(ctx context.Context, c stormConfig) error {
 		return err
 	}
 	defer closeDB()
+	// Every key the clients send is looked for in everything logged,
+	// traced and answered (storm_leaks.go).
+	keys := keyscan.NewSet()
+	leaks, err := newLeakCheck(keys)
+	if err != nil {
+		return err
+	}
+	defer leaks.close()
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -154,7 +163,10 @@ func storm(ctx context.Context, c stormConfig) error {
 		// The checkout sagas' recovery finishes what a killed worker or a
 		// client that gave up left; one sku's orders are refused after
 		// the charge, so that its sagas refund (storm_sagas.go).
-		"CHECKOUT_RECOVER_SPEC=@every 1s", "CHECKOUT_LOCK_TIMEOUT=2s", "PAYONCE_CHECKOUT_FAIL_CONFIRM_SKU=" + recalledSKU}
+		"CHECKOUT_RECOVER_SPEC=@every 1s", "CHECKOUT_LOCK_TIMEOUT=2s", "PAYONCE_CHECKOUT_FAIL_CONFIRM_SKU=" + recalledSKU,
+		// The payments are settled by the demo's own reconciler (phase 4),
+		// whose figures the summary reports, not by the worker's.
+		"CHECKOUT_RECONCILE_SPEC=off", leaks.workerEnv()}
 	for k, v := range fk.Env() {
 		env = append(env, k+"="+v)
 	}
@@ -165,12 +177,15 @@ func storm(ctx context.Context, c stormConfig) error {
 	defer w.stop()
 
 	pays := makePayments(c, rng, fk.Providers())
+	for _, p := range pays {
+		keys.Add(p.clientKeys()...)
+	}
 	fmt.Printf("storm: %d payments by %d customers through %s, to the checkout worker on %s (seed %d)\n",
 		len(pays), c.customers, strings.Join(fk.Providers(), ", "), base, c.seed)
 
 	var st stormStats
 	stopBar := progress(&st, int64(len(pays)))
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	hc := &http.Client{Transport: leaks.transport(&http.Transport{MaxIdleConnsPerHost: 256})}
 	defer hc.CloseIdleConnections()
 
 	// Phase 1: the storm, with the worker killed once midway.
@@ -241,7 +256,7 @@ func storm(ctx context.Context, c stormConfig) error {
 	// retried or recovered until final (storm_sagas.go).
 	var sagas *sagaResult
 	if c.checkouts > 0 {
-		if sagas, err = sagaPhase(ctx, hc, base, pool, w, c.kill, fk.Providers(), c.checkouts, rng); err != nil {
+		if sagas, err = sagaPhase(ctx, hc, base, pool, w, c.kill, fk.Providers(), c.checkouts, rng, keys); err != nil {
 			return err
 		}
 	}
@@ -256,7 +271,7 @@ func storm(ctx context.Context, c stormConfig) error {
 	// Phase 4: the payments whose clients gave up after one send are the
 	// reconciler's: it runs until none is open (the killed worker's leases
 	// end after its 2s lock timeout).
-	rec, err := reconcileAll(ctx, pool, fk, pays)
+	rec, err := reconcileAll(ctx, pool, fk, pays, leaks)
 	if err != nil {
 		return err
 	}
@@ -265,8 +280,15 @@ func storm(ctx context.Context, c stormConfig) error {
 			return fmt.Errorf("checking the checkouts: %w", err)
 		}
 	}
+	// The worker stops (and writes its last records) before its files are
+	// read.
+	w.stop()
+	leakFigure, leakProblems, err := leaks.finish(ctx, pool)
+	if err != nil {
+		return err
+	}
 	err = report(ctx, stormReport{pays: pays, st: &st, fakes: fk, pool: pool, w: w, unresolved: unresolved.Load(),
-		refunds: refunds, rec: rec, sagas: sagas, elapsed: time.Since(began)})
+		refunds: refunds, rec: rec, sagas: sagas, leaks: leakFigure, leakProblems: leakProblems, elapsed: time.Since(began)})
 	if kept {
 		fmt.Printf("\n  the demo's schema stays: payonce report --database-url '%s'\n", u)
 	}

@@ -85,6 +85,13 @@ func makePayments(c stormConfig, rng *rand.Rand, providers []string) []*payment 
 	return pays
 }
 
+// refundKeyPrefix prefixes a payment's key to make its refund's key.
+const refundKeyPrefix = "refund-"
+
+// clientKeys are the Idempotency-Keys the payment's clients send: its
+// charge's and its refund's.
+func (p *payment) clientKeys() []string { return []string{p.key, refundKeyPrefix + p.key} }
+
 func (p *payment) body() string {
 	return fmt.Sprintf(`{"amount": %q, "currency": %q, "recipient": "acct_shop", "payment_method": %q, "provider": %q}`,
 		p.amount, p.currency, p.method, p.provider)
@@ -207,7 +214,7 @@ func refund(hc *http.Client, base string, p *payment) bool {
 	if err != nil {
 		return false
 	}
-	p.refundKey = "refund-" + p.key
+	p.refundKey = refundKeyPrefix + p.key
 	body := fmt.Sprintf(`{"charge_key": %q, "amount": %q}`, p.key, half.AmountString())
 	var wg sync.WaitGroup
 	for i := 0; i < 2; i++ {

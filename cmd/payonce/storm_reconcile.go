@@ -24,7 +24,7 @@ type reconciled struct {
 // reconcileAll runs the reconciler, as the demo's instance, until no
 // intent is open (40 runs at most), then reads the abandoned payments'
 // final states.
-func reconcileAll(ctx context.Context, pool *pgxpool.Pool, fk *fakes.Set, pays []*payment) (reconciled, error) {
+func reconcileAll(ctx context.Context, pool *pgxpool.Pool, fk *fakes.Set, pays []*payment, leaks *leakCheck) (reconciled, error) {
 	var out reconciled
 	env := fk.Env()
 	cfg, err := wiring.FromEnv(func(k string) string { return env[k] })
@@ -32,17 +32,19 @@ func reconcileAll(ctx context.Context, pool *pgxpool.Pool, fk *fakes.Set, pays [
 		return out, err
 	}
 	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	cfg.Logger, cfg.TracerProvider = leaks.logger, leaks.tp
 	client, err := wiring.Client(pool, cfg)
 	if err != nil {
 		return out, err
 	}
 	r, err := reconcile.New(pool, client, &reconcile.Config{Instance: "demo", Grace: time.Millisecond, VoidAfter: time.Millisecond,
-		Schedule: []time.Duration{200 * time.Millisecond}, MaxChecks: 20, Batch: 1000})
+		Schedule: []time.Duration{200 * time.Millisecond}, MaxChecks: 20, Batch: 1000, Logger: leaks.logger, TracerProvider: leaks.tp})
 	if err != nil {
 		return out, err
 	}
 	for out.runs < 40 {
 		rep, err := r.RunOnce(ctx)
+		leaks.report("the demo's reconciler", rep, err)
 		out.runs++
 		if err != nil {
 			return out, fmt.Errorf("reconciler run: %w", err)

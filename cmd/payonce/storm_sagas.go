@@ -16,6 +16,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/internal/fakes"
+	"github.com/payonce/payonce/internal/keyscan"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
@@ -158,9 +159,10 @@ type sagaResult struct {
 }
 
 // sagaPhase runs the checkouts: n of them by n/5 customers, with the
-// worker killed once midway when kill is set.
+// worker killed once midway when kill is set. Their keys join keys before
+// any is sent.
 func sagaPhase(ctx context.Context, hc *http.Client, base string, pool *pgxpool.Pool, w *worker, kill bool,
-	providers []string, n int, rng *rand.Rand) (*sagaResult, error) {
+	providers []string, n int, rng *rand.Rand, keys *keyscan.Set) (*sagaResult, error) {
 	res := &sagaResult{stock: map[string]int{}, killed: kill}
 	total := 0
 	for _, s := range sagaSKUs {
@@ -199,6 +201,7 @@ func sagaPhase(ctx context.Context, hc *http.Client, base string, pool *pgxpool.
 		c := &sagaCheckout{customer: fmt.Sprintf("shopper_%03d", i%customers), key: fmt.Sprintf("cart-%05d", i),
 			sku: sku, provider: providers[i%len(providers)], method: method, qty: qty, cents: 500 + rng.Int64N(11500),
 			abandoned: i%8 == 5, sends: 2 + rng.IntN(2), answers: map[string]bool{}}
+		keys.Add(c.key)
 		res.checkouts = append(res.checkouts, c)
 		byCustomer[c.customer] = append(byCustomer[c.customer], c)
 	}

@@ -84,7 +84,12 @@ type stormReport struct {
 	refunds    int
 	rec        reconciled
 	sagas      *sagaResult // nil: no saga phase
-	elapsed    time.Duration
+	// leaks is the figure of the check that no log record, error text or
+	// span holds a full key (storm_leaks.go); leakProblems names each
+	// text that did.
+	leaks        string
+	leakProblems []string
+	elapsed      time.Duration
 }
 
 func countAbandoned(pays []*payment) int {
@@ -161,6 +166,7 @@ func report(ctx context.Context, r stormReport) error {
 	row("  intents failed with proof (nothing charged)", r.rec.failedWithProof)
 	row("  intents needing review", r.rec.needsReview)
 	row("  intents still open", r.rec.open)
+	row("full idempotency keys in logs, errors and spans", r.leaks)
 	tw.Flush()
 	for _, why := range r.rec.review {
 		fmt.Println("  REVIEW:", why)
@@ -186,16 +192,17 @@ func report(ctx context.Context, r stormReport) error {
 	}
 	books := len(bookProblems)
 	problems = append(problems, bookProblems...)
+	problems = append(problems, r.leakProblems...)
 	fmt.Printf("\n  wall time %s\n", r.elapsed.Round(time.Millisecond))
 
 	if len(problems) > 0 || r.unresolved > 0 {
 		for _, p := range problems {
 			fmt.Println("  PROBLEM:", p)
 		}
-		return fmt.Errorf("demo failed: %d duplicate(s), %d succeeded without a charge, %d inconsistent answer(s), %d book problem(s), %d unresolved, %d checkout problem(s)",
-			dups, missing, inconsistent, books, r.unresolved, sagaProblems)
+		return fmt.Errorf("demo failed: %d duplicate(s), %d succeeded without a charge, %d inconsistent answer(s), %d book problem(s), %d unresolved, %d checkout problem(s), %d text(s) holding a full key",
+			dups, missing, inconsistent, books, r.unresolved, sagaProblems, len(r.leakProblems))
 	}
-	fmt.Println("  zero duplicates; the books balance and match every provider")
+	fmt.Println("  zero duplicates; the books balance and match every provider; no full key logged, answered or traced")
 	return nil
 }
 

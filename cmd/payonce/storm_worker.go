@@ -132,11 +132,14 @@ func (w *worker) killFor(down time.Duration) error {
 	return w.start()
 }
 
+// stop stops the worker (SIGTERM) and waits for it to exit; once
+// stopped, it does nothing.
 func (w *worker) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cmd != nil {
 		_ = w.cmd.Process.Signal(syscall.SIGTERM)
 		_ = w.cmd.Wait()
+		w.cmd = nil
 	}
 }

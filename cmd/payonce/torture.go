@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/payonce/payonce/internal/fakes"
+	"github.com/payonce/payonce/internal/keyscan"
 	"github.com/payonce/payonce/reconcile"
 	"github.com/payonce/payonce/wiring"
 )
@@ -130,9 +131,14 @@ type tortureRun struct {
 	// stopped and their clients retried once more.
 	unresolved int
 	refunds    []*payment
-	chaosFor   time.Duration // clients' phase, faults on
-	convergeIn time.Duration // from the faults' end to no intent open
-	elapsed    time.Duration
+	// leaks looks for full keys in what is logged, traced and answered
+	// (storm_leaks.go); leakFigure and leakProblems are its verdict.
+	leaks        *leakCheck
+	leakFigure   string
+	leakProblems []string
+	chaosFor     time.Duration // clients' phase, faults on
+	convergeIn   time.Duration // from the faults' end to no intent open
+	elapsed      time.Duration
 }
 
 func torture(ctx context.Context, c tortureConfig) error {
@@ -174,6 +180,12 @@ func torture(ctx context.Context, c tortureConfig) error {
 		return err
 	}
 	defer closeDB()
+	keys := keyscan.NewSet()
+	leaks, err := newLeakCheck(keys)
+	if err != nil {
+		return err
+	}
+	defer leaks.close()
 
 	toxiLog, err := os.Create(filepath.Join(dir, "toxiproxy.log"))
 	if err != nil {
@@ -193,7 +205,7 @@ func torture(ctx context.Context, c tortureConfig) error {
 		return err
 	}
 	lbURL := "http://" + lbListener.Addr().String()
-	r := &tortureRun{c: c, pool: pool}
+	r := &tortureRun{c: c, pool: pool, leaks: leaks}
 	r.fk = fakes.Start(fakes.Options{Stripe: true, Adyen: true, PayPal: true, WebhookBase: lbURL,
 		LoseAfter: 0.05, FailBefore: 0.03, Seed: int64(c.seed), WebhookRetryFor: 60 * time.Second})
 	defer r.fk.Close()
@@ -217,7 +229,10 @@ func torture(ctx context.Context, c tortureConfig) error {
 	if strings.Contains(viaProxy, "?") {
 		sep = "&"
 	}
-	workerEnv := []string{"DATABASE_URL=" + viaProxy + sep + "pool_max_conns=12", "PAYONCE_DEMO_LOSE_WEBHOOKS=0.1"}
+	// The workers' own reconcilers are off: the two below are the run's,
+	// whose figures it reports.
+	workerEnv := []string{"DATABASE_URL=" + viaProxy + sep + "pool_max_conns=12", "PAYONCE_DEMO_LOSE_WEBHOOKS=0.1",
+		"CHECKOUT_RECONCILE_SPEC=off", leaks.workerEnv()}
 	for k, v := range env {
 		workerEnv = append(workerEnv, k+"="+v)
 	}
@@ -245,7 +260,7 @@ func torture(ctx context.Context, c tortureConfig) error {
 	// Two reconcilers, each its own instance with its own connections,
 	// through the same faulty links.
 	for _, name := range []string{"torture-a", "torture-b"} {
-		rec, err := newTortureReconciler(ctx, name, viaProxy, env)
+		rec, err := newTortureReconciler(ctx, name, viaProxy, env, leaks)
 		if err != nil {
 			return err
 		}
@@ -255,6 +270,9 @@ func torture(ctx context.Context, c tortureConfig) error {
 
 	rng := rand.New(rand.NewPCG(c.seed, c.seed^0x70c7))
 	r.pays = makePayments(stormConfig{payments: c.intents, customers: c.customers}, rng, r.fk.Providers())
+	for _, p := range r.pays {
+		keys.Add(p.clientKeys()...)
+	}
 	fmt.Printf("torture: %d intents by %d customers through %s; %d workers behind %s; Toxiproxy on every link; "+
 		"a fault every %s per link, a kill every %s (seed %d)\n",
 		len(r.pays), c.customers, strings.Join(r.fk.Providers(), ", "), c.workers, lbURL, c.faultGap, c.killGap, c.seed)
@@ -275,7 +293,7 @@ func torture(ctx context.Context, c tortureConfig) error {
 		go func() { defer recs.Done(); rec.loop(recCtx) }()
 	}
 	stopBar := progress(&r.st, int64(len(r.pays)))
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	hc := &http.Client{Transport: leaks.transport(&http.Transport{MaxIdleConnsPerHost: 256})}
 	defer hc.CloseIdleConnections()
 	chaosBegan := time.Now()
 	r.clients(hc, lbURL, rng)
@@ -310,6 +328,14 @@ func torture(ctx context.Context, c tortureConfig) error {
 	r.convergeIn = time.Since(calm)
 	stopRecs()
 	recs.Wait()
+	// The workers stop (and write their last records) before their files
+	// are read.
+	for _, w := range r.workers {
+		w.stop()
+	}
+	if r.leakFigure, r.leakProblems, err = leaks.finish(ctx, pool); err != nil {
+		return err
+	}
 	r.elapsed = time.Since(began)
 	return r.check(ctx, open)
 }
@@ -400,12 +426,13 @@ type tortureReconciler struct {
 	name                                                  string
 	pool                                                  *pgxpool.Pool
 	r                                                     *reconcile.Reconciler
+	leaks                                                 *leakCheck
 	runs, failedRuns, repaired, failedWithProof, reviewed int
 	examined                                              int
 	lastErr                                               string
 }
 
-func newTortureReconciler(ctx context.Context, name, dbURL string, env map[string]string) (*tortureReconciler, error) {
+func newTortureReconciler(ctx context.Context, name, dbURL string, env map[string]string, leaks *leakCheck) (*tortureReconciler, error) {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return nil, err
@@ -416,6 +443,7 @@ func newTortureReconciler(ctx context.Context, name, dbURL string, env map[strin
 		return nil, err
 	}
 	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	cfg.Logger, cfg.TracerProvider = leaks.logger, leaks.tp
 	client, err := wiring.Client(pool, cfg)
 	if err != nil {
 		pool.Close()
@@ -425,12 +453,13 @@ func newTortureReconciler(ctx context.Context, name, dbURL string, env map[strin
 	// holds is the worker's; a short ClaimTTL, so that a run cut by a
 	// fault releases its intents to the other instance soon.
 	r, err := reconcile.New(pool, client, &reconcile.Config{Instance: name, Grace: 3 * time.Second, VoidAfter: time.Second,
-		Schedule: []time.Duration{300 * time.Millisecond}, MaxChecks: 40, Batch: 500, ClaimTTL: 10 * time.Second})
+		Schedule: []time.Duration{300 * time.Millisecond}, MaxChecks: 40, Batch: 500, ClaimTTL: 10 * time.Second,
+		Logger: leaks.logger, TracerProvider: leaks.tp})
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
-	return &tortureReconciler{name: name, pool: pool, r: r}, nil
+	return &tortureReconciler{name: name, pool: pool, r: r, leaks: leaks}, nil
 }
 
 // loop runs the reconciler every 300ms until ctx ends. A run cut by a
@@ -440,6 +469,7 @@ func (t *tortureReconciler) loop(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		rep, err := t.r.RunOnce(rctx)
 		cancel()
+		t.leaks.report(t.name, rep, err)
 		t.runs++
 		if err != nil {
 			if ctx.Err() == nil {

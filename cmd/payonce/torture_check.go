@@ -180,6 +180,7 @@ func (r *tortureRun) check(ctx context.Context, open int) error {
 	row("duplicate provider effects (charges / refunds)", fmt.Sprintf("%d / %d", dups, refundDups))
 	row("lost intents", lost+refundsMissing)
 	row("answers that contradict the record", contradicted)
+	row("full idempotency keys in logs, errors and spans", r.leakFigure)
 	tw.Flush()
 	sort.Strings(reviews)
 	for _, why := range reviews {
@@ -198,6 +199,7 @@ func (r *tortureRun) check(ctx context.Context, open int) error {
 		return err
 	}
 	problems = append(problems, bookProblems...)
+	problems = append(problems, r.leakProblems...)
 	if open > 0 {
 		problem("%d intents still open after the reconcilers", open)
 	}
@@ -211,7 +213,7 @@ func (r *tortureRun) check(ctx context.Context, open int) error {
 		}
 		return tortureFailure{problems}
 	}
-	fmt.Println("  zero duplicate provider effects, zero lost intents; the books balance and match every provider")
+	fmt.Println("  zero duplicate provider effects, zero lost intents; the books balance and match every provider; no full key logged, answered or traced")
 	return nil
 }
 

@@ -259,7 +259,8 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		DeadLetter: func(ctx context.Context, m inbox.Message, reason error) {
 			if _, err := pool.Exec(context.WithoutCancel(ctx), `INSERT INTO dead_letters (source, message_id, reason) VALUES ($1, $2, $3)
 				ON CONFLICT DO NOTHING`, m.Source, m.ID, reason.Error()); err != nil {
-				logger.Error("worker: dead letter not stored", "message", m.ID, "err", err)
+				key, _ := m.Key() // the message id is the key's intent: logged as the key's hash
+				logger.Error("worker: dead letter not stored", "key", idempotency.ShortHash(key), "err", err)
 			}
 		},
 	})

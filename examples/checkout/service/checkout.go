@@ -204,7 +204,9 @@ func (s *Service) reserve(ctx context.Context, c *saga.Call) (any, error) {
 			return nil, err
 		}
 	}
-	return map[string]any{"reservation": c.Key, "sku": o.SKU, "qty": o.Qty}, nil
+	// Not the reservation's key: the output is answered, in problems too,
+	// which never echo a key.
+	return map[string]any{"sku": o.SKU, "qty": o.Qty}, nil
 }
 
 func (s *Service) release(ctx context.Context, c *saga.Call) error {

@@ -10,6 +10,11 @@
 // payonce demo builds it and runs it as a child process that it kills
 // (SIGKILL) and restarts mid-storm. It lives apart from cmd/payonce so
 // that the operator CLI links no example code.
+//
+// With PAYONCE_DEMO_LOG_DIR set, the worker also writes every record it
+// logs, at every level, and every span it traces, as JSON lines to
+// worker-<pid>.jsonl in that directory, where the demo looks for full
+// idempotency keys (none may be there: package keyscan).
 package main
 
 import (
@@ -23,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +36,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/examples/checkout/service"
+	"github.com/payonce/payonce/internal/keyscan"
 )
 
 func main() {
@@ -50,6 +57,17 @@ func run() error {
 	// Lost responses must reach payonce: no keep-alive resends.
 	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	if dir := os.Getenv("PAYONCE_DEMO_LOG_DIR"); dir != "" {
+		sink, err := keyscan.OpenSink(filepath.Join(dir, fmt.Sprintf("worker-%d.jsonl", os.Getpid())), os.Stderr)
+		if err != nil {
+			return err
+		}
+		defer sink.Close()
+		// Every component logs to it, the ones that use slog's default
+		// logger too, and traces to it.
+		cfg.Logger, cfg.TracerProvider = sink.Logger, sink.TracerProvider
+		slog.SetDefault(sink.Logger)
+	}
 	svc, err := service.Open(ctx, cfg)
 	if err != nil {
 		return err
