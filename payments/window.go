@@ -173,6 +173,20 @@ func LookupUntil(sentAt time.Time, window time.Duration) time.Time {
 	return now
 }
 
+// ClockReader is implemented by a provider whose Lookup lists what was
+// created in [LookupRequest.From, LookupRequest.To] on the provider's own
+// clock, page by page (Stripe's List API: a narrower window is fewer
+// pages, and a window with fewer objects than the adapter scans is
+// consistent), and that can read that clock. [Client.LookupAttempt] looks
+// such a provider up over each send's own window, with a margin measured
+// rather than assumed.
+type ClockReader interface {
+	// ReadClock returns the provider's clock now and how far from it the
+	// answer may be (the clock's resolution and the round trip of the
+	// answer it was read from). It may send a request to the provider.
+	ReadClock(ctx context.Context) (now time.Time, within time.Duration, err error)
+}
+
 // isForeignKeyUse reports the unique violation of a client key another
 // scope already used (uq_payment_intents_client_key).
 func isForeignKeyUse(err error) bool {

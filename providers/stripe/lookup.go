@@ -20,8 +20,15 @@ import (
 // It answers from one of two Stripe APIs:
 //
 //   - List, consistent: when req.From is set, Lookup lists the
-//     PaymentIntents created in the window and keeps those carrying the
-//     key. The result is Consistent.
+//     PaymentIntents created in the window (created[gte] From's second,
+//     created[lte] To's second: Stripe stamps created in whole seconds)
+//     and keeps those carrying the key. The result is Consistent: Stripe
+//     documents its List APIs as free of Search's delay
+//     (https://docs.stripe.com/search#data-freshness). It takes one
+//     request per 100 PaymentIntents in the window, so the narrower the
+//     window, the cheaper: payments narrows it to the attempt's sends
+//     ([payments.Client.LookupAttempt]), against Stripe's clock as read
+//     by [Provider.ReadClock] (each page's Date header is such a reading).
 //   - Search, eventually consistent: when req.From is zero (no creation
 //     window: a List scan would cover the account's whole history), or when
 //     the window holds more than Config.LookupScanLimit PaymentIntents,
@@ -141,8 +148,21 @@ func (p *Provider) scan(ctx context.Context, req payments.LookupRequest) (found 
 
 	found = []payments.ChargeResult{}
 	seen := 0
+	// Each page's Date header is a reading of Stripe's clock
+	// (ReadClock).
+	before := time.Now()
 	it := p.api.PaymentIntents.List(params)
-	for it.Next() {
+	page := it.PaymentIntentList()
+	p.clock.record(page.LastResponse, before, time.Now())
+	for {
+		before = time.Now()
+		if !it.Next() {
+			break
+		}
+		if l := it.PaymentIntentList(); l != page {
+			page = l
+			p.clock.record(l.LastResponse, before, time.Now())
+		}
 		if seen++; seen > p.scanLimit {
 			return found, false, nil
 		}

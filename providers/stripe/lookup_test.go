@@ -249,3 +249,50 @@ func TestSearchShapeAgainstStripeMock(t *testing.T) {
 	_, err := p.Lookup(ctx, payments.LookupRequest{Key: `usr_mock_o'brien`})
 	shapeOK(t, "lookup without a window (GET /v1/payment_intents/search with query, limit)", err)
 }
+
+// ReadClock reads Stripe's clock from its answers' Date header (the
+// fake's clock, at t0, far from this process's): the List pages a lookup
+// read are readings; without one, it asks; a reading is then reused.
+func TestReadClock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// check fails unless ReadClock answers within its error bound of
+	// Stripe's clock (which the fake's, standing still while real time
+	// passes, trails by the time since the reading at most).
+	check := func(b lookupBundle, since time.Time) {
+		t.Helper()
+		now, within, err := b.p.ReadClock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := now.Sub(b.clock.Now()); d < 0 || d > within+time.Since(since) || within < time.Second/2 || within > 5*time.Second {
+			t.Fatalf("ReadClock %s within %s, the fake's clock %s", now, within, b.clock.Now())
+		}
+	}
+
+	b := setupLookup(t, 0, 0)
+	start := time.Now()
+	b.lookup(t, payments.LookupRequest{Key: "order-clock", From: t0, To: t0.Add(time.Hour)})
+	b.requests.want(t, 1, 0)
+	check(b, start)
+	b.requests.want(t, 0, 0)
+
+	fresh := setupLookup(t, 0, 0)
+	fresh.clock.Advance(time.Hour)
+	start = time.Now()
+	check(fresh, start)
+	fresh.requests.want(t, 1, 0)
+	check(fresh, start)
+	fresh.requests.want(t, 0, 0)
+}
+
+// A clock that cannot be read is an error, never a guess.
+func TestReadClockFailure(t *testing.T) {
+	t.Parallel()
+	b := setupLookup(t, 0, 0)
+	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Method: "GET", Path: "/v1/payment_intents"})
+	_, _, err := b.p.ReadClock(context.Background())
+	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 {
+		t.Fatalf("%+v", ue)
+	}
+}

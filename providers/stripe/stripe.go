@@ -45,6 +45,7 @@ type Provider struct {
 	webhookTolerance time.Duration
 	scanLimit        int
 	customer         func(payments.ChargeRequest) string
+	clock            clockReading // Stripe's clock, read from its answers' Date header
 }
 
 var _ payments.Provider = (*Provider)(nil)
