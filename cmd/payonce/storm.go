@@ -53,8 +53,11 @@ It prints a summary and exits 1 if any payment has more than one
 PaymentIntent at the provider, a succeeded payment has none, two answers
 for one key disagree, the ledger differs from the provider's totals, a
 checkout does not end COMPLETED or ROLLED_BACK (or NEEDS_REVIEW with a
-reason), a sku is ever sold beyond its stock, or a completed checkout has
-other than one charge or a rolled-back one keeps money at the provider.
+reason), a sku is ever sold beyond its stock, a completed checkout has
+other than one charge or a rolled-back one keeps money at the provider, or
+a full idempotency key is in any record the worker or the demo logged (at
+every level), span they traced, or error text answered or stored: only
+its short hash may be.
 
 Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL;
 it works in its own schema, payonce_storm, dropped first.
@@ -139,6 +142,7 @@ func storm(ctx context.Context, c stormConfig) error {
 		return err
 	}
 	defer leaks.close()
+	leaks.setDefault()
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

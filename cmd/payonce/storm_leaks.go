@@ -42,9 +42,8 @@ type leakCheck struct {
 	logger *slog.Logger
 }
 
-// newLeakCheck starts the check: a directory for the workers' files, and
-// the check's handler as slog's default (the log package's output goes
-// through it too).
+// newLeakCheck starts the check: a directory for the workers' files, a
+// logger and a tracer provider for the driver's components.
 func newLeakCheck(keys *keyscan.Set) (*leakCheck, error) {
 	dir, err := os.MkdirTemp("", "payonce-demo-logs-")
 	if err != nil {
@@ -54,9 +53,12 @@ func newLeakCheck(keys *keyscan.Set) (*leakCheck, error) {
 	l := &leakCheck{Checker: c, dir: dir,
 		tp:     sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(c.SpanProcessor("the demo's span"))),
 		logger: slog.New(c.Handler("the demo's log", slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))}
-	slog.SetDefault(l.logger)
 	return l, nil
 }
+
+// setDefault makes the check's logger slog's default, for what logs
+// through it (the log package's output too).
+func (l *leakCheck) setDefault() { slog.SetDefault(l.logger) }
 
 // workerEnv is the workers' variable that makes them write their records
 // and spans where the check reads them.
@@ -167,7 +169,8 @@ func (l *leakCheck) finish(ctx context.Context, pool *pgxpool.Pool) (figure stri
 		return "", nil, err
 	}
 	for _, f := range files {
-		if err := l.ScanFile(f, "worker "+strings.TrimSuffix(filepath.Base(f), ".jsonl")); err != nil {
+		pid := strings.TrimPrefix(strings.TrimSuffix(filepath.Base(f), ".jsonl"), "worker-")
+		if err := l.ScanFile(f, "worker pid "+pid); err != nil {
 			return "", nil, err
 		}
 	}

@@ -59,7 +59,10 @@ repaired, and exits 1 unless:
     charge at the provider, and no client was told another final outcome
     than the one recorded;
   - the ledger holds, per provider and currency, exactly the provider's net
-    (charged minus refunded), and every currency's postings sum to zero.
+    (charged minus refunded), and every currency's postings sum to zero;
+  - no record the workers or the reconcilers logged (at every level), span
+    they traced, error answered or text stored for humans holds a full
+    idempotency key: only its short hash.
 
 The seed draws the payments, the clients' behaviour, the faults' kinds,
 instants and attributes, the kills and the fakes' faults: a run is
@@ -186,6 +189,7 @@ func torture(ctx context.Context, c tortureConfig) error {
 		return err
 	}
 	defer leaks.close()
+	leaks.setDefault()
 
 	toxiLog, err := os.Create(filepath.Join(dir, "toxiproxy.log"))
 	if err != nil {
