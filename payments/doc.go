@@ -59,8 +59,15 @@
 //
 // [Client.WebhookHandler] verifies provider notifications, stores each once
 // in the inbox ([Inbox]) and applies it to its intent in the same
-// transaction, never moving a final intent backwards. The reconciler
-// (package reconcile) and operators settle intents through
+// transaction, never moving a final intent backwards. Where the provider
+// overturns a final state on the intent's own object, the receiver books
+// what is true now in that transaction: a charge declined then succeeded
+// (a Stripe PaymentIntent confirmed again) is posted, and its key's
+// record answers the success ([EventSucceededAfterDecline]); a refund
+// succeeded then failed is reversed, its amount refundable again under a
+// new key, and its key's record answers the failure
+// ([EventRefundFailedAfterSuccess]); the reconciler reports both. The
+// reconciler (package reconcile) and operators settle intents through
 // [Client.Operator]: [Operator.Resolve] applies a provider's proof,
 // [Operator.ResolveReview] a human's decision on an intent under review.
 //

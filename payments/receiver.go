@@ -53,6 +53,26 @@ const (
 	// at the provider for one intent. Nothing changes; the reconciler
 	// reports it ("several charges at provider").
 	EventSecondObject = "second_object"
+	// EventSucceededAfterDecline: a success of the very provider object
+	// a DECLINED charge intent names (Stripe's PaymentIntent confirmed
+	// again after its decline): the charge is booked (intent SUCCEEDED,
+	// its ledger entry) and the key's record answers the success instead
+	// of the decline. The reconciler reports it ("declined locally,
+	// succeeded at provider").
+	EventSucceededAfterDecline = "succeeded_after_decline"
+	// EventRefundFailedAfterSuccess: a failure of the refund a SUCCEEDED
+	// refund intent names (Stripe's failed refunds, Adyen's REFUND_FAILED):
+	// the refund's entry is reversed, its reservation on the charge
+	// released, the intent FAILED with the provider's reason, and the
+	// key's record answers the failure. The reconciler reports it
+	// ("refund succeeded locally, failed at provider").
+	EventRefundFailedAfterSuccess = "refund_failed_after_success"
+	// EventNeedsReview: the event overturns a final intent but cannot be
+	// booked safely (a success for a DECLINED intent that names no
+	// provider object, so that nothing says the success is its own): the
+	// intent is NEEDS_REVIEW with the reason (the event's detail), and the
+	// reconciler reports it.
+	EventNeedsReview = "needs_review"
 )
 
 // WebhookHandler returns the receiver of the named provider's
@@ -165,8 +185,10 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type AppliedEvent struct {
 	ID string
 	// Outcome is one of EventApplied, EventConfirmed, EventStale,
-	// EventConflict, EventUnmatched, EventIgnoredOutcome, or "duplicate"
-	// when the event was stored before (nothing changed).
+	// EventConflict, EventUnmatched, EventIgnoredOutcome, EventSecondObject,
+	// EventSucceededAfterDecline, EventRefundFailedAfterSuccess,
+	// EventNeedsReview, or "duplicate" when the event was stored before
+	// (nothing changed).
 	Outcome string
 	Detail  string
 }
@@ -205,6 +227,10 @@ func (c *Client) applyEvents(ctx context.Context, provider string, events []Webh
 	}
 	for _, a := range out {
 		c.metrics.webhook(ctx, provider, a.Outcome)
+		if overturned[a.Outcome] {
+			c.log.Warn("payments: the provider overturned a final outcome", "provider", provider, "event", a.ID,
+				"outcome", a.Outcome, "detail", a.Detail)
+		}
 	}
 	return out, nil
 }
@@ -251,7 +277,7 @@ func (c *Client) applyEvent(ctx context.Context, tx pgx.Tx, provider string, ev 
 		return AppliedEvent{ID: ev.ID, Outcome: EventIgnoredOutcome}, nil
 	}
 	kind := "CHARGE"
-	if ev.Kind == EventRefundSucceeded || ev.Kind == EventRefundFailed {
+	if ev.Kind == EventRefundSucceeded || ev.Kind == EventRefundFailed || ev.Kind == EventRefundReversed {
 		kind = "REFUND"
 	}
 	in, found, err := findIntent(ctx, tx, provider, kind, ev)
@@ -310,7 +336,7 @@ func (c *Client) unmatched(ctx context.Context, tx pgx.Tx, provider string, ev W
 	// refund object that no intent carries is a refund made outside
 	// payonce.
 	aboutCharge := ev.ProviderID == "" || ev.ProviderID == ev.ChargeID
-	if (ev.Kind == EventRefundSucceeded || ev.Kind == EventRefundFailed) && ev.ChargeID != "" && aboutCharge {
+	if (ev.Kind == EventRefundSucceeded || ev.Kind == EventRefundFailed || ev.Kind == EventRefundReversed) && ev.ChargeID != "" && aboutCharge {
 		var n int
 		err := tx.QueryRow(ctx, `SELECT count(*) FROM payment_intents r JOIN payment_intents ch
 			ON ch.idempotency_key = r.charge_key AND ch.user_id = r.user_id
@@ -350,8 +376,18 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 		s.chargeKey = *in.chargeKey
 	}
 	outcome, detail, t := decideEvent(s, in, ev)
-	if t != nil {
+	switch {
+	case t != nil:
 		if err := c.commit(ctx, tx, s, *t, nil); err != nil {
+			return "", "", err
+		}
+		if t.supersede {
+			if err := c.supersede(ctx, tx, s, *t); err != nil {
+				return "", "", err
+			}
+		}
+	case outcome == EventNeedsReview:
+		if err := c.flagReview(ctx, tx, s, detail); err != nil {
 			return "", "", err
 		}
 	}
@@ -360,10 +396,15 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 
 // decideEvent is what a verified event proves for its intent: the outcome
 // stored with the event and, when it moves an open intent, the transition.
-// It never moves a final intent backwards; a contradiction is a conflict
-// (reported, nothing changes).
+// It never moves a final intent backwards. A final state the provider
+// overturns is booked where the event names the intent's own object (a
+// success after a decline, a refund failed after its success: see
+// succeededAfterDecline, refundFailedAfterSuccess), sent to review where
+// nothing says the object is the intent's, and any other contradiction is
+// a conflict (reported, nothing changes).
 func decideEvent(s subject, in intentRow, ev WebhookEvent) (outcome, detail string, t *transition) {
-	moved := ev.Kind == EventChargeSucceeded || ev.Kind == EventRefundSucceeded || ev.Kind == EventCaptureSucceeded
+	moved := ev.Kind == EventChargeSucceeded || ev.Kind == EventRefundSucceeded || ev.Kind == EventCaptureSucceeded ||
+		(ev.Kind == EventRefundReversed && in.status == string(IntentSucceeded)) // what a reversal would move back
 	if moved && ev.Amount.Currency() != "" && !ev.Amount.Equal(s.amount) {
 		return EventConflict, fmt.Sprintf("the provider reports %s %s, the intent is %s %s",
 			ev.Amount.AmountString(), ev.Amount.Currency(), in.amount, in.currency), nil
@@ -387,6 +428,8 @@ func decideEvent(s subject, in intentRow, ev WebhookEvent) (outcome, detail stri
 			return EventApplied, "", with(succeeded(s, pid), "")
 		case in.status == string(IntentSucceeded):
 			return EventConfirmed, "", nil
+		case in.status == string(IntentDeclined) && s.kind == KindCharge:
+			return decideSuccessAfterDecline(s, in, ev)
 		case ev.Kind == EventRefundSucceeded:
 			return EventConflict, "the provider reports the refund succeeded, the intent is " + in.status, nil
 		default:
@@ -402,6 +445,11 @@ func decideEvent(s subject, in intentRow, ev WebhookEvent) (outcome, detail stri
 			return EventConflict, "the provider reports the payment cancelled, the intent succeeded", nil
 		case in.status == string(IntentSucceeded):
 			return EventStale, "a failure reported after the success", nil
+		case in.status == string(IntentDeclined) && ev.Kind == EventChargeFailed && in.providerID == nil && ev.ProviderID != "":
+			// The notification of a decline recorded from the synchronous
+			// answer: it names the declined object, which a later success
+			// must name to be this intent's.
+			return EventConfirmed, "", with(transition{status: IntentDeclined, providerID: ev.ProviderID}, "")
 		default:
 			return EventConfirmed, "", nil
 		}
@@ -415,12 +463,14 @@ func decideEvent(s subject, in intentRow, ev WebhookEvent) (outcome, detail stri
 			return EventConflict, "the provider reports the capture failed, the intent succeeded", nil
 		}
 		return EventConfirmed, "", nil
-	case EventRefundFailed:
+	case EventRefundFailed, EventRefundReversed:
 		switch {
 		case open:
 			return EventApplied, "", with(transition{status: IntentFailed, providerID: pid, effect: releaseReservation}, ev.DeclineCode)
+		case in.status == string(IntentSucceeded) && ev.Kind == EventRefundReversed:
+			return decideRefundFailedAfterSuccess(s, in, ev)
 		case in.status == string(IntentSucceeded):
-			return EventConflict, "the provider reports the refund failed after it succeeded", nil
+			return EventConflict, "the provider reports the refund refused after it succeeded", nil
 		default:
 			return EventConfirmed, "", nil
 		}

@@ -37,6 +37,10 @@ const (
 	// releaseReservation: a refund that moved no money gives its
 	// reservation on the charge back.
 	releaseReservation
+	// reverseRefund: a refund the provider failed after it succeeded:
+	// the reversal of its ledger entry, and its reservation on the charge
+	// given back.
+	reverseRefund
 )
 
 // subject is the intent a transition applies to.
@@ -63,6 +67,10 @@ type transition struct {
 	declineCode string
 	answer      stored
 	effect      effect
+	// supersede: the key's idempotency record is replaced by this
+	// answer whatever it says (see [Client.supersede]): the provider
+	// overturned the outcome it recorded.
+	supersede bool
 }
 
 // outcome is what a TxFunc is told of the transition.
@@ -221,7 +229,9 @@ func decide(s subject, id string, a answer, err error) (transition, error) {
 		}
 		return pending(s, id), nil
 	case errors.As(err, &decline):
-		return declined(s, decline), nil
+		t := declined(s, decline)
+		t.providerID = id // the declined object: a later success of it is this intent's
+		return t, nil
 	case errors.As(err, &invalid):
 		return refused(s, invalid, ""), nil
 	}
@@ -283,6 +293,8 @@ func (c *Client) commit(ctx context.Context, tx pgx.Tx, s subject, t transition,
 		err = c.postRefund(ctx, tx, s.key, s.scope, s.chargeKey, s.provider, s.amount)
 	case releaseReservation:
 		_, err = tx.Exec(ctx, unreserveRefundSQL, s.chargeKey, s.scope, s.amount.AmountString())
+	case reverseRefund:
+		err = c.reverseRefund(ctx, tx, s)
 	}
 	if err != nil {
 		return err
@@ -343,4 +355,31 @@ func (c *Client) markUnknown(ctx context.Context, s subject, cause error) error 
 		return errors.Join(cause, err)
 	}
 	return cause
+}
+
+// succeededAfterDecline: the provider reports that the intent's own
+// object, recorded DECLINED, succeeded afterwards (a Stripe PaymentIntent
+// confirmed again after its decline returned it to requires_payment_method,
+// a PayPal order captured after INSTRUMENT_DECLINED): the money moved. The
+// charge is posted (its entry's key is the intent's, so a repeated posting
+// is a replay) and the key's record, which answered the decline, answers
+// the success from then on.
+func succeededAfterDecline(s subject, providerID string) transition {
+	t := succeeded(s, providerID)
+	t.supersede = true
+	return t
+}
+
+// refundFailedAfterSuccess: the provider reports that the refund intent's
+// own refund, recorded SUCCEEDED, failed afterwards (Stripe's failed
+// refunds, Adyen's REFUND_FAILED): the money is back at the provider. The
+// refund's entry is reversed by an entry of its own, its reservation on the
+// charge is released (the amount can be refunded again, under a new key),
+// the intent is FAILED with the provider's reason, and the key's record
+// answers the failure from then on: a retry of the key never refunds again.
+func refundFailedAfterSuccess(s subject, providerID, reason string) transition {
+	t := result(s, IntentFailed, providerID, reverseRefund)
+	t.declineCode = reason
+	t.supersede = true
+	return t
 }

@@ -12,11 +12,24 @@ import (
 type EventKind string
 
 const (
-	EventChargeSucceeded  EventKind = "charge_succeeded"
-	EventChargeFailed     EventKind = "charge_failed"
-	EventChargePending    EventKind = "charge_pending"
-	EventRefundSucceeded  EventKind = "refund_succeeded"
-	EventRefundFailed     EventKind = "refund_failed"
+	EventChargeSucceeded EventKind = "charge_succeeded"
+	EventChargeFailed    EventKind = "charge_failed"
+	EventChargePending   EventKind = "charge_pending"
+	EventRefundSucceeded EventKind = "refund_succeeded"
+	// EventRefundFailed: a refund refused or cancelled before it
+	// succeeded (Adyen REFUND success=false, a Stripe refund canceled).
+	// It fails an open refund intent; for one recorded SUCCEEDED it is a
+	// conflict (reported, nothing changes).
+	EventRefundFailed EventKind = "refund_failed"
+	// EventRefundReversed: a refund that failed at the provider after it
+	// was accepted, possibly after it succeeded, its money back at the
+	// provider: a Stripe refund whose status became failed (its
+	// failure_balance_transaction returns the amount), Adyen's
+	// REFUND_FAILED (the card scheme rejected it) and REFUNDED_REVERSED
+	// (the refunded amount came back). It fails an open refund intent as
+	// EventRefundFailed does, and reverses one recorded SUCCEEDED (see
+	// EventRefundFailedAfterSuccess).
+	EventRefundReversed   EventKind = "refund_reversed"
 	EventCaptureSucceeded EventKind = "capture_succeeded"
 	EventCaptureFailed    EventKind = "capture_failed"
 	// EventCancelled: a payment was voided and no money stays moved: an

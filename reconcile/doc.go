@@ -101,8 +101,13 @@
 //
 // Every run also reports idempotency records stuck PROCESSING
 // (Config.StuckAfter after their lease ended) and webhook events that named
-// no local intent, contradicted a final one, or announced a second charge
-// (or refund) for one.
+// no local intent, contradicted a final one, announced a second charge
+// (or refund) for one, or overturned a final one, which the receiver
+// settled: a charge declined then succeeded, booked
+// ([KindSucceededAfterDecline], [ActionCompleted], or [ActionNeedsReview]
+// when the success could not be matched to the declined object), and a
+// refund succeeded then failed, reversed ([KindRefundFailedAfterSuccess],
+// [ActionReversed]).
 //
 // # Reports
 //

@@ -68,9 +68,11 @@ func (r *Reconciler) balanceDrift(ctx context.Context, rep *Report) error {
 }
 
 // ledgerTotals sums the ledger's provider-cash postings of the intents
-// created in [from, to), per currency: charges in, refunds out.
+// created in [from, to), per currency: charges in, refunds out (net of
+// the reversals of refunds that failed afterwards).
 func (r *Reconciler) ledgerTotals(ctx context.Context, provider string, from, to time.Time) (map[money.Currency]payments.Totals, error) {
-	rows, err := r.pool.Query(ctx, ledgerTotalsSQL, ledger.ProviderCash(provider), from, to, ledger.StepCharge, ledger.StepRefund, provider)
+	rows, err := r.pool.Query(ctx, ledgerTotalsSQL, ledger.ProviderCash(provider), from, to, ledger.StepCharge, ledger.StepRefund, provider,
+		ledger.StepRefundReversal)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: ledger totals: %w", err)
 	}

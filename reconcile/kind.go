@@ -62,6 +62,18 @@ const (
 	// cancel anything (Adyen TECHNICAL_CANCEL or CANCEL_OR_REFUND
 	// success=false): the payment may exist, captured.
 	KindVoidRefused Kind = "void refused at provider"
+	// KindSucceededAfterDecline: a charge recorded DECLINED whose own
+	// provider object succeeded afterwards (a Stripe PaymentIntent
+	// confirmed again after its decline), announced by a webhook event:
+	// booked (ActionCompleted: intent SUCCEEDED, its ledger entry, the
+	// key's record answering the success), or NEEDS_REVIEW when the
+	// intent named no object that the success could be matched to.
+	KindSucceededAfterDecline Kind = "declined locally, succeeded at provider"
+	// KindRefundFailedAfterSuccess: a refund recorded SUCCEEDED that the
+	// provider failed afterwards (Stripe's failed refunds, Adyen's
+	// REFUND_FAILED), announced by a webhook event: reversed
+	// (ActionReversed).
+	KindRefundFailedAfterSuccess Kind = "refund succeeded locally, failed at provider"
 )
 
 // Action is what the reconciler did about a report item. Its values are
@@ -90,4 +102,9 @@ const (
 	// ActionReported: reported only (a final intent, a record, an event,
 	// a balance): a human decides.
 	ActionReported Action = "reported"
+	// ActionReversed: a refund the provider failed after its success was
+	// reversed: a reversal ledger entry, its reservation on the charge
+	// released, the intent FAILED, the key's record answering the
+	// failure.
+	ActionReversed Action = "reversed locally"
 )

@@ -34,24 +34,44 @@ func (r *Reconciler) stuckRecords(ctx context.Context, rep *Report) error {
 }
 
 // webhookDivergences reports events stored since the previous run that
-// named no local intent, contradicted a final one, or announced a second
-// provider object for one.
+// named no local intent, contradicted a final one, announced a second
+// provider object for one, or overturned a final one (booked, reversed or
+// sent to review by the receiver: see payments.EventSucceededAfterDecline).
 func (r *Reconciler) webhookDivergences(ctx context.Context, rep *Report) error {
+	before := len(rep.Items)
+	defer func() {
+		for _, x := range rep.Items[before:] {
+			if x.Action == ActionNeedsReview { // flagged by the receiver: counted as the run's reviews are
+				rep.NeedsReview++
+			}
+		}
+	}()
 	return r.reportRows(ctx, rep, "webhook events", func(row pgx.CollectableRow) (Item, error) {
 		var x Item
-		var id, typ, outcome, pid string
-		if err := row.Scan(&x.Provider, &id, &typ, &outcome, &x.Detail, &x.Scope, &x.IntentKey, &x.Currency, &pid, &x.Age); err != nil {
+		var id, typ, kind, outcome, pid string
+		if err := row.Scan(&x.Provider, &id, &typ, &kind, &outcome, &x.Detail, &x.Scope, &x.IntentKey, &x.Currency, &pid, &x.Age); err != nil {
 			return x, err
 		}
+		x.Action = ActionReported
+		refund := payments.EventKind(kind) == payments.EventRefundFailed || payments.EventKind(kind) == payments.EventRefundReversed
 		switch outcome {
 		case payments.EventConflict:
 			x.Kind = KindWebhookConflict
 		case payments.EventSecondObject:
 			x.Kind = KindDuplicateAtProvider
+		case payments.EventSucceededAfterDecline:
+			x.Kind, x.Action, x.IntentKind, x.LocalState = KindSucceededAfterDecline, ActionCompleted, payments.KindCharge, "DECLINED"
+		case payments.EventRefundFailedAfterSuccess:
+			x.Kind, x.Action, x.IntentKind, x.LocalState = KindRefundFailedAfterSuccess, ActionReversed, payments.KindRefund, "SUCCEEDED"
+		case payments.EventNeedsReview:
+			x.Kind, x.Action, x.IntentKind, x.LocalState = KindSucceededAfterDecline, ActionNeedsReview, payments.KindCharge, "DECLINED"
+			if refund {
+				x.Kind, x.IntentKind, x.LocalState = KindRefundFailedAfterSuccess, payments.KindRefund, "SUCCEEDED"
+			}
 		default:
 			x.Kind = KindUnmatchedProviderObject
 		}
-		x.ProviderState, x.Action = typ+" "+pid+" (event "+id+")", ActionReported
+		x.ProviderState = typ + " " + pid + " (event " + id + ")"
 		return x, nil
 	}, webhookDivergencesSQL, rep.RunID)
 }

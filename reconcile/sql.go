@@ -103,11 +103,13 @@ const (
 
 	// ledgerTotalsSQL sums per currency the postings on provider $6's cash
 	// account $1 of the intents created in [$2, $3): steps $4 (charges, in)
-	// and $5 (refunds, out).
+	// and $5 (refunds, out, less the reversals of refunds that failed
+	// afterwards, step $7, as providers net a failed refund out of their
+	// refunded total).
 	ledgerTotalsSQL = `
 SELECT p.currency,
        coalesce(sum(p.amount) FILTER (WHERE e.step = $4), 0)::text,
-       coalesce(-sum(p.amount) FILTER (WHERE e.step = $5), 0)::text
+       coalesce(-sum(p.amount) FILTER (WHERE e.step IN ($5, $7)), 0)::text
   FROM ledger_postings p
   JOIN ledger_entries e ON e.id = p.entry_id
   JOIN ledger_accounts a ON a.id = p.account_id
@@ -121,10 +123,10 @@ const (
 	// webhookDivergencesSQL lists the divergent webhook events received
 	// since the start of the last finished run other than $1.
 	webhookDivergencesSQL = `
-SELECT provider, event_id, event_type, outcome, detail, coalesce(intent_user, ''),
+SELECT provider, event_id, event_type, kind, outcome, detail, coalesce(intent_user, ''),
        coalesce(intent_key, ''), coalesce(currency, ''), coalesce(provider_id, ''), now() - received_at
   FROM webhook_events
- WHERE outcome IN ('unmatched', 'conflict', 'second_object')
+ WHERE outcome IN ('unmatched', 'conflict', 'second_object', 'succeeded_after_decline', 'refund_failed_after_success', 'needs_review')
    AND received_at > coalesce((SELECT max(started_at) FROM reconcile_runs WHERE finished_at IS NOT NULL AND id <> $1), '-infinity')
  ORDER BY received_at`
 )

@@ -821,7 +821,8 @@ func TestWebhookEventKinds(t *testing.T) {
 		{"AUTHORISATION", "false", payments.EventChargeFailed},
 		{"REFUND", "true", payments.EventRefundSucceeded},
 		{"REFUND", "false", payments.EventRefundFailed},
-		{"REFUND_FAILED", "true", payments.EventRefundFailed},
+		{"REFUND_FAILED", "true", payments.EventRefundReversed},
+		{"REFUNDED_REVERSED", "true", payments.EventRefundReversed},
 		{"CAPTURE", "true", payments.EventCaptureSucceeded},
 		{"CAPTURE", "false", payments.EventCaptureFailed},
 		{"CAPTURE_FAILED", "true", payments.EventCaptureFailed},
@@ -839,7 +840,7 @@ func TestWebhookEventKinds(t *testing.T) {
 		if evs[0].Kind != tc.want || evs[0].ID != it.PSPReference+":"+tc.code+":"+tc.success {
 			t.Fatalf("%s %s: %+v", tc.code, tc.success, evs[0])
 		}
-		if (tc.success == "false" || strings.HasSuffix(tc.code, "_FAILED")) != (evs[0].DeclineCode == "some reason") {
+		if (tc.success == "false" || strings.HasSuffix(tc.code, "_FAILED") || tc.code == "REFUNDED_REVERSED") != (evs[0].DeclineCode == "some reason") {
 			t.Fatalf("%s %s: DeclineCode %q", tc.code, tc.success, evs[0].DeclineCode)
 		}
 	}

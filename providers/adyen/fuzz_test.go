@@ -84,7 +84,7 @@ func fuzzVerifier(tb testing.TB, keys ...string) *adyen.Provider {
 
 var knownKinds = map[payments.EventKind]bool{
 	payments.EventChargeSucceeded: true, payments.EventChargeFailed: true, payments.EventChargePending: true,
-	payments.EventRefundSucceeded: true, payments.EventRefundFailed: true, payments.EventCaptureSucceeded: true,
+	payments.EventRefundSucceeded: true, payments.EventRefundFailed: true, payments.EventRefundReversed: true, payments.EventCaptureSucceeded: true,
 	payments.EventCaptureFailed: true, payments.EventCancelled: true, payments.EventCancelFailed: true,
 	payments.EventIgnored: true,
 }

@@ -18,8 +18,9 @@ var _ payments.RefundLooker = (*Provider)(nil)
 //
 // It returns one refund per refund pspReference with a REFUND or REFUND_FAILED notification
 // under req.ProviderKey: REFUND success true is [payments.RefundSucceeded]; REFUND success false
-// (refused: more than what is left, a cancelled payment) and REFUND_FAILED (the refund failed
-// after Adyen had accepted it) are [payments.RefundFailed], whatever else came (a failure is
+// (refused: more than what is left, a cancelled payment), REFUND_FAILED (the refund failed
+// after Adyen had accepted it) and REFUNDED_REVERSED (the refunded amount came back) are
+// [payments.RefundFailed], whatever else came (a failure is
 // never undone by a duplicate or a late success). Amount is the notification's. When set,
 // req.ChargeID keeps only the notifications whose originalReference is it, and req.ProviderID
 // only the refund with that pspReference. req.Key is not used. Replayed is false.
@@ -47,7 +48,7 @@ func (p *Provider) LookupRefund(ctx context.Context, req payments.RefundLookupRe
 	res := payments.RefundLookupResult{Refunds: []payments.RefundResult{}}
 	index := map[string]int{}
 	for _, ev := range events {
-		if (ev.Type != "REFUND" && ev.Type != "REFUND_FAILED") || ev.Reference != req.ProviderKey ||
+		if (ev.Type != "REFUND" && ev.Type != "REFUND_FAILED" && ev.Type != "REFUNDED_REVERSED") || ev.Reference != req.ProviderKey ||
 			(req.ChargeID != "" && ev.ChargeID != req.ChargeID) || (req.ProviderID != "" && ev.ProviderID != req.ProviderID) {
 			continue
 		}

@@ -93,7 +93,8 @@ func (it *notificationItem) signingString() string {
 //	                                      EventChargePending ([CaptureManual]: funds reserved only)
 //	AUTHORISATION failure                 EventChargeFailed
 //	REFUND success / failure              EventRefundSucceeded / EventRefundFailed
-//	REFUND_FAILED                         EventRefundFailed (a refund failed after success)
+//	REFUND_FAILED, REFUNDED_REVERSED      EventRefundReversed (a refund failed, or came back,
+//	                                      after success: the money is back at Adyen)
 //	CAPTURE success / failure             EventCaptureSucceeded / EventCaptureFailed
 //	CAPTURE_FAILED                        EventCaptureFailed
 //	TECHNICAL_CANCEL, CANCELLATION ok     EventCancelled, DeclineCode "cancelled"
@@ -214,8 +215,11 @@ func (p *Provider) event(it *notificationItem, raw json.RawMessage) (payments.We
 		ev.Kind = pick(ok, authorised, payments.EventChargeFailed)
 	case "REFUND":
 		ev.Kind = pick(ok, payments.EventRefundSucceeded, payments.EventRefundFailed)
-	case "REFUND_FAILED":
-		ev.Kind, ev.DeclineCode = payments.EventRefundFailed, it.Reason
+	case "REFUND_FAILED", "REFUNDED_REVERSED":
+		// The card scheme rejected the refund, or the refunded amount was
+		// returned (https://docs.adyen.com/api-explorer/Webhooks/1/post/REFUND_FAILED,
+		// .../REFUNDED_REVERSED): whatever success says, the refund did not reach the shopper.
+		ev.Kind, ev.DeclineCode = payments.EventRefundReversed, it.Reason
 	case "CAPTURE":
 		ev.Kind = pick(ok, payments.EventCaptureSucceeded, payments.EventCaptureFailed)
 	case "CAPTURE_FAILED":

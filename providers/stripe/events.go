@@ -28,9 +28,9 @@ var _ payments.WebhookVerifier = (*Provider)(nil)
 //	payment_intent.payment_failed             EventChargeFailed     PaymentIntent
 //	payment_intent.processing                 EventChargePending    PaymentIntent
 //	charge.refunded                           EventRefundSucceeded  its PaymentIntent its PaymentIntent
-//	refund.updated, refund.failed,            EventRefundFailed     refund           its PaymentIntent
-//	  charge.refund.updated (status failed
-//	  or canceled)
+//	refund.updated, refund.failed,            EventRefundReversed   refund           its PaymentIntent
+//	  charge.refund.updated (status failed)
+//	the same (status canceled)                EventRefundFailed     refund           its PaymentIntent
 //	anything else                             EventIgnored
 //
 // ID is the event's id (Stripe delivers at least once: dedupe on it), Type
@@ -149,7 +149,16 @@ func webhookEvent(ev stripego.Event, body []byte) (payments.WebhookEvent, error)
 		if out.Amount, err = eventAmount(re.Amount, re.Currency); err != nil {
 			return out, err
 		}
-		if re.Status == stripego.RefundStatusFailed || re.Status == stripego.RefundStatusCanceled {
+		switch re.Status {
+		case stripego.RefundStatusFailed:
+			// Failed, possibly after it succeeded (a closed card): its
+			// failure_balance_transaction gives the amount back to the
+			// balance (https://docs.stripe.com/refunds, failed refunds;
+			// https://docs.stripe.com/api/refunds/object).
+			out.Kind = payments.EventRefundReversed
+			out.DeclineCode = string(re.FailureReason)
+		case stripego.RefundStatusCanceled:
+			// Only a refund not yet succeeded can be canceled.
 			out.Kind = payments.EventRefundFailed
 			out.DeclineCode = string(re.FailureReason)
 		}

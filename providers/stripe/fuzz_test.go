@@ -106,7 +106,7 @@ func fuzzVerifier(f *testing.F) *paystripe.Provider {
 
 var knownKinds = map[payments.EventKind]bool{
 	payments.EventChargeSucceeded: true, payments.EventChargeFailed: true, payments.EventChargePending: true,
-	payments.EventRefundSucceeded: true, payments.EventRefundFailed: true, payments.EventIgnored: true,
+	payments.EventRefundSucceeded: true, payments.EventRefundFailed: true, payments.EventRefundReversed: true, payments.EventIgnored: true,
 }
 
 // verifyTwice verifies a delivery twice and fails t unless both answers are

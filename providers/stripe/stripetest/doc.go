@@ -48,6 +48,9 @@
 //   - POST /v1/refunds (payment_intent or charge, amount, metadata[...]), bounded by the amount
 //     received: amount_too_large, charge_already_refunded. Refunds succeed at once;
 //     [Server.FailRefund] makes one fail later, as a refund to a closed card does.
+//   - A declined PaymentIntent can still succeed: [Server.ConfirmPaymentIntent] confirms it
+//     again with another payment method, as the customer's browser does with its client
+//     secret.
 //     GET /v1/refunds/{id}; GET /v1/refunds (newest first; payment_intent, charge, limit 1..100
 //     (default 10; anything else is Stripe's 400 parameter_invalid_integer), starting_after),
 //     in Stripe's list envelope (object "list", data, has_more, url), each refund with its
@@ -107,10 +110,14 @@
 // # Webhooks
 //
 // With Config.WebhookURL set, the fake POSTs Stripe events there: payment_intent.succeeded when
-// a PaymentIntent succeeds, payment_intent.payment_failed when one is declined, and
-// charge.refunded when a refund is created (data.object is the charge with amount_refunded and
-// refunded; data.previous_attributes the old values). Events carry Stripe's envelope (id
-// "evt_...", object "event", type, created, api_version [APIVersion], data.object, request) and
+// a PaymentIntent succeeds, payment_intent.payment_failed when one is declined (both also for
+// [Server.ConfirmPaymentIntent]), charge.refunded when a refund is created (data.object is the
+// charge with amount_refunded and refunded; data.previous_attributes the old values), and
+// charge.refund.updated when [Server.FailRefund] fails a refund (data.object the refund,
+// status failed; data.previous_attributes status succeeded: at [APIVersion] Stripe announces a
+// charge's refund failing that way, refund.failed only since 2024-10-28.acacia). Events carry
+// Stripe's envelope (id "evt_...", object "event", type, created, api_version [APIVersion],
+// data.object, request) and
 // are signed as Stripe signs them: "Stripe-Signature: t=<unix>,v1=<hex HMAC-SHA256>" over
 // "<t>.<payload>" with Config.WebhookSecret ([DefaultWebhookSecret]), t from Config.Clock, so
 // verify deliveries from a fake on a [ManualClock] with IgnoreTolerance. Verify with stripe-go:

@@ -431,7 +431,8 @@ func (s *Server) listRefunds(c *call) (*response, bool) {
 // at Stripe days after it was created: its status becomes failed (failure_reason
 // expired_or_canceled_card), its amount is refundable again, and a refund_failure balance
 // transaction (failure_balance_transaction) gives the amount back to the balance, created now
-// on Config.Clock. No event is emitted. It returns
+// on Config.Clock, and charge.refund.updated is emitted with the failed refund (see
+// refundFailedEvent). It returns
 // an error naming the problem when the refund is unknown or not succeeded.
 func (s *Server) FailRefund(id string) error {
 	s.mu.Lock()
@@ -444,6 +445,7 @@ func (s *Server) FailRefund(id string) error {
 	re.FailureReason = ptr("expired_or_canceled_card")
 	re.FailureBalanceTransaction = ptr(s.recordBalanceLocked("refund_failure", re.Amount, re.Currency, re.ID, nil))
 	s.intents[re.PaymentIntent].refunded -= re.Amount
+	s.emitRefundFailedLocked(re)
 	return nil
 }
 

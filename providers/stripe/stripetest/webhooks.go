@@ -30,7 +30,7 @@ type Event struct {
 	ID       string // "evt_..."
 	Type     string // e.g. "payment_intent.succeeded"
 	Created  int64  // Unix seconds on Config.Clock
-	ObjectID string // id of data.object (a PaymentIntent or a charge)
+	ObjectID string // id of data.object (a PaymentIntent, a charge or a refund)
 	Payload  []byte // the JSON body POSTed to Config.WebhookURL
 
 	// Delivered counts deliveries answered 2xx; Failed counts deliveries abandoned after
@@ -147,6 +147,8 @@ func (s *Server) emitLocked(c *call, typ string, obj any, prev map[string]any) {
 	case *paymentIntent:
 		objID = o.ID
 	case *charge:
+		objID = o.ID
+	case *refund:
 		objID = o.ID
 	}
 	s.wh.Emit(func(seq int64) *Event {
