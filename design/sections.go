@@ -173,8 +173,8 @@ func sections(d *Document) []Section {
 	// 8. Security.
 	b[7] = append(b[7], list(
 		"Scope from authentication only, never from the body; a protected route without an authenticated scope answers 401.",
-		"A key of another scope answers 404: keys cannot be probed across tenants.",
-		"Client intents must carry 128 bits of entropy (RequireEntropy): guessable keys would let one client replay another's request within its own scope.",
+		"Client keys must carry 128 bits of entropy (the middleware's default; 400 otherwise): a guessable key could be taken first by another tenant, or replay another client's request within its own scope.",
+		"Each scope's keys are its own: the same key under another scope is another record, never that scope's answer, and no tenant can block or detect another's keys.",
 		"Rate-limit new keys per scope (429 beyond it; idempotency.keys_created_per_user); replays are never counted.",
 		"Never log a full key, fingerprint or body: a short hash prefix only. Error bodies are problem+json and never echo keys.",
 		"Stored responses may hold personal data: store a hash only for routes that do not need a byte-for-byte replay (StoreHashOnly), and encrypt at rest where required; Set-Cookie is never stored or replayed.",
@@ -471,9 +471,8 @@ if err != nil {
 	return err
 }
 protect, err := idempotency.Middleware(exec, idempotency.MiddlewareConfig{
-	Scope:          func(r *http.Request) string { return auth.UserID(r.Context()) }, // from authentication
-	RequireEntropy: true,
-	Limiter:        limiter, // pgstore.NewLimiter(pool, 100, time.Minute): shared by every instance
+	Scope:   func(r *http.Request) string { return auth.UserID(r.Context()) }, // from authentication; keys: UUIDv4 or ULID
+	Limiter: limiter, // pgstore.NewLimiter(pool, 100, time.Minute): shared by every instance
 	Routes: []idempotency.Route{
 `, int(lt/time.Second), int(ret/time.Hour))
 	for _, x := range d.Actions {

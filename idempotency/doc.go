@@ -133,7 +133,9 @@
 //	same key, other significant fields 409 (or 422: MismatchStatus)
 //	key missing where required         400
 //	malformed key                      400
-//	key of another scope               404, never 403, never that scope's answer
+//	key that cannot carry 128 bits     400: send a UUIDv4 or a ULID (AllowLowEntropyKeys opts out)
+//	the same key in another scope      that scope's own record: scopes never share keys
+//	                                   (404 under AllowLowEntropyKeys)
 //	too many new keys from one scope   429 with Retry-After (Limiter; pgstore.Limiter is shared)
 //	body over MaxRequestBody           413
 //
@@ -145,11 +147,21 @@
 // sealed at rest with [Encrypted], or reduced to a status and a body hash
 // per route (Route.StoreHashOnly).
 //
-// How the 404 is decided in one round trip: the middleware stores the key
-// as "{action}_{client key}" with the scope in the record's other primary
-// key column (user_id), so the claim statement finds a live record of the
-// same key under another scope through the primary key's leading column,
-// in the same statement that would insert it (ClaimParams.RefuseForeign).
+// Client keys must carry 128 bits of entropy by default ([CheckEntropy]: a
+// UUIDv4, a ULID, or a string long enough): a key like "order-1" is
+// answered 400 before anything is stored. Keys that cannot be guessed make
+// scopes independent: the middleware stores the key as
+// "{action}_{client key}" with the scope in the record's other primary key
+// column (user_id), so the same key under two scopes is two records, and
+// nothing one tenant sends can block or reveal another's request.
+// MiddlewareConfig.AllowLowEntropyKeys accepts any key and keeps the
+// earlier answer to a key another scope holds, 404, decided in the claim's
+// own statement through the primary key's leading column
+// (ClaimParams.RefuseForeign); its cost is that a guessable key used first
+// by one tenant blocks it for every other tenant until it expires.
+// Server-derived keys (webhooks, queue messages, cron slots: [DeriveIntent],
+// package inbox, package cronslot) do not go through the middleware and
+// are not subject to the entropy rule: no client chooses them.
 //
 // # Metrics
 //

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"strings"
 )
 
@@ -84,7 +85,10 @@ func ValidateKey(key string) error {
 // KeyPolicy composes and validates keys.
 type KeyPolicy struct {
 	// RequireEntropy refuses client intents that cannot carry 128 bits of
-	// entropy (see [CheckEntropy]). Default false.
+	// entropy (see [CheckEntropy]). Default false, for server-derived
+	// intents ([DeriveIntent], a message id, a cron slot), which no other
+	// caller chooses; set it when the intent is a client's key, as
+	// [Middleware] does unless MiddlewareConfig.AllowLowEntropyKeys.
 	RequireEntropy bool
 }
 
@@ -156,18 +160,36 @@ func DeriveIntent(fields ...string) string {
 // whose length times log2 of its alphabet (hex 4 bits, base32 5,
 // base64url 6 per character) reaches 128 bits. Strings of one repeated
 // character are refused whatever their length.
+//
+// It checks what a key can carry, not how it was made: "order-1" is
+// refused, but a long counter would pass. Client keys must come from a
+// cryptographic random source (a UUIDv4 or a ULID library), new for each
+// operation and the same for its retries. Errors are *InvalidError naming
+// "intent", without the key.
 func CheckEntropy(intent string) error {
+	if why := entropyShortfall(intent); why != "" {
+		return invalid("intent", "%s: use a UUIDv4 or a ULID", why)
+	}
+	return nil
+}
+
+// entropyShortfall says why intent cannot carry 128 bits, or "" when it
+// can.
+func entropyShortfall(intent string) string {
+	if intent == "" {
+		return "empty"
+	}
 	if isUUID(intent) {
 		if intent[14] != '4' {
-			return invalid("intent", "a UUID must be version 4 (random) to carry 128 bits of entropy")
+			return "a UUID must be version 4 (random) to carry 128 bits of entropy"
 		}
-		return nil
+		return ""
 	}
 	if isULID(intent) {
-		return nil
+		return ""
 	}
 	if strings.Count(intent, intent[:1]) == len(intent) {
-		return invalid("intent", "one repeated character carries no entropy")
+		return "one repeated character carries no entropy"
 	}
 	bitsPer := 6
 	switch {
@@ -177,9 +199,9 @@ func CheckEntropy(intent string) error {
 		bitsPer = 5
 	}
 	if len(intent)*bitsPer < 128 {
-		return invalid("intent", "%d characters carry at most %d bits; at least 128 are required (use a UUIDv4 or ULID)", len(intent), len(intent)*bitsPer)
+		return fmt.Sprintf("%d characters carry at most %d bits; at least 128 are required", len(intent), len(intent)*bitsPer)
 	}
-	return nil
+	return ""
 }
 
 func isUUID(s string) bool {

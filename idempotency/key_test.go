@@ -65,10 +65,14 @@ func TestCheckEntropy(t *testing.T) {
 		"order-42",
 		"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
 		"9f86d081884c7d659a2feaa0c55ad01", // 31 hex
+		"",
 	}
 	for _, s := range bad {
-		if err := idempotency.CheckEntropy(s); !errors.Is(err, idempotency.ErrInvalid) {
-			t.Errorf("CheckEntropy(%q) = %v, want refusal", s, err)
+		// A refusal names the field and the fix, never the key.
+		err := idempotency.CheckEntropy(s)
+		var ie *idempotency.InvalidError
+		if !errors.As(err, &ie) || ie.Field != "intent" || !strings.Contains(ie.Reason, "use a UUIDv4 or a ULID") || (s != "" && strings.Contains(err.Error(), s)) {
+			t.Errorf("CheckEntropy(%q) = %v, want an *InvalidError naming intent and the fix", s, err)
 		}
 	}
 	if _, err := (idempotency.KeyPolicy{RequireEntropy: true}).Compose("u", "a", "42"); err == nil {

@@ -30,7 +30,9 @@ const (
 	Enforce Mode = iota
 	// LogOnly claims and records keys, counts and logs what it would have
 	// blocked, and lets every request through: switch it on in production,
-	// watch the metrics and logs, then enforce.
+	// watch the metrics and logs, then enforce. A key that would be
+	// refused for its entropy passes through unprotected and unrecorded,
+	// with a warning.
 	LogOnly
 )
 
@@ -85,9 +87,24 @@ type MiddlewareConfig struct {
 	// Structured Field strings ("...") are both accepted. Default
 	// "Idempotency-Key".
 	KeyHeader string
-	// RequireEntropy refuses client keys that cannot carry 128 bits of
-	// entropy (400). Default false.
-	RequireEntropy bool
+	// AllowLowEntropyKeys accepts client keys that cannot carry 128 bits
+	// of entropy. Default false: a key must be a UUIDv4, a ULID or another
+	// string long enough for 128 bits ([CheckEntropy]); any other key is
+	// answered 400 (problem type idempotency-key-low-entropy, telling the
+	// client to send a UUIDv4 or a ULID) before the body is read or
+	// anything is stored. Such keys cannot be guessed, so each scope's keys
+	// are its own: the same key under two scopes is two records, and
+	// nothing one scope sends changes what another gets.
+	//
+	// Setting it keeps the behaviour of earlier versions, for clients that
+	// cannot yet send random keys: keys of any shape are accepted, and a
+	// key that another scope holds is answered 404 for that record's whole
+	// retention. The trade-off: a guessable key ("order-1", "retry-1")
+	// used first by one tenant, by accident or on purpose, blocks every
+	// other tenant's requests with that key (404) until it expires, and the
+	// 404 tells a caller which guessable keys other tenants use. Move the
+	// clients to random keys and leave this false.
+	AllowLowEntropyKeys bool
 	// MaxRequestBody bounds protected request bodies; beyond it the answer
 	// is 413 and nothing is recorded. Default 1 MiB.
 	MaxRequestBody int64
@@ -294,18 +311,30 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *Route, ne
 	}
 	intent, err := parseKeyHeader(raw)
 	if err == nil {
-		_, err = KeyPolicy{RequireEntropy: m.cfg.RequireEntropy}.Compose(scope, rt.Action, intent)
+		_, err = ComposeKey(scope, rt.Action, intent)
 	}
 	if err != nil {
 		// The reason names what is wrong; the key itself is never echoed.
 		problem(w, http.StatusBadRequest, "idempotency-key-malformed", "The "+m.cfg.KeyHeader+" header is malformed: "+reasonOf(err), 0)
 		return
 	}
+	// A guessable key is refused before anything is stored: it can then
+	// neither collide with another caller's nor be taken first by one.
+	if why := entropyShortfall(intent); why != "" && !m.cfg.AllowLowEntropyKeys {
+		if m.cfg.Mode == LogOnly {
+			m.log.Warn("idempotency: log-only: would have refused a low-entropy key; passed through unprotected", "route", rt.Pattern)
+			next.ServeHTTP(w, r)
+			return
+		}
+		problem(w, http.StatusBadRequest, "idempotency-key-low-entropy", "The "+m.cfg.KeyHeader+" header must carry at least 128 bits of entropy, so that no other caller can guess it ("+why+"). Send a random UUIDv4 or a ULID, new for each operation and the same on its retries.", 0)
+		return
+	}
 	// The stored key is the action and the client's key; the scope is the
 	// record's other primary-key column (user_id). So the same client key
-	// under two scopes is two records, and a key that exists only under
-	// another scope is found by the claim itself, through the primary
-	// key's leading column, and answered 404 without a second round trip.
+	// under two scopes is two records. Under AllowLowEntropyKeys a key
+	// that exists only under another scope is refused (RefuseForeign):
+	// the claim finds it through the primary key's leading column and it
+	// is answered 404 without a second round trip.
 	key := rt.Action + "_" + intent
 
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.cfg.MaxRequestBody+1))
@@ -329,7 +358,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *Route, ne
 		problem(w, http.StatusBadRequest, "request-invalid", reasonOf(err), 0)
 		return
 	}
-	req := Request{Scope: scope, Key: key, Fingerprint: fp, RefuseForeign: true, NoCache: rt.NoReplayCache}
+	req := Request{Scope: scope, Key: key, Fingerprint: fp, RefuseForeign: m.cfg.AllowLowEntropyKeys, NoCache: rt.NoReplayCache}
 	log := m.log.With("route", rt.Pattern, "key", ShortHash(key))
 
 	var rec *recorder
@@ -431,7 +460,8 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *Route, ne
 			problem(w, m.cfg.MismatchStatus, "idempotency-key-reused", "This key was already used with a different request.", 0)
 			return
 		case errors.Is(err, ErrForeignKey):
-			// Never 403, never the other scope's answer: as if it did not exist.
+			// Only under AllowLowEntropyKeys. Never 403, never the other
+			// scope's answer: as if it did not exist.
 			log.Warn("idempotency: key of another scope refused")
 			problem(w, http.StatusNotFound, "idempotency-key-unknown", "No request with this key exists for this caller.", 0)
 			return

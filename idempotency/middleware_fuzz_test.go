@@ -154,19 +154,26 @@ func FuzzParseKeyHeader(f *testing.F) {
 }
 
 // FuzzMiddlewareHeaders sends fuzzed Authorization (the scope is its bearer
-// token), Idempotency-Key and Accept headers through the middleware: a
-// streaming request passes through unprotected; a missing or unusable scope
-// is 401; a key the documented reading refuses is 400 naming the header,
-// the handler not run; an accepted key runs the handler once, and the same
-// request again is a replay.
+// token), Idempotency-Key and Accept headers through the middleware, with
+// entropy required (the default) or not (AllowLowEntropyKeys): a streaming
+// request passes through unprotected; a missing or unusable scope is 401; a
+// key the documented reading refuses is 400 naming the header, and so is,
+// by default, a key that cannot carry 128 bits (CheckEntropy), the handler
+// not run; an accepted key runs the handler once, and the same request
+// again is a replay.
 func FuzzMiddlewareHeaders(f *testing.F) {
-	addKeySeeds(func(key, extra string, n uint8) { f.Add("Bearer "+fuzzScope, key, extra, n, "application/json") })
-	for _, auth := range []string{"", "Bearer ", "Basic dTE6cA==", "Bearer u 1", "Bearer u_1.x:y-z", "Bearer " + strings.Repeat("u", idempotency.MaxScopeLen+1)} {
-		f.Add(auth, "k-1", "", uint8(2), "")
+	for _, allowLow := range []bool{false, true} {
+		addKeySeeds(func(key, extra string, n uint8) {
+			f.Add("Bearer "+fuzzScope, key, extra, n, "application/json", allowLow)
+		})
 	}
-	f.Add("Bearer "+fuzzScope, "k-1", "", uint8(2), "text/event-stream")
-	f.Add("Bearer "+fuzzScope, "k-1", "", uint8(2), "text/html, text/event-stream;q=0.9")
-	f.Fuzz(func(t *testing.T, auth, key, extra string, n uint8, accept string) {
+	const uuid4 = "0190b3c2-7d1e-4a8b-9c3d-2e5f6a7b8c9d"
+	for _, auth := range []string{"", "Bearer ", "Basic dTE6cA==", "Bearer u 1", "Bearer u_1.x:y-z", "Bearer " + strings.Repeat("u", idempotency.MaxScopeLen+1)} {
+		f.Add(auth, uuid4, "", uint8(2), "", false)
+	}
+	f.Add("Bearer "+fuzzScope, "k-1", "", uint8(2), "text/event-stream", false)
+	f.Add("Bearer "+fuzzScope, uuid4, "", uint8(2), "text/html, text/event-stream;q=0.9", false)
+	f.Fuzz(func(t *testing.T, auth, key, extra string, n uint8, accept string, allowLow bool) {
 		exec, err := idempotency.New(memstore.New(nil), &idempotency.Config{LockTimeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -176,8 +183,9 @@ func FuzzMiddlewareHeaders(f *testing.F) {
 				scope, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 				return scope
 			},
-			Routes:    []idempotency.Route{{Pattern: "POST /items", Action: fuzzAction, RequireKey: true}},
-			RateLimit: -1,
+			Routes:              []idempotency.Route{{Pattern: "POST /items", Action: fuzzAction, RequireKey: true}},
+			RateLimit:           -1,
+			AllowLowEntropyKeys: allowLow,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -219,6 +227,8 @@ func FuzzMiddlewareHeaders(f *testing.F) {
 			refused(http.StatusBadRequest, "requires an Idempotency-Key header")
 		case !ok:
 			refused(http.StatusBadRequest, "The Idempotency-Key header is malformed")
+		case !allowLow && idempotency.CheckEntropy(want) != nil:
+			refused(http.StatusBadRequest, "The Idempotency-Key header must carry at least 128 bits of entropy")
 		default:
 			if w.Code != http.StatusCreated || calls != 1 {
 				t.Fatalf("key %q (%q): %d %s after %d calls; want the handler run once", values, want, w.Code, w.Body, calls)

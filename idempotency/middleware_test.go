@@ -19,6 +19,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/google/uuid"
+
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/memstore"
 )
@@ -27,13 +29,15 @@ type mwBundle struct {
 	h     http.Handler
 	calls *atomic.Int64
 	logs  *bytes.Buffer
+	store *memstore.Store
 }
 
 // mwSetup protects POST /items with a handler that answers what the
 // request's "status" query asks, after "sleep".
 func mwSetup(t *testing.T, mutate func(*idempotency.MiddlewareConfig)) mwBundle {
 	t.Helper()
-	exec, err := idempotency.New(memstore.New(nil), &idempotency.Config{LockTimeout: 2 * time.Second})
+	store := memstore.New(nil)
+	exec, err := idempotency.New(store, &idempotency.Config{LockTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +80,7 @@ func mwSetup(t *testing.T, mutate func(*idempotency.MiddlewareConfig)) mwBundle 
 	}
 	mux.HandleFunc("POST /items", handler)
 	mux.HandleFunc("POST /other", handler)
-	return mwBundle{h: mw(mux), calls: &calls, logs: &logs}
+	return mwBundle{h: mw(mux), calls: &calls, logs: &logs, store: store}
 }
 
 type lockedWriter struct {
@@ -110,13 +114,14 @@ const item = `{"name":"pen","price":"1.50","note":"ignored"}`
 
 func TestMiddlewareReplayAllowlistAndBytes(t *testing.T) {
 	t.Parallel()
+	key := uuid.NewString()
 	b := mwSetup(t, nil)
-	first := do(b.h, "/items", "u1", "k-1", item)
+	first := do(b.h, "/items", "u1", key, item)
 	if first.Code != 201 || first.Header().Get("Set-Cookie") == "" {
 		t.Fatalf("first: %d %v", first.Code, first.Header())
 	}
 	// Same significant fields, other order, other insignificant field.
-	again := do(b.h, "/items", "u1", "k-1", `{"price":"1.50", "name":"pen","note":"other"}`)
+	again := do(b.h, "/items", "u1", key, `{"price":"1.50", "name":"pen","note":"other"}`)
 	if again.Code != 201 || again.Header().Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body.Bytes(), first.Body.Bytes()) {
 		t.Fatalf("replay: %d %q %v", again.Code, again.Body.Bytes(), again.Header())
 	}
@@ -130,8 +135,8 @@ func TestMiddlewareReplayAllowlistAndBytes(t *testing.T) {
 		t.Fatalf("handler ran %d times", b.calls.Load())
 	}
 	// Unprotected route: no replay.
-	do(b.h, "/other", "u1", "k-1", item)
-	do(b.h, "/other", "u1", "k-1", item)
+	do(b.h, "/other", "u1", key, item)
+	do(b.h, "/other", "u1", key, item)
 	if b.calls.Load() != 3 {
 		t.Fatalf("unprotected route: handler ran %d times, want 3", b.calls.Load())
 	}
@@ -147,12 +152,12 @@ func TestMiddlewareStatuses(t *testing.T) {
 		name, user, key, body string
 		want                  int
 	}{
-		{"no scope", "", "k", item, 401},
+		{"no scope", "", uuid.NewString(), item, 401},
 		{"no key", "u1", "", item, 400},
 		{"malformed key", "u1", "a key", item, 400},
 		{"bad sf string", "u1", `"abc\q"`, item, 400},
-		{"body too large", "u1", "k-big", `{"name":"` + strings.Repeat("x", 100) + `"}`, 413},
-		{"not JSON with fields", "u1", "k-nj", "name=pen", 400},
+		{"body too large", "u1", uuid.NewString(), `{"name":"` + strings.Repeat("x", 100) + `"}`, 413},
+		{"not JSON with fields", "u1", uuid.NewString(), "name=pen", 400},
 	}
 	for _, c := range cases {
 		w := do(b.h, "/items", c.user, c.key, c.body)
@@ -170,16 +175,17 @@ func TestMiddlewareStatuses(t *testing.T) {
 
 func TestMiddlewareMismatch422AndInProgress(t *testing.T) {
 	t.Parallel()
+	key := uuid.NewString()
 	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.MismatchStatus = 422 })
 	done := make(chan *httptest.ResponseRecorder)
-	go func() { done <- do(b.h, "/items?sleep=300ms", "u1", "k-1", item) }()
+	go func() { done <- do(b.h, "/items?sleep=300ms", "u1", key, item) }()
 	time.Sleep(100 * time.Millisecond)
-	busy := do(b.h, "/items", "u1", "k-1", item)
+	busy := do(b.h, "/items", "u1", key, item)
 	if busy.Code != 409 || busy.Header().Get("Retry-After") == "" {
 		t.Fatalf("in progress: %d %v", busy.Code, busy.Header())
 	}
 	<-done
-	mm := do(b.h, "/items", "u1", "k-1", `{"name":"pen","price":"2.00"}`)
+	mm := do(b.h, "/items", "u1", key, `{"name":"pen","price":"2.00"}`)
 	if mm.Code != 422 || strings.Contains(mm.Body.String(), "call") {
 		t.Fatalf("mismatch: %d %s", mm.Code, mm.Body)
 	}
@@ -190,6 +196,7 @@ func TestMiddlewareMismatch422AndInProgress(t *testing.T) {
 
 func TestMiddlewareWaitInFlightReplays(t *testing.T) {
 	t.Parallel()
+	key := uuid.NewString()
 	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.WaitInFlight = 3 * time.Second })
 	var wg sync.WaitGroup
 	res := make([]*httptest.ResponseRecorder, 5)
@@ -197,7 +204,7 @@ func TestMiddlewareWaitInFlightReplays(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			res[i] = do(b.h, "/items?sleep=200ms", "u1", "k-dbl", item)
+			res[i] = do(b.h, "/items?sleep=200ms", "u1", key, item)
 		}(i)
 	}
 	wg.Wait()
@@ -213,14 +220,15 @@ func TestMiddlewareWaitInFlightReplays(t *testing.T) {
 
 func TestMiddleware4xxStored5xxReleased(t *testing.T) {
 	t.Parallel()
+	k400, k500 := uuid.NewString(), uuid.NewString()
 	b := mwSetup(t, nil)
-	a := do(b.h, "/items?status=400", "u1", "k-400", item)
-	a2 := do(b.h, "/items", "u1", "k-400", item)
+	a := do(b.h, "/items?status=400", "u1", k400, item)
+	a2 := do(b.h, "/items", "u1", k400, item)
 	if a.Code != 400 || a2.Code != 400 || a2.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("4xx: %d then %d", a.Code, a2.Code)
 	}
-	s := do(b.h, "/items?status=500", "u1", "k-500", item)
-	s2 := do(b.h, "/items", "u1", "k-500", item)
+	s := do(b.h, "/items?status=500", "u1", k500, item)
+	s2 := do(b.h, "/items", "u1", k500, item)
 	if s.Code != 500 || s2.Code != 201 || s2.Header().Get("Idempotent-Replayed") != "" {
 		t.Fatalf("5xx: %d then %d (a 5xx must release the key)", s.Code, s2.Code)
 	}
@@ -229,8 +237,8 @@ func TestMiddleware4xxStored5xxReleased(t *testing.T) {
 	}
 
 	stored := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.Store5xx = true })
-	do(stored.h, "/items?status=500", "u1", "k-500", item)
-	r := do(stored.h, "/items", "u1", "k-500", item)
+	do(stored.h, "/items?status=500", "u1", k500, item)
+	r := do(stored.h, "/items", "u1", k500, item)
 	if r.Code != 500 || r.Header().Get("Idempotent-Replayed") != "true" || stored.calls.Load() != 1 {
 		t.Fatalf("Store5xx: %d calls=%d", r.Code, stored.calls.Load())
 	}
@@ -238,10 +246,11 @@ func TestMiddleware4xxStored5xxReleased(t *testing.T) {
 
 func TestMiddlewareLogOnly(t *testing.T) {
 	t.Parallel()
+	key := uuid.NewString()
 	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.Mode = idempotency.LogOnly })
-	do(b.h, "/items", "u1", "k-1", item)
-	r := do(b.h, "/items", "u1", "k-1", item)
-	m := do(b.h, "/items", "u1", "k-1", `{"name":"pen","price":"9"}`)
+	do(b.h, "/items", "u1", key, item)
+	r := do(b.h, "/items", "u1", key, item)
+	m := do(b.h, "/items", "u1", key, `{"name":"pen","price":"9"}`)
 	if r.Code != 201 || r.Header().Get("Idempotent-Replayed") != "" || m.Code != 201 {
 		t.Fatalf("log-only must let everything through: %d %d", r.Code, m.Code)
 	}
@@ -256,9 +265,10 @@ func TestMiddlewareLogOnly(t *testing.T) {
 
 func TestMiddlewareStreamingPassesThrough(t *testing.T) {
 	t.Parallel()
+	key := uuid.NewString()
 	b := mwSetup(t, nil)
-	do(b.h, "/items", "u1", "k-s", item, "Accept", "text/event-stream")
-	do(b.h, "/items", "u1", "k-s", item, "Accept", "text/event-stream")
+	do(b.h, "/items", "u1", key, item, "Accept", "text/event-stream")
+	do(b.h, "/items", "u1", key, item, "Accept", "text/event-stream")
 	if b.calls.Load() != 2 || !strings.Contains(b.logs.String(), "passed through unprotected") {
 		t.Fatalf("streaming: calls=%d logs=%s", b.calls.Load(), b.logs)
 	}
@@ -267,7 +277,7 @@ func TestMiddlewareStreamingPassesThrough(t *testing.T) {
 // No log line carries a full key, fingerprint or body.
 func TestMiddlewareLogHygiene(t *testing.T) {
 	t.Parallel()
-	const secretKey = "k-7f3a9c1e5b2d4f60"
+	secretKey := uuid.NewString()
 	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.Mode = idempotency.LogOnly })
 	body := `{"name":"card-4242424242424242","price":"1.50"}`
 	do(b.h, "/items", "u1", secretKey, body)
@@ -308,26 +318,27 @@ func TestMiddlewareConfigErrors(t *testing.T) {
 
 func TestMiddlewareRateLimitsNewKeysOnly(t *testing.T) {
 	t.Parallel()
+	keys := []string{uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()}
 	reader := sdkmetric.NewManualReader()
 	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) {
 		c.RateLimit = 3
 		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	})
 	for i := 0; i < 3; i++ {
-		if w := do(b.h, "/items", "u1", "k-"+string(rune('a'+i)), item); w.Code != 201 {
+		if w := do(b.h, "/items", "u1", keys[i], item); w.Code != 201 {
 			t.Fatalf("key %d: %d", i, w.Code)
 		}
 	}
-	over := do(b.h, "/items", "u1", "k-d", item)
+	over := do(b.h, "/items", "u1", keys[3], item)
 	if over.Code != 429 || over.Header().Get("Retry-After") == "" || over.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("4th new key: %d %v", over.Code, over.Header())
 	}
 	// Replays are not new keys: still served.
-	if w := do(b.h, "/items", "u1", "k-a", item); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" {
+	if w := do(b.h, "/items", "u1", keys[0], item); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay under the limit: %d", w.Code)
 	}
 	// Another scope has its own budget.
-	if w := do(b.h, "/items", "u2", "k-d", item); w.Code != 201 {
+	if w := do(b.h, "/items", "u2", keys[3], item); w.Code != 201 {
 		t.Fatalf("other scope: %d", w.Code)
 	}
 	if b.calls.Load() != 4 {
@@ -354,9 +365,10 @@ func TestMiddlewareRateLimitsNewKeysOnly(t *testing.T) {
 
 func TestMiddlewareStoreHashOnly(t *testing.T) {
 	t.Parallel()
+	key := uuid.NewString()
 	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.Routes[0].StoreHashOnly = true })
-	first := do(b.h, "/items", "u1", "k-h", item)
-	again := do(b.h, "/items", "u1", "k-h", item)
+	first := do(b.h, "/items", "u1", key, item)
+	again := do(b.h, "/items", "u1", key, item)
 	if first.Code != 201 || len(first.Body.Bytes()) == 0 {
 		t.Fatalf("first: %d %q", first.Code, first.Body)
 	}
@@ -372,35 +384,107 @@ func TestMiddlewareStoreHashOnly(t *testing.T) {
 	}
 }
 
-// A key that exists only under another scope answers 404: never 403, never
-// that scope's response, and nothing runs or is stored.
-func TestMiddlewareForeignKey404(t *testing.T) {
+// Two honest scopes that send the same random key (a client acting for
+// both, or a key copied between them) each get their own execution and
+// their own replays: a scope's keys are its own, and no scope can make
+// another's request fail.
+func TestMiddlewareScopesOwnTheirKeys(t *testing.T) {
 	t.Parallel()
 	b := mwSetup(t, nil)
-	first := do(b.h, "/items", "u1", "k-shared", item)
-	other := do(b.h, "/items", "u2", "k-shared", item)
+	key := uuid.NewString()
+	first := do(b.h, "/items", "u1", key, item)
+	other := do(b.h, "/items", "u2", key, item)
+	if first.Code != 201 || other.Code != 201 || other.Header().Get("Idempotent-Replayed") != "" || bytes.Equal(other.Body.Bytes(), first.Body.Bytes()) {
+		t.Fatalf("the same random key under two scopes: %d %q then %d %q, want two executions", first.Code, first.Body, other.Code, other.Body)
+	}
+	for _, c := range []struct {
+		scope string
+		want  *httptest.ResponseRecorder
+	}{{"u1", first}, {"u2", other}} {
+		again := do(b.h, "/items", c.scope, key, item)
+		if again.Header().Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.Body.Bytes(), c.want.Body.Bytes()) {
+			t.Fatalf("%s's retry: %d %q, want its own answer %q", c.scope, again.Code, again.Body, c.want.Body)
+		}
+	}
+	if b.calls.Load() != 2 {
+		t.Fatalf("handler ran %d times, want 2", b.calls.Load())
+	}
+}
+
+// A guessable key is refused (400, the rule and the fix named, the key
+// not echoed) before anything is stored or run: a squatter cannot take
+// "order-1" first, and a tenant whose client sends it is told to send a
+// random key instead of colliding with anyone.
+func TestMiddlewareLowEntropyKeyRefused(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.RateLimit = 1 })
+	ctx := context.Background()
+	for _, key := range []string{"order-1", "retry-1", "42", "k-7f3a9c1e5b2d4f60", strings.Repeat("a", 64),
+		"6ba7b810-9dad-11d1-80b4-00c04fd430c8", // a UUIDv1: time and MAC, guessable
+	} {
+		for _, scope := range []string{"mallory", "alice"} {
+			w := do(b.h, "/items", scope, key, item)
+			detail := w.Body.String()
+			if w.Code != 400 || w.Header().Get("Content-Type") != "application/problem+json" ||
+				!strings.Contains(detail, "idempotency-key-low-entropy") || !strings.Contains(detail, "128 bits") ||
+				!strings.Contains(detail, "UUIDv4 or a ULID") || strings.Contains(detail, key) {
+				t.Fatalf("%s with %q: %d %s, want 400 problem+json naming the rule and the fix, without the key", scope, key, w.Code, detail)
+			}
+			if _, err := b.store.Get(ctx, scope, "createItem_"+key); !errors.Is(err, idempotency.ErrNotFound) {
+				t.Fatalf("%s with %q: a record was stored (%v)", scope, key, err)
+			}
+		}
+	}
+	if b.calls.Load() != 0 || b.store.Len() != 0 {
+		t.Fatalf("refused keys ran the handler %d times and left %d records", b.calls.Load(), b.store.Len())
+	}
+	// Nor did the refusals spend the scopes' budgets of new keys
+	// (RateLimit 1): a UUIDv4 and a ULID go through.
+	if w := do(b.h, "/items", "alice", uuid.NewString(), item); w.Code != 201 {
+		t.Fatalf("alice with a UUIDv4: %d %s", w.Code, w.Body)
+	}
+	if w := do(b.h, "/items", "mallory", "01J2Z3Y4X5W6V7T8S9R0QPNMKH", item); w.Code != 201 {
+		t.Fatalf("mallory with a ULID: %d %s", w.Code, w.Body)
+	}
+}
+
+// AllowLowEntropyKeys keeps the earlier behaviour, trade-off included:
+// any key shape is accepted, and a key another scope holds answers 404
+// (never 403, never that scope's answer, nothing run or stored).
+func TestMiddlewareAllowLowEntropyKeys(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.AllowLowEntropyKeys = true })
+	first := do(b.h, "/items", "u1", "order-1", item)
+	if first.Code != 201 {
+		t.Fatalf("low-entropy key allowed: %d %s", first.Code, first.Body)
+	}
+	other := do(b.h, "/items", "u2", "order-1", item)
 	if other.Code != 404 || other.Header().Get("Content-Type") != "application/problem+json" ||
 		strings.Contains(other.Body.String(), " saw ") || other.Header().Get("Location") != "" {
 		t.Fatalf("other scope: %d %q %v", other.Code, other.Body, other.Header())
 	}
+	if _, err := b.store.Get(context.Background(), "u2", "createItem_order-1"); !errors.Is(err, idempotency.ErrNotFound) {
+		t.Fatalf("the refused scope has a record (%v)", err)
+	}
 	if b.calls.Load() != 1 {
 		t.Fatalf("handler ran %d times", b.calls.Load())
 	}
-	if again := do(b.h, "/items", "u1", "k-shared", item); !bytes.Equal(again.Body.Bytes(), first.Body.Bytes()) {
+	if again := do(b.h, "/items", "u1", "order-1", item); !bytes.Equal(again.Body.Bytes(), first.Body.Bytes()) {
 		t.Fatal("the owner's replay changed")
 	}
 }
 
-func TestMiddlewareRequireEntropy(t *testing.T) {
+// LogOnly, for a rollout: a low-entropy key is logged as what would be
+// refused and the request passes through, unprotected and unrecorded.
+func TestMiddlewareLogOnlyLowEntropyKey(t *testing.T) {
 	t.Parallel()
-	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.RequireEntropy = true })
-	if w := do(b.h, "/items", "u1", "order-42", item); w.Code != 400 {
-		t.Fatalf("low-entropy key: %d", w.Code)
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.Mode = idempotency.LogOnly })
+	for range 2 {
+		if w := do(b.h, "/items", "u1", "order-1", item); w.Code != 201 || w.Header().Get("Idempotent-Replayed") != "" {
+			t.Fatalf("log-only, low-entropy key: %d %v", w.Code, w.Header())
+		}
 	}
-	if w := do(b.h, "/items", "u1", "3f0c8a9e-5d2b-4c1a-9e7f-0123456789ab", item); w.Code != 201 {
-		t.Fatalf("UUIDv4 key: %d", w.Code)
-	}
-	if b.calls.Load() != 1 {
-		t.Fatalf("handler ran %d times", b.calls.Load())
+	if b.calls.Load() != 2 || b.store.Len() != 0 || !strings.Contains(b.logs.String(), "would have refused a low-entropy key") {
+		t.Fatalf("log-only: %d calls, %d records, logs:\n%s", b.calls.Load(), b.store.Len(), b.logs)
 	}
 }

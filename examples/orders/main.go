@@ -10,7 +10,8 @@
 //	IDEMPOTENCY_LOCK_TIMEOUT  lease of a request in progress (Go duration, default 30s)
 //
 // Authentication is a demo: "Authorization: Bearer <user>" makes <user> the
-// scope.
+// scope. The Idempotency-Key is a UUIDv4 or a ULID (a guessable key such as
+// "order-1" is answered 400); each user's keys are their own.
 //
 //	POST /orders        {"sku": "sku_1", "qty": 2, "amount": "49.99", "currency": "EUR"}
 //	                    201 {"order_id": 1, ...}; ?work=2s sleeps before writing

@@ -178,7 +178,7 @@ func TestConcurrentIdenticalRequestsExecuteOnce(t *testing.T) {
 func TestMissingOrMalformedKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, defaults())
-	for name, key := range map[string]string{"missing": "", "malformed": "bad key!", "unterminated": `"abc`} {
+	for name, key := range map[string]string{"missing": "", "malformed": "bad key!", "unterminated": `"abc`, "guessable": "order-1"} {
 		r := post(t, b.srv.URL, "alice", key, orderBody, "")
 		if r.status != http.StatusBadRequest || r.header.Get("Content-Type") != "application/problem+json" {
 			t.Fatalf("%s key: %d %s", name, r.status, r.body)
@@ -204,12 +204,16 @@ func TestScopesNeverShareOutcomes(t *testing.T) {
 	b := setup(t, defaults())
 	a := post(t, b.srv.URL, "alice", key1, orderBody, "")
 	m := post(t, b.srv.URL, "mallory", key1, orderBody, "")
-	// Alice's key, from Mallory: 404, nothing of Alice's answer, nothing done.
-	if m.status != http.StatusNotFound || bytes.Contains(m.body, a.body) || m.header.Get("Idempotent-Replayed") != "" {
-		t.Fatalf("mallory with alice's key: %d %s", m.status, m.body)
+	// Alice's key, from Mallory: Mallory's own order, nothing of Alice's
+	// answer; Alice's replay unchanged.
+	if a.status != http.StatusCreated || m.status != http.StatusCreated || bytes.Equal(m.body, a.body) || m.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("mallory with alice's key: %d %s (alice: %d %s)", m.status, m.body, a.status, a.body)
 	}
-	if count(t, b.srv.URL, "alice") != 1 || count(t, b.srv.URL, "mallory") != 0 {
-		t.Fatal("orders changed")
+	if again := post(t, b.srv.URL, "alice", key1, orderBody, ""); !bytes.Equal(again.body, a.body) || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("alice's retry: %d %s, want her first answer", again.status, again.body)
+	}
+	if count(t, b.srv.URL, "alice") != 1 || count(t, b.srv.URL, "mallory") != 1 {
+		t.Fatal("each scope must have exactly its own order")
 	}
 }
 
