@@ -5,7 +5,9 @@
 // Each message has a stable identity: the broker's message id where the
 // producer sets one deliberately (a JetStream Nats-Msg-Id, a River job's
 // arguments), or [idempotency.DeriveIntent] of its identifying fields,
-// never a time of delivery. [Inbox.HandleTx] claims that identity in the
+// never a time of delivery. An id with other characters than letters,
+// digits and . _ : - (a Kafka topic/partition/offset, a NATS message id)
+// goes through [MessageID]. [Inbox.HandleTx] claims that identity in the
 // idempotency store and runs the handler in the same PostgreSQL
 // transaction as the record: the handler's writes and the fact that the
 // message was processed commit together, or neither does. A redelivery
@@ -29,10 +31,42 @@
 //	Poison      the handler failed for good (idempotency.Permanent), now or
 //	            in an earlier delivery, or the identity came back with other
 //	            content: the failure is recorded and replayed to every
-//	            redelivery; ack it and dead-letter it (Config.DeadLetter)
+//	            redelivery; ack it and dead-letter it (Config.DeadLetter).
+//	            A malformed message is Poison too, nothing recorded (below)
 //	Retry       a transient failure (nothing committed), or another consumer
 //	            is processing the same message right now: leave the
 //	            message to the broker's redelivery (nak, or return the error)
+//
+// # Malformed messages
+//
+// A message the inbox cannot key is refused before anything is claimed
+// or run: a Source outside letters, digits and . _ : -, an empty ID or
+// one with other characters (pass it through [MessageID]), a missing or
+// malformed Fingerprint (build it with [idempotency.NewFingerprint]), a
+// negative Attempt. No redelivery could fix such a message, so it is never
+// Retry: the outcome is Poison (ack it; the dead-letter hook gets it),
+// the error an *idempotency.InvalidError (errors.Is
+// idempotency.ErrInvalid) naming the field and the fix, and nothing is
+// recorded. The fix is in the consumer's code; once deployed, republish
+// the dead-lettered messages.
+//
+// # Message identities
+//
+// [MessageID] turns an identity of any bytes, in one or several parts,
+// into an ID: the SHA-256 of the length-prefixed parts
+// ([idempotency.DeriveIntent]), 64 hex characters. It never changes for
+// the same parts, and different parts do not share an ID. A raw id and
+// MessageID of that id are two identities: choose one form per Source and
+// keep it.
+//
+//	inbox.MessageID(rec.Topic, strconv.Itoa(int(rec.Partition)), strconv.FormatInt(rec.Offset, 10)) // Kafka
+//	inbox.MessageID(msg.Headers().Get(jetstream.MsgIDHeader))                                       // NATS
+//
+// Which identity to take is the broker's question. A Kafka record's
+// topic/partition/offset is the record: a redelivery after a rebalance
+// or a crash before the offset commit is the same message, but a producer
+// that retried a send (without enable.idempotence) wrote a second record
+// with another offset; an event id set by the producer covers both.
 //
 // # Retention
 //
@@ -72,13 +106,13 @@ type Message struct {
 	// (idempotency.ValidateScope).
 	Source string
 	// ID is the message's stable identity within Source: a producer-set
-	// message id, or idempotency.DeriveIntent of its identifying fields
-	// (also the way to bring an id with other characters than letters,
-	// digits and . _ : - to the key). Never a delivery time or a delivery
-	// counter.
+	// message id of letters, digits and . _ : -, or [MessageID] of the
+	// broker's id or of the message's identifying fields (any bytes).
+	// Never a delivery time or a delivery counter. Required.
 	ID string
-	// Fingerprint covers the message's significant fields: a message whose
-	// identity comes back with other content is poison, never applied.
+	// Fingerprint covers the message's significant fields (build it with
+	// idempotency.NewFingerprint): a message whose identity comes back
+	// with other content is poison, never applied. Required.
 	Fingerprint idempotency.Fingerprint
 	// Attempt is the broker's delivery count (1 for the first delivery; 0
 	// when unknown): counted in inbox.redeliveries when above 1.
@@ -86,9 +120,57 @@ type Message struct {
 }
 
 // Key is the message's idempotency key, "<source>_msg_<id>": the key to
-// derive any downstream idempotency key from.
+// derive any downstream idempotency key from. Errors are
+// *idempotency.InvalidError naming Message.Source or Message.ID and the
+// fix.
 func (m Message) Key() (string, error) {
-	return idempotency.ComposeKey(m.Source, "msg", m.ID)
+	if err := idempotency.ValidateScope(m.Source); err != nil {
+		return "", invalid("Message.Source", "%s: name the stream, queue or job kind with a constant of letters, digits and . _ : - (\"orders\", \"river_charge\")", reasonOf(err))
+	}
+	if m.ID == "" {
+		return "", invalid("Message.ID", "empty: a message needs a stable identity: the producer's message id, or inbox.MessageID of its identifying fields")
+	}
+	key, err := idempotency.ComposeKey(m.Source, "msg", m.ID)
+	if err != nil {
+		return "", invalid("Message.ID", "%s; pass the broker's id through inbox.MessageID (Kafka: MessageID(topic, partition, offset); NATS: MessageID(Nats-Msg-Id)), which hashes any bytes with idempotency.DeriveIntent", reasonOf(err))
+	}
+	return key, nil
+}
+
+// MessageID returns the ID of a message whose identity is parts, in any
+// bytes: a Kafka record's topic, partition and offset, a NATS message id
+// with slashes or spaces, a producer's event id, or the fields that
+// identify the message. It is [idempotency.DeriveIntent] of the parts: the
+// SHA-256 of the parts, each length-prefixed, as 64 hex characters, so the same
+// parts always give the same ID, ("a/b", "c") and ("a", "b/c") differ,
+// and any length fits in a key. natsinbox's default identity is
+// MessageID(Nats-Msg-Id).
+//
+// MessageID returns "" when no part is given or every part is empty (a
+// message without its id): HandleTx then refuses the message (Poison,
+// Message.ID empty) rather than giving every such message one shared
+// identity, under which all but the first would be dropped as duplicates.
+func MessageID(parts ...string) string {
+	for _, p := range parts {
+		if p != "" {
+			return idempotency.DeriveIntent(parts...)
+		}
+	}
+	return ""
+}
+
+func invalid(field, format string, args ...any) error {
+	return &idempotency.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// reasonOf is an error's reason without its field: the inbox names the
+// Message field itself.
+func reasonOf(err error) string {
+	var ie *idempotency.InvalidError
+	if errors.As(err, &ie) {
+		return ie.Reason
+	}
+	return err.Error()
 }
 
 // Outcome is what a delivery came to, and what to tell the broker.
@@ -103,7 +185,9 @@ const (
 	// Duplicate: an earlier delivery was processed; nothing ran.
 	Duplicate
 	// Poison: a permanent failure is recorded for the message (now or
-	// earlier), or its identity came back with other content.
+	// earlier), or its identity came back with other content, or the
+	// message is malformed (an *idempotency.InvalidError; nothing
+	// recorded).
 	Poison
 )
 
@@ -143,11 +227,14 @@ type Config struct {
 	// DeadLetter, when set, is called with every Poison outcome and its
 	// reason, after the failure is recorded (so at least once per poison
 	// message, again on each redelivery the broker makes before the ack
-	// lands): make it idempotent on Message.Key.
+	// lands): make it idempotent on Message.Key. A malformed message's
+	// reason is an *idempotency.InvalidError and nothing was recorded; its
+	// Message.Key may fail, so key such a message on the broker's own id.
 	DeadLetter func(ctx context.Context, m Message, reason error)
 	// MeterProvider receives the inbox instruments. Default: none.
 	MeterProvider metric.MeterProvider
-	// Logger receives warnings. Default: discarded.
+	// Logger receives warnings, and an error for each malformed message.
+	// Default: discarded.
 	Logger *slog.Logger
 }
 
@@ -156,6 +243,7 @@ type Inbox struct {
 	exec    *pgstore.Executor
 	cfg     Config
 	metrics *metrics
+	log     *slog.Logger
 }
 
 // New returns an Inbox over store. A nil cfg means defaults; a bad field
@@ -188,34 +276,59 @@ func New(store *pgstore.Store, cfg *Config) (*Inbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: metrics: %w", err)
 	}
-	return &Inbox{exec: exec, cfg: c, metrics: m}, nil
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Inbox{exec: exec, cfg: c, metrics: m, log: log}, nil
 }
 
+// request checks m before anything is claimed; errors name the field and
+// the fix.
 func (in *Inbox) request(m Message) (idempotency.Request, error) {
-	if m.ID == "" {
-		return idempotency.Request{}, &idempotency.InvalidError{Field: "Message.ID", Reason: "empty: a message needs a stable identity"}
-	}
-	if m.Attempt < 0 {
-		return idempotency.Request{}, &idempotency.InvalidError{Field: "Message.Attempt", Reason: fmt.Sprintf("must not be negative, got %d", m.Attempt)}
-	}
 	key, err := m.Key()
 	if err != nil {
 		return idempotency.Request{}, err
 	}
+	if m.Fingerprint == "" {
+		return idempotency.Request{}, invalid("Message.Fingerprint", "empty: build it with idempotency.NewFingerprint() over the message's significant fields (its payload), so that an identity coming back with other content is caught")
+	}
+	if err := m.Fingerprint.Validate(); err != nil {
+		return idempotency.Request{}, invalid("Message.Fingerprint", "%s: build it with idempotency.NewFingerprint() over the message's significant fields, then Sum()", reasonOf(err))
+	}
+	if m.Attempt < 0 {
+		return idempotency.Request{}, invalid("Message.Attempt", "must not be negative, got %d: pass the broker's delivery count (1 for the first delivery), or 0 when unknown", m.Attempt)
+	}
 	return idempotency.Request{Scope: m.Source, Key: key, Fingerprint: m.Fingerprint}, nil
+}
+
+// refuse answers a malformed message: Poison, with the reason, nothing
+// recorded. No redelivery could make it valid.
+func (in *Inbox) refuse(ctx context.Context, m Message, reason error) (Outcome, error) {
+	source := m.Source
+	if idempotency.ValidateScope(source) != nil {
+		source = "(invalid)" // bounded: never an arbitrary string as a metric attribute
+	}
+	in.log.Error("inbox: malformed message refused as poison, nothing recorded: fix the consumer, then republish it",
+		"source", source, "err", reason)
+	in.metrics.record(ctx, Message{Source: source, Attempt: m.Attempt}, Poison)
+	if in.cfg.DeadLetter != nil {
+		in.cfg.DeadLetter(ctx, m, reason)
+	}
+	return Poison, reason
 }
 
 // HandleTx handles one delivery of m: h runs in the transaction that
 // records m as processed, unless an earlier delivery was. See the package
-// doc for the outcomes. The error is nil for Processed and Duplicate; the
-// recorded failure for Poison (errors.Is(err, idempotency.ErrFailed), or
-// idempotency.ErrFingerprintMismatch); the reason for Retry. A malformed
-// message is an *idempotency.InvalidError with outcome Retry: nothing is
-// recorded, and the consumer's own code must be fixed.
+// doc for the outcomes. The error is nil for Processed and Duplicate; for
+// Poison, the recorded failure (errors.Is(err, idempotency.ErrFailed), or
+// idempotency.ErrFingerprintMismatch) or, for a malformed message, an
+// *idempotency.InvalidError naming the field and the fix (h did not run,
+// nothing is recorded); the reason for Retry.
 func (in *Inbox) HandleTx(ctx context.Context, m Message, h TxHandler) (Outcome, error) {
 	req, err := in.request(m)
 	if err != nil {
-		return Retry, err
+		return in.refuse(ctx, m, err)
 	}
 	res, err := in.exec.DoTx(ctx, req, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
 		return idempotency.Response{}, h(ctx, tx, m)
@@ -231,7 +344,7 @@ func (in *Inbox) HandleTx(ctx context.Context, m Message, h TxHandler) (Outcome,
 func (in *Inbox) Handle(ctx context.Context, m Message, h Handler) (Outcome, error) {
 	req, err := in.request(m)
 	if err != nil {
-		return Retry, err
+		return in.refuse(ctx, m, err)
 	}
 	res, err := in.exec.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
 		return idempotency.Response{}, h(ctx, m)

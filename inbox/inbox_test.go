@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,32 +286,70 @@ func TestHandleOutsideTheDatabase(t *testing.T) {
 	}
 }
 
-// Bad messages and configurations are refused with the field named;
-// nothing is recorded.
-func TestBadInput(t *testing.T) {
+// A malformed message is poison, never Retry (a redelivery cannot fix
+// it): acked, dead-lettered, an *idempotency.InvalidError naming the
+// field and the fix; the handler does not run and nothing is recorded.
+func TestBadInputIsPoisonNamingTheFix(t *testing.T) {
 	t.Parallel()
 	b := setup(t, inbox.Config{})
 	ctx := context.Background()
-	for _, tc := range []struct {
-		m     inbox.Message
-		field string
+	fp := message(t, "o-7", "a", 1).Fingerprint
+	cases := []struct {
+		name       string
+		m          inbox.Message
+		field, fix string
 	}{
-		{message(t, "", "a", 1), "Message.ID"},
-		{inbox.Message{Source: "orders", ID: "o-7", Fingerprint: message(t, "o-7", "a", 1).Fingerprint, Attempt: -1}, "Message.Attempt"},
-		{inbox.Message{Source: "", ID: "o-7", Fingerprint: message(t, "o-7", "a", 1).Fingerprint}, "scope"},
-		{inbox.Message{Source: "orders", ID: "o/7", Fingerprint: message(t, "o-7", "a", 1).Fingerprint}, "intent"},
-		{inbox.Message{Source: "orders", ID: "o-7"}, "fingerprint"},
-	} {
-		out, err := b.inbox.HandleTx(ctx, tc.m, insert)
-		var ie *idempotency.InvalidError
-		if out != inbox.Retry || !errors.As(err, &ie) || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(tc.field)) {
-			t.Errorf("%+v: %v %v, want an InvalidError naming %s", tc.m, out, err, tc.field)
+		{"no fingerprint", inbox.Message{Source: "orders", ID: "o-7"}, "Message.Fingerprint", "idempotency.NewFingerprint"},
+		{"malformed fingerprint", inbox.Message{Source: "orders", ID: "o-7", Fingerprint: "ABC"}, "Message.Fingerprint", "idempotency.NewFingerprint"},
+		{"id with a slash", inbox.Message{Source: "orders", ID: "orders/3/1042", Fingerprint: fp}, "Message.ID", "inbox.MessageID"},
+		{"id with a space", inbox.Message{Source: "orders", ID: "ord 7", Fingerprint: fp}, "Message.ID", "idempotency.DeriveIntent"},
+		{"id too long", inbox.Message{Source: "orders", ID: strings.Repeat("x", 250), Fingerprint: fp}, "Message.ID", "inbox.MessageID"},
+		{"empty id", inbox.Message{Source: "orders", Fingerprint: fp}, "Message.ID", "inbox.MessageID"},
+		{"MessageID of nothing", inbox.Message{Source: "orders", ID: inbox.MessageID(""), Fingerprint: fp}, "Message.ID", "inbox.MessageID"},
+		{"source with a space", inbox.Message{Source: "my orders", ID: "o-7", Fingerprint: fp}, "Message.Source", "constant"},
+		{"empty source", inbox.Message{ID: "o-7", Fingerprint: fp}, "Message.Source", "constant"},
+		{"negative attempt", inbox.Message{Source: "orders", ID: "o-7", Fingerprint: fp, Attempt: -1}, "Message.Attempt", "delivery count"},
+	}
+	var ran atomic.Int64
+	handlers := map[string]func(inbox.Message) (inbox.Outcome, error){
+		"HandleTx": func(m inbox.Message) (inbox.Outcome, error) {
+			return b.inbox.HandleTx(ctx, m, func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+				ran.Add(1)
+				return insert(ctx, tx, m)
+			})
+		},
+		"Handle": func(m inbox.Message) (inbox.Outcome, error) {
+			return b.inbox.Handle(ctx, m, func(context.Context, inbox.Message) error { ran.Add(1); return nil })
+		},
+	}
+	for hname, handle := range handlers {
+		for _, tc := range cases {
+			out, err := handle(tc.m)
+			var ie *idempotency.InvalidError
+			if out != inbox.Poison || !out.Ack() || !errors.As(err, &ie) || ie.Field != tc.field || !strings.Contains(err.Error(), tc.fix) {
+				t.Errorf("%s, %s: %v %v; want Poison with an InvalidError naming %s and %q", hname, tc.name, out, err, tc.field, tc.fix)
+			}
 		}
+	}
+	if ran.Load() != 0 {
+		t.Fatalf("the handler ran %d times for malformed messages", ran.Load())
 	}
 	var n int
 	if err := b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM effects) + (SELECT count(*) FROM idempotency_store)`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d rows after bad input (%v)", n, err)
 	}
+	if len(b.dead) != 2*len(cases) || !strings.Contains(b.dead[0], "invalid") {
+		t.Fatalf("%d dead letters, want %d with the reason: %q", len(b.dead), 2*len(cases), b.dead)
+	}
+	if got := b.counters(t); got["inbox.poison_messages"] != int64(2*len(cases)) || got["inbox.messages{retry}"] != 0 {
+		t.Fatalf("counters %v: want every malformed delivery counted poison, none retry", got)
+	}
+}
+
+// Bad configurations are refused with the field named.
+func TestBadConfig(t *testing.T) {
+	t.Parallel()
+	b := setup(t, inbox.Config{})
 	store, err := pgstore.New(b.pool, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -329,5 +368,89 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := inbox.New(nil, nil); !errors.Is(err, idempotency.ErrInvalid) {
 		t.Errorf("nil store: %v", err)
+	}
+}
+
+// deliverTwice hands m to HandleTx twice, as a broker redelivering it,
+// and wants Processed then Duplicate.
+func (b *bench) deliverTwice(t *testing.T, m inbox.Message) {
+	t.Helper()
+	for attempt, want := range []inbox.Outcome{inbox.Processed, inbox.Duplicate} {
+		m.Attempt = attempt + 1
+		if out, err := b.inbox.HandleTx(context.Background(), m, insert); out != want || err != nil {
+			t.Fatalf("id %q, delivery %d: %v %v, want %v", m.ID, attempt+1, out, err, want)
+		}
+	}
+}
+
+// Kafka records identified by topic, partition and offset: MessageID
+// makes them IDs; a redelivered record (a rebalance before the offset
+// commit) is a duplicate, and records that share an offset on other
+// partitions or topics, or whose parts only concatenate alike, are
+// different messages.
+func TestKafkaRecordIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, inbox.Config{})
+	type record struct {
+		topic     string
+		partition int32
+		offset    int64
+	}
+	records := []record{
+		{"orders.v1", 0, 1042}, {"orders.v1", 1, 1042}, {"orders.v1", 10, 42}, {"orders.v1", 1, 1042 + 1<<40},
+		{"orders.v2", 0, 1042}, {"orders/eu", 0, 1042}, {"orders", 0, 0},
+	}
+	ids := map[string]bool{}
+	for _, r := range records {
+		id := inbox.MessageID(r.topic, strconv.Itoa(int(r.partition)), strconv.FormatInt(r.offset, 10))
+		ids[id] = true
+		b.deliverTwice(t, message(t, id, fmt.Sprint(r), 0))
+	}
+	// ("orders.v1", "10", "42") and ("orders.v1", "1", "042") read alike
+	// joined with "/"; their IDs differ.
+	if inbox.MessageID("orders.v1", "10", "42") == inbox.MessageID("orders.v1", "1", "042") ||
+		inbox.MessageID("a/b", "c") == inbox.MessageID("a", "b/c") {
+		t.Fatal("MessageID is ambiguous across parts")
+	}
+	if len(ids) != len(records) {
+		t.Fatalf("%d distinct IDs for %d records", len(ids), len(records))
+	}
+	for id := range ids {
+		if n := b.effects(t, id); n != 1 {
+			t.Fatalf("record %s: %d effects, want 1", id, n)
+		}
+	}
+	// The raw "topic/partition/offset" string is refused, naming the fix.
+	out, err := b.inbox.HandleTx(context.Background(), message(t, "orders.v1/0/1042", "x", 1), insert)
+	if out != inbox.Poison || !errors.Is(err, idempotency.ErrInvalid) || !strings.Contains(err.Error(), "MessageID(topic, partition, offset)") {
+		t.Fatalf("raw Kafka id: %v %v", out, err)
+	}
+}
+
+// NATS message ids are whatever the publisher set: slashes, spaces,
+// wildcards, non-ASCII, any length. Through MessageID each is one message:
+// processed once, a duplicate when redelivered, never confused with
+// another.
+func TestNATSMessageIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, inbox.Config{})
+	raw := []string{"ord/1001", "ord 1001", "ord-1001", "orders.*.>", "заказ-1001", "a\tb\nc", `"quoted"`,
+		strings.Repeat("x", 300), strings.Repeat("x", 301), "3f0c8a9e-5d2b-4c1a-9e7f-0123456789ab"}
+	for _, id := range raw {
+		b.deliverTwice(t, message(t, inbox.MessageID(id), id, 0))
+	}
+	for _, id := range raw {
+		if n := b.effects(t, inbox.MessageID(id)); n != 1 {
+			t.Fatalf("NATS id %q: %d effects, want 1", id, n)
+		}
+	}
+	var n int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_store WHERE user_id = 'orders'`).Scan(&n); err != nil || n != len(raw) {
+		t.Fatalf("%d records (%v), want %d", n, err, len(raw))
+	}
+	// The ID is stable (natsinbox's default, and records written before
+	// MessageID existed, used the same hash) and fits any key.
+	if got := inbox.MessageID("ord/1001"); got != idempotency.DeriveIntent("ord/1001") || len(got) != 64 {
+		t.Fatalf("MessageID(%q) = %q, want DeriveIntent's 64 hex characters", "ord/1001", got)
 	}
 }

@@ -14,7 +14,8 @@
 // # The message's identity
 //
 // By default the identity is the Nats-Msg-Id header, which publishers set
-// for JetStream's own deduplication: a publish retried with the same id
+// for JetStream's own deduplication, through [inbox.MessageID] (any bytes
+// work: slashes, spaces, any length): a publish retried with the same id
 // within the stream's Duplicates window is dropped by JetStream itself; the
 // inbox covers what that window does not (a redelivery to consumers, which
 // JetStream never deduplicates, and a republish after the window). Without
@@ -26,11 +27,12 @@
 // # Other brokers
 //
 // The same shape serves any at-least-once consumer: identity from a
-// producer-set id (Kafka: a header or the event's id field, not
-// topic/partition/offset, which a producer's retry changes; AMQP: the
-// message-id property), HandleTx, then commit the offset or ack only for
-// outcomes whose Ack() is true, and leave Retry to redelivery (Kafka: do
-// not commit past it; AMQP: nack with requeue).
+// producer-set id through inbox.MessageID (Kafka: a header or the event's
+// id field; else MessageID(topic, partition, offset), which recognises a
+// redelivered record but not a producer's retry, written as a new record;
+// AMQP: the message-id property), HandleTx, then commit the offset or ack
+// only for outcomes whose Ack() is true, and leave Retry to redelivery
+// (Kafka: do not commit past it; AMQP: nack with requeue).
 package natsinbox
 
 import (
@@ -51,8 +53,10 @@ type Config struct {
 	// Source is the inbox source of the messages (the stream or consumer's
 	// name). Required.
 	Source string
-	// ID returns a message's identity. Default: its Nats-Msg-Id header; a
-	// message without one is poison.
+	// ID returns a message's identity, an inbox.Message.ID: letters,
+	// digits and . _ : -, or inbox.MessageID of anything else. Default:
+	// inbox.MessageID of its Nats-Msg-Id header; a message without one is
+	// poison (terminated).
 	ID func(msg jetstream.Msg) (string, error)
 	// Fingerprint returns the fingerprint of a message's significant
 	// fields. Default: its subject and payload.
@@ -79,7 +83,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.ID == nil {
 		out.ID = func(msg jetstream.Msg) (string, error) {
 			if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
-				return idempotency.DeriveIntent(id), nil
+				return inbox.MessageID(id), nil
 			}
 			return "", errNoID
 		}
@@ -129,7 +133,16 @@ func Consume(ctx context.Context, cons jetstream.Consumer, in *inbox.Inbox, cfg 
 // Handle handles one message: HandleTx, then Ack, Term or Nak by the
 // outcome. Its error is JetStream's answer to that, not the handler's (a
 // Retry's reason is in the Nak's delay, a Poison's in the Term's reason).
-func Handle(ctx context.Context, msg jetstream.Msg, in *inbox.Inbox, c Config, h inbox.TxHandler) error {
+// A message the inbox refuses as malformed (Config.ID returning an id
+// outside the key's characters, Config.Fingerprint returning an empty
+// fingerprint) is Poison: terminated, never redelivered. cfg's unset
+// fields take their defaults; a bad cfg is an *idempotency.InvalidError,
+// the message left alone.
+func Handle(ctx context.Context, msg jetstream.Msg, in *inbox.Inbox, cfg Config, h inbox.TxHandler) error {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
 	id, err := c.ID(msg)
 	if err != nil {
 		return msg.TermWithReason(err.Error())
@@ -146,13 +159,10 @@ func Handle(ctx context.Context, msg jetstream.Msg, in *inbox.Inbox, c Config, h
 	if c.beforeAck != nil {
 		c.beforeAck(msg, out)
 	}
-	var invalid *idempotency.InvalidError
-	switch {
-	case out == inbox.Poison:
+	switch out {
+	case inbox.Poison:
 		return msg.TermWithReason(herr.Error())
-	case out == inbox.Retry && errors.As(herr, &invalid):
-		return msg.TermWithReason(herr.Error()) // a message that can never be handled
-	case out == inbox.Retry:
+	case inbox.Retry:
 		return msg.NakWithDelay(c.RetryDelay)
 	}
 	return msg.Ack()

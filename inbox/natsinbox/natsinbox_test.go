@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -118,6 +120,16 @@ func drain(t *testing.T, js jetstream.JetStream, in *inbox.Inbox, h inbox.TxHand
 			}
 		}()
 	}
+	settled(t, js)
+	cancel()
+	wg.Wait()
+}
+
+// settled waits until the consumer has no message pending, unacked or
+// being redelivered: every message acked or terminated (JetStream applies
+// acks asynchronously).
+func settled(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cons, err := js.Consumer(context.Background(), "ORDERS", "workers")
@@ -129,15 +141,13 @@ func drain(t *testing.T, js jetstream.JetStream, in *inbox.Inbox, h inbox.TxHand
 			t.Fatal(err)
 		}
 		if info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("messages still pending: %+v", info)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	cancel()
-	wg.Wait()
 }
 
 func effects(t *testing.T, pool *pgxpool.Pool) map[string]int {
@@ -359,5 +369,73 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := c.withDefaults(); !errors.Is(err, idempotency.ErrInvalid) {
 			t.Errorf("%+v: %v", c, err)
 		}
+	}
+}
+
+// Nats-Msg-Ids are whatever publishers set: with slashes, spaces,
+// non-ASCII, beyond a key's length. The default identity,
+// inbox.MessageID(Nats-Msg-Id), handles each once. A Config.ID that hands
+// the raw id to the inbox gets every such message refused as poison
+// (terminated, dead-lettered, nothing run), never redelivered forever.
+func TestArbitraryMessageIDs(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(context.Background(), effectsDDL); err != nil {
+		t.Fatal(err)
+	}
+	_, js := broker(t, time.Minute)
+	ids := []string{"shop/eu/ord 1001", "заказ 1002", "orders.*.>", strings.Repeat("id/", 100)}
+	for i, id := range ids {
+		publish(t, js, id, fmt.Sprintf(`{"i":%d}`, i))
+	}
+	drain(t, js, newInbox(t, pool), apply, 2)
+	got := effects(t, pool)
+	for _, id := range ids {
+		if got[inbox.MessageID(id)] != 1 {
+			t.Fatalf("effects %v: want one for %q under inbox.MessageID", got, id)
+		}
+	}
+
+	// The raw id as the identity: poison, terminated.
+	for i, id := range ids {
+		publish(t, js, "raw:"+id, fmt.Sprintf(`{"raw":%d}`, i))
+	}
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var dead []error
+	in, err := inbox.New(store, &inbox.Config{DeadLetter: func(_ context.Context, _ inbox.Message, reason error) {
+		mu.Lock()
+		defer mu.Unlock()
+		dead = append(dead, reason)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cons, err := js.Consumer(ctx, "ORDERS", "workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := Config{Source: "orders", FetchWait: 200 * time.Millisecond,
+		ID: func(msg jetstream.Msg) (string, error) { return msg.Headers().Get(jetstream.MsgIDHeader), nil }}
+	for range ids {
+		msg, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Handle(ctx, msg, in, raw, func(context.Context, pgx.Tx, inbox.Message) error { runs.Add(1); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settled(t, js) // every raw-id message terminated, none redelivered
+	mu.Lock()
+	defer mu.Unlock()
+	if runs.Load() != 0 || len(dead) != len(ids) || !errors.Is(dead[0], idempotency.ErrInvalid) || !strings.Contains(dead[0].Error(), "inbox.MessageID") {
+		t.Fatalf("handler ran %d times; dead letters %v; want none run and %d naming inbox.MessageID", runs.Load(), dead, len(ids))
 	}
 }
