@@ -82,14 +82,20 @@ const readSQL = `SELECT false AS is_new, fingerprint, status, response_code, res
 
 // reclaimSQL takes over an orphaned record (PROCESSING, lease ended) by
 // compare-and-swap on the lock version the claim saw: of many contenders
-// exactly one updates the row; the others see no row.
+// exactly one updates the row; the others see no row. The version, not
+// the state alone, decides: between the claim's read and this statement
+// the record may have been reclaimed, completed, expired, renewed with
+// another fingerprint and orphaned again, and a contender that read the
+// old version must then lose. A PROCESSING record without a lease end
+// (locked_until NULL, which only an UPDATE by hand leaves) counts as
+// ended, as the claim and the operator's tooling read it.
 //
 // $3 lock version seen, $4 lock timeout (s).
 const reclaimSQL = `UPDATE idempotency_store
    SET lock_version = lock_version + 1,
        locked_until = now() + make_interval(secs => $4)
  WHERE idempotency_key = $1 AND user_id = $2
-   AND status = 'PROCESSING' AND locked_until <= now() AND lock_version = $3
+   AND status = 'PROCESSING' AND (locked_until IS NULL OR locked_until <= now()) AND lock_version = $3
 RETURNING lock_version`
 
 // renewSQL replaces an expired (non-PROCESSING) record by a new claim, by
