@@ -95,7 +95,8 @@ func run() error {
 		string(reconcile.KindPendingFailedAtProvider), string(reconcile.KindPendingMissingAtProvider), string(reconcile.KindPendingUnknownAtProvider),
 		string(reconcile.KindAmountDiffers), string(reconcile.KindDuplicateAtProvider), string(reconcile.KindRefundOutcomeMissing),
 		string(reconcile.KindProviderUnavailable), string(reconcile.KindStuckRecord), string(reconcile.KindUnmatchedProviderObject),
-		string(reconcile.KindWebhookConflict), string(reconcile.KindPastProviderWindow), string(reconcile.KindVoidRefused)}); err != nil {
+		string(reconcile.KindWebhookConflict), string(reconcile.KindPastProviderWindow), string(reconcile.KindVoidRefused),
+		string(reconcile.KindSucceededAfterDecline), string(reconcile.KindRefundFailedAfterSuccess)}); err != nil {
 		return err
 	}
 	if err := tools(); err != nil {
