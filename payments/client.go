@@ -249,6 +249,12 @@ type stored struct {
 //   - *UnknownOutcomeError (OutcomeUnknown): the provider's answer was
 //     lost; the intent stays open and a retry with the same key resolves it
 //     with the same provider key (never a second charge);
+//   - *RefusedRetryError (OutcomeUnknown): the provider refused a retry
+//     of an attempt whose outcome was unknown, which proves nothing about
+//     the earlier send; the intent stays open, as above;
+//   - *CredentialsError (ErrCredentials): the provider refused payonce's
+//     API key; nothing is decided, the intent stays open, and a retry with
+//     the same key resumes it once the key is fixed;
 //   - *NotSentError, *InProgressError: safe to retry;
 //   - idempotency.ErrInProgress: another call with this key is running;
 //   - idempotency.ErrFingerprintMismatch: the key was used for another
@@ -471,7 +477,9 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 	c.hooks.call(pointAfterProvider, c.hooks.afterProvider, ctx, req.Key)
 	c.metrics.observe(ctx, "charge", p.Provider, string(pres.Status), perr, time.Since(started))
 
-	t, err := decideCharge(subj, pres, perr)
+	// A resumed attempt (an open intent: its references were sent before)
+	// is settled by a refusal only when the provider replayed it.
+	t, err := decideCharge(subj, prior.open(), pres, perr)
 	var mismatch *KeyMismatchError
 	switch {
 	case err == nil:
@@ -481,6 +489,9 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 		// intent is left open for a human; the key stays released.
 		slog.Error("payments: provider saw this key with other parameters", "key", idempotency.ShortHash(req.Key), "provider", p.Provider)
 		return idempotency.Recording{}, err
+	case errors.Is(err, ErrCredentials):
+		slog.Error("payments: provider refused our credentials; the intent stays open", "key", idempotency.ShortHash(req.Key),
+			"provider", p.Provider, "err", err)
 	}
 	// Unknown, not sent, in progress at the provider: the intent stays
 	// open with the same provider key; the lease is released.

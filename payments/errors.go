@@ -16,6 +16,10 @@ var (
 	ErrOutcomeUnknown = errors.New("payments: outcome unknown")
 	ErrInProgress     = errors.New("payments: provider still processing this key")
 	ErrKeyMismatch    = errors.New("payments: provider saw this key with other parameters")
+	// ErrCredentials: the provider refused payonce's credentials for it
+	// (a wrong, rolled, revoked or restricted API key). A configuration
+	// error, never an outcome: see [CredentialsError].
+	ErrCredentials = errors.New("payments: the provider refused our credentials")
 	// ErrNeedsReview: the reconciler could not prove the payment's outcome
 	// and flagged it for a human; retrying does not help.
 	ErrNeedsReview = errors.New("payments: payment under review")
@@ -49,8 +53,20 @@ func (e *DeclineError) Error() string {
 func (e *DeclineError) Is(target error) bool { return target == ErrDeclined }
 
 // InvalidRequestError is a permanent refusal of the request itself.
+//
+// On a first attempt it is final for the key: nothing was sent before.
+// On a resumed attempt (a retry re-sending the references of an attempt
+// whose outcome is unknown) it is final only when Replayed: otherwise it
+// speaks of this send alone, an earlier send may have charged, and the
+// caller gets a [RefusedRetryError] while the intent stays open.
 type InvalidRequestError struct {
 	Provider, Code, Param, Message string
+	// Replayed is true when the provider marked the answer as its replay
+	// of the first answer it gave to these references (Stripe's
+	// Idempotent-Replayed: true): the attempt itself was refused, a proof
+	// about it. Adyen and PayPal mark no replayed error, so theirs stay
+	// false. Not stored with the key's answer.
+	Replayed bool `json:"-"`
 }
 
 func (e *InvalidRequestError) Error() string {
@@ -137,12 +153,80 @@ func (e *KeyMismatchError) Error() string {
 // Is reports ErrKeyMismatch.
 func (e *KeyMismatchError) Is(target error) bool { return target == ErrKeyMismatch }
 
+// CredentialsError: the provider refused the request for payonce's
+// credentials (HTTP 401 or 403: an API key that is wrong, rolled,
+// revoked, or without the permission the call needs; Adyen's merchant
+// account the key may not use). It is a configuration error and proves
+// nothing about the payment: the provider refuses such a request before
+// looking at it, so a first attempt moved no money, and a resumed attempt
+// learns nothing of what its earlier sends did. The intent stays open and
+// the key is not spent: once the credentials are fixed, a retry with the
+// same key goes through (resuming the same attempt), and meanwhile the
+// reconciler reports the provider unavailable. Retrying before the fix
+// cannot succeed, so SafeToRetry is false: fix the key, then retry.
+type CredentialsError struct {
+	Provider string
+	// Status is the provider's HTTP status (401, 403); Code its error code
+	// (Adyen's "000" or "010", PayPal's AUTHENTICATION_FAILURE or
+	// NOT_AUTHORIZED, OAuth's invalid_client), when it gave one.
+	Status int
+	Code   string
+	// Setting names the adapter's configuration to check
+	// ("Config.SecretKey").
+	Setting string
+	Message string
+}
+
+func (e *CredentialsError) Error() string {
+	setting := ""
+	if e.Setting != "" {
+		setting = " (" + e.Setting + ")"
+	}
+	return fmt.Sprintf("payments: %s refused our credentials: check the API key%s and its permissions (HTTP %d %s: %s); "+
+		"the payment stays open, and a retry with the same key resumes it once the key is fixed",
+		e.Provider, setting, e.Status, e.Code, e.Message)
+}
+
+// Is reports ErrCredentials.
+func (e *CredentialsError) Is(target error) bool { return target == ErrCredentials }
+
+// SafeToRetry reports false: the same credentials get the same refusal.
+// Nothing is spent either: a retry with the same key after the fix is
+// safe.
+func (e *CredentialsError) SafeToRetry() bool { return false }
+
+// RefusedRetryError: the provider refused a resumed attempt (a retry
+// re-sending the references of an attempt whose outcome is unknown) with
+// an answer that is not its replay of the attempt's own answer: a missing
+// resource, a validation the earlier send passed, a conflict. That
+// refusal speaks of this send only, and an earlier send may have charged:
+// the intent stays open (UNKNOWN) for a later retry with the same key or
+// the reconciler, which settle it from the provider's record of the
+// attempt. It matches ErrOutcomeUnknown, never ErrInvalidRequest.
+type RefusedRetryError struct {
+	Provider string
+	// Refusal is the provider's answer to this send.
+	Refusal *InvalidRequestError
+}
+
+func (e *RefusedRetryError) Error() string {
+	return fmt.Sprintf("payments: outcome at %s unknown: it refused the retry of an attempt that may already have charged (%v); "+
+		"the payment stays open until a retry with the same key or the reconciler settles it", e.Provider, e.Refusal)
+}
+
+// Is reports ErrOutcomeUnknown.
+func (e *RefusedRetryError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// SafeToRetry reports true: a retry re-sends the same references.
+func (e *RefusedRetryError) SafeToRetry() bool { return true }
+
 // OutcomeUnknown reports whether err leaves the provider's outcome unknown.
 func OutcomeUnknown(err error) bool { return errors.Is(err, ErrOutcomeUnknown) }
 
 // Retrier is implemented by errors that know whether retrying the call
 // with the same key is safe: payments' own ([NotSentError],
-// [UnknownOutcomeError], [InProgressError]) and the idempotency core's
+// [UnknownOutcomeError], [RefusedRetryError], [InProgressError],
+// [CredentialsError]) and the idempotency core's
 // *idempotency.InProgressError (another call holds the key).
 type Retrier interface{ SafeToRetry() bool }
 
@@ -150,7 +234,8 @@ type Retrier interface{ SafeToRetry() bool }
 // and may succeed: the request was not sent, the outcome is unknown (the
 // provider deduplicates the retry), the provider or another call is still
 // processing the key. Each error answers for itself ([Retrier]); the
-// sentinels count too. Declines, invalid requests and reviews are final.
+// sentinels count too. Declines, invalid requests and reviews are final;
+// refused credentials are not final but need a fix first (false).
 func SafeToRetry(err error) bool {
 	var r Retrier
 	if errors.As(err, &r) {

@@ -32,7 +32,7 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 	m := mp.Meter("github.com/payonce/payonce/payments")
 	var in instruments
 	var err error
-	if in.charges, err = m.Int64Counter(MetricCharges, metric.WithDescription("Provider answers to charges, by provider and outcome (succeeded, declined, failed, requires_action, pending, unknown, not_sent, in_progress).")); err != nil {
+	if in.charges, err = m.Int64Counter(MetricCharges, metric.WithDescription("Provider answers to charges, by provider and outcome (succeeded, declined, failed, requires_action, pending, unknown, not_sent, in_progress, credentials).")); err != nil {
 		return nil, err
 	}
 	if in.refunds, err = m.Int64Counter(MetricRefunds, metric.WithDescription("Provider answers to refunds, by provider and outcome.")); err != nil {
@@ -65,6 +65,8 @@ func outcomeLabel(status string, err error) string {
 		return "declined"
 	case errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrKeyMismatch):
 		return "failed"
+	case errors.Is(err, ErrCredentials):
+		return "credentials"
 	case errors.Is(err, ErrNotSent):
 		return "not_sent"
 	case errors.Is(err, ErrInProgress):

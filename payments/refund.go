@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -167,9 +168,16 @@ func (c *Client) refund(ctx context.Context, cl *call, prov Provider, req idempo
 	rres, rerr := prov.Refund(pctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
 	endProvider(pspan, rres.ProviderID, rres.RequestID, string(rres.Status), rres.Replayed, rerr)
 	c.metrics.observe(ctx, "refund", prov.Name(), string(rres.Status), rerr, time.Since(started))
-	t, err := decideRefund(subj, rres, rerr)
+	// A resumed attempt is settled by a refusal only when the provider
+	// replayed it (see decide).
+	t, err := decideRefund(subj, prior.open(), rres, rerr)
 	if err != nil {
-		// Unknown: the reservation stays until the outcome is known.
+		// Unknown, refused credentials, a refusal of a resumed attempt:
+		// the reservation stays until the outcome is known.
+		if errors.Is(err, ErrCredentials) {
+			slog.Error("payments: provider refused our credentials; the refund stays open", "key", idempotency.ShortHash(req.Key),
+				"provider", prov.Name(), "err", err)
+		}
 		return idempotency.Recording{}, c.markUnknown(ctx, subj, err)
 	}
 	return c.record(ctx, cl, subj, t)

@@ -149,9 +149,12 @@ const (
 
 // decideCharge is what a provider's answer to a charge proves. An error
 // that proves nothing (unknown outcome, not sent, in progress, a key
-// mismatch) comes back as it is: the intent stays open.
-func decideCharge(s subject, res ChargeResult, err error) (transition, error) {
-	return decide(s, res.ProviderID, chargeAnswer(res.Status), err)
+// mismatch, refused credentials) comes back as it is: the intent stays
+// open. resumed says the call re-sent the references of an attempt sent
+// before (an open intent): a refusal then proves nothing unless the
+// provider replayed it (see decide).
+func decideCharge(s subject, resumed bool, res ChargeResult, err error) (transition, error) {
+	return decide(s, resumed, res.ProviderID, chargeAnswer(res.Status), err)
 }
 
 func chargeAnswer(st ChargeStatus) answer {
@@ -178,8 +181,8 @@ func refundAnswer(st RefundStatus) answer {
 
 // decideRefund is what a provider's answer to a refund proves (see
 // decideCharge).
-func decideRefund(s subject, res RefundResult, err error) (transition, error) {
-	return decide(s, res.ProviderID, refundAnswer(res.Status), err)
+func decideRefund(s subject, resumed bool, res RefundResult, err error) (transition, error) {
+	return decide(s, resumed, res.ProviderID, refundAnswer(res.Status), err)
 }
 
 // ProofOfCharge is what a charge found at the provider by a lookup
@@ -214,7 +217,22 @@ func ProofOfRefund(rf RefundResult) (p Proof, ok bool) {
 
 // decide is the transition that a call's answer a about provider object
 // id, or its error, proves.
-func decide(s subject, id string, a answer, err error) (transition, error) {
+//
+// A refusal of the request (*InvalidRequestError) is final for a first
+// attempt: nothing was sent before it. For a resumed attempt it is proof
+// only when the provider replayed it as its answer to the attempt's
+// references (Replayed): anything else (a resource missing, a validation
+// the first send passed, a conflict) speaks of this send alone while an
+// earlier one may have charged, so the intent stays open and the caller
+// gets a *RefusedRetryError. A decline stays final either way: each
+// provider declines only by executing the attempt, and answers its
+// references once (Stripe executes a key once and replays its answer,
+// card_error included; Adyen replays the response to an Idempotency-Key;
+// PayPal answers a request id with the latest state of what it made), so
+// a decline is the attempt's own. Refused credentials
+// (*CredentialsError) are never a transition: the provider looked at
+// nothing.
+func decide(s subject, resumed bool, id string, a answer, err error) (transition, error) {
 	var decline *DeclineError
 	var invalid *InvalidRequestError
 	switch {
@@ -228,11 +246,16 @@ func decide(s subject, id string, a answer, err error) (transition, error) {
 			return failedAtProvider(s, id), nil
 		}
 		return pending(s, id), nil
+	case errors.Is(err, ErrCredentials):
+		return transition{}, err
 	case errors.As(err, &decline):
 		t := declined(s, decline)
 		t.providerID = id // the declined object: a later success of it is this intent's
 		return t, nil
 	case errors.As(err, &invalid):
+		if resumed && !invalid.Replayed {
+			return transition{}, &RefusedRetryError{Provider: s.provider, Refusal: invalid}
+		}
 		return refused(s, invalid, ""), nil
 	}
 	return transition{}, err

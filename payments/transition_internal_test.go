@@ -67,15 +67,15 @@ func TestDecideCharge(t *testing.T) {
 		{"declined", ChargeResult{}, decline, want{IntentDeclined, idempotency.StatusFailed, moveNothing, "", "insufficient_funds", "decline"}},
 		{"refused", ChargeResult{}, invalid, want{IntentFailed, idempotency.StatusFailed, moveNothing, "", "", "invalid"}},
 	} {
-		got, err := decideCharge(chargeSubject, tc.res, tc.err)
+		got, err := decideCharge(chargeSubject, false, tc.res, tc.err)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		check(t, tc.name, got, tc.want)
 	}
 	for _, err := range []error{&UnknownOutcomeError{Provider: "stripe"}, &NotSentError{Provider: "stripe"},
-		&InProgressError{Provider: "stripe"}, &KeyMismatchError{Provider: "stripe"}} {
-		if _, got := decideCharge(chargeSubject, ChargeResult{}, err); got != err {
+		&InProgressError{Provider: "stripe"}, &KeyMismatchError{Provider: "stripe"}, &CredentialsError{Provider: "stripe", Status: 401}} {
+		if _, got := decideCharge(chargeSubject, false, ChargeResult{}, err); got != err {
 			t.Errorf("%T proves nothing: got %v, want the error back", err, got)
 		}
 	}
@@ -100,15 +100,57 @@ func TestDecideRefund(t *testing.T) {
 		{"refused releases the reservation", RefundResult{}, &InvalidRequestError{Provider: "stripe"},
 			want{IntentFailed, idempotency.StatusFailed, releaseReservation, "", "", "invalid"}},
 	} {
-		got, err := decideRefund(refundSubject, tc.res, tc.err)
+		got, err := decideRefund(refundSubject, false, tc.res, tc.err)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		check(t, tc.name, got, tc.want)
 	}
 	unknown := &UnknownOutcomeError{Provider: "stripe"}
-	if _, err := decideRefund(refundSubject, RefundResult{}, unknown); !errors.Is(err, ErrOutcomeUnknown) {
+	if _, err := decideRefund(refundSubject, false, RefundResult{}, unknown); !errors.Is(err, ErrOutcomeUnknown) {
 		t.Errorf("an unknown refund outcome: %v", err)
+	}
+}
+
+// A resumed attempt (a retry re-sending the references of an attempt
+// whose outcome is unknown) is settled by the provider's answer to its
+// references (a success, a decline, a refusal the provider replayed),
+// never by a refusal of this send alone: the intent stays open and the
+// caller learns the outcome is unknown. Refused credentials never settle
+// anything, first attempt or not.
+func TestDecideResumed(t *testing.T) {
+	fresh := &InvalidRequestError{Provider: "stripe", Code: "resource_missing", Message: "No such PaymentMethod"}
+	replayed := &InvalidRequestError{Provider: "stripe", Code: "parameter_invalid", Replayed: true}
+	decline := &DeclineError{Provider: "stripe", Code: "card_declined", DeclineCode: "insufficient_funds"}
+	creds := &CredentialsError{Provider: "stripe", Status: 401, Message: "Invalid API Key provided"}
+
+	for _, s := range []subject{chargeSubject, refundSubject} {
+		decideOf := func(resumed bool, err error) (transition, error) {
+			if s.kind == KindRefund {
+				return decideRefund(s, resumed, RefundResult{}, err)
+			}
+			return decideCharge(s, resumed, ChargeResult{}, err)
+		}
+		name := string(s.kind)
+		if _, err := decideOf(true, fresh); !OutcomeUnknown(err) || errors.Is(err, ErrInvalidRequest) || !SafeToRetry(err) {
+			t.Errorf("%s: a resumed attempt refused afresh: %v, want an unknown outcome, never an invalid request", name, err)
+		} else if rr := (*RefusedRetryError)(nil); !errors.As(err, &rr) || rr.Refusal != fresh {
+			t.Errorf("%s: %v does not carry the refusal", name, err)
+		}
+		if got, err := decideOf(true, replayed); err != nil || got.status != IntentFailed || got.record != idempotency.StatusFailed {
+			t.Errorf("%s: a resumed attempt whose refusal the provider replayed: %+v %v, want FAILED", name, got, err)
+		}
+		if got, err := decideOf(true, decline); err != nil || got.status != IntentDeclined {
+			t.Errorf("%s: a resumed attempt declined: %+v %v, want DECLINED", name, got, err)
+		}
+		if got, err := decideOf(false, fresh); err != nil || got.status != IntentFailed {
+			t.Errorf("%s: a first attempt refused: %+v %v, want FAILED", name, got, err)
+		}
+		for _, resumed := range []bool{false, true} {
+			if _, err := decideOf(resumed, creds); err != creds || SafeToRetry(err) || !errors.Is(err, ErrCredentials) {
+				t.Errorf("%s (resumed %v): refused credentials: %v, want the *CredentialsError back", name, resumed, err)
+			}
+		}
 	}
 }
 

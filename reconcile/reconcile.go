@@ -180,6 +180,14 @@ func (r *Reconciler) lookupFailed(ctx context.Context, rep *Report, it item, err
 		return r.review(ctx, rep, it, Item{Kind: KindPastProviderWindow, ProviderState: "cannot tell", LocalState: string(it.Status)},
 			"past "+it.Provider+"'s deduplication window for "+attempt+": "+err.Error())
 	}
+	if ce := (*payments.CredentialsError)(nil); errors.As(err, &ce) {
+		// A configuration error, not an answer about the intent: an outage
+		// until someone fixes the key (runbook: "The provider refuses
+		// payonce's credentials").
+		return r.reschedule(ctx, rep, it, Item{Kind: KindProviderUnavailable, ProviderState: lookup + " refused our credentials",
+			Detail: fmt.Sprintf("%s refused payonce's credentials (HTTP %d %s): check %s and the key's permissions; the intent stays open until the key works",
+				it.Provider, ce.Status, ce.Code, ce.Setting)}, recheckOutage)
+	}
 	return r.reschedule(ctx, rep, it, Item{Kind: KindProviderUnavailable, ProviderState: lookup + " failed", Detail: err.Error()}, recheckOutage)
 }
 

@@ -387,8 +387,8 @@ func TestErrorMapping(t *testing.T) {
 			func(t *testing.T, err error) { errAs[*payments.KeyMismatchError](t, err) }},
 		{"unauthorized", 401, nil, `{"status":401,"errorCode":"000","message":"HTTP Status Response - Unauthorized","errorType":"security"}`,
 			func(t *testing.T, err error) {
-				if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "000" {
-					t.Fatalf("%+v", ie)
+				if ce := errAs[*payments.CredentialsError](t, err); ce.Code != "000" || payments.SafeToRetry(err) {
+					t.Fatalf("%+v", ce)
 				}
 			}},
 		{"transient 503 703", 503, transient, `{"status":503,"errorCode":"703","message":"idempotency store unavailable","errorType":"internal"}`,

@@ -41,11 +41,32 @@ func classify(err error) error {
 		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	case status == http.StatusUnprocessableEntity && ae.ErrorCode == errorCodeKeyMismatch:
 		return &payments.KeyMismatchError{Provider: providerName, Message: ae.Message}
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		// 401 (errorCode 000, 00_401): "Invalid API credentials were used in
+		// the request" or they "lack permissions"
+		// (https://docs.adyen.com/errors/unauthorized); 403 (errorCode 010
+		// "Not allowed", 901 "Invalid Merchant Account"): "Insufficient
+		// permission" (https://docs.adyen.com/development-resources/response-handling/,
+		// https://docs.adyen.com/development-resources/error-codes). A
+		// configuration error, never an outcome: Adyen did not act on the
+		// request.
+		code := ae.ErrorCode
+		if code == "" {
+			code = http.StatusText(status)
+		}
+		return &payments.CredentialsError{Provider: providerName, Status: status, Code: code,
+			Setting: "Config.APIKey/Config.MerchantAccount", Message: ae.Message}
 	case status == http.StatusTooManyRequests, status >= 500:
 		// A non-transient 5xx is final for the key at Adyen: a retry replays it, and only the
 		// AUTHORISATION webhook (Lookup) or a technical cancel resolves the outcome.
 		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	case status >= 400:
+		// Adyen answers a known Idempotency-Key with the first response, a
+		// non-transient error included, but marks no replay (the echoed
+		// Idempotency-Key header is on every keyed answer,
+		// https://docs.adyen.com/development-resources/api-idempotency): a
+		// refusal cannot be told from a replayed one, so it is never proof
+		// about an earlier send of a resumed attempt (Replayed stays false).
 		code := ae.ErrorCode
 		if code == "" {
 			code = http.StatusText(status)

@@ -33,9 +33,14 @@ func classify(err error) error {
 	case errors.As(err, &inv):
 		return err
 	case errors.As(err, &tokErr):
+		if errors.As(tokErr.Err, &apiErr) && (apiErr.Status == http.StatusUnauthorized || apiErr.Status == http.StatusForbidden) {
+			// 401 invalid_client: the app's client id or secret is wrong,
+			// rolled or revoked. The request itself never left.
+			return credentials(apiErr, "PayPal refused the app credentials: ")
+		}
 		if errors.As(tokErr.Err, &apiErr) && apiErr.Status >= 400 && apiErr.Status < 500 && apiErr.Status != http.StatusTooManyRequests {
 			return &payments.InvalidRequestError{Provider: providerName, Code: apiErr.Name, Param: "Config.ClientID/Config.Secret",
-				Message: "PayPal refused the app credentials: " + apiErr.Error()}
+				Message: "PayPal refused the token request: " + apiErr.Error()}
 		}
 		// No token, so the request itself never left.
 		return &payments.NotSentError{Provider: providerName, Err: err}
@@ -49,20 +54,44 @@ func classify(err error) error {
 		case s == http.StatusConflict:
 			// PREVIOUS_REQUEST_IN_PROGRESS: the same request id is executing.
 			return &payments.InProgressError{Provider: providerName}
-		case s == http.StatusUnauthorized:
-			// Still refused after one token refresh.
-			return &payments.InvalidRequestError{Provider: providerName, Code: apiErr.Name, Param: "Config.ClientID/Config.Secret",
-				Message: "PayPal refused a fresh access token: " + apiErr.Error()}
+		case s == http.StatusUnauthorized || s == http.StatusForbidden:
+			// 401 AUTHENTICATION_FAILURE, still refused after one token
+			// refresh; 403 NOT_AUTHORIZED, "Authorization failed due to
+			// insufficient permissions" of the app or of the payee account
+			// (https://developer.paypal.com/api/rest/responses/,
+			// https://developer.paypal.com/api/rest/troubleshooting/rest_not_authorized).
+			// Configuration errors, never an outcome: PayPal did not act on
+			// the request.
+			what := "PayPal refused a fresh access token: "
+			if s == http.StatusForbidden {
+				what = "PayPal refused the access token's permissions: "
+			}
+			return credentials(apiErr, what)
 		case s == http.StatusTooManyRequests || s >= 500:
 			// Not documented to leave nothing executed: unknown, retry with the same request id.
 			return &payments.UnknownOutcomeError{Provider: providerName, Status: s, Err: err}
 		case declineIssues[apiErr.Issue()]:
 			return &payments.DeclineError{Provider: providerName, Code: apiErr.Issue(), DeclineCode: apiErr.Issue(), Message: apiErr.Error()}
 		case s >= 400:
+			// PayPal marks no replayed error (a request id is answered with
+			// the latest state of what it made,
+			// https://developer.paypal.com/api/rest/reference/idempotency/),
+			// so a refusal is never proof about an earlier send of a
+			// resumed attempt (Replayed stays false).
 			return &payments.InvalidRequestError{Provider: providerName, Code: apiErr.Issue(), Param: apiErr.field(), Message: apiErr.Error()}
 		}
 	}
 	return &payments.UnknownOutcomeError{Provider: providerName, Err: err}
+}
+
+// credentials is PayPal's refusal of the app's credentials or rights.
+func credentials(apiErr *APIError, what string) error {
+	code := apiErr.Issue()
+	if code == "" {
+		code = apiErr.Name
+	}
+	return &payments.CredentialsError{Provider: providerName, Status: apiErr.Status, Code: code,
+		Setting: "Config.ClientID/Config.Secret", Message: what + apiErr.Error()}
 }
 
 // invalid is a request refused before sending it.

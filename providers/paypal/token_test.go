@@ -95,7 +95,7 @@ func TestConcurrentFirstCallsShareOneToken(t *testing.T) {
 }
 
 // A server that refuses every token: the adapter resends once after a refresh, then gives up.
-func TestPersistent401IsInvalidCredentials(t *testing.T) {
+func TestPersistent401IsRefusedCredentials(t *testing.T) {
 	t.Parallel()
 	var tokens, calls atomic.Int32
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -111,9 +111,10 @@ func TestPersistent401IsInvalidCredentials(t *testing.T) {
 	defer ts.Close()
 	p := stubProvider(t, ts.URL)
 	_, err := p.Charge(ctxT(t), chargeReq("401", "pm_card_visa"))
-	ie := errAs[*payments.InvalidRequestError](t, err)
-	if ie.Code != "AUTHENTICATION_FAILURE" || !strings.Contains(ie.Param, "Config.ClientID") || payments.SafeToRetry(err) {
-		t.Fatalf("%+v", ie)
+	ce := errAs[*payments.CredentialsError](t, err)
+	if ce.Code != "AUTHENTICATION_FAILURE" || !strings.Contains(ce.Setting, "Config.ClientID") || payments.SafeToRetry(err) ||
+		errors.Is(err, payments.ErrInvalidRequest) {
+		t.Fatalf("%+v", ce)
 	}
 	if tokens.Load() != 2 || calls.Load() != 2 {
 		t.Fatalf("%d token requests and %d calls, want 2 and 2", tokens.Load(), calls.Load())
@@ -126,9 +127,9 @@ func TestWrongCredentials(t *testing.T) {
 	defer srv.Close()
 	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: "wrong", BaseURL: srv.URL()}))(t)
 	_, err := p.Charge(ctxT(t), chargeReq("creds", paypaltest.PaymentMethodVisa))
-	ie := errAs[*payments.InvalidRequestError](t, err)
-	if ie.Code != "invalid_client" || !strings.Contains(ie.Param, "Config.Secret") {
-		t.Fatalf("%+v", ie)
+	ce := errAs[*payments.CredentialsError](t, err)
+	if ce.Code != "invalid_client" || !strings.Contains(ce.Setting, "Config.Secret") || !strings.Contains(err.Error(), "check the API key") {
+		t.Fatalf("%+v", ce)
 	}
 }
 
@@ -166,6 +167,26 @@ func TestStatusMapping(t *testing.T) {
 			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
 		{"garbled success", http.StatusCreated, `{"id":`,
 			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+		// 403 NOT_AUTHORIZED, "Authorization failed due to insufficient
+		// permissions": a configuration error, never a refusal of the payment.
+		{"not authorized", http.StatusForbidden,
+			`{"name":"NOT_AUTHORIZED","message":"Authorization failed due to insufficient permissions.","debug_id":"d1",` +
+				`"details":[{"issue":"PERMISSION_DENIED"}]}`,
+			func(t *testing.T, err error) {
+				ce := errAs[*payments.CredentialsError](t, err)
+				if ce.Status != 403 || ce.Code != "PERMISSION_DENIED" || errors.Is(err, payments.ErrInvalidRequest) || payments.SafeToRetry(err) ||
+					!strings.Contains(err.Error(), "check the API key") {
+					t.Fatalf("%v", err)
+				}
+			}},
+		// PayPal marks no replayed error: no refusal claims to be one.
+		{"not found", http.StatusNotFound,
+			`{"name":"RESOURCE_NOT_FOUND","message":"The specified resource does not exist.","details":[{"issue":"INVALID_RESOURCE_ID"}]}`,
+			func(t *testing.T, err error) {
+				if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "INVALID_RESOURCE_ID" || ie.Replayed {
+					t.Fatalf("%+v", ie)
+				}
+			}},
 		{"instrument declined", http.StatusUnprocessableEntity,
 			`{"name":"UNPROCESSABLE_ENTITY","details":[{"issue":"INSTRUMENT_DECLINED"}]}`,
 			func(t *testing.T, err error) {

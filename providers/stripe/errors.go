@@ -62,6 +62,15 @@ func classify(err error, sent *sentTracker) error {
 		return &payments.InProgressError{Provider: providerName}
 	case se.Type == stripego.ErrorTypeIdempotency:
 		return &payments.KeyMismatchError{Provider: providerName, Message: se.Msg}
+	case status == http.StatusUnauthorized || status == http.StatusForbidden ||
+		se.Type == errorTypeAuthentication || se.Type == errorTypePermission:
+		// 401 "No valid API key provided", 403 "The API key doesn't have
+		// permissions to perform the request" (https://docs.stripe.com/api/errors):
+		// refused before anything executed, so nothing is cached for the key
+		// (https://docs.stripe.com/api/idempotent_requests: only requests whose
+		// execution began are). A configuration error, never an outcome.
+		return &payments.CredentialsError{Provider: providerName, Status: status, Code: credentialsCode(se),
+			Setting: "Config.SecretKey", Message: se.Msg}
 	case se.Type == stripego.ErrorTypeCard:
 		return &payments.DeclineError{Provider: providerName, Code: string(se.Code),
 			DeclineCode: string(se.DeclineCode), Message: se.Msg}
@@ -76,14 +85,40 @@ func classify(err error, sent *sentTracker) error {
 		// key replays it, so only the reconciler can resolve it then.
 		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	case status >= 400:
-		// invalid_request_error, and 401/403 (bad or restricted key): a
-		// permanent configuration or input error.
+		// invalid_request_error: a permanent input error. Stripe saves the
+		// answer of a request whose execution began and replays it, marked
+		// Idempotent-Replayed, to the same key
+		// (https://docs.stripe.com/api/idempotent_requests); a refusal
+		// without the mark (a validation failure, a missing resource) was
+		// not cached and speaks of this request alone. payments settles a
+		// resumed attempt only on a replayed one.
 		code := string(se.Code)
 		if code == "" {
 			code = http.StatusText(status)
 		}
-		return &payments.InvalidRequestError{Provider: providerName, Code: code, Param: se.Param, Message: se.Msg}
+		return &payments.InvalidRequestError{Provider: providerName, Code: code, Param: se.Param, Message: se.Msg,
+			Replayed: replayed(se.LastResponse)}
 	default:
 		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	}
+}
+
+// Error types Stripe documents beside stripe-go's constants
+// (https://docs.stripe.com/api/errors lists the types; Stripe's other
+// libraries name these two): a restricted or revoked key.
+const (
+	errorTypeAuthentication stripego.ErrorType = "authentication_error"
+	errorTypePermission     stripego.ErrorType = "permission_error"
+)
+
+// credentialsCode is the code of a refusal of our credentials: Stripe's
+// code, else its type, else the HTTP status text.
+func credentialsCode(se *stripego.Error) string {
+	switch {
+	case se.Code != "":
+		return string(se.Code)
+	case se.Type != "":
+		return string(se.Type)
+	}
+	return http.StatusText(se.HTTPStatusCode)
 }

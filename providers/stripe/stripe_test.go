@@ -321,9 +321,10 @@ func TestChargeBadAPIKey(t *testing.T) {
 	p := must(paystripe.New(&paystripe.Config{SecretKey: "sk_live_nope", BaseURL: srv.URL(),
 		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
 	_, err := p.Charge(context.Background(), chargeReq("order-auth", stripetest.PaymentMethodVisa))
-	errAs[*payments.InvalidRequestError](t, err)
-	if payments.SafeToRetry(err) {
-		t.Fatal("a 401 is permanent")
+	ce := errAs[*payments.CredentialsError](t, err)
+	if ce.Status != http.StatusUnauthorized || ce.Setting != "Config.SecretKey" || payments.SafeToRetry(err) ||
+		errors.Is(err, payments.ErrInvalidRequest) || !strings.Contains(err.Error(), "check the API key") {
+		t.Fatalf("a 401: %v, want a configuration error, never a refusal of the payment", err)
 	}
 }
 
@@ -591,8 +592,8 @@ func TestChargeStatusMapping(t *testing.T) {
 		{"forbidden", http.StatusForbidden,
 			`{"error":{"type":"invalid_request_error","message":"The provided key does not have access"}}`,
 			func(t *testing.T, err error) {
-				if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "Forbidden" || payments.SafeToRetry(err) {
-					t.Fatalf("%+v", ie)
+				if ce := errAs[*payments.CredentialsError](t, err); ce.Status != 403 || payments.SafeToRetry(err) {
+					t.Fatalf("%+v", ce)
 				}
 			}},
 		{"service unavailable", http.StatusServiceUnavailable,
