@@ -34,9 +34,15 @@
 // instead of one each. A caller returns only once the commit that holds
 // its own row is done; a caller that finds nothing in flight runs its own
 // statement at once; a group gives up on a row lock after 50 ms (a longer
-// transaction holds that row) and its callers then run alone; fencing is
+// transaction holds that row) and its callers then run alone, on a
+// connection the group rolled back and gave back to the pool; fencing is
 // per row (a completion under a lost lease gets idempotency.ErrLeaseLost,
-// the others of its group are stored). When callers outnumber the pool's
+// the others of its group are stored). A group that may have committed
+// without the client learning it (the connection broke, the server ended
+// the session, the COMMIT failed) is never taken for rolled back: each
+// caller finds out from its own row whether the group stored it, so that
+// nobody is told "in progress" about its own claim or ErrLeaseLost about
+// its own outcome. When callers outnumber the pool's
 // connections, it multiplies throughput (make bench's (h) paths: 64
 // callers on 8 connections, against the best other design; see
 // BENCHMARKS.md). Config.NoGroupCommit turns it off; Config.MeterProvider

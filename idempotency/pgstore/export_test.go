@@ -17,3 +17,16 @@ func (s *Store) SetGroupFlights(n int) {
 func (s *Store) SetGroupStall(d time.Duration) {
 	s.claims.stall, s.completions.stall = d, d
 }
+
+// Queued returns how many callers wait for the next group of kind
+// ("claim" or "complete").
+func (s *Store) Queued(kind string) int {
+	if kind == "claim" {
+		s.claims.mu.Lock()
+		defer s.claims.mu.Unlock()
+		return len(s.claims.queue)
+	}
+	s.completions.mu.Lock()
+	defer s.completions.mu.Unlock()
+	return len(s.completions.queue)
+}

@@ -3,10 +3,12 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
@@ -39,10 +41,21 @@ import (
 //     longer transaction (a DoTx claiming the same key, a FenceTx) makes
 //     it fail and roll back instead of holding everybody up, and then each
 //     caller of the group runs its own statement, as without group commit.
-//     Any other error the server reports rolls the group back too, and each
-//     caller runs alone: one caller's bad row never fails the others.
-//   - An error that leaves the outcome unknown (the connection broke) is
-//     each caller's error, as it would be for its own statement.
+//     Any other error the server reports for a statement before the COMMIT
+//     rolls the group back too, and each caller runs alone: one caller's
+//     bad row never fails the others. The group's connection is rolled
+//     back and returned to the pool, not closed: a hot key that makes many
+//     groups roll back costs no reconnection (and, behind PgBouncer, no
+//     new server connection).
+//   - An error that may have come after the commit leaves the group's
+//     outcome unknown: the connection broke, the server was shut down or
+//     terminated the session (SQLSTATE classes 08, 57, 58, XX, or any
+//     FATAL; a session terminated while its COMMIT waits for a synchronous
+//     standby has committed), or the COMMIT itself failed. Each caller then
+//     resolves its own row instead of taking the group for rolled back: a
+//     claim recognises the record the group may have inserted for it by
+//     the lock version it was to get, a completion recognises its outcome
+//     stored under its lease; otherwise each runs its own statement.
 //   - A caller queued for longer than groupStall starts one more flight:
 //     a flight held by a caller that waits for a row lock (running alone,
 //     with no lock timeout) holds up nobody else for long.
@@ -76,7 +89,10 @@ type member struct {
 	// back, or the caller shared its key with an earlier member); the
 	// caller runs its own statement.
 	alone bool
-	err   error
+	// unknown: the group may or may not have committed; the caller
+	// resolves its own row.
+	unknown bool
+	err     error
 }
 
 func (m *member) finish() { close(m.done) }
@@ -189,32 +205,114 @@ func (g *grouper[M]) drain() {
 	}
 }
 
-// sendGroup runs sql in one short transaction with a lock timeout and
-// hands each returned row to scan. It reports whether the server refused
-// the group (rolled back: its callers run alone) or the error that leaves
-// the outcome unknown.
-func (s *Store) sendGroup(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) (rolledBack bool, err error) {
+// groupOutcome is what became of a group's transaction.
+type groupOutcome int
+
+const (
+	groupCommitted groupOutcome = iota
+	// groupRolledBack: nothing of the group committed; its callers run
+	// their own statements.
+	groupRolledBack
+	// groupUnknown: the group may have committed; its callers resolve
+	// their own rows.
+	groupUnknown
+)
+
+// sendGroup runs sql in one short transaction with a lock timeout, on a
+// connection of its own, and hands each returned row to scan. It reports
+// whether the group committed, was rolled back (the server refused a
+// statement before the COMMIT: its callers run alone) or may have
+// committed (see groupFailure), with the error in the last two cases. A
+// connection left inside the failed transaction is rolled back before it
+// goes back to the pool, so that the pool keeps it.
+func (s *Store) sendGroup(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) (groupOutcome, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupTimeout)
 	defer cancel()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return groupRolledBack, err // nothing was sent
+	}
+	defer conn.Release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue("SET LOCAL lock_timeout = '" + groupLockTimeout + "'")
-	q := b.Queue(sql, args...)
-	q.Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			if err := scan(rows); err != nil {
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, b)
+	// The statements are pipelined: the server runs the COMMIT whatever
+	// the client makes of the answers before it, so only the server's
+	// refusal of an earlier statement proves that nothing committed.
+	atCommit := false
+	err = func() error {
+		for range 2 { // BEGIN, SET LOCAL
+			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		return rows.Err()
-	})
-	b.Queue("COMMIT")
-	err = s.pool.SendBatch(ctx, b).Close()
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return true, nil
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				atCommit = true // the server goes on to the COMMIT
+				return err
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		atCommit = true
+		_, err = br.Exec()
+		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	return false, err
+	if err == nil {
+		return groupCommitted, nil
+	}
+	if pc := conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
+		// Still in the failed transaction: end it here, so that the pool
+		// keeps the connection (it closes one returned inside a
+		// transaction). If this fails, the pool closes it.
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+	}
+	if groupFailure(err, atCommit) {
+		return groupUnknown, err
+	}
+	return groupRolledBack, err
+}
+
+// groupFailure reports whether err, met by a group's transaction, leaves
+// its outcome unknown. Only the server's refusal of a statement before the
+// COMMIT proves that nothing committed, and not every refusal: a session
+// that the server ends (a FATAL, operator intervention such as
+// pg_terminate_backend or a shutdown: class 57) or whose connection breaks
+// (class 08), or a server in trouble (classes 58 and XX), may report it
+// after the commit, for instance while the COMMIT waited for a synchronous
+// standby. An error that provably never reached the server leaves nothing
+// to resolve.
+func groupFailure(err error, atCommit bool) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return !pgconn.SafeToRetry(err)
+	}
+	if atCommit {
+		return true
+	}
+	severity := pgErr.SeverityUnlocalized
+	if severity == "" {
+		severity = pgErr.Severity
+	}
+	switch severity {
+	case "FATAL", "PANIC":
+		return true
+	}
+	code := pgErr.Code
+	return pgerrcode.IsConnectionException(code) || pgerrcode.IsOperatorIntervention(code) ||
+		pgerrcode.IsSystemError(code) || pgerrcode.IsInternalError(code)
 }
 
 type scopedKey struct{ scope, key string }
@@ -225,7 +323,8 @@ const (
 	// complete) and outcome: committed; rolled_back (the server refused
 	// the group, typically a row held by a longer transaction past the
 	// 50 ms lock timeout, and its callers ran alone); failed (the outcome
-	// is unknown, each caller got the error).
+	// was unknown: the connection broke or the server ended the session,
+	// perhaps after the commit; each caller resolved its own row).
 	MetricGroups = "idempotency.store_groups"
 	// MetricGroupRows counts the rows that committed groups stored, by
 	// kind: divided by the committed groups, the mean group size.
@@ -247,7 +346,7 @@ func newGroupMetrics(mp metric.MeterProvider) (groupMetrics, error) {
 	var g groupMetrics
 	var err error
 	if g.groups, err = m.Int64Counter(MetricGroups, metric.WithDescription(
-		"Group statements sent by group commit, by kind (claim, complete) and outcome (committed, rolled_back: its callers ran alone; failed: outcome unknown).")); err != nil {
+		"Group statements sent by group commit, by kind (claim, complete) and outcome (committed, rolled_back: its callers ran alone; failed: outcome unknown, its callers resolved their rows).")); err != nil {
 		return g, err
 	}
 	if g.rows, err = m.Int64Counter(MetricGroupRows, metric.WithDescription(
@@ -266,12 +365,12 @@ func newGroupMetrics(mp metric.MeterProvider) (groupMetrics, error) {
 }
 
 // record counts one group of kind that stored rows (when committed).
-func (s *Store) record(ctx context.Context, kind string, rows int, rolledBack bool, err error) {
+func (s *Store) record(ctx context.Context, kind string, rows int, o groupOutcome) {
 	outcome := "committed"
-	switch {
-	case rolledBack:
+	switch o {
+	case groupRolledBack:
 		outcome = "rolled_back"
-	case err != nil:
+	case groupUnknown:
 		outcome = "failed"
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -287,54 +386,74 @@ type newClaim struct {
 	member
 	key, scope, fp string
 	lockS, retS    float64
-	// Set by the group: inserted with this lock version, or not inserted
-	// (the key exists).
+	// try is the lock version the group inserts the key with, drawn like
+	// claimNewSQL's (below 2^30): a record found at it after a group of
+	// unknown outcome is this caller's claim.
+	try int64
+	// Set by the group: inserted (at version try), or not inserted (the
+	// key exists).
 	inserted bool
-	version  int64
 }
 
-// claimNewGroupSQL is claimNewSQL for many keys: the same values per row.
+// claimNewGroupSQL is claimNewSQL for many keys: the same values per row,
+// but for the initial lock version, which each caller draws.
 const claimNewGroupSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
-SELECT c.k, c.u, c.f, 'PROCESSING', floor(random() * 1073741824)::int,
+SELECT c.k, c.u, c.f, 'PROCESSING', c.v,
        now() + make_interval(secs => c.l), now() + make_interval(secs => c.r)
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[]) AS c(k, u, f, l, r)
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[], $6::int8[]) AS c(k, u, f, l, r, v)
 ON CONFLICT (idempotency_key, user_id) DO NOTHING
-RETURNING idempotency_key, user_id, lock_version`
+RETURNING idempotency_key, user_id`
 
-// claimNew runs the insert-first claim: the version and true when it
-// inserted the key, false when the key exists.
-func (s *Store) claimNew(ctx context.Context, db dbtx, pooled bool, p idempotency.ClaimParams, lockS, retS float64) (int64, bool, error) {
+// newKey is what the insert-first half of a claim found.
+type newKey int
+
+const (
+	keyExists   newKey = iota // not inserted: the key exists
+	keyInserted               // inserted at the version returned
+	// keyUnknown: a group that may have inserted the key at the version
+	// returned ended in an unknown outcome; the claim reads the key and a
+	// PROCESSING record at that version is its own.
+	keyUnknown
+)
+
+// claimNew runs the insert-first claim.
+func (s *Store) claimNew(ctx context.Context, db dbtx, pooled bool, p idempotency.ClaimParams, lockS, retS float64) (int64, newKey, error) {
 	if !pooled || s.claims == nil {
 		return claimNewAlone(ctx, db, p.Key, p.Scope, string(p.Fingerprint), lockS, retS)
 	}
 	c := &newClaim{member: member{ctx: ctx, done: make(chan struct{})},
-		key: p.Key, scope: p.Scope, fp: string(p.Fingerprint), lockS: lockS, retS: retS}
+		key: p.Key, scope: p.Scope, fp: string(p.Fingerprint), lockS: lockS, retS: retS,
+		try: rand.Int64N(1 << 30)}
 	if s.claims.join(c) {
 		defer s.claims.leave()
 		return claimNewAlone(ctx, db, c.key, c.scope, c.fp, lockS, retS)
 	}
 	if err := s.claims.wait(c); err != nil {
-		return 0, false, translate("claim", err)
+		return 0, keyExists, translate("claim", err)
 	}
 	switch {
 	case c.err != nil:
-		return 0, false, translate("claim", c.err)
+		return 0, keyExists, translate("claim", c.err)
+	case c.unknown:
+		return c.try, keyUnknown, nil
 	case c.alone:
 		return claimNewAlone(ctx, db, c.key, c.scope, c.fp, lockS, retS)
+	case c.inserted:
+		return c.try, keyInserted, nil
 	}
-	return c.version, c.inserted, nil
+	return 0, keyExists, nil
 }
 
-func claimNewAlone(ctx context.Context, db dbtx, key, scope, fp string, lockS, retS float64) (int64, bool, error) {
+func claimNewAlone(ctx context.Context, db dbtx, key, scope, fp string, lockS, retS float64) (int64, newKey, error) {
 	var v int64
 	err := db.QueryRow(ctx, claimNewSQL, key, scope, fp, lockS, retS).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
+		return 0, keyExists, nil
 	}
 	if err != nil {
-		return 0, false, translate("claim", err)
+		return 0, keyExists, translate("claim", err)
 	}
-	return v, true, nil
+	return v, keyInserted, nil
 }
 
 // flushClaims sends one group of new-key claims.
@@ -347,6 +466,7 @@ func (s *Store) flushClaims(batch []*newClaim) {
 	byKey := make(map[scopedKey]*newClaim, len(batch))
 	var keys, scopes, fps []string
 	var locks, rets []float64
+	var tries []int64
 	for _, c := range batch {
 		k := scopedKey{c.scope, c.key}
 		if _, dup := byKey[k]; dup {
@@ -355,28 +475,27 @@ func (s *Store) flushClaims(batch []*newClaim) {
 		}
 		byKey[k] = c
 		keys, scopes, fps = append(keys, c.key), append(scopes, c.scope), append(fps, c.fp)
-		locks, rets = append(locks, c.lockS), append(rets, c.retS)
+		locks, rets, tries = append(locks, c.lockS), append(rets, c.retS), append(tries, c.try)
 	}
 	var k scopedKey
-	var v int64
-	rolledBack, err := s.sendGroup(batch[0].ctx, claimNewGroupSQL, []any{keys, scopes, fps, locks, rets}, func(rows pgx.Rows) error {
-		if err := rows.Scan(&k.key, &k.scope, &v); err != nil {
+	outcome, _ := s.sendGroup(batch[0].ctx, claimNewGroupSQL, []any{keys, scopes, fps, locks, rets, tries}, func(rows pgx.Rows) error {
+		if err := rows.Scan(&k.key, &k.scope); err != nil {
 			return err
 		}
 		if c := byKey[k]; c != nil {
-			c.inserted, c.version = true, v
+			c.inserted = true
 		}
 		return nil
 	})
 	for _, c := range byKey {
-		switch {
-		case rolledBack:
+		switch outcome {
+		case groupRolledBack:
 			c.alone, c.inserted = true, false
-		case err != nil:
-			c.err = err
+		case groupUnknown:
+			c.unknown, c.inserted = true, false
 		}
 	}
-	s.record(batch[0].ctx, "claim", len(byKey), rolledBack, err)
+	s.record(batch[0].ctx, "claim", len(byKey), outcome)
 }
 
 // pendingCompletion is one caller's completion in a group.
@@ -411,12 +530,42 @@ func (s *Store) completeGrouped(ctx context.Context, row completionRow) error {
 	switch {
 	case c.err != nil:
 		return translate("complete", c.err)
+	case c.unknown:
+		return s.completeAfterUnknown(ctx, row)
 	case c.alone:
 		return fenced(ctx, s.pool, "complete", completeSQL, row.args()...)
 	case !c.matched:
 		return idempotency.ErrLeaseLost
 	}
 	return nil
+}
+
+// outcomeVersionSQL reads whether a record is finished, and at which lock
+// version.
+const outcomeVersionSQL = `SELECT status <> 'PROCESSING', lock_version FROM idempotency_store
+ WHERE idempotency_key = $1 AND user_id = $2`
+
+// completeAfterUnknown stores an outcome whose group may have stored it
+// already: the caller's own statement, and when that finds the lease lost,
+// a record finished at the lease's version holds this outcome (only the
+// lease's holder finishes a record at its version, and nothing but a new
+// lease changes the version).
+func (s *Store) completeAfterUnknown(ctx context.Context, row completionRow) error {
+	err := fenced(ctx, s.pool, "complete", completeSQL, row.args()...)
+	if !errors.Is(err, idempotency.ErrLeaseLost) {
+		return err
+	}
+	var finished bool
+	var v int64
+	switch rerr := s.pool.QueryRow(ctx, outcomeVersionSQL, row.key, row.scope).Scan(&finished, &v); {
+	case errors.Is(rerr, pgx.ErrNoRows):
+		return idempotency.ErrLeaseLost
+	case rerr != nil:
+		return translate("complete", rerr)
+	case finished && v == row.version:
+		return nil
+	}
+	return idempotency.ErrLeaseLost
 }
 
 // flushCompletions sends one group of completions.
@@ -445,7 +594,7 @@ func (s *Store) flushCompletions(batch []*pendingCompletion) {
 		bodies, rets = append(bodies, c.body), append(rets, c.retS)
 	}
 	var k scopedKey
-	rolledBack, err := s.sendGroup(batch[0].ctx, completeGroupSQL,
+	outcome, _ := s.sendGroup(batch[0].ctx, completeGroupSQL,
 		[]any{keys, scopes, versions, statuses, codes, metas, bodies, rets}, func(rows pgx.Rows) error {
 			if err := rows.Scan(&k.key, &k.scope); err != nil {
 				return err
@@ -456,12 +605,12 @@ func (s *Store) flushCompletions(batch []*pendingCompletion) {
 			return nil
 		})
 	for _, c := range byKey {
-		switch {
-		case rolledBack:
+		switch outcome {
+		case groupRolledBack:
 			c.alone, c.matched = true, false
-		case err != nil:
-			c.err = err
+		case groupUnknown:
+			c.unknown, c.matched = true, false
 		}
 	}
-	s.record(batch[0].ctx, "complete", len(byKey), rolledBack, err)
+	s.record(batch[0].ctx, "complete", len(byKey), outcome)
 }

@@ -14,8 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
@@ -201,23 +199,7 @@ func TestGroupCommitNotHeldUpByALongTransaction(t *testing.T) {
 // waitForLockWait waits until a session waits for a lock that tx holds.
 func waitForLockWait(t *testing.T, pool *pgxpool.Pool, tx pgx.Tx) {
 	t.Helper()
-	ctx := context.Background()
-	var holder int32
-	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&holder); err != nil {
-		t.Fatal(err)
-	}
-	for range 1000 {
-		var waiting bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE $1::int = ANY (pg_blocking_pids(pid)))`, holder).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("nobody waits for the transaction's lock")
+	blockedBy(t, pool, tx)
 }
 
 // In one group, a completion under a lease that was lost stores nothing
@@ -362,9 +344,9 @@ func TestGroupCommitExecModes(t *testing.T) {
 // the stall they go as a group that meets another open transaction's row.
 func TestGroupCommitMetrics(t *testing.T) {
 	t.Parallel()
-	reader := sdkmetric.NewManualReader()
+	reader, mp := meter()
 	pool := pgtest.PoolURL(t, pgtest.MigratedURL(t))
-	store := mustStore(t, pool, &pgstore.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	store := mustStore(t, pool, &pgstore.Config{MeterProvider: mp})
 	store.SetGroupFlights(1)
 	ctx := context.Background()
 
@@ -426,29 +408,7 @@ func TestGroupCommitMetrics(t *testing.T) {
 		}
 	}
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	groups, rows := map[string]int64{}, map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			sum, ok := m.Data.(metricdata.Sum[int64])
-			if !ok {
-				continue
-			}
-			for _, dp := range sum.DataPoints {
-				kind, _ := dp.Attributes.Value("kind")
-				outcome, _ := dp.Attributes.Value("outcome")
-				switch m.Name {
-				case pgstore.MetricGroups:
-					groups[kind.AsString()+"/"+outcome.AsString()] += dp.Value
-				case pgstore.MetricGroupRows:
-					rows[kind.AsString()] += dp.Value
-				}
-			}
-		}
-	}
+	groups, rows := groupCounts(t, reader)
 	for _, kind := range []string{"claim", "complete"} {
 		if n := groups[kind+"/committed"]; n == 0 || rows[kind] < 2*n {
 			t.Errorf("%s: %d committed groups with %d rows; want groups of two rows or more", kind, n, rows[kind])

@@ -197,17 +197,24 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 	}
 	lockS, retS := p.LockTimeout.Seconds(), p.Retention.Seconds()
 	readFirst := s.readFirst()
+	// mine, when set, is the lock version a group of unknown outcome may
+	// have inserted the key with for this claim: a PROCESSING record at it
+	// is this claim's own.
+	var mine *int64
 	if !readFirst && s.strategy == ClaimAdaptive && !p.RefuseForeign {
 		// Mostly new keys: the lean insert first; a key that exists goes
 		// on below (claimSQL reads it).
-		v, inserted, err := s.claimNew(ctx, db, pooled, p, lockS, retS)
+		v, found, err := s.claimNew(ctx, db, pooled, p, lockS, retS)
 		if err != nil {
 			return idempotency.Claim{}, err
 		}
-		if inserted {
+		switch found {
+		case keyInserted:
 			s.observe(false)
 			return idempotency.Claim{State: idempotency.ClaimAcquired,
 				Lease: idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: v}}, nil
+		case keyUnknown:
+			mine = &v
 		}
 	}
 	for round := 0; round < maxClaimRounds; round++ {
@@ -276,6 +283,10 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 			}
 			rec.Response, rec.ExpiresAt = &resp, expiresAt
 			return idempotency.Claim{State: idempotency.ClaimReplay, Record: rec, StoreNow: dbNow}, nil
+		}
+		if !lockEnded && mine != nil && version == *mine {
+			// The group committed this claim after all.
+			return idempotency.Claim{State: idempotency.ClaimAcquired, Lease: lease}, nil
 		}
 		if !lockEnded {
 			return idempotency.Claim{State: idempotency.ClaimInProgress, Record: rec,
