@@ -41,7 +41,11 @@
 // converts amounts to its provider's own units, refuses what the provider
 // cannot take before anything is recorded ([Validator],
 // [RefundValidator]), and classifies every error: [DeclineError] (final,
-// replayed to retries), [InvalidRequestError] (final), [NotSentError] and
+// replayed to retries), [InvalidRequestError] (final on a first attempt;
+// on a retry of an attempt whose outcome is unknown only when the provider
+// replayed it, else a [RefusedRetryError] and the intent stays open),
+// [CredentialsError] (the provider refused payonce's API key: never final,
+// the intent stays open until the key is fixed), [NotSentError] and
 // [InProgressError] (safe to retry), [UnknownOutcomeError], and
 // [KeyMismatchError] (a bug, reported loudly). Each error says whether a
 // retry is safe ([Retrier]); bad input answers errors.Is

@@ -85,7 +85,9 @@
 //	409 or 422 errorCode "704"                   *InProgressError          retry later, same key
 //	Transient-Error: true (any status)           *UnknownOutcomeError      retry, same key
 //	422 idempotency_key_reused (adyentest only)  *KeyMismatchError         a bug: report
-//	other 4xx (validation, 401, 403)             *InvalidRequestError      yes
+//	401, 403 (API key, permissions, merchant)    *CredentialsError         no: fix the key, retry
+//	other 4xx (validation)                       *InvalidRequestError      yes on a first attempt,
+//	                                                                       never on a resumed one
 //	429, 5xx                                     *UnknownOutcomeError      same key replays a 5xx
 //	2xx that does not decode                     *UnknownOutcomeError      retry, same key
 //	transport error before any byte was written  *NotSentError             retry

@@ -112,8 +112,10 @@
 //	capture DECLINED / FAILED, 422 INSTRUMENT_DECLINED     *DeclineError           yes
 //	422 DECIMALS_NOT_SUPPORTED, CURRENCY_NOT_SUPPORTED     *InvalidRequestError    yes (refused before sending)
 //	409 PREVIOUS_REQUEST_IN_PROGRESS                       *InProgressError        retry later, same ids
-//	400, 404, 422 (validation, REFUND_AMOUNT_EXCEEDED)     *InvalidRequestError    yes
-//	401 after one token refresh, token refused             *InvalidRequestError    yes (credentials)
+//	400, 404, 422 (validation, REFUND_AMOUNT_EXCEEDED)     *InvalidRequestError    yes on a first attempt,
+//	                                                                               never on a resumed one
+//	401 after one token refresh, 403 NOT_AUTHORIZED,       *CredentialsError       no: fix the credentials,
+//	  token refused (401 invalid_client)                                           retry
 //	429, 5xx                                               *UnknownOutcomeError    retry, same ids
 //	no token (token endpoint unreachable or 5xx)           *NotSentError           retry
 //	transport error before the request was written         *NotSentError           retry

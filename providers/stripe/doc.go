@@ -94,14 +94,24 @@
 //	card_error (402)                                *DeclineError             yes, replayed for the key
 //	409, or code idempotency_key_in_use (any type)  *InProgressError          retry later, same key
 //	idempotency_error (400, other parameters)       *KeyMismatchError         a bug: report
-//	invalid_request_error (400, 404, ...)           *InvalidRequestError      yes
-//	401, 403 (bad or restricted key)                *InvalidRequestError      yes (configuration)
+//	invalid_request_error (400, 404, ...)           *InvalidRequestError      yes on a first attempt; on a
+//	                                                                          resumed one only if replayed
+//	401, 403 (bad, rolled or restricted key)        *CredentialsError         no: fix the key, retry
 //	429 (rate limit, lock timeout)                  *UnknownOutcomeError      retry, same key
 //	5xx (api_error)                                 *UnknownOutcomeError      retry, same key; a cached 500 replays
 //	transport error before any request was written  *NotSentError             retry
 //	  (dial error, TLS failure, context ended first)
 //	transport error after a request was written     *UnknownOutcomeError      retry, same key, or reconcile
 //	  (timeout, reset, EOF, context deadline)
+//
+// An invalid_request_error carries Replayed when Stripe marked it
+// Idempotent-Replayed: its answer to the key's first request, which
+// executed and was refused. payments settles a resumed attempt (a retry
+// of an attempt whose outcome was lost) only on such a refusal: one
+// without the mark was not cached and says nothing of the first request,
+// which may have charged. A 401 or 403 is refused before anything
+// executes and is never cached: payments keeps the intent open and tells
+// the caller to check the API key.
 //
 // "Written" is observed with [net/http/httptrace] across all attempts, so
 // a dial error after net/http already wrote (and lost) the request on a
