@@ -203,6 +203,20 @@ type ChargeParams struct {
 	PaymentMethod string
 	Description   string
 	Metadata      map[string]string
+	// Shopper is the paying customer as the provider knows them: Adyen's
+	// shopperReference, required by Adyen for a payment with a stored
+	// payment method (a token). Default: Scope, the authenticated customer.
+	// At most 255 bytes. PayPal does not use it; the Stripe adapter hands
+	// it to its Config.Customer hook, where one is set.
+	Shopper string
+}
+
+// shopper is Shopper, or Scope by default.
+func (p ChargeParams) shopper() string {
+	if p.Shopper != "" {
+		return p.Shopper
+	}
+	return p.Scope
 }
 
 // IntentStatus is a payment intent's state.
@@ -258,7 +272,8 @@ type stored struct {
 //   - *NotSentError, *InProgressError: safe to retry;
 //   - idempotency.ErrInProgress: another call with this key is running;
 //   - idempotency.ErrFingerprintMismatch: the key was used for another
-//     amount, currency, recipient, method or provider.
+//     amount, currency, recipient, method, provider, description,
+//     metadata or shopper; nothing was sent.
 func (c *Client) Charge(ctx context.Context, p ChargeParams) (Outcome, error) {
 	return c.ChargeTx(ctx, p, nil)
 }
@@ -287,11 +302,15 @@ func (c *Client) ChargeTx(ctx context.Context, p ChargeParams, fn TxFunc) (out O
 	ctx, span := c.startCall(ctx, "payments.charge", p.Provider, req)
 	defer func() { endCall(span, out, err) }()
 	cl := &call{fn: fn}
-	res, err := c.exec.DoRecording(ctx, req, func(ctx context.Context, lease idempotency.Lease) (idempotency.Recording, error) {
+	action := func(ctx context.Context, lease idempotency.Lease) (idempotency.Recording, error) {
 		c.hooks.call(pointAfterClaim, c.hooks.afterClaim, ctx, req.Key)
 		cl.lease = lease
 		return c.charge(ctx, cl, prov, req, p, pkey)
-	})
+	}
+	res, err := c.exec.DoRecording(ctx, req, action)
+	if errors.Is(err, idempotency.ErrFingerprintMismatch) {
+		res, err = c.chargeLegacy(ctx, req, p, action, res, err)
+	}
 	c.hooks.call(pointAfterCommit, c.hooks.afterCommit, ctx, req.Key)
 	return c.outcome(res, err, p.Provider, cl)
 }
@@ -311,6 +330,8 @@ func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, s
 		return nil, idempotency.Request{}, "", &ConfigError{"PaymentMethod", "required, at most 255 bytes"}
 	case len(p.Description) > 1000:
 		return nil, idempotency.Request{}, "", &ConfigError{"Description", "at most 1000 bytes"}
+	case len(p.Shopper) > 255:
+		return nil, idempotency.Request{}, "", &ConfigError{"Shopper", "at most 255 bytes"}
 	}
 	if err := checkMetadata(p.Metadata); err != nil {
 		return nil, idempotency.Request{}, "", err
@@ -321,24 +342,89 @@ func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, s
 	}
 	pkey := ProviderKey(key, StepCharge, 0, MaxReferenceLen(prov))
 	if v, ok := prov.(Validator); ok {
-		if err := v.ValidateCharge(ChargeRequest{Key: key, ProviderKey: pkey,
-			Amount: p.Amount, Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata}); err != nil {
+		if err := v.ValidateCharge(ChargeRequest{Key: key, ProviderKey: pkey, Amount: p.Amount, Recipient: p.Recipient,
+			PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata, Shopper: p.shopper()}); err != nil {
 			return nil, idempotency.Request{}, "", err
 		}
 	}
-	fp, err := chargeFingerprint(p.Amount, p.Recipient, p.PaymentMethod, p.Provider)
+	fp, err := chargeFingerprint(p)
 	if err != nil {
 		return nil, idempotency.Request{}, "", err
 	}
 	return prov, idempotency.Request{Scope: p.Scope, Key: key, Fingerprint: fp}, pkey, nil
 }
 
-// chargeFingerprint is what a charge's key is bound to.
-func chargeFingerprint(amount money.Money, recipient, method, provider string) (idempotency.Fingerprint, error) {
+// chargeFingerprint is what a charge's key is bound to: every field sent
+// to the provider under the attempt's references. A provider compares
+// what a retry of its idempotency key sends with the first request
+// (Stripe refuses other parameters with idempotency_error), so a retry
+// with another description, metadata or shopper must be refused here,
+// before anything is sent (idempotency.ErrFingerprintMismatch), never at
+// the provider. The shopper is the one sent (Shopper, else Scope).
+func chargeFingerprint(p ChargeParams) (idempotency.Fingerprint, error) {
+	b := idempotency.NewFingerprint().
+		Decimal("amount", p.Amount.AmountString()).String("currency", string(p.Amount.Currency())).
+		String("recipient", p.Recipient).String("payment_method", p.PaymentMethod).
+		String("provider", p.Provider).String("description", p.Description).String("shopper", p.shopper())
+	for k, v := range p.Metadata { // the builder's encoding does not depend on the order
+		b.String("metadata/"+k, v)
+	}
+	return b.Sum()
+}
+
+// legacyChargeFingerprint is the fingerprint charges had before it
+// covered the description, the metadata and the shopper. Records made
+// then keep it until they expire: [Client.ChargeTx] accepts it for them
+// (chargeLegacy), and an intent whose record is gone is claimed with it
+// ([Client.intentFingerprint]).
+func legacyChargeFingerprint(amount money.Money, recipient, method, provider string) (idempotency.Fingerprint, error) {
 	return idempotency.NewFingerprint().
 		Decimal("amount", amount.AmountString()).String("currency", string(amount.Currency())).
 		String("recipient", recipient).String("payment_method", method).
 		String("provider", provider).Sum()
+}
+
+// chargeLegacy retries a charge whose fingerprint did not match its key's
+// record with the legacy fingerprint, for a record made before the
+// fingerprint covered the description, the metadata and the shopper: an
+// in-flight key retried across the upgrade must get its outcome, not a
+// refusal. It costs a second claim only on a mismatch, and counts that
+// mismatch in idempotency.fingerprint_mismatches. A record with the
+// current fingerprint never matches the legacy one (other fields, another
+// hash): its mismatch (res, err) is returned as it was.
+func (c *Client) chargeLegacy(ctx context.Context, req idempotency.Request, p ChargeParams,
+	action idempotency.RecordingAction, res idempotency.Result, err error) (idempotency.Result, error) {
+	legacy, ferr := legacyChargeFingerprint(p.Amount, p.Recipient, p.PaymentMethod, p.Provider)
+	if ferr != nil {
+		return res, err
+	}
+	old := req
+	old.Fingerprint = legacy
+	lres, lerr := c.exec.DoRecording(ctx, old, action)
+	if errors.Is(lerr, idempotency.ErrFingerprintMismatch) {
+		return res, err
+	}
+	return lres, lerr
+}
+
+// intentFingerprint is the fingerprint to claim an existing intent's key
+// with (the reconciler, an operator): its record's, which covers what the
+// charge sent (its description, metadata and shopper are kept nowhere
+// else). A charge intent whose record is gone (pruned) is claimed with
+// the legacy fingerprint of its own fields, which a later retry of the key
+// is accepted with too (chargeLegacy); a refund's is computed as its
+// record's was.
+func (c *Client) intentFingerprint(ctx context.Context, in Examined) (idempotency.Fingerprint, error) {
+	rec, err := c.store.Get(ctx, in.Scope, in.Key)
+	switch {
+	case err == nil:
+		return rec.Fingerprint, nil
+	case !errors.Is(err, idempotency.ErrNotFound):
+		return "", err
+	case in.Kind == KindRefund:
+		return refundFingerprint(in.ChargeKey, in.Amount)
+	}
+	return legacyChargeFingerprint(in.Amount, in.Recipient, in.PaymentMethod, in.Provider)
 }
 
 // refundFingerprint is what a refund's key is bound to.
@@ -468,7 +554,7 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 	pctx, pspan := c.startProvider(ctx, StepCharge, p.Provider, pkey)
 	pres, perr := prov.Charge(pctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,
 		Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata,
-		ProviderID: known,
+		Shopper: p.shopper(), ProviderID: known,
 		Progress: func(ctx context.Context, id string) error {
 			_, err := c.pool.Exec(ctx, progressSQL, req.Key, req.Scope, id)
 			return err
@@ -485,8 +571,9 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 	case err == nil:
 		return c.record(ctx, cl, subj, t)
 	case errors.As(err, &mismatch):
-		// Never expected: keys are derived so that it cannot happen. The
-		// intent is left open for a human; the key stays released.
+		// Not expected: every field sent is in the key's fingerprint (only
+		// a record made before it was can get here). The intent is left
+		// open for a human; the key stays released.
 		slog.Error("payments: provider saw this key with other parameters", "key", idempotency.ShortHash(req.Key), "provider", p.Provider)
 		return idempotency.Recording{}, err
 	case errors.Is(err, ErrCredentials):

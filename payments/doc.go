@@ -11,9 +11,10 @@
 // # The flow of a charge
 //
 //  1. Claim the key ([idempotency.Executor.DoRecording] on pgstore),
-//     fingerprinting amount, currency, recipient, payment method and
-//     provider: a retry with other fields is refused, a key another scope
-//     used is refused ([idempotency.ErrForeignKey]).
+//     fingerprinting every field sent to the provider (amount, currency,
+//     recipient, payment method, provider, description, metadata and
+//     shopper): a retry with other fields is refused before anything is
+//     sent, a key another scope used is refused ([idempotency.ErrForeignKey]).
 //  2. Record the intent in payment_intents, with the provider key derived
 //     from the local key ([ProviderKey]), BEFORE calling the provider.
 //  3. Call the provider with that key: a retry reaches it with the same

@@ -3,6 +3,7 @@ package payments
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/payonce/payonce/idempotency"
 )
@@ -140,14 +141,49 @@ func (e *InProgressError) Is(target error) bool { return target == ErrInProgress
 func (e *InProgressError) SafeToRetry() bool { return true }
 
 // KeyMismatchError: the provider saw the same idempotency key with other
-// parameters. payments derives keys so that this cannot happen; seeing it
-// means a bug or two systems sharing keys, and must be reported loudly.
+// parameters. payments binds every field it sends to the key's
+// fingerprint, so that a retry with other fields is refused before
+// anything is sent; seeing this means a bug, two systems sharing keys, or
+// a record made before the fingerprint covered the charge's description,
+// metadata and shopper, and must be reported loudly.
+//
+// Message is the provider's or the adapter's explanation; it may quote
+// keys and references, so Error never prints what Message quotes: each
+// quoted text is replaced by its [idempotency.ShortHash].
 type KeyMismatchError struct {
 	Provider, Message string
 }
 
 func (e *KeyMismatchError) Error() string {
-	return fmt.Sprintf("payments: BUG: %s saw this idempotency key with other parameters: %s", e.Provider, e.Message)
+	return fmt.Sprintf("payments: BUG: %s saw this idempotency key with other parameters: %s", e.Provider, redactQuoted(e.Message))
+}
+
+// redactQuoted replaces every text between single or double quotes in s
+// (a key, a reference, a custom_id, as providers and adapters quote them)
+// by the ShortHash of the text: no error text holds a full key. An
+// unclosed quote hides the rest of s.
+func redactQuoted(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexAny(s, `"'`)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		q := s[i]
+		b.WriteString(s[:i+1])
+		rest := s[i+1:]
+		j := strings.IndexByte(rest, q)
+		if j < 0 {
+			b.WriteString("…")
+			return b.String()
+		}
+		if j > 0 {
+			b.WriteString("#" + idempotency.ShortHash(rest[:j]))
+		}
+		b.WriteByte(q)
+		s = rest[j+1:]
+	}
 }
 
 // Is reports ErrKeyMismatch.

@@ -133,13 +133,7 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, mode settleM
 	if err := checkProof(p); err != nil {
 		return err
 	}
-	var fp idempotency.Fingerprint
-	var err error
-	if in.Kind == KindRefund {
-		fp, err = refundFingerprint(in.ChargeKey, in.Amount)
-	} else {
-		fp, err = chargeFingerprint(in.Amount, in.Recipient, in.PaymentMethod, in.Provider)
-	}
+	fp, err := c.intentFingerprint(ctx, in)
 	if err != nil {
 		return err
 	}

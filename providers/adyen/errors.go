@@ -40,7 +40,9 @@ func classify(err error) error {
 		// never assumed failed.
 		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	case status == http.StatusUnprocessableEntity && ae.ErrorCode == errorCodeKeyMismatch:
-		return &payments.KeyMismatchError{Provider: providerName, Message: ae.Message}
+		// Only the code: a message may quote the key.
+		return &payments.KeyMismatchError{Provider: providerName,
+			Message: "errorCode " + ae.ErrorCode + ": the Idempotency-Key was first used with another request"}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		// 401 (errorCode 000, 00_401): "Invalid API credentials were used in
 		// the request" or they "lack permissions"

@@ -53,3 +53,21 @@ func TestRolledAPIKey(t *testing.T) {
 	}
 	wantPayments(t, rolled, chargeReq("order-rolled", "").ProviderKey, 0)
 }
+
+// An Idempotency-Key reused with another body: the error's text holds
+// neither payonce's key nor the reference derived from it.
+func TestKeyMismatchHoldsNoKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	req := chargeReq("usr_secret_charge_order-7f3a9c", adyentest.PaymentMethodVisa)
+	must(b.p.Charge(ctx, req))(t)
+	req.Amount = eur("21.00")
+	_, err := b.p.Charge(ctx, req)
+	km := errAs[*payments.KeyMismatchError](t, err)
+	for _, text := range []string{err.Error(), km.Message} {
+		if strings.Contains(text, req.Key) || strings.Contains(text, req.ProviderKey) || strings.Contains(text, "order-7f3a9c") {
+			t.Fatalf("the error holds the key: %q", text)
+		}
+	}
+}

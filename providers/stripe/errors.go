@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"sync/atomic"
 
 	stripego "github.com/stripe/stripe-go/v79"
@@ -61,7 +62,9 @@ func classify(err error, sent *sentTracker) error {
 		// the 409 decides, whatever the type: never a permanent refusal.
 		return &payments.InProgressError{Provider: providerName}
 	case se.Type == stripego.ErrorTypeIdempotency:
-		return &payments.KeyMismatchError{Provider: providerName, Message: se.Msg}
+		// Stripe's message quotes the Idempotency-Key, which holds payonce's
+		// key: only which comparison failed is kept.
+		return &payments.KeyMismatchError{Provider: providerName, Message: keyMismatch(se)}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden ||
 		se.Type == errorTypeAuthentication || se.Type == errorTypePermission:
 		// 401 "No valid API key provided", 403 "The API key doesn't have
@@ -121,4 +124,21 @@ func credentialsCode(se *stripego.Error) string {
 		return string(se.Type)
 	}
 	return http.StatusText(se.HTTPStatusCode)
+}
+
+// keyMismatch says which of Stripe's comparisons an idempotency_error
+// failed, without Stripe's text, which quotes the key: "Keys for
+// idempotent requests can only be used with the same parameters they were
+// first used with" or "for the same endpoint"
+// (https://docs.stripe.com/api/idempotent_requests).
+func keyMismatch(se *stripego.Error) string {
+	what := "the same parameters"
+	if strings.Contains(se.Msg, "same endpoint") {
+		what = "the same endpoint"
+	}
+	msg := "idempotency_error: Stripe accepts a key again only with " + what + " as its first request"
+	if se.RequestID != "" {
+		msg += " (request " + se.RequestID + ")"
+	}
+	return msg
 }

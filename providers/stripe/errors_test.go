@@ -2,6 +2,8 @@ package stripe_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/payonce/payonce/payments"
@@ -38,6 +40,27 @@ func TestRefusalSaysWhetherReplayed(t *testing.T) {
 		_, err = b.p.Refund(ctx, missing)
 		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Replayed {
 			t.Fatalf("refusal %d of a refund of no PaymentIntent: %+v, want it not replayed", i, ie)
+		}
+	}
+}
+
+// Stripe's idempotency_error quotes the Idempotency-Key, which holds
+// payonce's key: neither the error's text nor its Message may.
+func TestKeyMismatchHoldsNoKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	req := chargeReq("usr_secret_charge_order-7f3a9c", stripetest.PaymentMethodVisa)
+	must(b.p.Charge(ctx, req))(t)
+	req.Description = "another description"
+	_, err := b.p.Charge(ctx, req)
+	km := errAs[*payments.KeyMismatchError](t, err)
+	if !errors.Is(err, payments.ErrKeyMismatch) || !strings.Contains(km.Message, "same parameters") {
+		t.Fatalf("%v, want a key mismatch on the parameters", err)
+	}
+	for _, text := range []string{err.Error(), km.Message} {
+		if strings.Contains(text, req.Key) || strings.Contains(text, req.ProviderKey) || strings.Contains(text, "order-7f3a9c") {
+			t.Fatalf("the error holds the key: %q", text)
 		}
 	}
 }
