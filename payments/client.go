@@ -457,8 +457,9 @@ func checkMetadata(md map[string]string) error {
 }
 
 const insertIntentSQL = `INSERT INTO payment_intents
-    (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method, client_key, attempt_sent_at)
-VALUES ($1, $2, 'CHARGE', $3, $4, $5, $6, $7, $8, $9, now())
+    (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method, client_key,
+     attempt_sent_at, attempt_sends, attempt_last_sent_at)
+VALUES ($1, $2, 'CHARGE', $3, $4, $5, $6, $7, $8, $9, now(), 1, now())
 ON CONFLICT (idempotency_key, user_id) DO NOTHING
 RETURNING provider_key`
 
@@ -466,13 +467,24 @@ RETURNING provider_key`
 // after an unknown outcome): the same provider key must be sent, unless
 // the provider's deduplication window for it has passed. An open attempt
 // reopened by the reconciler (attempt_sent_at NULL) is about to be sent:
-// its window starts now.
+// its window starts now. Every resumption of an open attempt counts as a
+// send (attempt_sends, attempt_last_sent_at, updated_at), committed
+// before the send goes out: a settling decision about the attempt made on
+// a lookup that began before this send is refused by its compare-and-set
+// (see [Client.apply]), and the reconciler leaves the intent alone for its
+// grace period after the send.
 const resumeIntentSQL = `UPDATE payment_intents
    SET attempt_sent_at = CASE WHEN status IN ('PENDING', 'UNKNOWN', 'REQUIRES_ACTION')
-                              THEN coalesce(attempt_sent_at, now()) ELSE attempt_sent_at END
+                              THEN coalesce(attempt_sent_at, now()) ELSE attempt_sent_at END,
+       attempt_sends = CASE WHEN status IN ('PENDING', 'UNKNOWN', 'REQUIRES_ACTION')
+                            THEN attempt_sends + 1 ELSE attempt_sends END,
+       attempt_last_sent_at = CASE WHEN status IN ('PENDING', 'UNKNOWN', 'REQUIRES_ACTION')
+                                   THEN now() ELSE attempt_last_sent_at END,
+       updated_at = CASE WHEN status IN ('PENDING', 'UNKNOWN', 'REQUIRES_ACTION')
+                         THEN now() ELSE updated_at END
  WHERE idempotency_key = $1 AND user_id = $2
 RETURNING provider_key, coalesce(provider_id, ''), status, coalesce(decline_code, ''), coalesce(review_reason, ''),
-          attempt, coalesce(attempt_sent_at, now()), now()`
+          attempt, coalesce(attempt_sent_at, now()), now(), attempt_sends, coalesce(attempt_last_sent_at, now())`
 
 // priorIntent is what an earlier attempt recorded of an intent.
 type priorIntent struct {
@@ -481,11 +493,15 @@ type priorIntent struct {
 	// sentAt is when the attempt's references were first sent, now the
 	// database's clock at the read.
 	sentAt, now time.Time
+	// sends counts the attempt's sends, this one included; lastSentAt is
+	// the last one's time.
+	sends      int
+	lastSentAt time.Time
 }
 
 func (pi *priorIntent) scan(row pgx.Row) error {
 	return row.Scan(&pi.providerKey, &pi.providerID, &pi.status, &pi.declineCode, &pi.reviewReason,
-		&pi.attempt, &pi.sentAt, &pi.now)
+		&pi.attempt, &pi.sentAt, &pi.now, &pi.sends, &pi.lastSentAt)
 }
 
 // open reports whether the intent's outcome is still to be learnt.
@@ -545,11 +561,18 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 	if prior.open() && c.beyondWindow(prov, StepCharge, prior) {
 		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindCharge, Provider: p.Provider, ProviderKey: pkey,
 			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: p.Amount,
-			Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, SentAt: prior.sentAt}
+			Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, SentAt: prior.sentAt, Sends: prior.sends, LastSentAt: prior.lastSentAt}
 		return c.settleBeyondWindow(ctx, cl, prov, in)
 	}
 	known := prior.providerID
 	c.hooks.call(pointAfterIntent, c.hooks.afterIntent, ctx, req.Key)
+	// A holder whose lease may have ended (heartbeats unconfirmed past
+	// its local deadline, or paused beyond it) sends nothing: another
+	// holder may own the key by now. The intent stays open with the same
+	// provider key; a retry re-drives it.
+	if err := idempotency.CheckLease(ctx); err != nil {
+		return idempotency.Recording{}, err
+	}
 	started := time.Now()
 	pctx, pspan := c.startProvider(ctx, StepCharge, p.Provider, pkey)
 	pres, perr := prov.Charge(pctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,

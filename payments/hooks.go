@@ -23,15 +23,15 @@ type hooks struct {
 
 // Crash points, as internal/crashpoint names them.
 const (
-	pointAfterClaim    = "after_claim"
-	pointAfterIntent   = "after_intent"
-	pointAfterProvider = "after_provider"
-	pointAfterCommit   = "after_commit"
+	pointAfterClaim    = crashpoint.AfterClaim
+	pointAfterIntent   = crashpoint.AfterIntent
+	pointAfterProvider = crashpoint.AfterProvider
+	pointAfterCommit   = crashpoint.AfterCommit
 )
 
 func (h hooks) call(point string, f func(context.Context, string), ctx context.Context, key string) {
 	if f != nil {
 		f(ctx, key)
 	}
-	crashpoint.Hit(point, key)
+	crashpoint.Reach(ctx, point, key)
 }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/internal/crashpoint"
 	"github.com/payonce/payonce/money"
 )
 
@@ -207,6 +208,7 @@ func (c *Client) applyEvents(ctx context.Context, provider string, events []Webh
 		attribute.String(AttrProvider, provider), attribute.Int(AttrEvents, len(events))))
 	defer func() { idempotency.EndSpan(span, err) }()
 	var out []AppliedEvent
+	crashpoint.Reach(ctx, crashpoint.WebhookBeforeApply, provider)
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		out = out[:0]
 		for _, ev := range events {

@@ -42,8 +42,8 @@ const chargeForRefundSQL = `SELECT provider, provider_id, status, amount::text, 
 // refuses a reservation beyond the charge, whatever runs concurrently.
 const insertRefundSQL = `INSERT INTO payment_intents
     (idempotency_key, user_id, kind, provider, provider_key, amount, currency, recipient, payment_method, charge_key,
-     client_key, attempt_sent_at)
-VALUES ($1, $2, 'REFUND', $3, $4, $5, $6, '', '', $7, $8, now())
+     client_key, attempt_sent_at, attempt_sends, attempt_last_sent_at)
+VALUES ($1, $2, 'REFUND', $3, $4, $5, $6, '', '', $7, $8, now(), 1, now())
 ON CONFLICT (idempotency_key, user_id) DO NOTHING
 RETURNING provider_key`
 
@@ -110,9 +110,11 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (out O
 	defer func() { endCall(span, out, err) }()
 	cl := &call{fn: fn}
 	res, err := c.exec.DoRecording(ctx, req, func(ctx context.Context, lease idempotency.Lease) (idempotency.Recording, error) {
+		c.hooks.call(pointAfterClaim, c.hooks.afterClaim, ctx, req.Key)
 		cl.lease = lease
 		return c.refund(ctx, cl, prov, req, chargeKey, *chargeID, p.Key, p.Amount)
 	})
+	c.hooks.call(pointAfterCommit, c.hooks.afterCommit, ctx, req.Key)
 	return c.outcome(res, err, provName, cl)
 }
 
@@ -160,13 +162,22 @@ func (c *Client) refund(ctx context.Context, cl *call, prov Provider, req idempo
 	if prior.open() && c.beyondWindow(prov, StepRefund, prior) {
 		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindRefund, Provider: prov.Name(), ProviderKey: pkey,
 			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: amount,
-			ChargeKey: chargeKey, ChargeID: chargeID, SentAt: prior.sentAt}
+			ChargeKey: chargeKey, ChargeID: chargeID, SentAt: prior.sentAt, Sends: prior.sends, LastSentAt: prior.lastSentAt}
 		return c.settleBeyondWindow(ctx, cl, prov, in)
+	}
+	c.hooks.call(pointAfterIntent, c.hooks.afterIntent, ctx, req.Key)
+	// A holder whose lease may have ended (heartbeats unconfirmed past
+	// its local deadline, or paused beyond it) sends nothing: another
+	// holder may own the key by now. The intent stays open with the same
+	// provider key; a retry re-drives it.
+	if err := idempotency.CheckLease(ctx); err != nil {
+		return idempotency.Recording{}, err
 	}
 	started := time.Now()
 	pctx, pspan := c.startProvider(ctx, StepRefund, prov.Name(), pkey)
 	rres, rerr := prov.Refund(pctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
 	endProvider(pspan, rres.ProviderID, rres.RequestID, string(rres.Status), rres.Replayed, rerr)
+	c.hooks.call(pointAfterProvider, c.hooks.afterProvider, ctx, req.Key)
 	c.metrics.observe(ctx, "refund", prov.Name(), string(rres.Status), rerr, time.Since(started))
 	// A resumed attempt is settled by a refusal only when the provider
 	// replayed it (see decide).

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/internal/crashpoint"
 	"github.com/payonce/payonce/money"
 )
 
@@ -33,6 +34,104 @@ type Examined struct {
 	// database's clock); zero when the attempt was reopened and not sent
 	// since.
 	SentAt time.Time
+	// Sends counts the sends of the attempt's references when the intent
+	// was read, and LastSentAt is the last one's time (zero: never sent).
+	// A proof is applied only while the intent's attempt and send counter
+	// are still these: see [Operator.Resolve].
+	Sends      int
+	LastSentAt time.Time
+
+	// hold is the key's lease taken by [Operator.Hold], shared by copies.
+	hold *hold
+}
+
+// hold is the key's lease an examination holds from before its lookup
+// until its proof is applied or it lets go.
+type hold struct {
+	lease idempotency.Lease
+	// leased is false when the key's record was complete (a PENDING or
+	// REQUIRES_ACTION answer is replayed): no call can send the attempt
+	// then, and no lease is needed.
+	leased bool
+	done   bool
+}
+
+// ErrChanged is returned by [Operator.Resolve] when the intent's attempt
+// was sent again (or reopened) after the intent was examined: the proof
+// may be stale (a retry's send can have charged after the lookup began).
+// Nothing was done; look again.
+var ErrChanged = errors.New("payments: intent changed since it was examined; look again")
+
+// Hold claims the key of the open intent in before its lookup, so that no
+// call can send the intent's attempt again while the lookup runs and its
+// proof is applied: a retry meanwhile is answered "in progress". It
+// returns the intent as read again under that lease (its attempt and send
+// counter current), to look up and then settle with [Operator.Resolve];
+// [Operator.Release] lets go of a hold that settled nothing.
+//
+// Errors: *idempotency.InProgressError (a call holds the key right now:
+// look again later), ErrNotOpen (settled meanwhile: nothing to do),
+// *ConfigError.
+func (o *Operator) Hold(ctx context.Context, in Examined) (Examined, error) {
+	c := o.c
+	if c.providers[in.Provider] == nil {
+		return in, &ConfigError{"Provider", fmt.Sprintf("the intent's provider %q is not configured", in.Provider)}
+	}
+	h := &hold{}
+	claim, err := c.claimIntent(ctx, in)
+	if err != nil {
+		return in, err
+	}
+	switch claim.State {
+	case idempotency.ClaimAcquired, idempotency.ClaimReclaimed:
+		h.lease, h.leased = claim.Lease, true
+	case idempotency.ClaimReplay:
+	case idempotency.ClaimInProgress:
+		return in, &idempotency.InProgressError{RetryAfter: claim.RetryAfter}
+	default:
+		return in, fmt.Errorf("payments: hold: claim state %v", claim.State)
+	}
+	fresh := in
+	fresh.hold = h
+	var status string
+	var sentAt, lastSentAt *time.Time
+	err = c.pool.QueryRow(ctx, heldIntentSQL, in.Key, in.Scope).Scan(&status, &fresh.Attempt, &fresh.ProviderKey, &fresh.ProviderID,
+		&sentAt, &fresh.Sends, &lastSentAt, &fresh.UpdatedAt)
+	if err == nil && !openStatus[status] {
+		err = ErrNotOpen
+	}
+	if err != nil {
+		o.Release(ctx, fresh)
+		return in, err
+	}
+	fresh.Status = IntentStatus(status)
+	fresh.SentAt, fresh.LastSentAt = time.Time{}, time.Time{}
+	if sentAt != nil {
+		fresh.SentAt = *sentAt
+	}
+	if lastSentAt != nil {
+		fresh.LastSentAt = *lastSentAt
+	}
+	return fresh, nil
+}
+
+// heldIntentSQL reads an intent again once its key is held.
+const heldIntentSQL = `SELECT status, attempt, provider_key, coalesce(provider_id, ''), attempt_sent_at, attempt_sends,
+       attempt_last_sent_at, updated_at
+  FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2`
+
+// Release lets go of the key held for in by [Operator.Hold], when its
+// proof was not applied (an outage, an inconclusive lookup). It is a
+// no-op for an intent not held or already settled through the hold.
+func (o *Operator) Release(ctx context.Context, in Examined) {
+	h := in.hold
+	if h == nil || h.done {
+		return
+	}
+	h.done = true
+	if h.leased {
+		_ = o.c.store.Release(context.WithoutCancel(ctx), h.lease)
+	}
 }
 
 // Proof is what the provider showed about an intent's outcome.
@@ -57,13 +156,19 @@ type Proof struct {
 // meanwhile (by a webhook, a retry or another reconciler): nothing done.
 var ErrNotOpen = errors.New("payments: intent no longer open")
 
-// Resolve applies proof to an open intent: it claims the intent's key (a
-// live call holding it gives idempotency.ErrInProgress: look again
-// later), then in ONE transaction sets the intent's outcome, posts to the
-// ledger where money moved, completes the idempotency record with the
-// response a replay will serve (a retry then gets the outcome, never a
-// new charge), and runs audit in the same transaction. An intent settled
-// meanwhile gives ErrNotOpen and changes nothing.
+// Resolve applies proof to an open intent: under the key's lease (the one
+// [Operator.Hold] took for in, else it claims the key now: a live call
+// holding it gives idempotency.ErrInProgress, look again later), in ONE
+// transaction it sets the intent's outcome, posts to the ledger where
+// money moved, completes the idempotency record with the response a
+// replay will serve (a retry then gets the outcome, never a new charge),
+// and runs audit in the same transaction.
+//
+// The decision is a compare-and-set on what was examined: the intent must
+// still be open, on in.Attempt, with in.Sends sends. An intent settled
+// meanwhile gives ErrNotOpen; one whose attempt was sent again or
+// reopened since gives ErrChanged (the proof may predate that send). Both
+// change nothing. A lost lease gives idempotency.ErrLeaseLost.
 func (o *Operator) Resolve(ctx context.Context, in Examined, p Proof, audit func(ctx context.Context, tx pgx.Tx) error) error {
 	return o.c.resolve(ctx, in, p, settleOpen, audit)
 }
@@ -111,6 +216,7 @@ func (o *Operator) ResolveReview(ctx context.Context, scope, key string, p Proof
 		return err
 	}
 	in.Scope, in.Key, in.Status = scope, key, IntentStatus(status)
+	crashpoint.Reach(ctx, crashpoint.OperatorBeforeApply, key)
 	return c.resolve(ctx, in, p, settleReview, audit)
 }
 
@@ -133,13 +239,22 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, mode settleM
 	if err := checkProof(p); err != nil {
 		return err
 	}
-	fp, err := c.intentFingerprint(ctx, in)
-	if err != nil {
+	if h := in.hold; h != nil {
+		if h.done {
+			return &ConfigError{"Examined", "its hold was released or used: hold it again"}
+		}
+		var lease *idempotency.Lease
+		if h.leased {
+			lease = &h.lease
+		}
+		t, _, err := c.apply(ctx, in, p, mode, lease, nil, audit)
+		h.done = true
+		if lease != nil && t == nil {
+			_ = c.store.Release(context.WithoutCancel(ctx), *lease)
+		}
 		return err
 	}
-	cfg := c.exec.Config()
-	claim, err := c.store.Claim(ctx, idempotency.ClaimParams{Scope: in.Scope, Key: in.Key, Fingerprint: fp,
-		LockTimeout: cfg.LockTimeout, Retention: cfg.Retention})
+	claim, err := c.claimIntent(ctx, in)
 	if err != nil {
 		return err
 	}
@@ -160,6 +275,18 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, mode settleM
 		_ = c.store.Release(context.WithoutCancel(ctx), *lease)
 	}
 	return err
+}
+
+// claimIntent claims the key of the intent in with the fingerprint its
+// charge or refund recorded.
+func (c *Client) claimIntent(ctx context.Context, in Examined) (idempotency.Claim, error) {
+	fp, err := c.intentFingerprint(ctx, in)
+	if err != nil {
+		return idempotency.Claim{}, err
+	}
+	cfg := c.exec.Config()
+	return c.store.Claim(ctx, idempotency.ClaimParams{Scope: in.Scope, Key: in.Key, Fingerprint: fp,
+		LockTimeout: cfg.LockTimeout, Retention: cfg.Retention})
 }
 
 func checkProof(p Proof) error {
@@ -218,9 +345,9 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMod
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		committed = nil
 		var status string
-		var attempt int
-		err := tx.QueryRow(ctx, `SELECT status, attempt FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2 FOR UPDATE`,
-			in.Key, in.Scope).Scan(&status, &attempt)
+		var attempt, sends int
+		err := tx.QueryRow(ctx, `SELECT status, attempt, attempt_sends FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2 FOR UPDATE`,
+			in.Key, in.Scope).Scan(&status, &attempt, &sends)
 		if err != nil {
 			return err
 		}
@@ -229,6 +356,10 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMod
 			return ErrNotUnderReview
 		case mode == settleOpen && !openStatus[status]:
 			return ErrNotOpen
+		case mode == settleOpen && (attempt != in.Attempt || sends != in.Sends):
+			// Sent again (or reopened) since it was examined: the proof
+			// may predate a send that charged.
+			return ErrChanged
 		}
 		switch {
 		case p.Status == IntentFailed && p.NextAttempt:

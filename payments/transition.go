@@ -353,11 +353,25 @@ type call struct {
 // failure to record leaves the intent open and the key released: a retry
 // replays the provider's answer through the same provider key.
 func (c *Client) record(ctx context.Context, cl *call, s subject, t transition) (idempotency.Recording, error) {
-	done, err := c.completion(t)
-	if err != nil {
-		return idempotency.Recording{}, err
-	}
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	var done idempotency.Completion
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		// A success is never overwritten by a stale refusal: a webhook may
+		// have booked the charge (or refund) while this call still held
+		// the key with an earlier decline or failure of the same attempt.
+		// The call then records the success, as a retry would. (A stale
+		// "pending" leaves the intent SUCCEEDED through settleIntentSQL
+		// and is served as it was answered.)
+		var status, providerID string
+		if err := tx.QueryRow(ctx, lockIntentSQL, s.key, s.scope).Scan(&status, &providerID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if status == string(IntentSucceeded) && (t.status == IntentDeclined || t.status == IntentFailed) {
+			t = decideSettled(s, IntentSucceeded, providerID, "")
+		}
+		var err error
+		if done, err = c.completion(t); err != nil {
+			return err
+		}
 		if err := c.commit(ctx, tx, s, t, cl.fn); err != nil {
 			return err
 		}
@@ -369,6 +383,11 @@ func (c *Client) record(ctx context.Context, cl *call, s subject, t transition) 
 	cl.recorded = &t
 	return idempotency.Recording{Status: done.Status, Response: done.Response}, nil
 }
+
+// lockIntentSQL locks an intent and reads its status and provider object
+// (none for an intent whose insert rolled back: a refused refund).
+const lockIntentSQL = `SELECT status, coalesce(provider_id, '') FROM payment_intents
+ WHERE idempotency_key = $1 AND user_id = $2 FOR UPDATE`
 
 // markUnknown records that the provider's answer proved nothing: the
 // intent stays open (UNKNOWN) with the same provider key, and cause is

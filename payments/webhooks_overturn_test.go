@@ -299,3 +299,43 @@ func TestAdyenRefundFailedAfterSuccessIsReversed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A success is never overwritten by a stale answer of the same attempt:
+// the synchronous call got Stripe's decline, and before it recorded it the
+// customer confirmed the PaymentIntent again with another card and the
+// success webhook settled the open intent (the decline's own notification
+// was lost). The call then records the success, not the decline: the
+// intent stays SUCCEEDED with its one ledger entry, and the caller and
+// every retry get the success.
+func TestStaleDeclineNeverOverwritesASuccess(t *testing.T) {
+	t.Parallel()
+	b := setupWebhooks(t, 0)
+	ctx := context.Background()
+	p := params(t, "stale-decline", "21.00", stripetest.PaymentMethodDeclined)
+	var pi string
+	b.drop.Store(true)
+	payments.SetCrashHooks(b.client, payments.CrashHooks{AfterProvider: func(context.Context, string) {
+		b.waitDeliveries(t) // the decline's notification, dropped
+		b.drop.Store(false)
+		pi = b.fake.Events()[0].ObjectID
+		if st, err := b.fake.ConfirmPaymentIntent(pi, stripetest.PaymentMethodVisa); err != nil || st != "succeeded" {
+			t.Errorf("the customer's confirmation: %s %v", st, err)
+		}
+		b.waitDeliveries(t)
+	}})
+	out, err := b.client.Charge(ctx, p)
+	if err != nil || out.Status != payments.IntentSucceeded || out.ProviderID != pi {
+		t.Fatalf("the call whose decline went stale: %+v %v, want the success", out, err)
+	}
+	payments.SetCrashHooks(b.client, payments.CrashHooks{})
+	if in, err := b.client.Intent(ctx, "cus_1", "stale-decline"); err != nil || in.Status != payments.IntentSucceeded || in.ProviderID != pi {
+		t.Fatalf("intent: %+v %v, want SUCCEEDED %s", in, err, pi)
+	}
+	if n := entries(t, b.bundle, "stale-decline"); n != 1 || stripeNet(b) != 2100 {
+		t.Fatalf("%d ledger entries, Stripe's net %d; want 1 and 2100", n, stripeNet(b))
+	}
+	booksBalanced(t, b.pool)
+	if out, err := b.client.Charge(ctx, p); err != nil || out.Status != payments.IntentSucceeded || !out.Replayed {
+		t.Fatalf("retry: %+v %v, want the success replayed", out, err)
+	}
+}

@@ -48,7 +48,7 @@ func (c *Client) settleBeyondWindow(ctx context.Context, cl *call, prov Provider
 		step = StepRefund
 	}
 	window := DedupWindowOf(prov, step)
-	proof, err := LookupBeyondWindow(ctx, prov, in, window)
+	proof, err := proveBeyondWindow(ctx, prov, in, window, func() (LookupResult, error) { return c.LookupAttempt(ctx, prov, in) })
 	if err != nil {
 		return idempotency.Recording{}, &UnknownOutcomeError{Provider: prov.Name(),
 			Err: fmt.Errorf("past the provider's deduplication window (%s) the attempt is looked up, not re-sent: %w", window, err)}
@@ -67,11 +67,22 @@ func (c *Client) settleBeyondWindow(ctx context.Context, cl *call, prov Provider
 // when the provider cannot tell or its answer is not proof (several
 // objects, another amount, an eventually consistent "none"). An error is
 // an outage or a charge still pending at the provider: look again later.
+//
+// A charge is looked up over the creation windows of the attempt's sends
+// (as [Client.LookupAttempt] does) with [DefaultLookupMargin] on each side
+// and the default lease (30s) as the time a send takes to reach the
+// provider: without a [Client] there is no database to measure the
+// clocks' skew against.
 func LookupBeyondWindow(ctx context.Context, prov Provider, in Examined, window time.Duration) (Proof, error) {
-	from := in.SentAt
-	if from.IsZero() {
-		from = in.CreatedAt
-	}
+	_, perSend := prov.(ClockReader)
+	return proveBeyondWindow(ctx, prov, in, window, func() (LookupResult, error) {
+		return lookupWindows(ctx, prov, attemptRequest(in), attemptWindows(in, DedupWindowOf(prov, StepCharge), defaultLease,
+			DefaultLookupMargin, perSend))
+	})
+}
+
+// proveBeyondWindow is LookupBeyondWindow with the charge lookup given.
+func proveBeyondWindow(ctx context.Context, prov Provider, in Examined, window time.Duration, lookup func() (LookupResult, error)) (Proof, error) {
 	noun := "charge"
 	var found []foundObject
 	var consistent bool
@@ -81,8 +92,7 @@ func LookupBeyondWindow(ctx context.Context, prov Provider, in Examined, window 
 		found, consistent, err = lookupRefundObjects(ctx, prov, in)
 	} else {
 		var res LookupResult
-		res, err = prov.Lookup(ctx, LookupRequest{Key: in.Key, ProviderKey: in.ProviderKey, ProviderID: in.ProviderID,
-			From: from.Add(-10 * time.Minute), To: LookupUntil(from, window)})
+		res, err = lookup()
 		for _, ch := range res.Charges {
 			f := foundObject{id: ch.ProviderID, amount: ch.Amount}
 			switch ch.Status {
@@ -157,11 +167,14 @@ func lookupRefundObjects(ctx context.Context, prov Provider, in Examined) ([]fou
 }
 
 // LookupUntil is where a lookup of an attempt first sent at sentAt may
-// stop: its references are re-sent only inside the provider's window, so
-// nothing the attempt made can have been created after sentAt + window
-// (plus a few minutes for a request in flight at its edge), or after now.
-// A bounded period lets a lookup whose index lags (PayPal's transaction
-// search, up to 3 hours) prove absence once the period is old enough.
+// stop when its last send is not known: its references are re-sent only
+// inside the provider's window, so nothing the attempt made can have been
+// created after sentAt + window (plus a few minutes for a request in
+// flight at its edge), or after now. A bounded period lets a lookup whose
+// index lags (PayPal's transaction search, up to 3 hours) prove absence
+// once the period is old enough. An attempt whose sends are counted
+// (Examined.LastSentAt) is looked up over its sends' own windows instead
+// ([Client.LookupAttempt]).
 func LookupUntil(sentAt time.Time, window time.Duration) time.Time {
 	now := time.Now().Add(5 * time.Minute)
 	if sentAt.IsZero() || window <= 0 {
@@ -172,6 +185,31 @@ func LookupUntil(sentAt time.Time, window time.Duration) time.Time {
 	}
 	return now
 }
+
+// DefaultLookupMargin is the margin a lookup's creation window gets on
+// each side when the skew between the database's clock (which stamps the
+// sends) and the provider's (which stamps what they created) is not
+// measured: the provider cannot read its clock ([ClockReader]), or reading
+// it failed.
+const DefaultLookupMargin = 10 * time.Minute
+
+// MeasuredLookupMargin is added, on each side of a lookup's window, to the
+// skew measured between the database's clock and the provider's and to
+// that measurement's error: it covers what one measurement cannot see
+// (the provider's servers disagreeing among themselves by milliseconds).
+// Two clocks that are not kept in step may also drift apart between a
+// send and its lookup: the margin grows by 200 ppm of the send's age
+// (17 s a day).
+const MeasuredLookupMargin = 2 * time.Second
+
+// clockDrift is how fast two clocks not kept in step by NTP may drift
+// apart: 200 ppm, a common quartz tolerance.
+const clockDrift = 200e-6
+
+// defaultLease is Config.LockTimeout's default: how long a send is
+// assumed to take to reach the provider when the client's lease is not
+// known (LookupBeyondWindow).
+const defaultLease = 30 * time.Second
 
 // ClockReader is implemented by a provider whose Lookup lists what was
 // created in [LookupRequest.From, LookupRequest.To] on the provider's own
@@ -185,6 +223,156 @@ type ClockReader interface {
 	// answer may be (the clock's resolution and the round trip of the
 	// answer it was read from). It may send a request to the provider.
 	ReadClock(ctx context.Context) (now time.Time, within time.Duration, err error)
+}
+
+// LookupAttempt asks prov what the current attempt of the open charge
+// intent in left there: the charges carrying in.Key that were created
+// while the attempt's sends could create them. The database stamps each
+// send before it goes out (Examined.SentAt, the first; LastSentAt, the
+// last; Sends, how many), and a send reaches the provider while the key's
+// lease (Config.LockTimeout) holds, so the attempt's charges were created
+// in [SentAt, LastSentAt + lease], widened on each side by the skew
+// between the database's clock and the provider's:
+//
+//   - A [ClockReader] is read, and the database's clock with it: the
+//     margin is the measured skew, its error and [MeasuredLookupMargin]
+//     (seconds when the clocks agree). Its window is one per send when the
+//     attempt was sent at most twice (a first send and a retry an hour
+//     later are two narrow windows, not the hour between them), one from
+//     the first send to the last otherwise.
+//   - Any other provider, or a clock that could not be read:
+//     [DefaultLookupMargin], one window.
+//
+// An attempt whose last send is not known (LastSentAt zero: recorded
+// before sends were counted) is looked up from its first send to
+// [LookupUntil]; one reopened and not sent since (SentAt zero), over the
+// intent's whole life. The result is Consistent only when every window's
+// lookup was. Errors: those of prov.Lookup.
+func (c *Client) LookupAttempt(ctx context.Context, prov Provider, in Examined) (LookupResult, error) {
+	margin := DefaultLookupMargin
+	cr, perSend := prov.(ClockReader)
+	if perSend {
+		if m, err := c.measuredMargin(ctx, cr, prov.Name(), in); err != nil {
+			c.log.Warn("payments: the provider's clock could not be read; the lookup takes the default margin",
+				"provider", prov.Name(), "key", idempotency.ShortHash(in.Key), "margin", margin, "err", err)
+		} else {
+			margin = m
+		}
+	}
+	ws := attemptWindows(in, DedupWindowOf(prov, StepCharge), c.exec.Config().LockTimeout, margin, perSend)
+	return lookupWindows(ctx, prov, attemptRequest(in), ws)
+}
+
+// clockSQL reads the database's clock now (not the transaction's start).
+const clockSQL = `SELECT clock_timestamp()`
+
+// measuredMargin measures the skew between the database's clock and the
+// provider's (both against this process's monotonic clock, so that a step
+// of its wall clock does not count) and returns the margin a lookup of
+// in's sends needs on each side. A skew past a few seconds is logged: the
+// database host's time synchronisation is off.
+func (c *Client) measuredMargin(ctx context.Context, cr ClockReader, provider string, in Examined) (time.Duration, error) {
+	provNow, provWithin, err := cr.ReadClock(ctx)
+	read := time.Now()
+	if err != nil {
+		return 0, err
+	}
+	before := time.Now()
+	var dbNow time.Time
+	if err := c.pool.QueryRow(ctx, clockSQL).Scan(&dbNow); err != nil {
+		return 0, fmt.Errorf("reading the database's clock: %w", err)
+	}
+	half := time.Since(before) / 2
+	// The database's clock at the instant the provider's was read.
+	dbAtRead := dbNow.Add(read.Sub(before.Add(half)))
+	skew := provNow.Sub(dbAtRead)
+	within := provWithin + half
+	oldest := in.SentAt
+	if oldest.IsZero() {
+		oldest = in.CreatedAt
+	}
+	drift := time.Duration(float64(max(dbNow.Sub(oldest), 0)) * clockDrift)
+	if skew.Abs() > 5*time.Second {
+		c.log.Warn("payments: the database's clock and the provider's disagree; lookups widen their windows by the difference",
+			"provider", provider, "skew", skew.Round(time.Millisecond), "within", within.Round(time.Millisecond))
+	}
+	return MeasuredLookupMargin + skew.Abs() + within + drift, nil
+}
+
+// window is a period of creation times at the provider, both ends
+// included.
+type window struct{ from, to time.Time }
+
+// attemptWindows returns the periods in which in's attempt can have
+// created its charges at the provider (see [Client.LookupAttempt]): dedup
+// is the provider's deduplication window of a charge, flight how long a
+// send may take to reach the provider (the lease it is sent under),
+// margin the clocks' skew allowance on each side, and perSend whether
+// each send gets its own window when there are two.
+func attemptWindows(in Examined, dedup, flight, margin time.Duration, perSend bool) []window {
+	first, last := in.SentAt, in.LastSentAt
+	// Nothing is sent past the provider's window (payments looks the
+	// attempt up instead; a resumption that did so still counts as a
+	// send), nor created after now: LookupUntil, on the provider's clock,
+	// bounds every window.
+	until := LookupUntil(first, dedup).Add(margin)
+	switch {
+	case first.IsZero():
+		// Reopened and not sent since: this attempt made nothing yet; the
+		// lookup still covers whatever the intent's earlier attempts left.
+		return []window{{in.CreatedAt.Add(-margin), until}}
+	case last.IsZero() || last.Before(first):
+		// The last send is not known: the attempt may have been re-sent
+		// until the provider's window closed.
+		return []window{{first.Add(-margin), until}}
+	}
+	firstW := window{first.Add(-margin), minTime(first.Add(flight+margin), until)}
+	lastW := window{last.Add(-margin), minTime(last.Add(flight+margin), until)}
+	switch {
+	case !perSend || in.Sends > 2 || !lastW.from.After(firstW.to):
+		// The sends between the first and the last (if any) could be at
+		// any time between them.
+		return []window{{firstW.from, lastW.to}}
+	case lastW.to.Before(lastW.from):
+		// The last "send" came past the provider's window: nothing went.
+		return []window{firstW}
+	}
+	return []window{firstW, lastW}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func attemptRequest(in Examined) LookupRequest {
+	return LookupRequest{Key: in.Key, ProviderKey: in.ProviderKey, ProviderID: in.ProviderID}
+}
+
+// lookupWindows looks req up over each window and merges the answers: the
+// charges found (each once), consistent only when every lookup was.
+func lookupWindows(ctx context.Context, prov Provider, req LookupRequest, ws []window) (LookupResult, error) {
+	out := LookupResult{Charges: []ChargeResult{}, Consistent: true}
+	seen := map[string]bool{}
+	for _, w := range ws {
+		r := req
+		r.From, r.To = w.from, w.to
+		res, err := prov.Lookup(ctx, r)
+		if err != nil {
+			return LookupResult{}, err
+		}
+		out.Consistent = out.Consistent && res.Consistent
+		for _, ch := range res.Charges {
+			if ch.ProviderID != "" && seen[ch.ProviderID] {
+				continue
+			}
+			seen[ch.ProviderID] = true
+			out.Charges = append(out.Charges, ch)
+		}
+	}
+	return out, nil
 }
 
 // isForeignKeyUse reports the unique violation of a client key another

@@ -2,10 +2,12 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/internal/crashpoint"
 	"github.com/payonce/payonce/payments"
 )
 
@@ -17,12 +19,33 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 		return r.review(ctx, rep, it, Item{Kind: KindPendingUnknownAtProvider, ProviderState: "provider not configured"},
 			"the intent's provider "+it.Provider+" is not configured")
 	}
+	// The key is held from before the lookup until its proof is applied:
+	// no retry can send the attempt meanwhile, and the proof is applied
+	// only to the attempt and send count looked up (payments.ErrChanged
+	// otherwise).
+	op := r.client.Operator()
+	held, err := op.Hold(ctx, it.Examined)
+	switch {
+	case errors.Is(err, payments.ErrNotOpen):
+		_, err = r.pool.Exec(ctx, releaseSQL, it.Key, it.Scope)
+		return err
+	case errors.Is(err, idempotency.ErrInProgress):
+		return r.reschedule(ctx, rep, it, Item{Kind: KindPendingUnknownAtProvider, ProviderState: "not asked",
+			Detail: "a call holds the key; looked again later"}, recheckWaiting)
+	case err != nil:
+		return err
+	}
+	defer op.Release(ctx, held)
+	it.Examined = held
+	crashpoint.Reach(ctx, crashpoint.ReconcileHeld, it.Key)
 	if it.Kind == "REFUND" {
 		return r.examineRefund(ctx, rep, it)
 	}
 	lctx, span := r.startProvider(ctx, "lookup", it)
-	res, err := prov.Lookup(lctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey, ProviderID: it.ProviderID,
-		From: it.lookupFrom(), To: payments.LookupUntil(it.SentAt, payments.DedupWindowOf(prov, payments.StepCharge))})
+	// Over the creation windows of the attempt's sends (first and last,
+	// read under the hold), with the database's and the provider's clocks
+	// compared where the provider can read its own.
+	res, err := r.client.LookupAttempt(lctx, prov, it.Examined)
 	endProvider(span, len(res.Charges), err)
 	if err != nil {
 		return r.lookupFailed(ctx, rep, it, err, "lookup", "attempt "+strconv.Itoa(it.Attempt))
@@ -148,17 +171,6 @@ func (r *Reconciler) void(ctx context.Context, rep *Report, it item, v payments.
 	return r.inconclusive(ctx, rep, it, base, noAnswer)
 }
 
-// lookupFrom is where a lookup by creation time starts: a little before
-// the attempt was first sent (a reopened attempt's own send, not the
-// intent's creation).
-func (it item) lookupFrom() time.Time {
-	from := it.CreatedAt
-	if !it.SentAt.IsZero() && it.SentAt.After(from) {
-		from = it.SentAt
-	}
-	return from.Add(-10 * time.Minute)
-}
-
 // voidTarget says what a void addresses: the known provider object
 // (reversed whatever its state), else the attempt's reference (a
 // technical cancel).
@@ -166,7 +178,9 @@ func voidTarget(it item) string {
 	if it.ProviderID != "" {
 		return "payment " + it.ProviderID + " (cancel or refund)"
 	}
-	return "reference " + it.ProviderKey + " (technical cancel)"
+	// The reference is derived from the idempotency key: a report names
+	// it by its short hash only.
+	return "the attempt's reference #" + idempotency.ShortHash(it.ProviderKey) + " (technical cancel)"
 }
 
 // voidSent reports whether a void of the intent was requested already (a

@@ -30,14 +30,17 @@ func (r *Reconciler) claim(ctx context.Context) ([]item, error) {
 	for rows.Next() {
 		var it item
 		var status, amount, currency string
-		var sentAt *time.Time
+		var sentAt, lastSentAt *time.Time
 		if err := rows.Scan(&it.Key, &it.Scope, &it.Kind, &it.Provider, &it.ProviderKey, &it.ProviderID, &it.Attempt,
 			&status, &amount, &currency, &it.Recipient, &it.PaymentMethod, &it.ChargeKey, &it.ChargeID,
-			&it.CreatedAt, &it.UpdatedAt, &it.checks, &it.age, &sentAt); err != nil {
+			&it.CreatedAt, &it.UpdatedAt, &it.checks, &it.age, &sentAt, &it.Sends, &lastSentAt); err != nil {
 			return nil, err
 		}
 		if sentAt != nil {
 			it.SentAt = *sentAt
+		}
+		if lastSentAt != nil {
+			it.LastSentAt = *lastSentAt
 		}
 		it.Status = payments.IntentStatus(status)
 		var err error

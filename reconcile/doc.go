@@ -50,6 +50,19 @@
 //     only reschedules; a call holding the intent's key at that moment is
 //     left to finish.
 //
+// Every decision is made on fresh proof. The intent's idempotency key is
+// held (payments.Operator.Hold) from before the lookup until its proof is
+// applied, so that no client retry can send the attempt again meanwhile (a
+// retry then is answered "in progress"); the intent is read again under
+// that lease. Applying the proof is a compare-and-set on what was
+// examined: the attempt number and its send counter (every send of an
+// attempt is counted, committed before it goes out). A reconciler paused
+// past its lease while a retry took the key over and sent the attempt
+// again finds both changed (payments.ErrChanged, a lost lease): nothing is
+// applied, the intent is looked at again ("the attempt was sent again
+// during the lookup"). A lookup never settles an intent whose attempt was
+// sent after the lookup began.
+//
 // Refund intents still open are looked up with payments.RefundLooker
 // (Stripe, PayPal: consistent; Adyen: its stored notifications, never
 // consistent) and decided the same way; a consistent "none" fails the
@@ -79,10 +92,12 @@
 //     no money); past it, Transaction Search, consistent once its lag has
 //     passed.
 //
-// The lookup of an open charge spans from a little before the attempt was
-// sent to, at the latest, the end of its deduplication window
-// (payments.LookupUntil), so that absence can be proven. Nothing that can
-// move money is repeated to find out.
+// The lookup of an open charge spans the creation windows of the
+// attempt's sends, from its first send to its last plus the lease it was
+// sent under, widened by the skew between the database's clock and the
+// provider's (measured for Stripe: payments.Client.LookupAttempt), so that
+// absence can be proven, at Stripe even among thousands of PaymentIntents
+// an hour. Nothing that can move money is repeated to find out.
 //
 // # Final states
 //

@@ -15,6 +15,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/crashpoint"
 	"github.com/payonce/payonce/internal/schedule"
 	"github.com/payonce/payonce/payments"
 )
@@ -265,6 +266,7 @@ func (r *Reconciler) resolve(ctx context.Context, rep *Report, it item, base Ite
 		base.Detail = p.Reason
 	}
 	base.LocalState = string(it.Status)
+	crashpoint.Reach(ctx, crashpoint.ReconcileBeforeApply, it.Key)
 	err := r.client.Operator().Resolve(ctx, it.Examined, p, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, resolvedSQL, it.Key, it.Scope); err != nil {
 			return err
@@ -290,6 +292,12 @@ func (r *Reconciler) resolve(ctx context.Context, rep *Report, it item, base Ite
 		// intent itself, or the next run does.
 		return r.reschedule(ctx, rep, it, Item{Kind: base.Kind, ProviderState: base.ProviderState,
 			Detail: "a call holds the key; looked again later"}, recheckWaiting)
+	case errors.Is(err, payments.ErrChanged), errors.Is(err, idempotency.ErrLeaseLost):
+		// The attempt was sent again (or the key taken over) after the
+		// lookup began: what it showed may predate a charge. Never
+		// applied; looked at again.
+		return r.reschedule(ctx, rep, it, Item{Kind: base.Kind, ProviderState: base.ProviderState,
+			Detail: "the attempt was sent again during the lookup; looked again later"}, recheckWaiting)
 	}
 	return err
 }

@@ -39,7 +39,8 @@ UPDATE payment_intents p
 RETURNING p.idempotency_key, p.user_id, p.kind, p.provider, p.provider_key, coalesce(p.provider_id, ''), p.attempt,
           p.status, p.amount::text, p.currency, p.recipient, p.payment_method, coalesce(p.charge_key, ''),
           coalesce((SELECT c.provider_id FROM payment_intents c WHERE c.idempotency_key = p.charge_key AND c.user_id = p.user_id), ''),
-          p.created_at, p.updated_at, p.reconcile_checks, now() - p.created_at, p.attempt_sent_at`
+          p.created_at, p.updated_at, p.reconcile_checks, now() - p.created_at, p.attempt_sent_at,
+          p.attempt_sends, p.attempt_last_sent_at`
 
 	// voidSentSQL counts the report rows of voids requested for an intent.
 	voidSentSQL = `SELECT count(*) FROM reconcile_items WHERE scope = $1 AND intent_key = $2 AND action = $3`

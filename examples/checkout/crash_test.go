@@ -36,8 +36,12 @@ import (
 // back), the stock right, and the books balanced.
 
 // crashLease is the children's lease (CHECKOUT_LOCK_TIMEOUT): what the
-// survivor waits for before it takes a dead process's saga over.
-const crashLease = "1s"
+// survivor waits for before it takes a dead process's saga over. A live
+// holder stops when its heartbeats go unconfirmed for the lease less its
+// margin: the 30 children of the matrix run at once under the race
+// detector, so the lease leaves their heartbeats seconds, not a
+// fraction of one.
+const crashLease = "3s"
 
 // doomedSKU is refused by the confirm step
 // (PAYONCE_CHECKOUT_FAIL_CONFIRM_SKU): its checkouts roll back after the
