@@ -30,10 +30,15 @@ type mwBundle struct {
 	calls *atomic.Int64
 	logs  *bytes.Buffer
 	store *memstore.Store
+	// held receives a request sent with ?hold=1 once its handler runs;
+	// the handler then waits for release.
+	held    chan struct{}
+	release chan struct{}
 }
 
 // mwSetup protects POST /items with a handler that answers what the
-// request's "status" query asks, after "sleep".
+// request's "status" query asks, after "sleep", or once released when it
+// asks "hold".
 func mwSetup(t *testing.T, mutate func(*idempotency.MiddlewareConfig)) mwBundle {
 	t.Helper()
 	store := memstore.New(nil)
@@ -57,11 +62,16 @@ func mwSetup(t *testing.T, mutate func(*idempotency.MiddlewareConfig)) mwBundle 
 		t.Fatal(err)
 	}
 	var calls atomic.Int64
+	held, release := make(chan struct{}, 1), make(chan struct{})
 	mux := http.NewServeMux()
 	handler := func(w http.ResponseWriter, r *http.Request) {
 		n := calls.Add(1)
 		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
 			time.Sleep(d)
+		}
+		if r.URL.Query().Get("hold") != "" {
+			held <- struct{}{}
+			<-release
 		}
 		status := http.StatusCreated
 		switch r.URL.Query().Get("status") {
@@ -80,7 +90,7 @@ func mwSetup(t *testing.T, mutate func(*idempotency.MiddlewareConfig)) mwBundle 
 	}
 	mux.HandleFunc("POST /items", handler)
 	mux.HandleFunc("POST /other", handler)
-	return mwBundle{h: mw(mux), calls: &calls, logs: &logs, store: store}
+	return mwBundle{h: mw(mux), calls: &calls, logs: &logs, store: store, held: held, release: release}
 }
 
 type lockedWriter struct {
@@ -178,9 +188,10 @@ func TestMiddlewareMismatch422AndInProgress(t *testing.T) {
 	key := uuid.NewString()
 	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.MismatchStatus = 422 })
 	done := make(chan *httptest.ResponseRecorder)
-	go func() { done <- do(b.h, "/items?sleep=300ms", "u1", key, item) }()
-	time.Sleep(100 * time.Millisecond)
+	go func() { done <- do(b.h, "/items?hold=1", "u1", key, item) }()
+	<-b.held // the first holds the key
 	busy := do(b.h, "/items", "u1", key, item)
+	close(b.release)
 	if busy.Code != 409 || busy.Header().Get("Retry-After") == "" {
 		t.Fatalf("in progress: %d %v", busy.Code, busy.Header())
 	}
@@ -197,7 +208,7 @@ func TestMiddlewareMismatch422AndInProgress(t *testing.T) {
 func TestMiddlewareWaitInFlightReplays(t *testing.T) {
 	t.Parallel()
 	key := uuid.NewString()
-	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.WaitInFlight = 3 * time.Second })
+	b := mwSetup(t, func(c *idempotency.MiddlewareConfig) { c.WaitInFlight = time.Minute })
 	var wg sync.WaitGroup
 	res := make([]*httptest.ResponseRecorder, 5)
 	for i := range res {

@@ -286,13 +286,13 @@ func TestPrunerSchedule(t *testing.T) {
 	p.Start()
 	p.Start() // no second scheduler
 	passes := func() uint64 { return b.metrics(t).passes["ok"] }
-	waitFor(t, 5*time.Second, "first scheduled pass", func() bool { return passes() == 1 })
+	waitFor(t, time.Minute, "first scheduled pass", func() bool { return passes() == 1 })
 	if n := b.store.Len(); n != 0 {
 		t.Fatalf("%d records left after the first pass", n)
 	}
 	b.fill(t, 50, idempotency.StatusCompleted)
 	b.advance(2 * time.Hour)
-	waitFor(t, 5*time.Second, "second scheduled pass", func() bool { return passes() == 2 })
+	waitFor(t, time.Minute, "second scheduled pass", func() bool { return passes() == 2 })
 	if err := p.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestPrunerSkipsOverlapAndStopWaits(t *testing.T) {
 		Logger: slog.New(logs)})
 	p.Start()
 	<-entered
-	waitFor(t, 5*time.Second, "a skipped run", func() bool { return logs.has("skip") })
+	waitFor(t, time.Minute, "a skipped run", func() bool { return logs.has("skip") })
 
 	stopped := make(chan error)
 	go func() { stopped <- p.Stop(context.Background()) }()
@@ -369,11 +369,11 @@ func TestPrunerStopDeadline(t *testing.T) {
 	}
 	select {
 	case <-returned:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the running batch was not aborted")
 	}
 	// Let the pass record its outcome before goleak looks.
-	waitFor(t, 5*time.Second, "the aborted pass to end", func() bool { return b.metrics(t).passes["canceled"] == 1 })
+	waitFor(t, time.Minute, "the aborted pass to end", func() bool { return b.metrics(t).passes["canceled"] == 1 })
 }
 
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {

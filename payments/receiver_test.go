@@ -66,7 +66,7 @@ func setupWebhooks(t *testing.T, dup int) whBundle {
 
 func (b whBundle) waitDeliveries(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := b.fake.WaitDeliveries(ctx); err != nil {
 		t.Fatal(err)

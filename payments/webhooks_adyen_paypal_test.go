@@ -136,7 +136,7 @@ func pvWebhookRigWith(t *testing.T, provider string, dup int, rt func(*fakes.Set
 
 func (r pvRig) wait(t testing.TB) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := r.fakes.WaitDeliveries(ctx); err != nil {
 		t.Fatal(err)

@@ -293,7 +293,7 @@ func TestAdyenRefundFailedAfterSuccessIsReversed(t *testing.T) {
 		rf2.Status != payments.IntentPending {
 		t.Fatalf("a new refund after the failure: %+v %v, want it sent (PENDING)", rf2, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := r.fakes.WaitDeliveries(wctx); err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func newOverturnWorld(t *testing.T) overturnWorld {
 
 func (w overturnWorld) wait(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := w.fake.WaitDeliveries(ctx); err != nil {
 		t.Fatal(err)

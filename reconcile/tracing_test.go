@@ -77,7 +77,7 @@ func TestSpans(t *testing.T) {
 		Amount: money.MustParse("2.00", money.EUR)}); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := fk.WaitDeliveries(wctx); err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ func TestSecondChargeOnSettledIntentIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := w.fakes.WaitDeliveries(wctx); err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestAdyenCapturedPaymentWithLostAuthorisationGoesToReview(t *testing.T) {
 	if _, err := w.client.Charge(ctx, params("adyen", "captured")); !payments.OutcomeUnknown(err) {
 		t.Fatalf("lost response: %v", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := w.fakes.WaitDeliveries(wctx); err != nil {
 		t.Fatal(err)

@@ -229,7 +229,7 @@ func TestStartRecoversOnSchedule(t *testing.T) {
 	}
 	stop := o.Start(ctx)
 	defer stop()
-	for deadline := time.Now().Add(10 * time.Second); b.state(t, "order-s").Status != saga.StatusCompleted; {
+	for deadline := time.Now().Add(2 * time.Minute); b.state(t, "order-s").Status != saga.StatusCompleted; {
 		if time.Now().After(deadline) {
 			t.Fatalf("not recovered: %+v", b.state(t, "order-s"))
 		}

@@ -171,7 +171,7 @@ func (r *payRig) refunds(t *testing.T) int {
 // (payments answers each one after its commit).
 func (r *payRig) delivered(t *testing.T) {
 	t.Helper()
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := r.adyen.WaitDeliveries(wctx); err != nil {
 		t.Fatal(err)

@@ -281,7 +281,7 @@ func TestConcurrentRunsExecuteEachStepOnce(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			<-start
-			for deadline := time.Now().Add(20 * time.Second); ; {
+			for deadline := time.Now().Add(2 * time.Minute); ; {
 				results[i], errs[i] = b.orch.Run(ctx, p)
 				if !errors.Is(errs[i], idempotency.ErrInProgress) || time.Now().After(deadline) {
 					return

@@ -86,7 +86,7 @@ func (b opsBundle) plantStuck(t *testing.T, scope string, keys ...string) []idem
 	for _, k := range keys {
 		leases = append(leases, b.claim(t, scope, k, 20*time.Millisecond))
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var ended bool
 		err := b.pool.QueryRow(context.Background(), `SELECT bool_and(locked_until <= now() - interval '200 ms')
@@ -701,8 +701,8 @@ func readFakeBanner(t *testing.T, r io.Reader, provider string) (string, map[str
 			t.Fatal(b.err)
 		}
 		return b.base, b.creds
-	case <-time.After(20 * time.Second):
-		t.Fatal("the fake printed no banner within 20s")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the fake printed no banner within 2 minutes")
 	}
 	return "", nil
 }

@@ -155,14 +155,14 @@ func testCrash(t *testing.T, c crashCase) {
 	next := startChild(t, append(env, "CHECKOUT_RECOVER_SPEC="+recoverSpec))
 	var final answer
 	if c.by == "retry" {
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 			final = call(t, next.url, "POST", "/checkout", user, key, body)
 			if final.code != http.StatusAccepted && final.problem() != "request-in-progress" || time.Now().After(deadline) {
 				break
 			}
 		}
 	} else {
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 			got := call(t, next.url, "GET", "/checkout/"+key, user, "", "")
 			if got.body["status"] == wantStatus || time.Now().After(deadline) {
 				break
@@ -293,8 +293,8 @@ func startChild(t *testing.T, env []string) *child {
 	})
 	select {
 	case c.url = <-urls:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the service did not start within 30s; logs:\n%s", c.logs.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the service did not start within 2 minutes; logs:\n%s", c.logs.String())
 	}
 	if c.url == "" {
 		t.Fatalf("the service exited; logs:\n%s", c.logs.String())
@@ -312,7 +312,7 @@ func (c *child) waitKilled(t *testing.T) {
 		if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("the service was not killed: %v\n%s", err, c.logs.String())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatalf("the service did not die; logs:\n%s", c.logs.String())
 	}
 }

@@ -69,7 +69,7 @@ func start(t *testing.T, pool *pgxpool.Pool, cfg Config) *river.Client[pgx.Tx] {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = c.Stop(ctx)
 	})

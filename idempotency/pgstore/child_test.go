@@ -355,7 +355,7 @@ func TestKilledProcess(t *testing.T) {
 				return idempotency.Response{Code: 201, Body: []byte("retried")}, err
 			}
 			sawInProgress := false
-			deadline := time.Now().Add(20 * time.Second)
+			deadline := time.Now().Add(2 * time.Minute)
 			var res idempotency.Result
 			for {
 				res, err = e.DoTx(ctx, r, action)

@@ -148,7 +148,7 @@ func TestPrunerSkipsLockedRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newPgPruner(t, b.pool, nil, &idempotency.PrunerConfig{BatchSize: 20})
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	rep, err := p.RunOnce(pctx)
 	if err != nil || rep.Deleted != 48 || !rep.Drained {

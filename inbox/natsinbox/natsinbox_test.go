@@ -130,7 +130,7 @@ func drain(t *testing.T, js jetstream.JetStream, in *inbox.Inbox, h inbox.TxHand
 // acks asynchronously).
 func settled(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		cons, err := js.Consumer(context.Background(), "ORDERS", "workers")
 		if err != nil {
@@ -265,14 +265,16 @@ func TestRepublish(t *testing.T) {
 	if _, err := pool.Exec(context.Background(), effectsDDL); err != nil {
 		t.Fatal(err)
 	}
-	_, js := broker(t, 500*time.Millisecond)
+	// A window wide enough that two back-to-back publishes fall in it on
+	// a loaded machine.
+	_, js := broker(t, 2*time.Second)
 	if ack := publish(t, js, "ord-2", `{"sku":"pen-7"}`); ack.Duplicate {
 		t.Fatal("the first publish is a duplicate")
 	}
 	if ack := publish(t, js, "ord-2", `{"sku":"pen-7"}`); !ack.Duplicate {
 		t.Fatal("JetStream kept a republish within its window")
 	}
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(2200 * time.Millisecond) // past the window
 	if ack := publish(t, js, "ord-2", `{"sku":"pen-7"}`); ack.Duplicate {
 		t.Fatal("JetStream dropped a republish past its window")
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/chromedp/cdproto/network"
@@ -58,6 +59,14 @@ func Load(ctx context.Context, path string, screenshot bool) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One Chromium at a time on this machine: several test binaries load
+	// pages in parallel, and a few Chromiums beside a loaded test run
+	// starve each other past any deadline.
+	unlock, err := lockMachine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	profile, err := os.MkdirTemp("", "payonce-chromium-")
 	if err != nil {
 		return nil, err
@@ -78,7 +87,7 @@ func Load(ctx context.Context, path string, screenshot bool) (*Result, error) {
 	defer cancelA()
 	bctx, cancelB := chromedp.NewContext(actx)
 	defer cancelB()
-	tctx, cancelT := context.WithTimeout(bctx, 60*time.Second)
+	tctx, cancelT := context.WithTimeout(bctx, 3*time.Minute)
 	defer cancelT()
 
 	res := &Result{}
@@ -127,4 +136,29 @@ func Load(ctx context.Context, path string, screenshot bool) (*Result, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	return res, nil
+}
+
+// lockMachine takes a lock file shared by every process of this machine
+// (flock: released when the process dies), waiting for ctx.
+func lockMachine(ctx context.Context) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "payonce-chromium.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("browser: lock file: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("browser: lock file: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -451,7 +451,7 @@ func TestCheckoutSameKeyConcurrently(t *testing.T) {
 // 202 nor in progress.
 func retryCheckout(t *testing.T, e env, user, key, body string) answer {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		a := e.do(t, "POST", "/checkout", user, key, body)
 		if a.code != 202 && problemType(a) != "request-in-progress" || time.Now().After(deadline) {
 			return a
@@ -473,7 +473,7 @@ func TestCheckoutPendingIsFinishedByRecovery(t *testing.T) {
 	if a.code != 202 || a.body["pending_step"] != "charge" || a.body["outcome_unknown"] != true || a.header.Get("Retry-After") == "" {
 		t.Fatalf("lost charge answer: %d %v %s", a.code, a.header, a.raw)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		got := s.do(t, "GET", "/checkout/cart-kite", "gina", "", "")
 		if got.body["status"] == "COMPLETED" {
 			break

@@ -157,7 +157,7 @@ func TestLostResponseAnswers503ThenResolves(t *testing.T) {
 	// Stripe cached the 500 for this key: a retry would get it again. The
 	// payment_intent.succeeded webhook settles the intent; the retry then
 	// answers from it, without a second charge.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := e.fake.WaitDeliveries(ctx); err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestAdyenChargeAndRefundSettledByWebhook(t *testing.T) {
 	if r.code != 202 || r.body["status"] != "PENDING" {
 		t.Fatalf("refund: %d %v, want 202 PENDING until Adyen's webhook", r.code, r.body)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := e.fakes.Adyen.WaitDeliveries(ctx); err != nil {
 		t.Fatal(err)
