@@ -15,8 +15,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"go.uber.org/goleak"
-
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/adyen"
@@ -25,7 +23,7 @@ import (
 	"github.com/payonce/payonce/providers/providertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 const merchant = "PayonceECOM"
 
@@ -112,7 +110,7 @@ func setupWith(t *testing.T, cfg *adyentest.Config, edit func(*adyen.Config)) bu
 		APIKey:          "AQE_test_key",
 		MerchantAccount: merchant,
 		BaseURL:         srv.URL(),
-		HTTPClient:      &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		HTTPClient:      &http.Client{Timeout: testkit.Patience, Transport: &http.Transport{DisableKeepAlives: true}},
 		HMACKeys:        []string{adyentest.DefaultHMACKey},
 		ReturnURL:       "https://shop.example/return",
 		Notifications: func(ctx context.Context, reference string) ([]payments.WebhookEvent, error) {
@@ -137,9 +135,7 @@ func setupWith(t *testing.T, cfg *adyentest.Config, edit func(*adyen.Config)) bu
 
 func (b bundle) wait(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := b.srv.WaitDeliveries(ctx); err != nil {
+	if err := b.srv.WaitDeliveries(testkit.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -428,17 +424,20 @@ func TestInProgress(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	req := chargeReq("order-inflight", adyentest.PaymentMethodVisa)
-	b.srv.Inject(adyentest.Fault{Kind: adyentest.Latency, Delay: 500 * time.Millisecond, Path: "/payments"})
+	b.srv.Inject(adyentest.Fault{Kind: adyentest.Latency, Delay: time.Hour, Path: "/payments"})
 	done := make(chan error, 1)
 	go func() {
 		_, err := b.p.Charge(context.Background(), req)
 		done <- err
 	}()
-	time.Sleep(150 * time.Millisecond) // the first holds the key for 500 ms
+	if err := b.srv.WaitHeld(testkit.Ctx(t), 1); err != nil { // the first holds the key
+		t.Fatal(err)
+	}
 	_, err := b.p.Charge(context.Background(), req)
 	if !errors.Is(err, payments.ErrInProgress) || !payments.SafeToRetry(err) {
 		t.Fatalf("duplicate in flight: %v", err)
 	}
+	b.srv.EndLatency()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -505,13 +504,15 @@ func TestResetAfterAndTimeouts(t *testing.T) {
 	}
 	wantPayments(t, b, req.ProviderKey, 1)
 
-	// A hang past the caller's deadline: written, so unknown.
+	// A hang past the caller's deadline: written, so unknown. The deadline passes once the fake
+	// holds the request, never before it was written.
 	hung := chargeReq("order-hang", adyentest.PaymentMethodVisa)
 	b.srv.Inject(adyentest.Fault{Kind: adyentest.Hang, Path: "/payments"})
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	_, err = b.p.Charge(ctx, hung)
+	_, err = b.p.Charge(testkit.DeadlineWhenHeld(t, b.srv.WaitHeld), hung)
 	errAs[*payments.UnknownOutcomeError](t, err)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cause lost: %v", err)
+	}
 	wantPayments(t, b, hung.ProviderKey, 0)
 }
 
@@ -882,8 +883,9 @@ func TestConformance(t *testing.T) {
 			LoseNextResponse: func() {
 				b.srv.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments"})
 			},
-			SlowNext: func(d time.Duration) {
-				b.srv.Inject(adyentest.Fault{Kind: adyentest.Latency, Delay: d})
+			HoldNext: func() (func(context.Context) error, func()) {
+				b.srv.Inject(adyentest.Fault{Kind: adyentest.Latency, Delay: time.Hour})
+				return func(ctx context.Context) error { return b.srv.WaitHeld(ctx, 1) }, b.srv.EndLatency
 			},
 			Webhook: func(t *testing.T) (good, bad error) {
 				must(b.p.Charge(context.Background(), chargeReq("order-wh", adyentest.PaymentMethodVisa)))(t)

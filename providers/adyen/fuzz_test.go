@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/adyen"
@@ -27,7 +26,7 @@ func fuzzItems(f *testing.F) []adyentest.NotificationItem {
 	defer srv.Close()
 	p, err := adyen.New(&adyen.Config{
 		APIKey: "AQE_test_key", MerchantAccount: merchant, BaseURL: srv.URL(), ReturnURL: "https://shop.example/return",
-		HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		HTTPClient: &http.Client{Timeout: testkit.Patience, Transport: &http.Transport{DisableKeepAlives: true}},
 		HMACKeys:   []string{adyentest.DefaultHMACKey},
 	})
 	if err != nil {

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
+	"github.com/payonce/payonce/providers/internal/testkit"
 )
 
 // recorder is a transport that keeps every request body it sends, by path.
@@ -78,7 +78,7 @@ func TestRequestsCarryWhatAdyenRequires(t *testing.T) {
 			b := setupWith(t, &adyentest.Config{CaptureMode: adyentest.CaptureManual}, func(c *adyen.Config) {
 				c.CaptureMode = adyen.CaptureManual
 				c.RecurringProcessingModel = model
-				c.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: rec}
+				c.HTTPClient = &http.Client{Timeout: testkit.Patience, Transport: rec}
 			})
 			ctx := context.Background()
 			req := chargeReq("order-required", adyentest.PaymentMethodVisa)

@@ -393,16 +393,20 @@ func TestInFlightCreate(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	req := chargeReq("inflight-create", paypaltest.PaymentMethodVisa)
-	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: 400 * time.Millisecond, Method: "POST", Path: "/v2/checkout/orders"})
+	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: time.Hour, Method: "POST", Path: "/v2/checkout/orders"})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var first error
+	ctx := ctxT(t)
 	go func() {
 		defer wg.Done()
-		_, first = b.p.Charge(ctxT(t), req)
+		_, first = b.p.Charge(ctx, req)
 	}()
-	time.Sleep(150 * time.Millisecond)
+	if err := b.srv.WaitHeld(ctxT(t), 1); err != nil { // the first create holds the request id
+		t.Fatal(err)
+	}
 	_, err := b.p.Charge(ctxT(t), req)
+	b.srv.EndLatency()
 	wg.Wait()
 	if !errors.Is(err, payments.ErrInProgress) || first != nil {
 		t.Fatalf("duplicate: %v, first: %v", err, first)

@@ -42,7 +42,7 @@ func countedProvider(t *testing.T, b bundle) (*paypal.Provider, *requestCounter)
 	t.Helper()
 	rc := &requestCounter{base: &http.Transport{DisableKeepAlives: true}, counts: map[string]int{}}
 	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret,
-		BaseURL: b.srv.URL(), HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: rc},
+		BaseURL: b.srv.URL(), HTTPClient: &http.Client{Timeout: time.Minute, Transport: rc},
 		WebhookID: paypaltest.DefaultWebhookID, Clock: b.clock.Now}))(t)
 	return p, rc
 }

@@ -144,7 +144,7 @@ func TestLookupRefundReadsRefundsWithoutCustomID(t *testing.T) {
 
 	rc := &requestCounter{base: stripRefundCustomIDs{base: &http.Transport{DisableKeepAlives: true}}, counts: map[string]int{}}
 	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret,
-		BaseURL: b.srv.URL(), HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: rc},
+		BaseURL: b.srv.URL(), HTTPClient: &http.Client{Timeout: time.Minute, Transport: rc},
 		WebhookID: paypaltest.DefaultWebhookID, Clock: b.clock.Now}))(t)
 	got := must(p.LookupRefund(ctxT(t), lookupOf(refundReq("lrf-strip-mine", ch.ProviderID, eur("4.00")))))(t)
 	onlyRefund(t, got, mine.ProviderID, payments.RefundSucceeded, eur("4.00"))

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/internal/testkit"
@@ -21,7 +19,7 @@ import (
 	"github.com/payonce/payonce/providers/providertest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -89,7 +87,7 @@ func setup(t *testing.T, cfg *paypaltest.Config) bundle {
 		ClientID:   paypaltest.DefaultClientID,
 		Secret:     paypaltest.DefaultSecret,
 		BaseURL:    srv.URL(),
-		HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: sent},
+		HTTPClient: &http.Client{Timeout: time.Minute, Transport: sent},
 		WebhookID:  paypaltest.DefaultWebhookID,
 		Clock:      clock.Now,
 	})
@@ -149,11 +147,7 @@ func chargeReq(key, pm string) payments.ChargeRequest {
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return testkit.Ctx(t) }
 
 // must(call())(t) fails t if call returned an error.
 func must[T any](v T, err error) func(*testing.T) T { return testkit.Must(v, err) }
@@ -199,8 +193,9 @@ func TestConformance(t *testing.T) {
 				// The create captures (single-step): losing its answer loses the charge's.
 				b.srv.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/checkout/orders"})
 			},
-			SlowNext: func(d time.Duration) {
-				b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: d, Method: "POST", Path: "/v2/checkout/orders"})
+			HoldNext: func() (func(context.Context) error, func()) {
+				b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: time.Hour, Method: "POST", Path: "/v2/checkout/orders"})
+				return func(ctx context.Context) error { return b.srv.WaitHeld(ctx, 1) }, b.srv.EndLatency
 			},
 			Webhook: func(t *testing.T) (good, bad error) {
 				d := firstDelivery(t, b, s)

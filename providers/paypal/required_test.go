@@ -93,7 +93,7 @@ func TestRequestsCarryWhatPayPalRequires(t *testing.T) {
 	t.Cleanup(srv.Close)
 	rec := &bodyRecorder{next: &http.Transport{DisableKeepAlives: true}}
 	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret, BaseURL: srv.URL(),
-		HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: rec}, WebhookID: paypaltest.DefaultWebhookID, Clock: clock.Now}))(t)
+		HTTPClient: &http.Client{Timeout: time.Minute, Transport: rec}, WebhookID: paypaltest.DefaultWebhookID, Clock: clock.Now}))(t)
 
 	req := chargeReq("order-required", paypaltest.PaymentMethodVisa)
 	ch := must(p.Charge(ctxT(t), req))(t)

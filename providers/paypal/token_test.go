@@ -1,7 +1,6 @@
 package paypal_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -136,7 +136,7 @@ func TestWrongCredentials(t *testing.T) {
 func stubProvider(t *testing.T, url string) *paypal.Provider {
 	t.Helper()
 	return must(paypal.New(&paypal.Config{ClientID: "id", Secret: "s", BaseURL: url, WebhookID: "WH-1",
-		HTTPClient: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
+		HTTPClient: &http.Client{Timeout: testkit.Patience, Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
 }
 
 // Answers the fake does not produce, from a stub server; the token endpoint works.
@@ -248,15 +248,14 @@ func TestHangIsUnknownAfterTimeout(t *testing.T) {
 	req := chargeReq("hang", paypaltest.PaymentMethodVisa)
 	must(b.p.Lookup(ctxT(t), payments.LookupRequest{ProviderID: "ORDWARM"}))(t) // a token first
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Hang, Path: "/v2/checkout/orders"})
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	_, err := b.p.Charge(ctx, req)
+	// The deadline passes once the fake holds the request, never before it was written.
+	_, err := b.p.Charge(testkit.DeadlineWhenHeld(t, b.srv.WaitHeld), req)
 	if !payments.OutcomeUnknown(err) {
 		t.Fatalf("err = %v, want unknown (the request was written)", err)
 	}
 	// The fake frees the request id once it notices the client left: until then, in progress.
 	var res payments.ChargeResult
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.Patience); ; time.Sleep(10 * time.Millisecond) {
 		res, err = b.p.Charge(ctxT(t), req)
 		if !errors.Is(err, payments.ErrInProgress) || time.Now().After(deadline) {
 			break

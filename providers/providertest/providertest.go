@@ -36,8 +36,11 @@ type Harness struct {
 	// LoseNextResponse makes the fake commit the next write and lose its
 	// response (a reset after the provider committed).
 	LoseNextResponse func()
-	// SlowNext makes the fake take d over the next write.
-	SlowNext func(d time.Duration)
+	// HoldNext makes the fake hold the next write before it executes, its key claimed, until
+	// release is called; held returns once the fake holds it (a Latency fault with a long
+	// Delay, the fake's Server.WaitHeld and Server.EndLatency). held returns the context's
+	// error if it ends first.
+	HoldNext func() (held func(ctx context.Context) error, release func())
 	// NoReplaySignal is set for providers that answer a replay exactly like
 	// the first request (Adyen): the replay check then asserts the same
 	// object and a single charge, not ChargeResult.Replayed.
@@ -91,8 +94,10 @@ func req(t *testing.T, h Harness, method string) payments.ChargeRequest {
 		Shopper: "usr_conf"} // as payments fills it (the Scope by default): Adyen requires one with a stored card
 }
 
+// ctxT bounds a call or a wait for an event: generously, since a loaded machine stretches every
+// step.
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -158,17 +163,21 @@ func testLostResponse(t *testing.T, h Harness) {
 
 func testInFlight(t *testing.T, h Harness) {
 	r := req(t, h, h.Succeeds)
-	h.SlowNext(500 * time.Millisecond)
+	held, release := h.HoldNext()
 	done := make(chan error, 1)
+	ctx := ctxT(t)
 	go func() {
-		_, err := h.Provider.Charge(ctxT(t), r)
+		_, err := h.Provider.Charge(ctx, r)
 		done <- err
 	}()
-	time.Sleep(150 * time.Millisecond)
+	if err := held(ctxT(t)); err != nil {
+		t.Fatalf("the first charge was never held: %v", err)
+	}
 	_, err := h.Provider.Charge(ctxT(t), r)
 	if !errors.Is(err, payments.ErrInProgress) || !payments.SafeToRetry(err) {
 		t.Fatalf("duplicate while the first is in flight: err = %v, want in progress", err)
 	}
+	release()
 	if err := <-done; err != nil {
 		t.Fatalf("first: %v", err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -250,30 +251,22 @@ func TestChargeCollisionThenReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	req := chargeReq("order-collide", stripetest.PaymentMethodVisa)
-	b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: 300 * time.Millisecond, IdempotencyKey: req.ProviderKey})
+	b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: time.Hour, IdempotencyKey: req.ProviderKey})
 	first := make(chan error, 1)
 	go func() { _, err := b.p.Charge(context.Background(), req); first <- err }()
 
-	// Whichever request claims the key first waits 300 ms; the other
+	// The first request holds the key until released; the second
 	// collides with it.
-	inProgress := 0
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		_, err := b.p.Charge(context.Background(), req)
-		if errors.As(err, new(*payments.InProgressError)) {
-			inProgress++
-			break
-		}
-		if err == nil || time.Now().After(deadline) {
-			break // this call won the key, or took too long
-		}
-	}
-	if err := <-first; errors.As(err, new(*payments.InProgressError)) {
-		inProgress++
-	} else if err != nil {
+	if err := b.srv.WaitHeld(testkit.Ctx(t), 1); err != nil {
 		t.Fatal(err)
 	}
-	if inProgress != 1 {
-		t.Fatalf("%d requests in progress, want 1", inProgress)
+	_, err := b.p.Charge(context.Background(), req)
+	if !errors.As(err, new(*payments.InProgressError)) {
+		t.Fatalf("the collision: %v, want in progress", err)
+	}
+	b.srv.EndLatency()
+	if err := <-first; err != nil {
+		t.Fatal(err)
 	}
 	again := must(b.p.Charge(context.Background(), req))(t)
 	if !again.Replayed || again.Status != payments.ChargeSucceeded {

@@ -78,7 +78,7 @@ func setupEndpoint(t *testing.T, v *paystripe.Provider, cfg stripetest.Config) (
 // drain waits for the fake's deliveries and returns what the endpoint got.
 func (e *endpoint) drain(t *testing.T, b bundle) ([]payments.WebhookEvent, []error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := b.srv.WaitDeliveries(ctx); err != nil {
 		t.Fatal(err)

@@ -54,7 +54,7 @@ func ExampleProvider_VerifyWebhook() {
 	if err != nil {
 		panic(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := srv.WaitDeliveries(ctx); err != nil {
 		panic(err)

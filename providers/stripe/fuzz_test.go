@@ -34,7 +34,7 @@ func fuzzDeliveries(f *testing.F) [][]byte {
 	p, err := paystripe.New(&paystripe.Config{
 		SecretKey:  "sk_test_fuzz",
 		BaseURL:    srv.URL(),
-		HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		HTTPClient: &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}},
 	})
 	if err != nil {
 		f.Fatal(err)

@@ -47,7 +47,7 @@ func setupRecorded(t *testing.T, edit func(*paystripe.Config)) (bundle, *formRec
 	t.Cleanup(srv.Close)
 	rec := &formRecorder{next: &http.Transport{DisableKeepAlives: true}, forms: map[string][]url.Values{}}
 	cfg := &paystripe.Config{SecretKey: "sk_test_payonce", BaseURL: srv.URL(),
-		HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: rec}}
+		HTTPClient: &http.Client{Timeout: time.Minute, Transport: rec}}
 	if edit != nil {
 		edit(cfg)
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v79/webhook"
-	"go.uber.org/goleak"
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
@@ -24,7 +23,7 @@ import (
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 type bundle struct {
 	srv *stripetest.Server
@@ -41,7 +40,7 @@ func setup(t *testing.T, cfg *stripetest.Config) bundle {
 	p, err := paystripe.New(&paystripe.Config{
 		SecretKey:  "sk_test_payonce",
 		BaseURL:    srv.URL(),
-		HTTPClient: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		HTTPClient: &http.Client{Timeout: testkit.Patience, Transport: &http.Transport{DisableKeepAlives: true}},
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -224,9 +223,8 @@ func TestChargeDeadlineWhileWaiting(t *testing.T) {
 	b := setup(t, nil)
 	req := chargeReq("order-hang", stripetest.PaymentMethodVisa)
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.Hang, Path: "/v1/payment_intents"})
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	_, err := b.p.Charge(ctx, req)
+	// The deadline passes once the fake holds the request, never before it was written.
+	_, err := b.p.Charge(testkit.DeadlineWhenHeld(t, b.srv.WaitHeld), req)
 	errAs[*payments.UnknownOutcomeError](t, err)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cause lost: %v", err)
@@ -237,7 +235,9 @@ func TestChargeConcurrentSameKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	req := chargeReq("order-conc", stripetest.PaymentMethodVisa)
-	b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: 500 * time.Millisecond, IdempotencyKey: req.ProviderKey})
+	// Whichever request claims the key first is held until the others have all been answered:
+	// they collide with it however slowly they arrive.
+	b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: time.Hour, IdempotencyKey: req.ProviderKey})
 
 	const n = 5
 	var (
@@ -245,14 +245,20 @@ func TestChargeConcurrentSameKey(t *testing.T) {
 		start   = make(chan struct{})
 		results [n]payments.ChargeResult
 		errs    [n]error
+		done    = make(chan struct{}, n)
 	)
 	for i := range n {
 		wg.Go(func() {
 			<-start
 			results[i], errs[i] = b.p.Charge(context.Background(), req)
+			done <- struct{}{}
 		})
 	}
 	close(start)
+	for range n - 1 {
+		<-done
+	}
+	b.srv.EndLatency()
 	wg.Wait()
 
 	executed, inProgress := 0, 0
@@ -260,7 +266,6 @@ func TestChargeConcurrentSameKey(t *testing.T) {
 		switch {
 		case errs[i] == nil && !results[i].Replayed:
 			executed++
-		case errs[i] == nil: // arrived after the first completed
 		case errors.As(errs[i], new(*payments.InProgressError)):
 			if !payments.SafeToRetry(errs[i]) {
 				t.Fatalf("in progress must be retryable")
@@ -270,7 +275,7 @@ func TestChargeConcurrentSameKey(t *testing.T) {
 			t.Fatalf("unexpected error: %v", errs[i])
 		}
 	}
-	if executed != 1 || inProgress == 0 {
+	if executed != 1 || inProgress != n-1 {
 		t.Fatalf("executed %d, in progress %d: %v", executed, inProgress, errs)
 	}
 	wantCount(t, b, req.ProviderKey, 1, 0)
@@ -495,9 +500,7 @@ func (s *webhookSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func firstDelivery(t *testing.T, b bundle, sink *webhookSink) (ch payments.ChargeResult, payload []byte, sig string) {
 	t.Helper()
 	ch = must(b.p.Charge(context.Background(), chargeReq("order-wh", stripetest.PaymentMethodVisa)))(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := b.srv.WaitDeliveries(ctx); err != nil {
+	if err := b.srv.WaitDeliveries(testkit.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	sink.mu.Lock()
@@ -560,8 +563,9 @@ func TestConformance(t *testing.T) {
 			LoseNextResponse: func() {
 				b.srv.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
 			},
-			SlowNext: func(d time.Duration) {
-				b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: d, Method: "POST"})
+			HoldNext: func() (func(context.Context) error, func()) {
+				b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: time.Hour, Method: "POST"})
+				return func(ctx context.Context) error { return b.srv.WaitHeld(ctx, 1) }, b.srv.EndLatency
 			},
 			Webhook: func(t *testing.T) (good, bad error) {
 				_, payload, sig := firstDelivery(t, b, sink)

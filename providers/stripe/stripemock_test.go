@@ -29,7 +29,7 @@ func stripeMock(t *testing.T) *paystripe.Provider {
 			"and STRIPE_MOCK_URL=http://127.0.0.1:12111")
 	}
 	p, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_123", BaseURL: url,
-		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}})
+		HTTPClient: &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func shapeOK(t *testing.T, what string, err error) {
 func TestRequestShapesAgainstStripeMock(t *testing.T) {
 	t.Parallel()
 	p := stripeMock(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
 	r := chargeReq("usr_mock_charge_k1", "pm_card_visa")
@@ -66,7 +66,7 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 
 	// A saved card's charge names its Customer (Config.Customer).
 	withCustomer, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_123", BaseURL: os.Getenv("STRIPE_MOCK_URL"),
-		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		HTTPClient: &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}},
 		Customer:   func(r payments.ChargeRequest) string { return r.Shopper }})
 	if err != nil {
 		t.Fatal(err)

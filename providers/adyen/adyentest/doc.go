@@ -100,6 +100,12 @@
 // faults. Kinds: [Latency], [FailBefore] (500 with Transient-Error, nothing done), [FailAfter]
 // (done, then a cached 500), [ResetAfter] (done, response lost), [Hang].
 //
+// [Server.WaitHeld] waits until requests are held by a Latency or Hang fault (one about to
+// execute keeps its key in use meanwhile), and [Server.EndLatency] lets the Latency ones go on
+// at once: a test acts on that event ("a
+// duplicate arrives while the first still executes", "the client gives up on a request the
+// provider received") rather than after a sleep that a loaded machine outlasts.
+//
 // net/http's Transport resends, on a reused keep-alive connection, a request carrying an
 // Idempotency-Key when the connection fails before the response; disable keep-alives in the
 // test's client to observe a [ResetAfter].

@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/payonce/payonce/providers/adyen/adyentest"
+	"github.com/payonce/payonce/providers/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -100,7 +99,7 @@ func setup(t *testing.T, cfg *adyentest.Config) *bundle {
 	srv := adyentest.NewServer(cfg)
 	t.Cleanup(srv.Close)
 	return &bundle{srv: srv, clock: clock, sink: sk,
-		hc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
+		hc: &http.Client{Timeout: testkit.Patience, Transport: &http.Transport{DisableKeepAlives: true}}}
 }
 
 type answer struct {
@@ -149,9 +148,7 @@ func (b *bundle) postCtx(ctx context.Context, t *testing.T, path, key string, bo
 
 func (b *bundle) wait(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := b.srv.WaitDeliveries(ctx); err != nil {
+	if err := b.srv.WaitDeliveries(testkit.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -378,16 +375,19 @@ func TestReferenceNotDeduplicated(t *testing.T) {
 func TestInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.srv.Inject(adyentest.Fault{Kind: adyentest.Latency, Delay: 500 * time.Millisecond, Path: "/payments"})
+	b.srv.Inject(adyentest.Fault{Kind: adyentest.Latency, Delay: time.Hour, Path: "/payments"})
 	done := make(chan answer, 1)
 	go func() {
 		done <- b.post(t, "/payments", "key-slow", payment("ref-slow", adyentest.PaymentMethodVisa, 1000))
 	}()
-	time.Sleep(150 * time.Millisecond) // the first holds the key for 500 ms
+	if err := b.srv.WaitHeld(testkit.Ctx(t), 1); err != nil { // the first holds the key
+		t.Fatal(err)
+	}
 	dup := b.post(t, "/payments", "key-slow", payment("ref-slow", adyentest.PaymentMethodVisa, 1000))
 	if dup.status != 422 || dup.body["errorCode"] != "704" {
 		t.Fatalf("duplicate in flight: %d %s", dup.status, dup.raw)
 	}
+	b.srv.EndLatency()
 	if first := <-done; first.status != 200 {
 		t.Fatalf("first: %d %s", first.status, first.raw)
 	}
@@ -432,13 +432,12 @@ func TestFaults(t *testing.T) {
 
 	// Hang: nothing executes; the key is free again once the client gave up.
 	b.srv.Inject(adyentest.Fault{Kind: adyentest.Hang, Path: "/payments"})
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	if a := b.postCtx(ctx, t, "/payments", "key-hang", payment("ref-hang", adyentest.PaymentMethodVisa, 1000)); a.err == nil {
+	// The client gives up once the fake holds the request, never before it arrived.
+	if a := b.postCtx(testkit.DeadlineWhenHeld(t, b.srv.WaitHeld), t, "/payments", "key-hang", payment("ref-hang", adyentest.PaymentMethodVisa, 1000)); a.err == nil {
 		t.Fatalf("Hang answered %d", a.status)
 	}
 	wantCounts(t, b, "ref-hang", adyentest.Counts{})
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(testkit.Patience)
 	for {
 		a := b.post(t, "/payments", "key-hang", payment("ref-hang", adyentest.PaymentMethodVisa, 1000))
 		if a.status == 200 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/providers/adyen/adyentest"
+	"github.com/payonce/payonce/providers/internal/testkit"
 )
 
 func TestWebhookDuplicatesAndOrder(t *testing.T) {
@@ -91,28 +92,42 @@ func TestWebhookWithoutURLAndClose(t *testing.T) {
 	}
 	srv.Close()
 
-	// A delivery pending at Close is abandoned and WaitDeliveries says so.
-	block := make(chan struct{})
-	hs := newBlockingEndpoint(t, block)
+	// A delivery in progress at Close is abandoned and WaitDeliveries says so, whether it was
+	// waiting already or is called afterwards.
+	block, arrived := make(chan struct{}), make(chan struct{}, 1)
+	hs := newBlockingEndpoint(t, block, arrived)
 	s2 := adyentest.NewServer(&adyentest.Config{WebhookURL: hs})
 	b2 := &bundle{srv: s2, hc: hc}
 	b2.post(t, "/payments", "k", payment("ref", adyentest.PaymentMethodVisa, 100))
+	select {
+	case <-arrived:
+	case <-time.After(testkit.Patience):
+		t.Fatal("the delivery never arrived")
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s2.WaitDeliveries(context.Background()) }()
-	time.Sleep(20 * time.Millisecond)
 	s2.Close()
 	close(block)
-	if err := <-errc; !errors.Is(err, adyentest.ErrClosed) && err != nil {
-		t.Fatalf("WaitDeliveries: %v", err)
+	if err := <-errc; !errors.Is(err, adyentest.ErrClosed) {
+		t.Fatalf("WaitDeliveries during Close: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = s2.WaitDeliveries(ctx)
+	if err := s2.WaitDeliveries(context.Background()); !errors.Is(err, adyentest.ErrClosed) {
+		t.Fatalf("WaitDeliveries after Close: %v", err)
+	}
+	if ev := s2.Events(); len(ev) != 1 || ev[0].Delivered != 0 || ev[0].Failed != 1 {
+		t.Fatalf("events %+v", ev)
+	}
 }
 
-func newBlockingEndpoint(t *testing.T, block chan struct{}) string {
+// newBlockingEndpoint answers no delivery until block is closed or its client gives up, and
+// sends on arrived (when it has room) as each arrives.
+func newBlockingEndpoint(t *testing.T, block, arrived chan struct{}) string {
 	t.Helper()
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
 		select {
 		case <-block:
 		case <-r.Context().Done():

@@ -8,7 +8,8 @@
 //     matches requests on its own fields).
 //   - [Lifecycle]: NewServer/Start/URL/Close of an httptest-like server, the closing signal that
 //     releases hung requests, the part of a fault that happens before execution
-//     ([Lifecycle.Before], [Lifecycle.Apply]) and [ResetConnection].
+//     ([Lifecycle.Before], [Lifecycle.Apply]), the count of requests a fault holds
+//     ([Lifecycle.WaitHeld], [Lifecycle.EndLatency]) and [ResetConnection].
 //   - [Keys]: idempotency-key (or request id) entries scoped, retained, claimed, released and
 //     completed.
 //   - [Deliveries]: an event log and its ordered webhook delivery from one goroutine, with

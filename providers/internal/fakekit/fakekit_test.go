@@ -13,12 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/payonce/payonce/providers/internal/fakekit"
+	"github.com/payonce/payonce/providers/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // fault is a fake's own Fault type, matching on a name.
 type fault struct {
@@ -215,7 +214,9 @@ func TestLifecycle(t *testing.T) {
 		}
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let the request hang
+	if err := l.WaitHeld(testkit.Ctx(t), 1, errClosed); err != nil {
+		t.Fatalf("the request never hung: %v", err)
+	}
 	stopped := false
 	l.Close(func() { stopped = true })
 	if !stopped {
@@ -223,16 +224,65 @@ func TestLifecycle(t *testing.T) {
 	}
 	select {
 	case <-errc: // released: an empty answer or a closed connection
-	case <-time.After(5 * time.Second):
+	case <-time.After(testkit.Patience):
 		t.Fatal("the hung request was not released by Close")
 	}
 	l.Close(nil) // again: no panic
+	if err := l.WaitHeld(context.Background(), 1, errClosed); !errors.Is(err, errClosed) {
+		t.Fatalf("WaitHeld after Close = %v, want errClosed", err)
+	}
 
 	if l.Before(context.Background(), fakekit.Latency, time.Hour) {
 		t.Fatal("Latency after Close waited")
 	}
 	if l.Before(context.Background(), fakekit.FailBefore, 0) || !l.Before(context.Background(), fakekit.ResetAfter, 0) {
 		t.Fatal("Before: FailBefore must stop, ResetAfter go on")
+	}
+}
+
+// WaitHeld counts the requests held now by Latency or Hang; EndLatency lets the Latency ones go
+// on at once, and only the ones held when it is called.
+func TestWaitHeldAndEndLatency(t *testing.T) {
+	l := fakekit.NewLifecycle("kit")
+	defer l.Close(nil)
+	hangCtx, giveUp := context.WithCancel(context.Background())
+	defer giveUp()
+	wentOn := make(chan bool, 3)
+	go func() { wentOn <- l.Before(context.Background(), fakekit.Latency, time.Hour) }()
+	go func() { wentOn <- l.Before(hangCtx, fakekit.Hang, 0) }()
+	if err := l.WaitHeld(testkit.Ctx(t), 2, errClosed); err != nil {
+		t.Fatal(err)
+	}
+	l.EndLatency()
+	if !<-wentOn {
+		t.Fatal("a Latency ended by EndLatency did not go on")
+	}
+	// The hang is still held, alone: one held, not two.
+	if err := l.WaitHeld(testkit.Ctx(t), 1, errClosed); err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.WaitHeld(ended, 2, errClosed); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitHeld(2) with one held = %v, want the context's error", err)
+	}
+	giveUp()
+	if <-wentOn {
+		t.Fatal("an abandoned Hang went on")
+	}
+	// A Latency that starts after EndLatency waits its Delay.
+	go func() { wentOn <- l.Before(context.Background(), fakekit.Latency, time.Hour) }()
+	if err := l.WaitHeld(testkit.Ctx(t), 1, errClosed); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wentOn:
+		t.Fatal("a Latency after EndLatency did not wait")
+	default:
+	}
+	l.Close(nil)
+	if <-wentOn {
+		t.Fatal("a Latency released by Close went on")
 	}
 }
 
@@ -321,24 +371,36 @@ type event struct {
 	delivered, failed int
 }
 
-// receiver records delivery bodies; it fails the first failFirst requests.
+// receiver records delivery bodies; it fails the first failFirst requests. Once hang is set,
+// it holds every request until its client gives up, after a send on arrived.
 type receiver struct {
 	*httptest.Server
 	mu        sync.Mutex
 	bodies    []string
 	headers   []http.Header
 	failFirst int
+	hang      bool
+	arrived   chan struct{}
 }
 
 func newReceiver(t *testing.T, failFirst int) *receiver {
-	rc := &receiver{failFirst: failFirst}
+	rc := &receiver{failFirst: failFirst, arrived: make(chan struct{}, 1)}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		rc.mu.Lock()
-		defer rc.mu.Unlock()
 		rc.bodies = append(rc.bodies, string(b))
 		rc.headers = append(rc.headers, r.Header.Clone())
-		if len(rc.bodies) <= rc.failFirst {
+		fail, hang := len(rc.bodies) <= rc.failFirst, rc.hang
+		rc.mu.Unlock()
+		if hang {
+			select {
+			case rc.arrived <- struct{}{}:
+			default:
+			}
+			<-r.Context().Done()
+			return
+		}
+		if fail {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	}))
@@ -380,9 +442,7 @@ func TestDeliveriesInOrderWithDuplicatesAndRetries(t *testing.T) {
 			return &event{n: i}
 		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := d.Wait(ctx); err != nil {
+	if err := d.Wait(testkit.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	rc.mu.Lock()
@@ -416,9 +476,7 @@ func TestDeliveriesAbandonAndClose(t *testing.T) {
 	rc := newReceiver(t, 1<<30) // always fails
 	d := newDeliveries(rc.URL, 0, 0)
 	d.Emit(func(int64) *event { return &event{n: 1} })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := d.Wait(ctx); err != nil {
+	if err := d.Wait(testkit.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	rc.mu.Lock()
@@ -431,13 +489,28 @@ func TestDeliveriesAbandonAndClose(t *testing.T) {
 		t.Fatalf("event after abandoning: %+v", evs[0])
 	}
 
-	// Close cuts a pending delivery short; Wait then says so.
+	// Close cuts a delivery in progress short; Wait then says so, whether it was waiting already
+	// or is called afterwards.
+	rc.mu.Lock()
+	rc.hang = true
+	rc.mu.Unlock()
 	d.Emit(func(int64) *event { return &event{n: 2} })
+	select {
+	case <-rc.arrived:
+	case <-time.After(testkit.Patience):
+		t.Fatal("the delivery never arrived")
+	}
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- d.Wait(context.Background()) }()
 	d.Close()
 	if err := <-waitErr; !errors.Is(err, errClosed) {
+		t.Fatalf("Wait during Close = %v", err)
+	}
+	if err := d.Wait(context.Background()); !errors.Is(err, errClosed) {
 		t.Fatalf("Wait after Close = %v", err)
+	}
+	if evs := d.Events(func(e *event) event { return *e }); evs[1].failed != 1 || evs[1].delivered != 0 {
+		t.Fatalf("the delivery Close cut short: %+v", evs[1])
 	}
 	d.Emit(func(int64) *event { return &event{n: 3} }) // recorded, not delivered
 	if evs := d.Events(func(e *event) event { return *e }); len(evs) != 3 || evs[2].delivered+evs[2].failed != 0 {

@@ -10,17 +10,24 @@ import (
 )
 
 // Lifecycle is a fake server's listener and closing signal: Start serves a handler on a loopback
-// port like [httptest.NewServer], Close releases hung requests and shuts the listener down.
+// port like [httptest.NewServer], Close releases hung requests and shuts the listener down. It
+// also counts the requests a Latency or Hang fault holds, so that a test can act while a request
+// is held ([Lifecycle.WaitHeld], [Lifecycle.EndLatency]) instead of sleeping and hoping.
 type Lifecycle struct {
 	name    string // the fake's package name, for panics
 	ts      *httptest.Server
 	closing chan struct{}
 	once    sync.Once
+
+	mu      sync.Mutex
+	held    int           // requests waiting in Before for a Latency or Hang fault
+	changed chan struct{} // closed, and replaced, whenever held grows
+	endLat  chan struct{} // closed, and replaced, by EndLatency
 }
 
 // NewLifecycle returns a Lifecycle, not started, for the fake named name ("stripetest").
 func NewLifecycle(name string) *Lifecycle {
-	return &Lifecycle{name: name, closing: make(chan struct{})}
+	return &Lifecycle{name: name, closing: make(chan struct{}), changed: make(chan struct{}), endLat: make(chan struct{})}
 }
 
 // Start serves h on a loopback port. It panics if it was already started.
@@ -55,19 +62,27 @@ func (l *Lifecycle) Close(stop func()) {
 // Before applies the part of a fault that happens before execution: Latency waits delay, Hang
 // waits for the client to give up (ctx) or Close, FailBefore stops at once. It reports whether
 // the request should go on.
+//
+// A request waiting for Latency or Hang counts as held ([Lifecycle.WaitHeld]); a Latency also
+// ends early at [Lifecycle.EndLatency].
 func (l *Lifecycle) Before(ctx context.Context, kind FaultKind, delay time.Duration) bool {
 	switch kind {
 	case Latency:
+		endLat := l.hold()
+		defer l.unhold()
 		t := time.NewTimer(delay)
 		defer t.Stop()
 		select {
 		case <-t.C:
+		case <-endLat:
 		case <-ctx.Done():
 			return false
 		case <-l.closing:
 			return false
 		}
 	case Hang:
+		l.hold()
+		defer l.unhold()
 		select {
 		case <-ctx.Done():
 		case <-l.closing:
@@ -77,6 +92,59 @@ func (l *Lifecycle) Before(ctx context.Context, kind FaultKind, delay time.Durat
 		return false
 	}
 	return true
+}
+
+// hold counts a request as held and returns the channel that ends its Latency early.
+func (l *Lifecycle) hold() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held++
+	close(l.changed)
+	l.changed = make(chan struct{})
+	return l.endLat
+}
+
+func (l *Lifecycle) unhold() {
+	l.mu.Lock()
+	l.held--
+	l.mu.Unlock()
+}
+
+// WaitHeld waits until at least n requests are held at once by a Latency or Hang fault (waiting
+// out their delay, or hung); a request counts from the moment it starts waiting, its key already
+// claimed, until it goes on or is abandoned. It returns ctx's error if ctx ends first, and
+// errClosed if Close comes first.
+//
+// It is the event a test waits for instead of a duration: with a Latency fault of a long Delay
+// and [Lifecycle.EndLatency], "a duplicate arrives while the first request still executes"
+// holds on a machine of any speed; with Hang, "the client gives up on a request the provider
+// received" never becomes "the request was never sent".
+func (l *Lifecycle) WaitHeld(ctx context.Context, n int, errClosed error) error {
+	for {
+		l.mu.Lock()
+		held, changed := l.held, l.changed
+		l.mu.Unlock()
+		if held >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.closing:
+			return errClosed
+		}
+	}
+}
+
+// EndLatency ends the delay of every request a Latency fault holds now, as if its Delay had
+// passed: each goes on at once. Later Latency faults wait their Delay as usual; hung requests
+// stay hung.
+func (l *Lifecycle) EndLatency() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	close(l.endLat)
+	l.endLat = make(chan struct{})
 }
 
 // BeforeExecute is [Lifecycle.Before] for a request about to execute under a claimed key (or

@@ -3,9 +3,14 @@
 package testkit
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
@@ -68,4 +73,66 @@ func Get(t *testing.T, url, auth string) *http.Response {
 		t.Fatal(err)
 	}
 	return resp
+}
+
+// Patience bounds a test's wait for an event (a delivery, a held request, a freed key): long,
+// because a loaded machine stretches every step, and reached only when the event never comes.
+const Patience = time.Minute
+
+// Ctx returns a context that ends after [Patience] or with t.
+func Ctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), Patience)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// DeadlineWhenHeld returns a context whose deadline passes (Err is context.DeadlineExceeded, as
+// after a timeout) once the fake holds a request: waitHeld is the fake's Server.WaitHeld, with
+// a Hang or Latency fault injected. A client that gives up with it is sure its request arrived,
+// where a timeout of a guessed length may expire, on a loaded machine, before the request was
+// even written. If no request is held within [Patience] the deadline passes anyway, and the
+// test fails on its outcome.
+func DeadlineWhenHeld(t *testing.T, waitHeld func(ctx context.Context, n int) error) context.Context {
+	c := &expiring{done: make(chan struct{})}
+	ctx := Ctx(t)
+	go func() {
+		_ = waitHeld(ctx, 1)
+		c.once.Do(func() { close(c.done) })
+	}()
+	return c
+}
+
+// expiring is a context without values whose deadline passes when done is closed.
+type expiring struct {
+	once sync.Once
+	done chan struct{}
+}
+
+func (*expiring) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *expiring) Done() <-chan struct{}     { return c.done }
+func (*expiring) Value(any) any               { return nil }
+
+func (c *expiring) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// VerifyTestMain runs m's tests and then fails the run if goroutines outlive them, as
+// goleak.VerifyTestMain does, but first gives them up to [Patience] to end: goleak alone
+// retries for about half a second, which the goroutines of connections closing at the end of
+// the last tests can outlast on a loaded machine. A real leak still fails, a minute later.
+func VerifyTestMain(m *testing.M) { goleak.VerifyTestMain(settling{m}) }
+
+type settling struct{ m *testing.M }
+
+func (s settling) Run() int {
+	code := s.m.Run()
+	for deadline := time.Now().Add(Patience); code == 0 && goleak.Find() != nil && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return code
 }

@@ -114,6 +114,12 @@
 // faults. Kinds: [Latency], [FailBefore], [FailAfter], [ResetAfter], [Hang]. After FailAfter or
 // ResetAfter the request id is remembered, so the retry is a 200 replay.
 //
+// [Server.WaitHeld] waits until requests are held by a Latency or Hang fault (one about to
+// execute keeps its key in use meanwhile), and [Server.EndLatency] lets the Latency ones go on
+// at once: a test acts on that event ("a
+// duplicate arrives while the first still executes", "the client gives up on a request the
+// provider received") rather than after a sleep that a loaded machine outlasts.
+//
 // net/http resends by itself a request on a reused keep-alive connection that failed before any
 // response when the request is idempotent for it (GET, or a POST with an Idempotency-Key
 // header) or was never written. Disable keep-alives in the test's HTTP client to observe lost

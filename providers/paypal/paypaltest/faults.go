@@ -1,6 +1,7 @@
 package paypaltest
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"path"
@@ -101,6 +102,27 @@ func (f Fault) matches(r *http.Request, requestID string) bool {
 // Inject queues a one-shot fault for the next matching request; queued faults are matched in the
 // order they were injected and each applies once. It panics if f is invalid.
 func (s *Server) Inject(f Fault) { s.faults.MustInject(f) }
+
+// WaitHeld waits until at least n requests are held at once by a [Latency] fault (waiting out
+// its Delay) or a [Hang]; a request is held from when it starts waiting until it goes on or
+// its client gives up, and one about to execute keeps its key in use meanwhile. It returns
+// ctx's error if ctx ends first, and [ErrClosed] if the Server is closed first.
+//
+// Tests wait for this event rather than for a duration, which a loaded machine stretches:
+//
+//	s.Inject(Fault{Kind: Latency, Delay: time.Hour, Path: "/v2/checkout/orders"})
+//	go first()              // claims the request id, then is held
+//	_ = s.WaitHeld(ctx, 1)  // now the same PayPal-Request-Id gets 409 PREVIOUS_REQUEST_IN_PROGRESS
+//	s.EndLatency()          // the first executes at once
+//
+// With a [Hang], a client that gives up once WaitHeld returns is sure its request arrived.
+func (s *Server) WaitHeld(ctx context.Context, n int) error {
+	return s.life.WaitHeld(ctx, n, ErrClosed)
+}
+
+// EndLatency ends the Delay of every request a [Latency] fault holds now: each goes on at once,
+// as if its Delay had passed. Hung requests stay hung; later Latency faults wait as usual.
+func (s *Server) EndLatency() { s.life.EndLatency() }
 
 // pickFault chooses the fault for a request about to execute or replay: the first matching
 // injected fault, else the first Config.Faults rule whose draw hits. Draws happen only for

@@ -1,7 +1,6 @@
 package paypaltest_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -40,7 +38,7 @@ func setup(t *testing.T, cfg *paypaltest.Config) *bundle {
 	}
 	srv := paypaltest.NewServer(cfg)
 	t.Cleanup(srv.Close)
-	b := &bundle{srv: srv, clock: clock, client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}}
+	b := &bundle{srv: srv, clock: clock, client: &http.Client{Timeout: testkit.Patience, Transport: &http.Transport{DisableKeepAlives: true}}}
 	b.token = b.newToken(t)
 	return b
 }
@@ -468,7 +466,7 @@ func mustReq(t *testing.T, method, url string) *http.Request {
 func TestInFlightDuplicate(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: 300 * time.Millisecond, Path: "/v2/checkout/orders"})
+	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: time.Hour, Path: "/v2/checkout/orders"})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var first int
@@ -476,8 +474,11 @@ func TestInFlightDuplicate(t *testing.T) {
 		defer wg.Done()
 		first, _ = b.call(t, "POST", "/v2/checkout/orders", "slow", orderBody("f", "1.00", paypaltest.PaymentMethodVisa))
 	}()
-	time.Sleep(100 * time.Millisecond)
+	if err := b.srv.WaitHeld(testkit.Ctx(t), 1); err != nil { // the first holds the request id
+		t.Fatal(err)
+	}
 	s, body := b.call(t, "POST", "/v2/checkout/orders", "slow", orderBody("f", "1.00", paypaltest.PaymentMethodVisa))
+	b.srv.EndLatency()
 	wg.Wait()
 	if s != 409 || issue(body) != "PREVIOUS_REQUEST_IN_PROGRESS" || first != 201 {
 		t.Fatalf("duplicate %d %v, first %d", s, body, first)
@@ -511,9 +512,8 @@ func TestFaults(t *testing.T) {
 	}
 	// Hang ends with the client's context and leaves nothing.
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Hang, RequestID: "h"})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", b.srv.URL()+"/v2/checkout/orders", strings.NewReader(orderBody("h", "1.00", paypaltest.PaymentMethodVisa)))
+	// The client gives up once the fake holds the request, never before it arrived.
+	req, _ := http.NewRequestWithContext(testkit.DeadlineWhenHeld(t, b.srv.WaitHeld), "POST", b.srv.URL()+"/v2/checkout/orders", strings.NewReader(orderBody("h", "1.00", paypaltest.PaymentMethodVisa)))
 	req.Header.Set("Authorization", "Bearer "+b.token)
 	req.Header.Set("PayPal-Request-Id", "h")
 	if _, err := b.client.Do(req); err == nil {
@@ -521,7 +521,7 @@ func TestFaults(t *testing.T) {
 	}
 	// The id is in use until the fake notices the client left (409), then free.
 	s := 409
-	for deadline := time.Now().Add(2 * time.Second); s == 409 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.Patience); s == 409 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		s, _ = b.call(t, "POST", "/v2/checkout/orders", "h", orderBody("h", "1.00", paypaltest.PaymentMethodVisa))
 	}
 	if s != 201 {
@@ -586,9 +586,7 @@ func TestWebhookDeliveryAndVerification(t *testing.T) {
 	defer sink.Close()
 	b := setup(t, &paypaltest.Config{WebhookURL: sink.URL, DuplicateWebhooks: 1})
 	b.call(t, "POST", "/v2/checkout/orders", "w1", orderBody("w", "3.00", paypaltest.PaymentMethodVisa))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := b.srv.WaitDeliveries(ctx); err != nil {
+	if err := b.srv.WaitDeliveries(testkit.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 	evs := b.srv.Events()

@@ -101,6 +101,12 @@
 // by probability, drawn from Config.Seed, so the same seed and request sequence give the same
 // faults. Kinds: [Latency], [FailBefore], [FailAfter], [ResetAfter], [Hang].
 //
+// [Server.WaitHeld] waits until requests are held by a Latency or Hang fault (one about to
+// execute keeps its key in use meanwhile), and [Server.EndLatency] lets the Latency ones go on
+// at once: a test acts on that event ("a
+// duplicate arrives while the first still executes", "the client gives up on a request the
+// provider received") rather than after a sleep that a loaded machine outlasts.
+//
 // net/http's Transport resends, on a reused keep-alive connection, a request that carries an
 // Idempotency-Key header when the connection fails before the response, and stripe-go makes its
 // bodies rewindable. With keep-alives on, a [ResetAfter] may therefore be retried by net/http

@@ -3,7 +3,7 @@ package stripetest_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/payonce/payonce/providers/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }

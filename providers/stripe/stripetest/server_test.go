@@ -46,7 +46,7 @@ func setup(t *testing.T, cfg *stripetest.Config) *bundle {
 }
 
 func newClient(srv *stripetest.Server, apiKey string) *client.API {
-	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	httpClient := &http.Client{Timeout: testkit.Patience, Transport: &http.Transport{DisableKeepAlives: true}}
 	b := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 		URL:               stripe.String(srv.URL()),
 		MaxNetworkRetries: stripe.Int64(0),
@@ -200,17 +200,25 @@ func TestSameKeyDifferentParams(t *testing.T) {
 func TestConcurrentSameKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: 300 * time.Millisecond, Path: "/v1/payment_intents"})
+	// Whichever request claims the key is held until the others have all been answered: they
+	// collide with it however slowly they arrive.
+	b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: time.Hour, Path: "/v1/payment_intents"})
 
 	const n = 6
 	var wg sync.WaitGroup
 	pis := make([]*stripe.PaymentIntent, n)
 	errs := make([]error, n)
+	answered := make(chan struct{}, n)
 	for i := range n {
 		wg.Go(func() {
 			pis[i], errs[i] = b.sc.PaymentIntents.New(chargeParams("k1", 700, stripetest.PaymentMethodVisa))
+			answered <- struct{}{}
 		})
 	}
+	for range n - 1 {
+		<-answered
+	}
+	b.srv.EndLatency()
 	wg.Wait()
 	var first *stripe.PaymentIntent
 	inUse := 0
@@ -375,15 +383,13 @@ func TestHangReleasesKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.Hang})
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
 	p := chargeParams("k1", 1000, stripetest.PaymentMethodVisa)
-	p.Context = ctx
+	p.Context = testkit.DeadlineWhenHeld(t, b.srv.WaitHeld) // passes once the fake holds the request
 	if _, err := b.sc.PaymentIntents.New(p); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("want deadline exceeded, got %v", err)
 	}
 	// The server notices the abandoned request asynchronously; until then the key is in use.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(testkit.Patience)
 	for {
 		_, err := b.sc.PaymentIntents.New(chargeParams("k1", 1000, stripetest.PaymentMethodVisa))
 		if err == nil {
