@@ -9,14 +9,18 @@ STRIPE_MOCK := .bin/stripe-mock-$(STRIPE_MOCK_VERSION)
 
 .PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench chargebench design-doc design-screenshot demo-worker report-screenshot torture
 
-# The whole suite: go vet, every test with the race detector against a
+# The whole suite: go vet and fpcheck, every test with the race detector against a
 # throwaway PostgreSQL (or TEST_DATABASE_URL when set), a brief run of
 # every fuzz target, the alert rules checked and unit-tested by promtool, and
 # the runbook's commands run as written.
 test: vet unit fuzz monitoring runbook
 
+# go vet, and fpcheck: no fingerprint compared in variable time (==, a
+# switch, bytes.Equal, slices.Contains, ...) anywhere in the module or its
+# tests; a test cannot tell a == from Fingerprint.Equal's constant time.
 vet:
 	$(GO) vet ./...
+	$(GO) run ./internal/cmd/fpcheck ./...
 
 unit: $(STRIPE_MOCK)
 	$(GO) run ./internal/cmd/withpg -stripe-mock $(STRIPE_MOCK) -- $(GO) test -race -count=1 -timeout 15m ./...
