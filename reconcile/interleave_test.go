@@ -296,11 +296,12 @@ func (s scenario) composed() string {
 	return k
 }
 
-// actor is one participant: what it does, and the points it can be
-// paused at.
+// actor is one participant: what it does, the points it can be paused
+// at, and the fault its money-moving requests meet.
 type actor struct {
 	name   string
 	points []string
+	fault  fault
 	run    func(ctx context.Context, w *iworld, s scenario) error
 }
 
@@ -312,6 +313,7 @@ func retry(f fault) actor {
 		name += "-" + string(f)
 	}
 	return actor{name: name, points: []string{crashpoint.AfterClaim, crashpoint.AfterIntent, crashpoint.AfterProvider, crashpoint.AfterCommit},
+		fault: f,
 		run: func(ctx context.Context, w *iworld, s scenario) error {
 			var err error
 			if s.refund {
@@ -334,14 +336,6 @@ var (
 	actorOperator = actor{name: "operator", points: []string{crashpoint.OperatorBeforeApply},
 		run: func(ctx context.Context, w *iworld, s scenario) error { return w.operate(ctx, s) }}
 )
-
-// faultOf is the fault an actor's requests meet.
-func faultOf(a actor) fault {
-	if f, ok := strings.CutPrefix(a.name, "retry-"); ok {
-		return fault(f)
-	}
-	return faultNone
-}
 
 // operate is an operator deciding an intent under review from the
 // provider's own records (its dashboard: a lookup by the attempt's
@@ -485,42 +479,59 @@ func (w *iworld) setUp(t *testing.T, s scenario) {
 	}
 }
 
-// run plays one interleaving and reports whether A reached its point.
-func (w *iworld) run(t *testing.T, il interleaving) (reached bool) {
+// played is what the two actors of one interleaving did.
+type played struct {
+	// reached: A reached its point, and B ran while A was paused there.
+	// Otherwise A ran to its end alone and B did not run.
+	reached    bool
+	aErr, bErr error
+}
+
+// play sets the scenario up, runs A until it reaches its point, runs B to
+// completion while A waits there, resumes A and waits for its end. A that
+// ends without reaching its point ends the play.
+func (w *iworld) play(t *testing.T, ctx context.Context, il interleaving) played {
 	t.Helper()
 	w.setUp(t, il.s)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	aName, bName := w.name+"-A-"+il.a.name, w.name+"-B-"+il.b.name
-	w.transport.set(aName, faultOf(il.a))
-	w.transport.set(bName, faultOf(il.b))
+	w.transport.set(aName, il.a.fault)
+	w.transport.set(bName, il.b.fault)
 	p, unpause := pause(aName, il.point)
 	defer unpause()
 	aDone := make(chan error, 1)
 	go func() { aDone <- il.a.run(crashpoint.WithActor(ctx, aName), w, il.s) }()
-	var aErr error
+	var r played
 	select {
 	case <-p.reached:
-		reached = true
-		bErr := il.b.run(crashpoint.WithActor(ctx, bName), w, il.s)
-		if bErr != nil && !expected(bErr) {
-			t.Errorf("%s: B: %v", il, bErr)
-		}
+		r.reached = true
+		r.bErr = il.b.run(crashpoint.WithActor(ctx, bName), w, il.s)
 		close(p.resume)
-		aErr = <-aDone
-	case aErr = <-aDone:
-		// A never reached the point in this state (a retry replaying
-		// a settled key, a reconciler with nothing due).
+		r.aErr = <-aDone
+	case r.aErr = <-aDone:
 	case <-ctx.Done():
 		t.Fatalf("%s: A neither reached %s nor finished", il, il.point)
 	}
-	if aErr != nil && !expected(aErr) {
-		t.Errorf("%s: A: %v", il, aErr)
+	return r
+}
+
+// run plays one interleaving, lets the world converge, checks the promise
+// and reports whether A reached its point.
+func (w *iworld) run(t *testing.T, il interleaving) (reached bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := w.play(t, ctx, il)
+	// A may not reach its point in this state (a retry replaying a
+	// settled key, a reconciler with nothing due).
+	if r.bErr != nil && !expected(r.bErr) {
+		t.Errorf("%s: B: %v", il, r.bErr)
 	}
-	unpause()
+	if r.aErr != nil && !expected(r.aErr) {
+		t.Errorf("%s: A: %v", il, r.aErr)
+	}
 	w.converge(t, ctx, il)
 	w.check(t, il)
-	return reached
+	return r.reached
 }
 
 // expected: what a retry, a reconciler or an operator may answer in these

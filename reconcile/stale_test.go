@@ -36,8 +36,7 @@ func TestReconcilerHoldsTheKeyAcrossLookupAndApply(t *testing.T) {
 					s.key = "stale-refund"
 				}
 				il := interleaving{s: s, a: actorReconcile, point: crashpoint.ReconcileBeforeApply, b: retry(faultLost)}
-				w.transport.set(w.name+"-B-retry-lost", faultLost)
-				bErr := w.pauseAndRun(t, il)
+				bErr := w.playPaused(t, il)
 				if !errors.Is(bErr, idempotency.ErrInProgress) {
 					t.Fatalf("a retry while the reconciler looks the attempt up: %v, want in progress (nothing sent)", bErr)
 				}
@@ -77,13 +76,12 @@ func TestStaleProofIsRefusedAfterTheAttemptWasSentAgain(t *testing.T) {
 			if refund {
 				s.key = "cas-refund"
 			}
-			il := interleaving{s: s, a: actorReconcile, point: crashpoint.ReconcileBeforeApply, b: actor{name: "late-retry",
+			il := interleaving{s: s, a: actorReconcile, point: crashpoint.ReconcileBeforeApply, b: actor{name: "late-retry", fault: faultLost,
 				run: func(ctx context.Context, w *iworld, s scenario) error {
 					w.waitLeaseEnded(t, s)
 					return retry(faultLost).run(ctx, w, s)
 				}}}
-			w.transport.set(w.name+"-B-late-retry", faultLost)
-			bErr := w.pauseAndRun(t, il)
+			bErr := w.playPaused(t, il)
 			if !payments.OutcomeUnknown(bErr) {
 				t.Fatalf("the retry after the reconciler's lease ended: %v, want an unknown outcome (its answer was lost)", bErr)
 			}
@@ -109,29 +107,20 @@ func (w *iworld) reconcilerWith(t *testing.T, redrive reconcile.Redrive) *reconc
 	return r
 }
 
-// pauseAndRun sets the scenario up, pauses A at its point, runs B to
-// completion, resumes A and waits for it; it returns B's error.
-func (w *iworld) pauseAndRun(t *testing.T, il interleaving) error {
+// playPaused plays il (the interleaving driver's play), which must pause
+// A at its point and end it without error; it returns B's error.
+func (w *iworld) playPaused(t *testing.T, il interleaving) error {
 	t.Helper()
-	w.setUp(t, il.s)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	aName, bName := w.name+"-A-"+il.a.name, w.name+"-B-"+il.b.name
-	p, unpause := pause(aName, il.point)
-	defer unpause()
-	aDone := make(chan error, 1)
-	go func() { aDone <- il.a.run(crashpoint.WithActor(ctx, aName), w, il.s) }()
-	select {
-	case <-p.reached:
-	case err := <-aDone:
-		t.Fatalf("%s: A finished (%v) without reaching %s", il, err, il.point)
+	r := w.play(t, ctx, il)
+	if !r.reached {
+		t.Fatalf("%s: A finished (%v) without reaching %s", il, r.aErr, il.point)
 	}
-	bErr := il.b.run(crashpoint.WithActor(ctx, bName), w, il.s)
-	close(p.resume)
-	if err := <-aDone; err != nil {
-		t.Fatalf("%s: A: %v", il, err)
+	if r.aErr != nil {
+		t.Fatalf("%s: A: %v", il, r.aErr)
 	}
-	return bErr
+	return r.bErr
 }
 
 // objects counts the provider objects of the scenario's action.
