@@ -181,10 +181,15 @@ var ErrNotUnderReview = errors.New("payments: intent not under review")
 // decision (from the provider's own records): IntentSucceeded with the
 // charge kept (its ProviderID), IntentDeclined or IntentFailed. As
 // [Operator.Resolve]: one transaction with the ledger entry where money
-// moved, the idempotency record completed so that a retry gets the
-// decision, and audit. key is payonce's key ("<scope>_charge_<client
-// key>" or "..._refund_..."). Errors: idempotency.ErrNotFound,
-// ErrNotUnderReview, *ConfigError for a proof that is not a decision.
+// moved, the key's idempotency record answering the decision, and audit.
+// The record is completed under the key's lease when it was in progress,
+// or superseded when it was finished (a REQUIRES_ACTION or PENDING answer
+// the reconciler gave up on, an outcome a provider overturned): either
+// way every later retry of the key gets the decision, never the answer
+// first recorded. key is payonce's key ("<scope>_charge_<client key>" or
+// "..._refund_..."). Errors: idempotency.ErrNotFound, ErrNotUnderReview,
+// *ConfigError for a proof that is not a decision, and audit's error
+// (nothing changed then).
 func (o *Operator) ResolveReview(ctx context.Context, scope, key string, p Proof, audit func(ctx context.Context, tx pgx.Tx) error) error {
 	c := o.c
 	switch {
@@ -264,7 +269,9 @@ func (c *Client) resolve(ctx context.Context, in Examined, p Proof, mode settleM
 		lease = &claim.Lease
 	case idempotency.ClaimReplay:
 		// The record is complete (a PENDING or REQUIRES_ACTION answer was
-		// served): replays keep serving it; the intent still settles.
+		// served, or an outcome a provider overturned): the intent still
+		// settles; a review's decision supersedes the record (see apply),
+		// otherwise replays keep serving it.
 	case idempotency.ClaimInProgress:
 		return &idempotency.InProgressError{RetryAfter: claim.RetryAfter}
 	default:
@@ -330,8 +337,10 @@ func (c *Client) applyUnderLease(ctx context.Context, cl *call, in Examined, p P
 // still open (or under review), its outcome, the ledger where money moved,
 // a refund's reservation released where none did, fn and audit, and the
 // idempotency record completed under lease (when given) with the response
-// a replay serves. It returns the transition committed with the record
-// (nil when no record was completed: no lease, a review, a new attempt).
+// a replay serves; a review's decision without a lease supersedes the
+// finished record instead. It returns the transition committed with the
+// record (nil when no record was written: no lease outside a review, a
+// flag for review, a new attempt).
 func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMode, lease *idempotency.Lease, fn TxFunc,
 	audit func(ctx context.Context, tx pgx.Tx) error) (committed *transition, done idempotency.Completion, err error) {
 	prov := c.providers[in.Provider]
@@ -387,6 +396,17 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMod
 		}
 		if err := audit(ctx, tx); err != nil {
 			return err
+		}
+		if lease == nil && mode == settleReview {
+			// The key's record is finished (the claim replayed it): it
+			// answers what it said before the review (a REQUIRES_ACTION,
+			// a PENDING, an outcome the provider overturned). From this
+			// commit on it answers the decision.
+			if err := c.supersede(ctx, tx, subjectOf(in), t); err != nil {
+				return err
+			}
+			committed = &t
+			return nil
 		}
 		if lease == nil {
 			return nil
