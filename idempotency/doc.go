@@ -50,7 +50,7 @@
 // and the crashed holder, should it come back, can no longer change
 // anything ([ErrLeaseLost]). Outcomes are kept for Retention and never
 // replayed after it: a request after expiry is new, or refused with
-// [ErrExpired] under [ExpiredRefused].
+// [ErrExpired] under [ExpiredRefused] (see Expiry).
 //
 // What "exactly once" covers: the record is exact, and an action whose
 // effects commit with the record (pgstore's Executor.DoTx, or
@@ -61,6 +61,31 @@
 // recording the outcome; make such effects idempotent
 // downstream with a key derived from the same key (as payonce's payments do
 // with the providers' idempotency keys).
+//
+// # Expiry
+//
+// A record expires Retention (default 24h) after its outcome was stored;
+// a [Pruner] then takes it out of the store. What a request with its key
+// does afterwards is [Config].Expired:
+//
+//   - [ExpiredIsNew], the default: the request is new and runs. Retention
+//     covers the retries of the key's clients and the deduplication
+//     windows downstream; past it, a request with the key is a new intent
+//     far more often than a stale one, and the store keeps no more than
+//     Retention's worth of keys.
+//   - [ExpiredRefused]: the request is refused with [ErrExpired], before
+//     and after the prune. The pruner reduces the expired record to a
+//     tombstone: scope, key, fingerprint, status, lock version and times,
+//     without the response (its status code, headers and body are
+//     deleted). The tombstone refuses the key for [Config].RefusalHorizon
+//     past the expiry ([DefaultRefusalHorizon], 30 days, by default); a
+//     later prune deletes it, and a request with the key is new again.
+//
+// The policy is recorded with each record when it is claimed: records
+// written under ExpiredIsNew are deleted at expiry even if the
+// configuration later says ExpiredRefused, and a tombstone claimed under
+// ExpiredIsNew is renewed like any expired record, its lock version
+// growing, so a fencing token never repeats.
 //
 // # Leases and heartbeats
 //

@@ -46,8 +46,16 @@ type Config struct {
 	// must exceed LockTimeout.
 	Retention time.Duration
 	// Expired says what a request does whose key's record has expired:
-	// ExpiredIsNew (default) or ExpiredRefused.
+	// ExpiredIsNew (default: a new request) or ExpiredRefused (ErrExpired;
+	// see [ExpiredPolicy] for why the default is what it is).
 	Expired ExpiredPolicy
+	// RefusalHorizon, under ExpiredRefused, is how long past its expiry a
+	// record keeps refusing its key: the pruner keeps it that long as a
+	// tombstone (scope, key, fingerprint and lock version, no response),
+	// then deletes it, and the key is new again. Default
+	// DefaultRefusalHorizon (30 days) under ExpiredRefused; must be zero
+	// under ExpiredIsNew, where it has no meaning.
+	RefusalHorizon time.Duration
 	// FinishTimeout bounds recording the outcome after the action returns,
 	// which runs even when the request's context was cancelled: the
 	// action's effect may have happened and must be recorded. The lease is
@@ -125,6 +133,13 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, invalid("Config.FinishTimeout", "must be positive, got %s", out.FinishTimeout)
 	case out.Expired != ExpiredIsNew && out.Expired != ExpiredRefused:
 		return out, invalid("Config.Expired", "unknown policy %d", out.Expired)
+	case out.RefusalHorizon < 0:
+		return out, invalid("Config.RefusalHorizon", "must be positive (0 means %s under ExpiredRefused), got %s", DefaultRefusalHorizon, out.RefusalHorizon)
+	case out.RefusalHorizon > 0 && out.Expired != ExpiredRefused:
+		return out, invalid("Config.RefusalHorizon", "applies only under Expired: ExpiredRefused (expired records are otherwise deleted, not kept as tombstones); set Config.Expired to ExpiredRefused, or leave RefusalHorizon zero")
+	}
+	if out.Expired == ExpiredRefused && out.RefusalHorizon == 0 {
+		out.RefusalHorizon = DefaultRefusalHorizon
 	}
 	if out.ReplayCache != nil {
 		rc, err := out.ReplayCache.withDefaults()
@@ -408,7 +423,7 @@ func (e *Executor) claim(ctx context.Context, req Request) (claim Claim, sent ti
 	claim, err = e.store.Claim(ctx, ClaimParams{
 		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
 		LockTimeout: e.cfg.LockTimeout, Retention: e.cfg.Retention, Expired: e.cfg.Expired,
-		RefuseForeign: req.RefuseForeign,
+		RefusalHorizon: e.cfg.RefusalHorizon, RefuseForeign: req.RefuseForeign,
 	})
 	if err != nil {
 		return Claim{}, time.Time{}, err

@@ -18,7 +18,8 @@ import (
 
 // Instrument names of the [Pruner] (see the others in metrics.go).
 const (
-	// MetricPrunedRecords counts the expired records the pruner deleted.
+	// MetricPrunedRecords counts the records the pruner took: expired
+	// records deleted or reduced to tombstones, tombstones deleted.
 	MetricPrunedRecords = "idempotency.pruned_records"
 	// MetricPruneDuration is how long a pruning pass took, in ms, by
 	// outcome: "ok", "error", or "canceled" (the pass's context ended,
@@ -94,7 +95,9 @@ func (c *PrunerConfig) withDefaults() (PrunerConfig, error) {
 
 // PruneReport says what one pass of a [Pruner] did.
 type PruneReport struct {
-	// Deleted is how many expired records the pass deleted.
+	// Deleted is how many records the pass took: expired records deleted
+	// or reduced to tombstones (ExpiredRefused), and tombstones past their
+	// refusal horizon deleted.
 	Deleted int
 	// Batches is how many batches it ran (the last one included).
 	Batches int
@@ -110,7 +113,9 @@ type PruneReport struct {
 // Pruner deletes expired records, never PROCESSING ones, in bounded
 // batches: each batch is one short transaction of at most BatchSize
 // records, and a pause between batches leaves the database to the claim
-// path. Run a pass with [Pruner.RunOnce], or on a schedule with
+// path. A record written under [ExpiredRefused] is reduced to a tombstone
+// instead, without its response, and deleted once its refusal horizon has
+// passed (see [Store]'s Prune). Run a pass with [Pruner.RunOnce], or on a schedule with
 // [Pruner.Start].
 //
 // Several pruners may run at once, in one process or on many instances:
@@ -150,7 +155,7 @@ func NewPruner(store Store, cfg *PrunerConfig) (*Pruner, error) {
 	m := c.MeterProvider.Meter("github.com/payonce/payonce/idempotency")
 	p := &Pruner{store: store, cfg: c}
 	p.pruned, err = m.Int64Counter(MetricPrunedRecords,
-		metric.WithDescription("Expired records deleted by the pruner."))
+		metric.WithDescription("Records taken by the pruner: expired records deleted or reduced to tombstones, tombstones deleted."))
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: metrics: %w", err)
 	}

@@ -31,7 +31,8 @@ type Record struct {
 	Key         string
 	Fingerprint Fingerprint
 	Status      Status
-	// Response is set once the record is COMPLETED or FAILED.
+	// Response is set once the record is COMPLETED or FAILED, until the
+	// record is a tombstone.
 	Response *Response
 	// LockVersion is the fencing token: it grows by one on every claim
 	// that takes the record over (reclaim of an orphan, renewal of an
@@ -43,6 +44,10 @@ type Record struct {
 	CreatedAt   time.Time
 	CompletedAt time.Time
 	ExpiresAt   time.Time
+	// RefuseUntil is set on a tombstone: an expired record claimed under
+	// ExpiredRefused that the prune stripped of its response. It refuses
+	// its key until then; the prune deletes it afterwards. Zero otherwise.
+	RefuseUntil time.Time
 }
 
 // Lease is the right to finish a claimed record. Only the holder of the

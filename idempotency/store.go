@@ -32,8 +32,12 @@ type Store interface {
 	Heartbeat(ctx context.Context, l Lease, d time.Duration) error
 	// Get returns the record of (scope, key), or ErrNotFound.
 	Get(ctx context.Context, scope, key string) (Record, error)
-	// Prune deletes at most limit records that are expired and not
-	// PROCESSING, and returns how many it deleted. It never touches a
+	// Prune takes at most limit records that are expired and not
+	// PROCESSING and returns how many it took. It deletes each one,
+	// except a record claimed under ExpiredRefused whose refusal horizon
+	// has not passed: that one it reduces to a tombstone, without its
+	// response, which keeps refusing the key (see [ExpiredRefused]). It
+	// deletes tombstones whose horizon has passed. It never touches a
 	// PROCESSING record.
 	Prune(ctx context.Context, limit int) (int, error)
 }
@@ -60,6 +64,12 @@ type ClaimParams struct {
 	Retention time.Duration
 	// Expired says what a claim of an expired record does.
 	Expired ExpiredPolicy
+	// RefusalHorizon, under ExpiredRefused, is how long past its expiry
+	// the record that this claim creates (or renews) keeps refusing its
+	// key: the prune keeps it that long as a tombstone. Zero means
+	// DefaultRefusalHorizon. It must be zero under ExpiredIsNew, whose
+	// records are deleted when they expire.
+	RefusalHorizon time.Duration
 	// RefuseForeign refuses (ClaimForeign) a key that this scope has no
 	// record of but another scope has a live one: the key is someone
 	// else's, and this scope learns nothing about it. Decided in the same
@@ -88,22 +98,69 @@ func (p ClaimParams) Validate() error {
 		return invalid("Retention", "must exceed LockTimeout (%s), got %s", p.LockTimeout, p.Retention)
 	case p.Expired != ExpiredIsNew && p.Expired != ExpiredRefused:
 		return invalid("Expired", "unknown policy %d", p.Expired)
+	case p.RefusalHorizon < 0:
+		return invalid("RefusalHorizon", "must be positive (0 means %s), got %s", DefaultRefusalHorizon, p.RefusalHorizon)
+	case p.RefusalHorizon > 0 && p.Expired != ExpiredRefused:
+		return invalid("RefusalHorizon", "applies only under Expired: ExpiredRefused; set Expired to ExpiredRefused, or leave RefusalHorizon zero")
 	}
 	return nil
 }
 
+// RefuseFor is how long past its expiry the record this claim creates
+// keeps refusing its key: 0 under ExpiredIsNew (deleted when it expires),
+// else RefusalHorizon, or DefaultRefusalHorizon when it is zero.
+func (p ClaimParams) RefuseFor() time.Duration {
+	switch {
+	case p.Expired != ExpiredRefused:
+		return 0
+	case p.RefusalHorizon == 0:
+		return DefaultRefusalHorizon
+	}
+	return p.RefusalHorizon
+}
+
 // ExpiredPolicy says what happens to a request whose key's record has
 // expired. An expired record is never replayed.
+//
+// ExpiredIsNew is the default. Retention is chosen to cover every
+// retry window of the key's clients and the deduplication windows of the
+// systems downstream; past it, a request with the key is almost always a
+// new intent that reused a key, which ExpiredIsNew serves and
+// ExpiredRefused would answer with an error its client cannot act on. It
+// also lets the prune delete a record as soon as it expires, so the store
+// holds Retention's worth of keys and nothing more. Choose ExpiredRefused
+// when a request that arrives long after its key expired must never run
+// again (a stale payment order re-sent from a queue or an outbox), at the
+// cost of a tombstone per key for RefusalHorizon past its expiry.
 type ExpiredPolicy int
 
 const (
 	// ExpiredIsNew treats the request as new: the expired record is
 	// replaced (its lock version still grows, so the fencing token never
-	// repeats). The default.
+	// repeats), and the prune deletes it. The default.
 	ExpiredIsNew ExpiredPolicy = iota
-	// ExpiredRefused refuses the request with ErrExpired.
+	// ExpiredRefused refuses the request with ErrExpired, and keeps doing
+	// so after the prune. A record claimed under this policy is reduced by
+	// the prune, once it has expired, to a tombstone: its scope, key,
+	// fingerprint, status, lock version and times, without its response
+	// (status code, headers and body are deleted, as the prune deletes
+	// other records). The tombstone refuses the key until the record's
+	// expiry plus ClaimParams.RefusalHorizon (the executor's
+	// Config.RefusalHorizon, default DefaultRefusalHorizon); a later
+	// prune then deletes it, and a request with the key after that is new.
+	// Until then a claim under ExpiredIsNew (a configuration that changed)
+	// renews it as it renews any expired record, and the lock version
+	// still grows.
 	ExpiredRefused
 )
+
+// DefaultRefusalHorizon is how long past its expiry a record claimed under
+// ExpiredRefused keeps refusing its key by default: 30 days. It outlasts
+// the redelivery windows a stale request typically travels through (an
+// SQS queue keeps a message 14 days at most, Kafka 7 days by default; a
+// client's retries stop within hours) at the cost of one small row per
+// key (no response) for a month.
+const DefaultRefusalHorizon = 30 * 24 * time.Hour
 
 // ClaimState is the result of a claim.
 type ClaimState int
@@ -124,7 +181,8 @@ const (
 	// ClaimMismatch: the record exists with another fingerprint. Nothing
 	// was changed.
 	ClaimMismatch
-	// ClaimExpired: the record expired and the policy is ExpiredRefused.
+	// ClaimExpired: the record expired (or is a tombstone) and the policy
+	// is ExpiredRefused. Nothing was changed.
 	ClaimExpired
 	// ClaimForeign: RefuseForeign was set and the key belongs to another
 	// scope only. Nothing was changed.

@@ -40,7 +40,10 @@ through leases and expiries.
 PROCESSING records never expire. A COMPLETED or FAILED record expires at
 its ExpiresAt; from then on it is never replayed: a claim renews it as a
 new request (the next lock version, the new fingerprint) or refuses it,
-per [idempotency.ClaimParams].Expired.
+per [idempotency.ClaimParams].Expired. A record claimed under
+ExpiredRefused outlives its pruning as a tombstone, without its response,
+that refuses its key until its refusal horizon has passed (see
+[idempotency.ExpiredRefused]); then it is deleted like any other.
 
 # Memory
 
@@ -48,10 +51,11 @@ Expired records are evicted as time passes: each operation first deletes up
 to 64 of the records that expired at least [Config.EvictAfter] ago, soonest
 first (a min-heap by expiry, O(log n) per record). As a claim adds at most
 one record, eviction keeps up with any traffic, and no single call pays for a
-whole backlog. A long-running process therefore holds its live records and
-those expired within EvictAfter, not every key it ever saw. [Config.MaxRecords]
-puts a hard bound on the count: a full store refuses new keys with
-[idempotency.ErrStoreFull] rather than evict a live record.
+whole backlog. A long-running process therefore holds its live records,
+those expired within EvictAfter and the tombstones of ExpiredRefused, not
+every key it ever saw. [Config.MaxRecords] puts a hard bound on the count: a
+full store refuses new keys with [idempotency.ErrStoreFull] rather than
+evict a live record or a tombstone.
 
 Until it is evicted, an expired record is visible as an unpruned row of
 pgstore is: a claim renews or refuses it per the expiry policy, and

@@ -26,11 +26,12 @@ type Config struct {
 	// expiry decision uses it. Default time.Now.
 	Clock func() time.Time
 
-	// MaxRecords bounds the records the store holds. When it is full, a
-	// claim of a new key first deletes one expired record if there is
-	// one, and otherwise returns idempotency.ErrStoreFull; a live record
-	// (PROCESSING, or COMPLETED/FAILED before its expiry) is never
-	// evicted. Claims of keys already held are never refused. Default 0:
+	// MaxRecords bounds the records the store holds, tombstones included.
+	// When it is full, a claim of a new key first deletes one expired
+	// record if there is one, and otherwise returns
+	// idempotency.ErrStoreFull; a live record (PROCESSING, or
+	// COMPLETED/FAILED before its expiry) and a tombstone within its
+	// refusal horizon are never evicted. Claims of keys already held are never refused. Default 0:
 	// unlimited. New panics if it is negative.
 	MaxRecords int
 
@@ -38,9 +39,11 @@ type Config struct {
 	// before it is evicted automatically. Until then it behaves like a
 	// row that pgstore has not pruned yet: a claim renews it
 	// (ExpiredIsNew) or refuses it (ExpiredRefused), Get returns it and
-	// Prune deletes it. Default 0 means DefaultEvictAfter (one hour). A
-	// negative value turns automatic eviction off: only Prune deletes, as
-	// with pgstore.
+	// Prune deletes it. Eviction is a prune that runs EvictAfter late: a
+	// record claimed under ExpiredRefused becomes a tombstone, evicted
+	// itself EvictAfter after its refusal horizon. Default 0 means
+	// DefaultEvictAfter (one hour). A negative value turns automatic
+	// eviction off: only Prune deletes, as with pgstore.
 	EvictAfter time.Duration
 }
 
@@ -56,8 +59,9 @@ type Store struct {
 	// scopes lists the scopes holding a record of each key, so that a
 	// claim with RefuseForeign finds another scope's record directly.
 	scopes map[string]map[string]struct{}
-	// expiry holds exactly the COMPLETED and FAILED records, soonest
-	// expiry first. PROCESSING records never expire, so they are not in it.
+	// expiry holds exactly the COMPLETED and FAILED records, tombstones
+	// included, the soonest due for a prune first (see entry.due).
+	// PROCESSING records never expire, so they are not in it.
 	expiry expiryHeap
 	// firstVersion is the lock version of a new record: 0 until a record
 	// is deleted, then above every deleted record's version. A key that is
@@ -77,6 +81,19 @@ type recordID struct{ scope, key string }
 type entry struct {
 	rec  idempotency.Record
 	slot int // index in Store.expiry, -1 while PROCESSING
+	// refuseFor is how long past its expiry the record stays as a
+	// tombstone: the claim's ClaimParams.RefuseFor (0 under ExpiredIsNew).
+	refuseFor time.Duration
+}
+
+// due is when a prune next takes the record: at its expiry (to delete it
+// or reduce it to a tombstone), or, for a tombstone, at the end of its
+// refusal horizon (to delete it).
+func (e *entry) due() time.Time {
+	if !e.rec.RefuseUntil.IsZero() {
+		return e.rec.RefuseUntil
+	}
+	return e.rec.ExpiresAt
 }
 
 // New returns an empty store. A nil cfg means the defaults.
@@ -108,10 +125,10 @@ func New(cfg *Config) *Store {
 // every deleted record's version, so tokens never repeat). An existing
 // record is decided in this order:
 //
-//   - COMPLETED or FAILED and expired (expires at or before now): per
-//     p.Expired, renewed as a new PROCESSING record with p's fingerprint
-//     and the next lock version (ClaimAcquired), or refused
-//     (ClaimExpired). An expired record is never replayed.
+//   - COMPLETED or FAILED and expired (expires at or before now), or a
+//     tombstone: per p.Expired, renewed as a new PROCESSING record with
+//     p's fingerprint and the next lock version (ClaimAcquired), or
+//     refused (ClaimExpired). An expired record is never replayed.
 //   - another fingerprint (compared in constant time): ClaimMismatch; the
 //     record is untouched and nothing of it is returned.
 //   - COMPLETED or FAILED: ClaimReplay with a copy of the record.
@@ -141,10 +158,10 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 		return idempotency.Claim{State: idempotency.ClaimForeign}, nil
 	}
 	if !ok {
-		if s.maxRecords > 0 && len(s.records) >= s.maxRecords && s.prune(now, 1) == 0 {
+		if !s.makeRoom(now) {
 			return idempotency.Claim{}, idempotency.ErrStoreFull
 		}
-		e = &entry{slot: -1, rec: fresh(p, now, s.firstVersion)}
+		e = &entry{slot: -1, rec: fresh(p, now, s.firstVersion), refuseFor: p.RefuseFor()}
 		s.records[id] = e
 		if s.scopes[p.Key] == nil {
 			s.scopes[p.Key] = map[string]struct{}{}
@@ -154,7 +171,7 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 	}
 
 	r := &e.rec
-	if r.Status != idempotency.StatusProcessing && !now.Before(r.ExpiresAt) {
+	if r.Status != idempotency.StatusProcessing && (!now.Before(r.ExpiresAt) || !r.RefuseUntil.IsZero()) {
 		if p.Expired == idempotency.ExpiredRefused {
 			return idempotency.Claim{State: idempotency.ClaimExpired}, nil
 		}
@@ -162,6 +179,7 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 		// expired record can never act on the new one.
 		heap.Remove(&s.expiry, e.slot)
 		*r = fresh(p, now, r.LockVersion+1)
+		e.refuseFor = p.RefuseFor()
 		return acquired(idempotency.ClaimAcquired, r), nil
 	}
 	if !r.Fingerprint.Equal(p.Fingerprint) {
@@ -294,7 +312,8 @@ func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Durat
 
 // Get implements [idempotency.Store.Get]. It returns a copy: changing it
 // does not change the store. An expired record not yet pruned or evicted
-// is returned as it is; its ExpiresAt tells.
+// is returned as it is; its ExpiresAt tells. A tombstone is returned
+// without its Response, with RefuseUntil set.
 //
 // Errors: idempotency.ErrNotFound; ctx.Err() if ctx is done.
 func (s *Store) Get(ctx context.Context, scope, key string) (idempotency.Record, error) {
@@ -313,9 +332,12 @@ func (s *Store) Get(ctx context.Context, scope, key string) (idempotency.Record,
 	return copyRecord(&e.rec), nil
 }
 
-// Prune implements [idempotency.Store.Prune], soonest expiry first. It
-// counts every expired record it deletes, whether or not automatic
-// eviction would have deleted it later.
+// Prune implements [idempotency.Store.Prune], soonest due first: expired
+// records are deleted, or reduced to tombstones (their response dropped)
+// when claimed under ExpiredRefused and their refusal horizon has not
+// passed; tombstones past it are deleted. It counts every record it
+// deletes or reduces, whether or not automatic eviction would have taken
+// it later.
 //
 // Errors: an *idempotency.InvalidError when limit is not positive;
 // ctx.Err() if ctx is done.
@@ -359,15 +381,42 @@ func (s *Store) holder(l idempotency.Lease) *entry {
 	return e
 }
 
-// prune deletes at most limit records that expired at or before now and
-// returns how many it deleted.
+// prune takes at most limit records due at or before now and returns how
+// many it took: a record that expired is deleted, or becomes a tombstone
+// when its refusal horizon has not passed by now (it is then due again at
+// the horizon's end, after now); a tombstone is deleted.
 func (s *Store) prune(now time.Time, limit int) int {
 	n := 0
-	for n < limit && len(s.expiry) > 0 && !s.expiry[0].rec.ExpiresAt.After(now) {
-		s.delete(heap.Pop(&s.expiry).(*entry))
+	for n < limit && len(s.expiry) > 0 && !s.expiry[0].due().After(now) {
+		e := s.expiry[0]
 		n++
+		if until := e.rec.ExpiresAt.Add(e.refuseFor); e.rec.RefuseUntil.IsZero() && until.After(now) {
+			e.rec.Response = nil
+			e.rec.RefuseUntil = until
+			heap.Fix(&s.expiry, 0)
+			continue
+		}
+		heap.Pop(&s.expiry)
+		s.delete(e)
 	}
 	return n
+}
+
+// makeRoom reports whether a new record fits: MaxRecords is not reached,
+// or a due record could be deleted. A tombstone within its horizon is
+// kept whatever the bound, as a live record is: it still refuses its key.
+// Reducing records to tombstones frees nothing, so it goes on past them,
+// evictBatch records at most.
+func (s *Store) makeRoom(now time.Time) bool {
+	for range evictBatch {
+		if s.maxRecords == 0 || len(s.records) < s.maxRecords {
+			return true
+		}
+		if s.prune(now, 1) == 0 {
+			return false
+		}
+	}
+	return s.maxRecords == 0 || len(s.records) < s.maxRecords
 }
 
 // evict deletes, a bounded batch at a time, the records that expired at
@@ -439,13 +488,13 @@ func copyResponse(r idempotency.Response) idempotency.Response {
 	return c
 }
 
-// expiryHeap is a min-heap of entries by ExpiresAt that keeps each
-// entry's slot up to date, so a record leaving COMPLETED/FAILED (renewed
-// after expiry) is removed in O(log n).
+// expiryHeap is a min-heap of entries by due time (ExpiresAt, RefuseUntil
+// for a tombstone) that keeps each entry's slot up to date, so a record
+// leaving COMPLETED/FAILED (renewed after expiry) is removed in O(log n).
 type expiryHeap []*entry
 
 func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].rec.ExpiresAt.Before(h[j].rec.ExpiresAt) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].due().Before(h[j].due()) }
 func (h expiryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].slot = i

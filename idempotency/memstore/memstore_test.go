@@ -137,7 +137,7 @@ func checkInvariants(t interface {
 		}
 		switch e.rec.Status {
 		case idempotency.StatusProcessing:
-			if e.slot != -1 || e.rec.Response != nil || e.rec.LockedUntil.IsZero() {
+			if e.slot != -1 || e.rec.Response != nil || e.rec.LockedUntil.IsZero() || !e.rec.RefuseUntil.IsZero() {
 				t.Errorf("PROCESSING %s: slot %d, response %v, locked until %v", e.rec.Key, e.slot, e.rec.Response, e.rec.LockedUntil)
 			}
 		case idempotency.StatusCompleted, idempotency.StatusFailed:
@@ -145,8 +145,14 @@ func checkInvariants(t interface {
 			if e.slot < 0 || e.slot >= len(s.expiry) || s.expiry[e.slot] != e {
 				t.Errorf("%s %s: slot %d not in the expiry heap", e.rec.Status, e.rec.Key, e.slot)
 			}
-			if e.rec.Response == nil || !e.rec.LockedUntil.IsZero() {
-				t.Errorf("%s %s: response %v, locked until %v", e.rec.Status, e.rec.Key, e.rec.Response, e.rec.LockedUntil)
+			// A tombstone, and only a tombstone, has lost its response;
+			// it refuses its key until its refusal horizon's end.
+			tomb := !e.rec.RefuseUntil.IsZero()
+			if (e.rec.Response == nil) != tomb || !e.rec.LockedUntil.IsZero() {
+				t.Errorf("%s %s: response %v, locked until %v, refuse until %v", e.rec.Status, e.rec.Key, e.rec.Response, e.rec.LockedUntil, e.rec.RefuseUntil)
+			}
+			if tomb && (e.refuseFor <= 0 || !e.rec.RefuseUntil.Equal(e.rec.ExpiresAt.Add(e.refuseFor))) {
+				t.Errorf("tombstone %s: refuse until %v, expires %v, horizon %v", e.rec.Key, e.rec.RefuseUntil, e.rec.ExpiresAt, e.refuseFor)
 			}
 		default:
 			t.Errorf("%s: status %q", e.rec.Key, e.rec.Status)
@@ -481,6 +487,63 @@ func TestExpiredRefused(t *testing.T) {
 		wantEqual(t, "expired claim", e, idempotency.Claim{State: idempotency.ClaimExpired})
 		wantEqual(t, "record after refusal", b.get(t, p), before)
 	}
+}
+
+// Eviction is a prune that runs EvictAfter late: a record written under
+// ExpiredRefused becomes a tombstone EvictAfter after its expiry, and the
+// tombstone is evicted EvictAfter after its horizon's end.
+func TestEvictionKeepsTombstones(t *testing.T) {
+	t.Parallel()
+	const horizon = 10 * time.Hour
+	b := setup(t, nil)
+	p := params(t, "k1")
+	p.Expired, p.RefusalHorizon = idempotency.ExpiredRefused, horizon
+	c := b.claim(t, p, idempotency.ClaimAcquired)
+	b.complete(t, c.Lease, idempotency.StatusCompleted, idempotency.Response{Code: 201, Body: []byte("secret")})
+	was := b.get(t, p)
+
+	b.clock.Advance(retention + DefaultEvictAfter)
+	got := b.get(t, p)
+	tomb := was
+	tomb.Response, tomb.RefuseUntil = nil, was.ExpiresAt.Add(horizon)
+	wantEqual(t, "evicted record", got, tomb)
+	b.claim(t, p, idempotency.ClaimExpired)
+
+	b.clock.Advance(horizon - time.Nanosecond) // the tombstone's end, EvictAfter late, less a tick
+	wantEqual(t, "tombstone before its eviction", b.get(t, p), tomb)
+	b.clock.Advance(time.Nanosecond)
+	_, err := b.store.Get(b.ctx, p.Scope, p.Key)
+	wantErr(t, err, idempotency.ErrNotFound)
+	n := b.claim(t, p, idempotency.ClaimAcquired)
+	if n.Lease.Version <= was.LockVersion {
+		t.Fatalf("a key claimed again after its tombstone hands out version %d again", n.Lease.Version)
+	}
+}
+
+// A full store never evicts a tombstone within its horizon to make room: it
+// still refuses its key, as a live record answers for its own. It does
+// delete one past its horizon.
+func TestMaxRecordsKeepsTombstones(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &Config{MaxRecords: 2, EvictAfter: -1})
+	for _, k := range []string{"a", "b"} {
+		p := params(t, k)
+		p.Expired, p.RefusalHorizon = idempotency.ExpiredRefused, time.Hour
+		c := b.claim(t, p, idempotency.ClaimAcquired)
+		b.complete(t, c.Lease, idempotency.StatusCompleted, idempotency.Response{Code: 201})
+	}
+	b.clock.Advance(retention)
+	_, err := b.store.Claim(b.ctx, params(t, "c"))
+	wantErr(t, err, idempotency.ErrStoreFull)
+	wantEqual(t, "Len", b.store.Len(), 2)
+	for _, k := range []string{"a", "b"} {
+		if r := b.get(t, params(t, k)); r.RefuseUntil.IsZero() || r.Response != nil {
+			t.Fatalf("%s: %+v, want a tombstone", k, r)
+		}
+	}
+	b.clock.Advance(time.Hour)
+	b.claim(t, params(t, "c"), idempotency.ClaimAcquired)
+	wantEqual(t, "Len", b.store.Len(), 2)
 }
 
 func TestProcessingNeverExpires(t *testing.T) {
@@ -885,6 +948,7 @@ func TestStateMachine(t *testing.T) {
 			fps:     []idempotency.Fingerprint{fingerprint(t, "1"), fingerprint(t, "2")},
 			current: map[string]*idempotency.Lease{},
 			version: map[string]int64{},
+			horizon: map[string]time.Duration{},
 		}
 		rt.Repeat(rapid.StateMachineActions(m))
 	})
@@ -900,6 +964,9 @@ type machine struct {
 	current map[string]*idempotency.Lease
 	// version is the highest lock version seen per key, across deletions.
 	version map[string]int64
+	// horizon is, per key, the refusal horizon of the claim that created
+	// or renewed its record (0 under ExpiredIsNew: no tombstone).
+	horizon map[string]time.Duration
 }
 
 func (m *machine) get(t *rapid.T, key string) (idempotency.Record, bool) {
@@ -920,6 +987,11 @@ func (m *machine) Claim(t *rapid.T) {
 		Fingerprint: rapid.SampledFrom(m.fps).Draw(t, "fp"),
 		LockTimeout: 2 * time.Second, Retention: 10 * time.Second,
 		Expired: rapid.SampledFrom([]idempotency.ExpiredPolicy{idempotency.ExpiredIsNew, idempotency.ExpiredRefused}).Draw(t, "policy"),
+	}
+	if p.Expired == idempotency.ExpiredRefused {
+		// The default (30 days: tombstones that outlive the run) or a
+		// horizon the clock crosses.
+		p.RefusalHorizon = rapid.SampledFrom([]time.Duration{0, 3 * time.Second, 7 * time.Second}).Draw(t, "horizon")
 	}
 	pre, found := m.get(t, key)
 	now := m.b.clock.Now()
@@ -972,6 +1044,9 @@ func (m *machine) Claim(t *rapid.T) {
 		l := got.Lease
 		m.current[key] = &l
 		m.issued = append(m.issued, l)
+		if got.State == idempotency.ClaimAcquired {
+			m.horizon[key] = p.RefuseFor()
+		}
 		if post.Status != idempotency.StatusProcessing || post.LockedUntil != now.Add(p.LockTimeout) || post.Fingerprint != p.Fingerprint {
 			t.Fatalf("after %s: %+v", got.State, post)
 		}
@@ -1049,15 +1124,20 @@ func (m *machine) Advance(t *rapid.T) {
 func (m *machine) Prune(t *rapid.T) {
 	limit := rapid.IntRange(1, 3).Draw(t, "limit")
 	now := m.b.clock.Now()
-	expired := 0
+	// Due: an expired record (deleted, or reduced to a tombstone), a
+	// tombstone past its horizon (deleted).
+	due := 0
 	for _, k := range m.keys {
-		if r, ok := m.get(t, k); ok && r.Status != idempotency.StatusProcessing && !r.ExpiresAt.After(now) {
-			expired++
+		r, ok := m.get(t, k)
+		switch {
+		case !ok || r.Status == idempotency.StatusProcessing:
+		case r.RefuseUntil.IsZero() && !r.ExpiresAt.After(now), !r.RefuseUntil.IsZero() && !r.RefuseUntil.After(now):
+			due++
 		}
 	}
 	n, err := m.b.store.Prune(m.b.ctx, limit)
-	if err != nil || n != min(expired, limit) {
-		t.Fatalf("Prune(%d) = %d, %v with %d expired", limit, n, err, expired)
+	if err != nil || n != min(due, limit) {
+		t.Fatalf("Prune(%d) = %d, %v with %d due", limit, n, err, due)
 	}
 }
 
@@ -1073,6 +1153,14 @@ func (m *machine) Check(t *rapid.T) {
 		}
 		if !ok {
 			continue
+		}
+		// A tombstone is an expired record written under ExpiredRefused,
+		// without its response, refusing until its expiry plus the
+		// horizon of the claim that wrote it.
+		if !r.RefuseUntil.IsZero() {
+			if h := m.horizon[k]; h == 0 || !r.RefuseUntil.Equal(r.ExpiresAt.Add(h)) || r.Response != nil {
+				t.Fatalf("%s: tombstone %+v, horizon %v", k, r, h)
+			}
 		}
 		// Even across deletion and re-creation: a token never repeats.
 		if v, seen := m.version[k]; seen && r.LockVersion < v {

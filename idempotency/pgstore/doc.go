@@ -80,7 +80,12 @@
 //
 // # Pruning
 //
-// [Store.Prune] deletes one bounded batch of expired, finished records via
-// the partial index on expires_at, skipping rows locked by other pruners;
-// PROCESSING rows are never deleted.
+// [Store.Prune] runs one statement per bounded batch, skipping rows locked
+// by other pruners; PROCESSING rows are never touched. It takes expired,
+// finished records through the partial index on expires_at and deletes
+// them, except those claimed under idempotency.ExpiredRefused whose
+// refusal horizon has not passed: those it reduces to tombstones (the
+// response columns set to NULL, refuse_until set), which leave that index
+// and keep refusing the key. It deletes the tombstones whose refuse_until
+// has passed through their own partial index (migration 0015).
 package pgstore

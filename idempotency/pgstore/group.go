@@ -384,8 +384,8 @@ func (s *Store) record(ctx context.Context, kind string, rows int, o groupOutcom
 // newClaim is one caller's insert-first claim (claimNewSQL) in a group.
 type newClaim struct {
 	member
-	key, scope, fp string
-	lockS, retS    float64
+	key, scope, fp       string
+	lockS, retS, refuseS float64
 	// try is the lock version the group inserts the key with, drawn like
 	// claimNewSQL's (below 2^30): a record found at it after a group of
 	// unknown outcome is this caller's claim.
@@ -397,10 +397,10 @@ type newClaim struct {
 
 // claimNewGroupSQL is claimNewSQL for many keys: the same values per row,
 // but for the initial lock version, which each caller draws.
-const claimNewGroupSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
+const claimNewGroupSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at, refuse_for)
 SELECT c.k, c.u, c.f, 'PROCESSING', c.v,
-       now() + make_interval(secs => c.l), now() + make_interval(secs => c.r)
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[], $6::int8[]) AS c(k, u, f, l, r, v)
+       now() + make_interval(secs => c.l), now() + make_interval(secs => c.r), make_interval(secs => nullif(c.h, 0))
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[], $6::int8[], $7::float8[]) AS c(k, u, f, l, r, v, h)
 ON CONFLICT (idempotency_key, user_id) DO NOTHING
 RETURNING idempotency_key, user_id`
 
@@ -417,16 +417,16 @@ const (
 )
 
 // claimNew runs the insert-first claim.
-func (s *Store) claimNew(ctx context.Context, db dbtx, pooled bool, p idempotency.ClaimParams, lockS, retS float64) (int64, newKey, error) {
+func (s *Store) claimNew(ctx context.Context, db dbtx, pooled bool, p idempotency.ClaimParams, lockS, retS, refuseS float64) (int64, newKey, error) {
 	if !pooled || s.claims == nil {
-		return claimNewAlone(ctx, db, p.Key, p.Scope, string(p.Fingerprint), lockS, retS)
+		return claimNewAlone(ctx, db, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, refuseS)
 	}
 	c := &newClaim{member: member{ctx: ctx, done: make(chan struct{})},
-		key: p.Key, scope: p.Scope, fp: string(p.Fingerprint), lockS: lockS, retS: retS,
+		key: p.Key, scope: p.Scope, fp: string(p.Fingerprint), lockS: lockS, retS: retS, refuseS: refuseS,
 		try: rand.Int64N(1 << 30)}
 	if s.claims.join(c) {
 		defer s.claims.leave()
-		return claimNewAlone(ctx, db, c.key, c.scope, c.fp, lockS, retS)
+		return claimNewAlone(ctx, db, c.key, c.scope, c.fp, lockS, retS, refuseS)
 	}
 	if err := s.claims.wait(c); err != nil {
 		return 0, keyExists, translate("claim", err)
@@ -437,16 +437,16 @@ func (s *Store) claimNew(ctx context.Context, db dbtx, pooled bool, p idempotenc
 	case c.unknown:
 		return c.try, keyUnknown, nil
 	case c.alone:
-		return claimNewAlone(ctx, db, c.key, c.scope, c.fp, lockS, retS)
+		return claimNewAlone(ctx, db, c.key, c.scope, c.fp, lockS, retS, refuseS)
 	case c.inserted:
 		return c.try, keyInserted, nil
 	}
 	return 0, keyExists, nil
 }
 
-func claimNewAlone(ctx context.Context, db dbtx, key, scope, fp string, lockS, retS float64) (int64, newKey, error) {
+func claimNewAlone(ctx context.Context, db dbtx, key, scope, fp string, lockS, retS, refuseS float64) (int64, newKey, error) {
 	var v int64
-	err := db.QueryRow(ctx, claimNewSQL, key, scope, fp, lockS, retS).Scan(&v)
+	err := db.QueryRow(ctx, claimNewSQL, key, scope, fp, lockS, retS, refuseS).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, keyExists, nil
 	}
@@ -465,7 +465,7 @@ func (s *Store) flushClaims(batch []*newClaim) {
 	}()
 	byKey := make(map[scopedKey]*newClaim, len(batch))
 	var keys, scopes, fps []string
-	var locks, rets []float64
+	var locks, rets, refuses []float64
 	var tries []int64
 	for _, c := range batch {
 		k := scopedKey{c.scope, c.key}
@@ -476,9 +476,10 @@ func (s *Store) flushClaims(batch []*newClaim) {
 		byKey[k] = c
 		keys, scopes, fps = append(keys, c.key), append(scopes, c.scope), append(fps, c.fp)
 		locks, rets, tries = append(locks, c.lockS), append(rets, c.retS), append(tries, c.try)
+		refuses = append(refuses, c.refuseS)
 	}
 	var k scopedKey
-	outcome, _ := s.sendGroup(batch[0].ctx, claimNewGroupSQL, []any{keys, scopes, fps, locks, rets, tries}, func(rows pgx.Rows) error {
+	outcome, _ := s.sendGroup(batch[0].ctx, claimNewGroupSQL, []any{keys, scopes, fps, locks, rets, tries, refuses}, func(rows pgx.Rows) error {
 		if err := rows.Scan(&k.key, &k.scope); err != nil {
 			return err
 		}

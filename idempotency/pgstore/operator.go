@@ -50,9 +50,11 @@ const releaseStuckSQL = `UPDATE idempotency_store
    AND ($4 OR locked_until IS NULL OR locked_until <= now())
 RETURNING locked_until`
 
-// countExpiredSQL counts what a prune may delete, through the expiry
-// partial index.
-const countExpiredSQL = `SELECT count(*) FROM idempotency_store WHERE status <> 'PROCESSING' AND expires_at <= now()`
+// countExpiredSQL counts what a prune may take, through the expiry and
+// tombstone partial indexes: expired records, and tombstones past their
+// refusal horizon.
+const countExpiredSQL = `SELECT (SELECT count(*) FROM idempotency_store WHERE status <> 'PROCESSING' AND refuse_until IS NULL AND expires_at <= now())
+     + (SELECT count(*) FROM idempotency_store WHERE status <> 'PROCESSING' AND refuse_until <= now())`
 
 // LeaseState is a record's lease as the database clock saw it: what an
 // operator is shown of a record before releasing it.
@@ -256,9 +258,11 @@ func (s *Store) ReleaseStuckTx(ctx context.Context, tx pgx.Tx, p ReleaseStuckPar
 	return res, nil
 }
 
-// CountExpired counts the records a prune may delete now (finished, past
-// their expires_at), through the expiry partial index: a prune's progress
-// total. The count reads the whole index: bound ctx on a large table.
+// CountExpired counts the records a prune may take now (finished, past
+// their expires_at and not tombstones yet; tombstones past their refusal
+// horizon), through the expiry and tombstone partial indexes: a prune's
+// progress total. The count reads the whole of both indexes' due parts:
+// bound ctx on a large table.
 func (s *Store) CountExpired(ctx context.Context) (int64, error) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, countExpiredSQL).Scan(&n); err != nil {

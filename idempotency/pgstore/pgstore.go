@@ -195,7 +195,7 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 	if err := p.Validate(); err != nil {
 		return idempotency.Claim{}, err
 	}
-	lockS, retS := p.LockTimeout.Seconds(), p.Retention.Seconds()
+	lockS, retS, refuseS := p.LockTimeout.Seconds(), p.Retention.Seconds(), p.RefuseFor().Seconds()
 	readFirst := s.readFirst()
 	// mine, when set, is the lock version a group of unknown outcome may
 	// have inserted the key with for this claim: a PROCESSING record at it
@@ -204,7 +204,7 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 	if !readFirst && s.strategy == ClaimAdaptive && !p.RefuseForeign {
 		// Mostly new keys: the lean insert first; a key that exists goes
 		// on below (claimSQL reads it).
-		v, found, err := s.claimNew(ctx, db, pooled, p, lockS, retS)
+		v, found, err := s.claimNew(ctx, db, pooled, p, lockS, retS, refuseS)
 		if err != nil {
 			return idempotency.Claim{}, err
 		}
@@ -225,9 +225,10 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 			meta, raw        []byte
 			version          int64
 			lockedUntil      *time.Time
+			refuseUntil      *time.Time
 			expiresAt, dbNow time.Time
 		)
-		dest := []any{&isNew, &fp, &status, &code, &meta, &raw, &version, &lockedUntil, &expiresAt, &dbNow, &isForeign}
+		dest := []any{&isNew, &fp, &status, &code, &meta, &raw, &version, &lockedUntil, &expiresAt, &refuseUntil, &dbNow, &isForeign}
 		err := pgx.ErrNoRows
 		if readFirst {
 			err = db.QueryRow(ctx, readSQL, p.Key, p.Scope).Scan(dest...)
@@ -236,7 +237,7 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 			}
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = db.QueryRow(ctx, claimSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, p.RefuseForeign).Scan(dest...)
+			err = db.QueryRow(ctx, claimSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, p.RefuseForeign, refuseS).Scan(dest...)
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // lost the insert race to a claim that committed after our snapshot
@@ -248,21 +249,23 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 			return idempotency.Claim{State: idempotency.ClaimForeign}, nil
 		}
 		s.observe(!isNew)
-		expired := !expiresAt.After(dbNow)
+		// A tombstone counts as expired even if the database clock went
+		// back since the prune made it: it has no response to replay.
+		expired := !expiresAt.After(dbNow) || refuseUntil != nil
 		lockEnded := lockedUntil == nil || !lockedUntil.After(dbNow)
 		lease := idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: version}
 		if isNew {
 			return idempotency.Claim{State: idempotency.ClaimAcquired, Lease: lease}, nil
 		}
 		rec := idempotency.Record{Scope: p.Scope, Key: p.Key, Status: idempotency.Status(status), LockVersion: version}
-		// An expired record is never replayed and never blocks: it is
-		// replaced or refused whatever its fingerprint.
+		// An expired record (or tombstone) is never replayed and never
+		// blocks: it is replaced or refused whatever its fingerprint.
 		if expired && rec.Status != idempotency.StatusProcessing {
 			if p.Expired == idempotency.ExpiredRefused {
 				return idempotency.Claim{State: idempotency.ClaimExpired}, nil
 			}
 			var v int64
-			err := db.QueryRow(ctx, renewSQL, p.Key, p.Scope, version, string(p.Fingerprint), lockS, retS).Scan(&v)
+			err := db.QueryRow(ctx, renewSQL, p.Key, p.Scope, version, string(p.Fingerprint), lockS, retS, refuseS).Scan(&v)
 			if errors.Is(err, pgx.ErrNoRows) {
 				continue // someone else renewed or pruned it first: look again
 			}
@@ -467,10 +470,11 @@ func (s *Store) Get(ctx context.Context, scope, key string) (idempotency.Record,
 		meta, raw                []byte
 		version                  int64
 		lockedUntil, completedAt *time.Time
+		refuseUntil              *time.Time
 		createdAt, expiresAt     time.Time
 	)
 	err := s.pool.QueryRow(ctx, getSQL, key, scope).Scan(&fp, &status, &code, &meta, &raw, &version,
-		&lockedUntil, &createdAt, &completedAt, &expiresAt)
+		&lockedUntil, &createdAt, &completedAt, &expiresAt, &refuseUntil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idempotency.Record{}, idempotency.ErrNotFound
 	}
@@ -484,6 +488,10 @@ func (s *Store) Get(ctx context.Context, scope, key string) (idempotency.Record,
 	}
 	if completedAt != nil {
 		rec.CompletedAt = *completedAt
+	}
+	if refuseUntil != nil { // a tombstone: its response was pruned
+		rec.RefuseUntil = *refuseUntil
+		return rec, nil
 	}
 	if rec.Status != idempotency.StatusProcessing {
 		resp, err := s.decodeResponse(scope, key, rec.Status, code, meta, raw)
@@ -506,14 +514,18 @@ func (s *Store) ApproxSize(ctx context.Context) (int64, error) {
 	return int64(max(n, 0)), nil
 }
 
-// Prune implements [idempotency.Store.Prune]: one bounded batch.
+// Prune implements [idempotency.Store.Prune]: one bounded batch, one
+// statement. It deletes expired records, or reduces those claimed under
+// idempotency.ExpiredRefused to tombstones (their response deleted) until
+// their refusal horizon has passed, and deletes the tombstones whose
+// horizon has passed. It returns how many records it deleted or reduced.
 func (s *Store) Prune(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, &idempotency.InvalidError{Field: "limit", Reason: fmt.Sprintf("must be positive, got %d", limit)}
 	}
-	tag, err := s.pool.Exec(ctx, pruneSQL, limit)
-	if err != nil {
+	var n int64
+	if err := s.pool.QueryRow(ctx, pruneSQL, limit).Scan(&n); err != nil {
 		return 0, translate("prune", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }

@@ -47,7 +47,8 @@ func advance(pool *pgxpool.Pool) func(t testing.TB, d time.Duration) {
 			SET locked_until = locked_until - make_interval(secs => $1),
 			    expires_at   = expires_at   - make_interval(secs => $1),
 			    created_at   = created_at   - make_interval(secs => $1),
-			    completed_at = completed_at - make_interval(secs => $1)`, d.Seconds())
+			    completed_at = completed_at - make_interval(secs => $1),
+			    refuse_until = refuse_until - make_interval(secs => $1)`, d.Seconds())
 		if err != nil {
 			t.Fatalf("advance: %v", err)
 		}

@@ -27,10 +27,15 @@ package pgstore
 // statement returns one row with is_foreign set, found through the primary
 // key's leading column (idempotency_key) in the same round trip.
 //
-// $3 fingerprint, $4 lock timeout (s), $5 retention (s), $6 refuse foreign.
+// A tombstone (refuse_until set: an expired record claimed under
+// ExpiredRefused, without its response since the prune) is read like any
+// expired record: the caller refuses it or renews it per the policy.
+//
+// $3 fingerprint, $4 lock timeout (s), $5 retention (s), $6 refuse foreign,
+// $7 refusal horizon of the new record (s; 0: none, ExpiredIsNew).
 const claimSQL = `WITH existing AS (
     SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
-           locked_until, expires_at, now() AS db_now, false AS is_foreign
+           locked_until, expires_at, refuse_until, now() AS db_now, false AS is_foreign
       FROM idempotency_store
      WHERE idempotency_key = $1 AND user_id = $2
 ), foreign_scope AS (
@@ -41,19 +46,19 @@ const claimSQL = `WITH existing AS (
        AND NOT EXISTS (SELECT 1 FROM existing)
      LIMIT 1
 ), inserted AS (
-    INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
+    INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at, refuse_for)
     SELECT $1, $2, $3, 'PROCESSING', floor(random() * 1073741824)::int,
-           now() + make_interval(secs => $4), now() + make_interval(secs => $5)
+           now() + make_interval(secs => $4), now() + make_interval(secs => $5), make_interval(secs => nullif($7::float8, 0))
      WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM foreign_scope)
     ON CONFLICT (idempotency_key, user_id) DO NOTHING
     RETURNING fingerprint, status, response_code, response_body, response_raw, lock_version,
-              locked_until, expires_at, now() AS db_now, false AS is_foreign
+              locked_until, expires_at, refuse_until, now() AS db_now, false AS is_foreign
 )
 SELECT true AS is_new, * FROM inserted
 UNION ALL
 SELECT false, * FROM existing
 UNION ALL
-SELECT false, repeat('0', 64), 'PROCESSING', NULL, NULL, NULL, 0, NULL, now(), now(), true FROM foreign_scope`
+SELECT false, repeat('0', 64), 'PROCESSING', NULL, NULL, NULL, 0, NULL, now(), NULL, now(), true FROM foreign_scope`
 
 // claimNewSQL is the insert-first half of an adaptive claim while most
 // claims are new keys (see ClaimAdaptive): a plain INSERT that returns the
@@ -65,10 +70,11 @@ SELECT false, repeat('0', 64), 'PROCESSING', NULL, NULL, NULL, 0, NULL, now(), n
 // foreign keys: only claimSQL sees other scopes. Same values as claimSQL's
 // insert (random initial lock version, database-clock times).
 //
-// $3 fingerprint, $4 lock timeout (s), $5 retention (s).
-const claimNewSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
+// $3 fingerprint, $4 lock timeout (s), $5 retention (s), $6 refusal
+// horizon (s; 0: none).
+const claimNewSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at, refuse_for)
 VALUES ($1, $2, $3, 'PROCESSING', floor(random() * 1073741824)::int,
-        now() + make_interval(secs => $4), now() + make_interval(secs => $5))
+        now() + make_interval(secs => $4), now() + make_interval(secs => $5), make_interval(secs => nullif($6::float8, 0)))
 ON CONFLICT (idempotency_key, user_id) DO NOTHING
 RETURNING lock_version`
 
@@ -76,7 +82,7 @@ RETURNING lock_version`
 // primary-key SELECT with the same columns as claimSQL, so that a replay
 // costs what a read costs. When it finds nothing, claimSQL follows.
 const readSQL = `SELECT false AS is_new, fingerprint, status, response_code, response_body, response_raw, lock_version,
-       locked_until, expires_at, now() AS db_now, false AS is_foreign
+       locked_until, expires_at, refuse_until, now() AS db_now, false AS is_foreign
   FROM idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2`
 
@@ -98,18 +104,21 @@ const reclaimSQL = `UPDATE idempotency_store
    AND status = 'PROCESSING' AND (locked_until IS NULL OR locked_until <= now()) AND lock_version = $3
 RETURNING lock_version`
 
-// renewSQL replaces an expired (non-PROCESSING) record by a new claim, by
-// compare-and-swap like reclaimSQL. The lock version still grows, so a
-// fencing token is never reused for a key.
+// renewSQL replaces an expired (non-PROCESSING) record, or a tombstone, by
+// a new claim, by compare-and-swap like reclaimSQL. The lock version still
+// grows, so a fencing token is never reused for a key. The new record
+// takes the new claim's refusal horizon.
 //
-// $3 lock version seen, $4 fingerprint, $5 lock timeout (s), $6 retention (s).
+// $3 lock version seen, $4 fingerprint, $5 lock timeout (s), $6 retention
+// (s), $7 refusal horizon (s; 0: none).
 const renewSQL = `UPDATE idempotency_store
    SET fingerprint = $4, status = 'PROCESSING',
        response_code = NULL, response_body = NULL, response_raw = NULL,
        lock_version = lock_version + 1,
        locked_until = now() + make_interval(secs => $5),
        created_at = now(), completed_at = NULL,
-       expires_at = now() + make_interval(secs => $6)
+       expires_at = now() + make_interval(secs => $6),
+       refuse_for = make_interval(secs => nullif($7::float8, 0)), refuse_until = NULL
  WHERE idempotency_key = $1 AND user_id = $2
    AND status <> 'PROCESSING' AND expires_at <= now() AND lock_version = $3
 RETURNING lock_version`
@@ -178,25 +187,55 @@ const heartbeatSQL = `UPDATE idempotency_store
    AND status = 'PROCESSING' AND lock_version = $3`
 
 const getSQL = `SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
-       locked_until, created_at, completed_at, expires_at
+       locked_until, created_at, completed_at, expires_at, refuse_until
   FROM idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2`
 
-// pruneSQL deletes one bounded batch of expired, finished records, oldest
-// expiry first, through the partial index idx_idempotency_expires. Rows
-// locked by a concurrent pruner (or a claim renewing an expired record)
-// are skipped, so several pruners run at once without waiting on each
-// other. PROCESSING rows are never selected.
+// pruneSQL prunes one bounded batch of at most $1 records and returns how
+// many it pruned. First the expired, finished records, oldest expiry first,
+// through the partial index idx_idempotency_expires_live (tombstones are not
+// in it): each is deleted, unless it was claimed under ExpiredRefused and
+// its refusal horizon (refuse_for) has not passed since its expiry; that
+// one becomes a tombstone: its response is deleted and refuse_until set,
+// which takes it out of that index. Then, with what is left of the batch,
+// the tombstones whose refuse_until has passed are deleted, through
+// idx_idempotency_tombstones. Rows locked by a concurrent pruner (or a
+// claim renewing an expired record) are skipped, so several pruners run at
+// once without waiting on each other. PROCESSING rows are never selected.
+// The two sets are disjoint (refuse_until NULL or not), so no row is
+// changed twice.
 //
 // $1 batch size.
-const pruneSQL = `DELETE FROM idempotency_store
- WHERE (idempotency_key, user_id) IN (
-        SELECT idempotency_key, user_id
-          FROM idempotency_store
-         WHERE status <> 'PROCESSING' AND expires_at <= now()
-         ORDER BY expires_at
-         LIMIT $1
-           FOR UPDATE SKIP LOCKED)`
+const pruneSQL = `WITH expired AS (
+    SELECT idempotency_key, user_id, expires_at + refuse_for > now() AS refused
+      FROM idempotency_store
+     WHERE status <> 'PROCESSING' AND refuse_until IS NULL AND expires_at <= now()
+     ORDER BY expires_at
+     LIMIT $1
+       FOR UPDATE SKIP LOCKED
+), past_horizon AS (
+    SELECT idempotency_key, user_id
+      FROM idempotency_store
+     WHERE status <> 'PROCESSING' AND refuse_until <= now()
+     ORDER BY refuse_until
+     LIMIT $1 - (SELECT count(*) FROM expired)
+       FOR UPDATE SKIP LOCKED
+), tombstoned AS (
+    UPDATE idempotency_store AS s
+       SET response_code = NULL, response_body = NULL, response_raw = NULL,
+           refuse_until = s.expires_at + s.refuse_for
+      FROM expired AS e
+     WHERE e.refused AND s.idempotency_key = e.idempotency_key AND s.user_id = e.user_id
+    RETURNING 1
+), deleted AS (
+    DELETE FROM idempotency_store
+     WHERE (idempotency_key, user_id) IN (
+            SELECT idempotency_key, user_id FROM expired WHERE refused IS NOT TRUE
+            UNION ALL
+            SELECT idempotency_key, user_id FROM past_horizon)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM tombstoned) + (SELECT count(*) FROM deleted)`
 
 // approxSizeSQL reads the planner's row estimate of the table in the
 // current schema (-1 before its first ANALYZE, read as 0).

@@ -84,7 +84,7 @@ func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxA
 	c, err := e.store.claim(ctx, db, false, idempotency.ClaimParams{
 		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
 		LockTimeout: cfg.LockTimeout, Retention: cfg.Retention, Expired: cfg.Expired,
-		RefuseForeign: req.RefuseForeign,
+		RefusalHorizon: cfg.RefusalHorizon, RefuseForeign: req.RefuseForeign,
 	})
 	if err != nil {
 		return idempotency.Result{}, err

@@ -25,8 +25,9 @@ import (
 // plantSQL leaves what the runbook's sections work on and that only the
 // database holds: records stuck PROCESSING (section 1: one whose holder
 // crashed 20 minutes ago, one whose lease is live), expired records for
-// the pruner (section 3), and a flooding scope next to ordinary ones
-// (section 5).
+// the pruner (section 3: 300 written under ExpiredIsNew, 20 under
+// ExpiredRefused that become tombstones, 10 tombstones past their
+// horizon), and a flooding scope next to ordinary ones (section 5).
 const plantSQL = `
 INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, created_at, expires_at)
 VALUES ('usr_7fQ9x_createOrder_0b7e2c1e-2d4b-4c43-9a51-7cc2e1f0a9d4', 'usr_7fQ9x', repeat('a', 64), 'PROCESSING', 41,
@@ -38,6 +39,15 @@ INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, re
 SELECT 'usr_old' || (g % 30) || '_createOrder_' || g, 'usr_old' || (g % 30), repeat('c', 64), 'COMPLETED', 201, 1,
        now() - interval '25 hours', now() - interval '25 hours', now() - interval '1 hour'
   FROM generate_series(1, 300) g;
+
+INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, response_code, response_raw, lock_version,
+                               created_at, completed_at, expires_at, refuse_for, refuse_until)
+SELECT 'usr_strict_createOrder_' || g, 'usr_strict', repeat('f', 64), 'COMPLETED',
+       CASE WHEN g <= 20 THEN 201 END, CASE WHEN g <= 20 THEN convert_to('{"order_id":"o_' || g || '"}', 'UTF8') END, 1,
+       now() - interval '25 hours' - (g / 21) * interval '30 days', now() - interval '25 hours' - (g / 21) * interval '30 days',
+       now() - interval '1 hour' - (g / 21) * interval '30 days', interval '30 days',
+       CASE WHEN g > 20 THEN now() - interval '1 hour' END
+  FROM generate_series(1, 30) g;
 
 INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, response_code, lock_version, created_at, completed_at, expires_at)
 SELECT 'usr_mallory_createOrder_' || md5(g::text), 'usr_mallory', repeat('d', 64), 'COMPLETED', 201, 1,
