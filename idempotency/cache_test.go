@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,7 @@ func newCacheBench(t *testing.T, rc idempotency.ReplayCache, seals bool) *cacheB
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = exec.Close() })
 	b.exec = exec
 	return b
 }
@@ -133,7 +135,8 @@ func TestReplayCacheAnswersReplaysWithoutTheStore(t *testing.T) {
 }
 
 func TestReplayCacheStopsAMarginBeforeExpiry(t *testing.T) {
-	b := newCacheBench(t, idempotency.ReplayCache{Margin: 5 * time.Second}, false)
+	// MaxAge above the record's life: only the expiry bounds the entry.
+	b := newCacheBench(t, idempotency.ReplayCache{Margin: 5 * time.Second, MaxAge: 24 * time.Hour}, false)
 	req := cacheReq(t, "cus_a", "cus_a_k1", "v")
 	if _, err := b.do(t, req); err != nil {
 		t.Fatal(err)
@@ -169,7 +172,7 @@ func TestReplayCacheCountsDownFromBeforeTheRead(t *testing.T) {
 	behind := func() time.Time { return clock.Now().Add(-time.Hour) }
 	store := &countingStore{Store: memstore.New(&memstore.Config{Clock: clock.Now})}
 	exec, err := idempotency.New(store, &idempotency.Config{Retention: time.Minute,
-		ReplayCache: &idempotency.ReplayCache{Clock: behind, Margin: time.Second}})
+		ReplayCache: &idempotency.ReplayCache{Clock: behind, Margin: time.Second, MaxAge: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,6 +288,8 @@ func TestReplayCacheConfigErrors(t *testing.T) {
 	}{
 		{idempotency.ReplayCache{Size: -1}, "Config.ReplayCache.Size"},
 		{idempotency.ReplayCache{Margin: -time.Second}, "Config.ReplayCache.Margin"},
+		{idempotency.ReplayCache{MaxAge: -time.Second}, "Config.ReplayCache.MaxAge"},
+		{idempotency.ReplayCache{SyncInterval: -time.Second}, "Config.ReplayCache.SyncInterval"},
 	} {
 		_, err := idempotency.New(memstore.New(nil), &idempotency.Config{ReplayCache: &tc.rc})
 		var ie *idempotency.InvalidError
@@ -292,4 +297,306 @@ func TestReplayCacheConfigErrors(t *testing.T) {
 			t.Errorf("%+v: %v, want an InvalidError naming %s", tc.rc, err, tc.field)
 		}
 	}
+}
+
+// An entry is served for at most MaxAge after the read that filled it was
+// sent, whatever the record's life: the bound on a stale replay over a
+// store that reports no changes (default 5s).
+func TestReplayCacheMaxAge(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		maxAge time.Duration
+		want   time.Duration
+	}{{"Default", 0, 5 * time.Second}, {"Set", 90 * time.Second, 90 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newCacheBench(t, idempotency.ReplayCache{MaxAge: tc.maxAge}, false)
+			req := cacheReq(t, "cus_a", "cus_a_k1", "v")
+			if _, err := b.do(t, req); err != nil {
+				t.Fatal(err)
+			}
+			if n, _, _ := b.claimsFor(t, req); n != 1 { // fills: an hour left on the record
+				t.Fatalf("fill: %d claims", n)
+			}
+			b.clock.Advance(tc.want - time.Millisecond)
+			if n, res, err := b.claimsFor(t, req); n != 0 || err != nil || !res.Replayed {
+				t.Fatalf("just before MaxAge: %d claims, %+v %v", n, res, err)
+			}
+			b.clock.Advance(time.Millisecond)
+			if n, res, err := b.claimsFor(t, req); n != 1 || err != nil || !res.Replayed {
+				t.Fatalf("at MaxAge: %d claims, %+v %v", n, res, err)
+			}
+		})
+	}
+}
+
+// watchingStore is a store that reports changes when its test says so:
+// the test drives the callbacks its executor handed WatchChanges.
+type watchingStore struct {
+	*countingStore
+	params  chan idempotency.WatchParams
+	stopped chan struct{}
+	// unsupported makes WatchChanges refuse at once.
+	unsupported bool
+	// inFlight, when set, runs after the store answered a claim and
+	// before the executor gets the answer.
+	inFlight func()
+}
+
+func (s *watchingStore) Claim(ctx context.Context, p idempotency.ClaimParams) (idempotency.Claim, error) {
+	c, err := s.countingStore.Claim(ctx, p)
+	if s.inFlight != nil {
+		s.inFlight()
+	}
+	return c, err
+}
+
+func (s *watchingStore) WatchChanges(ctx context.Context, p idempotency.WatchParams) error {
+	defer close(s.stopped)
+	if s.unsupported {
+		return fmt.Errorf("watchingStore: %w", errors.ErrUnsupported)
+	}
+	s.params <- p
+	<-ctx.Done()
+	return nil
+}
+
+// watchBench is a cacheBench over a watchingStore, with the cache's events.
+type watchBench struct {
+	*cacheBench
+	store  *watchingStore
+	watch  idempotency.WatchParams
+	events chan idempotency.ReplayCacheEvent
+}
+
+func newWatchBench(t *testing.T, rc idempotency.ReplayCache, unsupported bool) *watchBench {
+	t.Helper()
+	clock := &manualClock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	counting := &countingStore{Store: memstore.New(&memstore.Config{Clock: clock.Now})}
+	ws := &watchingStore{countingStore: counting, params: make(chan idempotency.WatchParams, 1),
+		stopped: make(chan struct{}), unsupported: unsupported}
+	events := make(chan idempotency.ReplayCacheEvent, 100)
+	rc.Clock = clock.Now
+	rc.Observe = func(ev idempotency.ReplayCacheEvent) { events <- ev }
+	exec, err := idempotency.New(ws, &idempotency.Config{Retention: time.Hour, ReplayCache: &rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exec.Close() })
+	b := &watchBench{cacheBench: &cacheBench{store: counting, exec: exec, clock: clock}, store: ws, events: events}
+	if !unsupported {
+		b.watch = <-ws.params
+	}
+	return b
+}
+
+// next returns the cache's next event, which must be of kind k.
+func (b *watchBench) next(t *testing.T, k idempotency.ReplayCacheEventKind) idempotency.ReplayCacheEvent {
+	t.Helper()
+	ev := <-b.events
+	if ev.Kind != k {
+		t.Fatalf("event %v (%+v), want %v", ev.Kind, ev, k)
+	}
+	return ev
+}
+
+// connect plays a watcher that connects: a reset, then a confirmation
+// asked for now.
+func (b *watchBench) connect(t *testing.T) {
+	t.Helper()
+	b.watch.OnReset(nil)
+	b.next(t, idempotency.CacheFlushed)
+	b.watch.OnSync(b.clock.Now())
+	b.next(t, idempotency.CacheSynced)
+}
+
+// wantClaims runs req and stops the test unless n claims reached the
+// store and the answer was a replay.
+func (b *watchBench) wantClaims(t *testing.T, what string, req idempotency.Request, n int64) {
+	t.Helper()
+	got, res, err := b.claimsFor(t, req)
+	if got != n || !res.Replayed || err != nil {
+		t.Fatalf("%s: %d claims (want %d), %+v %v", what, got, n, res, err)
+	}
+}
+
+// Over a store that reports changes, a changed record's entry is dropped
+// in every executor that holds it, and nothing else is.
+func TestReplayCacheDropsAChangedRecord(t *testing.T) {
+	b := newWatchBench(t, idempotency.ReplayCache{}, false)
+	b.connect(t)
+	k1, k2 := cacheReq(t, "cus_a", "cus_a_k1", "v"), cacheReq(t, "cus_a", "cus_a_k2", "v")
+	other := cacheReq(t, "cus_b", "cus_a_k1", "v") // the same key in another scope
+	for _, r := range []idempotency.Request{k1, k2, other} {
+		if _, err := b.do(t, r); err != nil {
+			t.Fatal(err)
+		}
+		b.wantClaims(t, "fill", r, 1)
+		b.wantClaims(t, "cached", r, 0)
+	}
+	b.watch.OnChange("cus_a", idempotency.KeySHA256(k1.Key))
+	if ev := b.next(t, idempotency.CacheInvalidated); ev.Scope != "cus_a" || ev.KeySHA256 != idempotency.KeySHA256(k1.Key) {
+		t.Fatalf("event %+v", ev)
+	}
+	b.wantClaims(t, "k1 after its change", k1, 1)
+	b.wantClaims(t, "k2 after k1's change", k2, 0)
+	b.wantClaims(t, "k1 of another scope after k1's change", other, 0)
+	b.wantClaims(t, "k1 cached again", k1, 0)
+
+	// A report that names no record is read as "anything changed".
+	b.watch.OnChange("cus_a", "not-a-hash")
+	if ev := b.next(t, idempotency.CacheFlushed); ev.Err == nil {
+		t.Fatal("a flush for a bad report says nothing")
+	}
+	b.wantClaims(t, "k2 after a bad report", k2, 1)
+}
+
+// Nothing is served before the store's first confirmation, nor once
+// 2×SyncInterval passed without one, until the next; a reset (a lost
+// connection) flushes the cache.
+func TestReplayCacheServesOnlyWhileTheStoreConfirms(t *testing.T) {
+	b := newWatchBench(t, idempotency.ReplayCache{SyncInterval: time.Second}, false)
+	req := cacheReq(t, "cus_a", "cus_a_k1", "v")
+	if _, err := b.do(t, req); err != nil {
+		t.Fatal(err)
+	}
+	b.wantClaims(t, "fill before the first confirmation", req, 1)
+	b.wantClaims(t, "before the first confirmation", req, 1)
+
+	b.connect(t)
+	b.wantClaims(t, "fill", req, 1)
+	b.clock.Advance(2*time.Second - time.Millisecond)
+	b.wantClaims(t, "just inside 2×SyncInterval", req, 0)
+	b.clock.Advance(time.Millisecond)
+	b.wantClaims(t, "at 2×SyncInterval", req, 1)
+	b.wantClaims(t, "unconfirmed", req, 1)
+	// The same connection confirms again (late, not lost: it missed
+	// nothing): the entry is served again.
+	b.watch.OnSync(b.clock.Now())
+	b.next(t, idempotency.CacheSynced)
+	b.wantClaims(t, "after a late confirmation", req, 0)
+	// A confirmation asked for earlier than the last changes nothing.
+	b.watch.OnSync(b.clock.Now().Add(-time.Minute))
+	b.next(t, idempotency.CacheSynced)
+	b.clock.Advance(2*time.Second - time.Millisecond)
+	b.wantClaims(t, "after an older confirmation", req, 0)
+	b.watch.OnSync(b.clock.Now())
+	b.next(t, idempotency.CacheSynced)
+
+	// A lost connection: everything goes, and nothing is served until the
+	// next connection confirms.
+	lost := errors.New("connection reset")
+	b.watch.OnReset(lost)
+	if ev := b.next(t, idempotency.CacheFlushed); !errors.Is(ev.Err, lost) {
+		t.Fatalf("flush: %+v", ev)
+	}
+	b.wantClaims(t, "after a reset", req, 1)
+	b.wantClaims(t, "after a reset, unconfirmed", req, 1)
+	b.connect(t)
+	b.wantClaims(t, "fill after reconnecting", req, 1)
+	b.wantClaims(t, "after reconnecting", req, 0)
+}
+
+// A change report that arrives while a claim is in flight keeps the
+// claim's answer out of the cache: the store may have read the record
+// before the change committed.
+func TestReplayCacheDropsAReadOvertakenByAChange(t *testing.T) {
+	b := newWatchBench(t, idempotency.ReplayCache{}, false)
+	b.connect(t)
+	req := cacheReq(t, "cus_a", "cus_a_k1", "v")
+	if _, err := b.do(t, req); err != nil {
+		t.Fatal(err)
+	}
+	b.store.inFlight = func() {
+		b.store.inFlight = nil
+		b.watch.OnChange("cus_a", idempotency.KeySHA256(req.Key))
+	}
+	b.wantClaims(t, "overtaken read", req, 1)
+	b.next(t, idempotency.CacheInvalidated)
+	b.wantClaims(t, "after an overtaken read", req, 1) // nothing was cached
+	b.wantClaims(t, "filled by a clean read", req, 0)
+
+	// A report of another record in flight (the same key in another scope
+	// among them) does not keep this read out.
+	b.watch.OnChange("cus_a", idempotency.KeySHA256(req.Key))
+	b.next(t, idempotency.CacheInvalidated)
+	b.store.inFlight = func() {
+		b.store.inFlight = nil
+		b.watch.OnChange("cus_a", idempotency.KeySHA256("cus_a_k2"))
+		b.watch.OnChange("cus_b", idempotency.KeySHA256(req.Key))
+	}
+	b.wantClaims(t, "read while other records changed", req, 1)
+	b.next(t, idempotency.CacheInvalidated)
+	b.next(t, idempotency.CacheInvalidated)
+	b.wantClaims(t, "after a read while other records changed", req, 0)
+
+	// More reports in flight than the cache remembers: the read is kept
+	// out, since one of them may have been its record's.
+	b.watch.OnChange("cus_a", idempotency.KeySHA256(req.Key))
+	b.next(t, idempotency.CacheInvalidated)
+	b.store.inFlight = func() {
+		b.store.inFlight = nil
+		for i := range 300 {
+			b.watch.OnChange("cus_a", idempotency.KeySHA256(fmt.Sprintf("cus_a_other%d", i)))
+			b.next(t, idempotency.CacheInvalidated)
+		}
+	}
+	b.wantClaims(t, "read while 300 other records changed", req, 1)
+	b.wantClaims(t, "after a read while 300 other records changed", req, 1)
+
+	// A reset in flight as well.
+	b.watch.OnChange("cus_a", idempotency.KeySHA256(req.Key))
+	b.next(t, idempotency.CacheInvalidated)
+	b.store.inFlight = func() {
+		b.store.inFlight = nil
+		b.watch.OnReset(nil)
+		b.watch.OnSync(b.clock.Now())
+	}
+	b.wantClaims(t, "read overtaken by a reset", req, 1)
+	b.next(t, idempotency.CacheFlushed)
+	b.next(t, idempotency.CacheSynced)
+	b.wantClaims(t, "after a read overtaken by a reset", req, 1)
+}
+
+// Close ends the watcher and the cache: later requests go to the store.
+func TestReplayCacheClose(t *testing.T) {
+	b := newWatchBench(t, idempotency.ReplayCache{}, false)
+	b.connect(t)
+	req := cacheReq(t, "cus_a", "cus_a_k1", "v")
+	if _, err := b.do(t, req); err != nil {
+		t.Fatal(err)
+	}
+	b.wantClaims(t, "fill", req, 1)
+	b.wantClaims(t, "cached", req, 0)
+	if err := b.exec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.store.stopped:
+	default:
+		t.Fatal("Close returned before the watcher did")
+	}
+	b.next(t, idempotency.CacheFlushed)
+	b.wantClaims(t, "after Close", req, 1)
+	b.wantClaims(t, "after Close, again", req, 1)
+	if err := b.exec.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// A store that turns out unable to report changes leaves MaxAge alone to
+// bound the entries.
+func TestReplayCacheOverAStoreThatCannotWatch(t *testing.T) {
+	b := newWatchBench(t, idempotency.ReplayCache{MaxAge: time.Minute}, true)
+	if ev := b.next(t, idempotency.CacheUnwatched); !errors.Is(ev.Err, errors.ErrUnsupported) {
+		t.Fatalf("event %+v", ev)
+	}
+	req := cacheReq(t, "cus_a", "cus_a_k1", "v")
+	if _, err := b.do(t, req); err != nil {
+		t.Fatal(err)
+	}
+	b.wantClaims(t, "fill", req, 1)
+	b.clock.Advance(time.Minute - time.Millisecond)
+	b.wantClaims(t, "within MaxAge", req, 0)
+	b.clock.Advance(time.Millisecond)
+	b.wantClaims(t, "at MaxAge", req, 1)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -74,8 +75,10 @@ type Config struct {
 	// be recorded). Keys appear only as short hashes. Default: discarded.
 	Logger *slog.Logger
 	// ReplayCache, when set, answers replays of finished records from
-	// memory, without a round trip (see [ReplayCache] for what keeps it
-	// exact). Default nil: every request goes to the store.
+	// memory, without a round trip (see [ReplayCache] for what bounds it:
+	// a store's change reports, MaxAge). Over a store that reports changes
+	// ([ChangeWatcher]: pgstore) the executor holds a listener until
+	// [Executor.Close]. Default nil: every request goes to the store.
 	ReplayCache *ReplayCache
 	// TracerProvider receives spans: idempotency.Do around each request,
 	// with idempotency.claim, idempotency.action and idempotency.complete
@@ -160,6 +163,11 @@ type Executor struct {
 	metrics *Metrics
 	cache   *replayCache // nil: off
 	tracer  trace.Tracer
+	// stopWatch ends the listener feeding the cache the store's change
+	// reports, which closes watchDone; nil without one.
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns an Executor over store. A nil cfg means defaults. It returns
@@ -181,8 +189,54 @@ func New(store Store, cfg *Config) (*Executor, error) {
 		if e.cache, err = newReplayCache(*c.ReplayCache); err != nil {
 			return nil, err
 		}
+		if w, ok := store.(ChangeWatcher); ok {
+			e.watch(w)
+		}
 	}
 	return e, nil
+}
+
+// watch feeds the cache the store's change reports until Close: entries
+// are served only while the store confirms them (see [ReplayCache]).
+func (e *Executor) watch(w ChangeWatcher) {
+	e.cache.watched = true
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stopWatch, e.watchDone = cancel, make(chan struct{})
+	go func() {
+		defer close(e.watchDone)
+		err := e.cache.watch(ctx, w)
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errors.ErrUnsupported):
+			e.cfg.Logger.Info("idempotency: the store reports no changes; replay cache entries live at most ReplayCache.MaxAge",
+				"max_age", e.cache.cfg.MaxAge, "reason", err)
+			e.cache.unwatched(err)
+		default:
+			// A watcher returns early only when it cannot run at all: the
+			// cache, never confirmed again, serves nothing.
+			e.cfg.Logger.Error("idempotency: the store's change reports stopped; the replay cache serves nothing", "err", err)
+			e.cache.flushed(err)
+		}
+	}()
+}
+
+// Close stops the listener that feeds the replay cache the store's change
+// reports, waits for it to end (pgstore's ends once its connections are
+// closed, which takes up to 15s for one lost to a partition), and empties
+// the cache, which serves nothing more: later calls of Do go to the store.
+// Without a replay cache, or over a store that reports no changes, it only
+// empties the cache. It is safe to call more than once, and returns nil.
+func (e *Executor) Close() error {
+	e.closeOnce.Do(func() {
+		if e.stopWatch != nil {
+			e.stopWatch()
+			<-e.watchDone
+		}
+		if e.cache != nil {
+			e.cache.close()
+		}
+	})
+	return nil
 }
 
 // Tracer returns the executor's tracer (Config.TracerProvider's), for
@@ -415,8 +469,14 @@ func (e *Executor) claim(ctx context.Context, req Request) (claim Claim, sent ti
 			return claim, time.Time{}, nil
 		}
 	}
-	var cacheSent time.Time
+	var (
+		cacheSent time.Time
+		cacheGen  uint64
+	)
 	if cache != nil {
+		// Both before the claim is sent: a change report that arrives
+		// while it is in flight keeps its answer out of the cache.
+		cacheGen = cache.generation()
 		cacheSent = cache.cfg.Clock()
 	}
 	sent = time.Now()
@@ -429,7 +489,7 @@ func (e *Executor) claim(ctx context.Context, req Request) (claim Claim, sent ti
 		return Claim{}, time.Time{}, err
 	}
 	if cache != nil {
-		cache.put(req, claim, cacheSent)
+		cache.put(req, claim, cacheSent, cacheGen)
 	}
 	e.metrics.Claim(ctx, req.Scope, claim.State)
 	return claim, sent, nil

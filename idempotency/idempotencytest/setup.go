@@ -48,6 +48,7 @@ func setup(t *testing.T, h Harness, cfg *idempotency.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = e.Close() }) // its replay cache's listener
 	return &bundle{Harness: h, ctx: ctx, exec: e}
 }
 

@@ -44,6 +44,7 @@ func cacheChild(ctx context.Context, pool *pgxpool.Pool, store *pgstore.Store, p
 	if err != nil {
 		return err
 	}
+	defer exec.Close()
 	var (
 		mu   sync.Mutex
 		out  = json.NewEncoder(os.Stdout)

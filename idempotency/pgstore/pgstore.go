@@ -34,6 +34,9 @@ type Store struct {
 	// groupedRows counts the rows that group statements committed.
 	groupedRows atomic.Int64
 	metrics     groupMetrics
+	// pooler and listenConfig decide where WatchChanges listens.
+	pooler       Pooler
+	listenConfig *pgx.ConnConfig
 }
 
 var (
@@ -93,6 +96,15 @@ type Config struct {
 	// lifts throughput when callers outnumber the pool's connections
 	// (BENCHMARKS.md) and costs nothing measurable otherwise.
 	NoGroupCommit bool
+	// ListenConfig is the connection on which the replay caches of
+	// executors over this store listen for changes to finished records
+	// (see [Store.WatchChanges]; one connection per executor with an
+	// idempotency.ReplayCache): a PostgreSQL session, made with
+	// pgx.ParseConfig, never through a transaction pooler. Default: the
+	// pool's own configuration, unless Pooler is TransactionPooler; then
+	// the store reports no changes, and replay caches over it fall back
+	// to their MaxAge.
+	ListenConfig *pgx.ConnConfig
 	// MeterProvider receives group commit's instruments:
 	// idempotency.store_groups (groups sent, by kind and outcome) and
 	// idempotency.store_group_rows (rows committed in groups, by kind).
@@ -117,6 +129,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		if err := checkPooler(cfg.Pooler, pool); err != nil {
 			return nil, err
 		}
+		s.pooler, s.listenConfig = cfg.Pooler, listenConfigOf(cfg)
 	}
 	var mp metric.MeterProvider
 	if cfg != nil {

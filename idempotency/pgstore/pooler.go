@@ -21,10 +21,11 @@ const (
 	// each statement outside one, may run on another server session. A
 	// statement prepared on one session is unknown to the next, so the
 	// pool must not prepare named statements: configure it with
-	// [ForTransactionPooler]. Everything the store runs is fit for such a
-	// pooler: no session state, no session-level advisory lock, no
-	// LISTEN; a claim, a completion and a transaction's statements each
-	// reach one server session.
+	// [ForTransactionPooler]. Everything the store runs through the pool
+	// is fit for such a pooler: no session state, no session-level
+	// advisory lock, no LISTEN; a claim, a completion and a transaction's
+	// statements each reach one server session. The replay caches'
+	// listener needs a session of its own: Config.ListenConfig.
 	TransactionPooler
 )
 

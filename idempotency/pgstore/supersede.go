@@ -38,10 +38,10 @@ const supersedeSQL = `UPDATE idempotency_store
 // replaced: false when there is none, or it expired (an expired record is
 // never revived).
 //
-// A finished record otherwise never changes until it expires, and an
-// executor's idempotency.ReplayCache relies on that: records that may be
-// superseded must not be replayed through one (payments' executor has
-// none). With Config.Keyring the new response is sealed like any other.
+// Executors' replay caches (idempotency.ReplayCache) learn of the new
+// outcome as the transaction commits (migration 0016 announces it, see
+// [Store.WatchChanges]) and stop replaying the old one. With
+// Config.Keyring the new response is sealed like any other.
 //
 // Errors: *idempotency.InvalidError for a bad scope, key or completion;
 // *Error from the database.
