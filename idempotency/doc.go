@@ -135,14 +135,23 @@
 //
 // # Replays from memory
 //
-// A finished record never changes until it expires, so an executor with a
-// [ReplayCache] ([Config].ReplayCache) answers replays of records its store
-// already replayed from a bounded in-process cache, without a round trip:
-// each entry lives no longer than the record's remaining life measured on
-// the store's clock, minus a margin; another fingerprint is refused as the
-// store refuses it. Records in progress, missing or expired always go to
-// the store, as does every request of a store that seals responses and
-// every request with [Request].NoCache.
+// An executor with a [ReplayCache] ([Config].ReplayCache) answers replays
+// of records its store already replayed from a bounded in-process cache,
+// without a round trip; another fingerprint is refused as the store
+// refuses it. A finished record does not change on the claim path until
+// it expires, but an operator may delete it (the runbook's "run it
+// again"), an erasure may delete or blank it, and pgstore's SupersedeTx
+// rewrites it. So a store that reports such changes ([ChangeWatcher]:
+// pgstore, from a trigger that sees manual SQL too) has every executor
+// drop the record's entry as the change commits; entries are served only
+// while the store has confirmed its reports within 2×SyncInterval (2s by
+// default: the bound on a stale replay if its connection dies silently),
+// and a lost connection empties the cache. Whatever the store, no entry is
+// served past MaxAge (5s by default) after its read, nor past the record's
+// expiry on the store's clock minus a margin. Records in progress, missing
+// or expired always go to the store, as does every request of a store
+// that seals responses and every request with [Request].NoCache.
+// [Executor.Close] stops the cache's listener.
 //
 // # HTTP
 //

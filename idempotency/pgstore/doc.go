@@ -76,7 +76,10 @@
 // and transaction reaches one session. The pool alone must be configured:
 // [ForTransactionPooler] makes it prepare no named statements, and
 // Config.Pooler = [TransactionPooler] has [New] check that it does. The
-// conformance suite runs through a real PgBouncer in this mode.
+// conformance suite runs through a real PgBouncer in this mode. The one
+// session-bound thing is the LISTEN of executors' replay caches
+// ([Store.WatchChanges]): give it a direct connection with
+// Config.ListenConfig, or those caches fall back to ReplayCache.MaxAge.
 //
 // # Pruning
 //
