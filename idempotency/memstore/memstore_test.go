@@ -1008,7 +1008,7 @@ func (m *machine) Claim(t *rapid.T) {
 		} else {
 			want = idempotency.Claim{State: idempotency.ClaimAcquired, Lease: idempotency.Lease{Scope: testScope, Key: key, Version: pre.LockVersion + 1}}
 		}
-	case pre.Fingerprint != p.Fingerprint:
+	case !pre.Fingerprint.Equal(p.Fingerprint):
 		want.State = idempotency.ClaimMismatch
 	case pre.Status != idempotency.StatusProcessing:
 		// A replay carries the store's clock, from which a replay cache
@@ -1047,7 +1047,7 @@ func (m *machine) Claim(t *rapid.T) {
 		if got.State == idempotency.ClaimAcquired {
 			m.horizon[key] = p.RefuseFor()
 		}
-		if post.Status != idempotency.StatusProcessing || post.LockedUntil != now.Add(p.LockTimeout) || post.Fingerprint != p.Fingerprint {
+		if post.Status != idempotency.StatusProcessing || post.LockedUntil != now.Add(p.LockTimeout) || !post.Fingerprint.Equal(p.Fingerprint) {
 			t.Fatalf("after %s: %+v", got.State, post)
 		}
 	default:
