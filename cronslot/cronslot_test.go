@@ -21,7 +21,7 @@ import (
 	"github.com/payonce/payonce/cronslot"
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/payonce/payonce/cronslot"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
 )
 
 // Two replicas of a service schedule the same nightly job; their clocks

@@ -19,7 +19,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/inbox"
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
 )
 
 type bench struct {

@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/pgtest"
 )
 
 // exampleLedger returns a Ledger on a fresh, migrated schema of

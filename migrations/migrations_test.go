@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/migrations"
+	"github.com/payonce/payonce/pgtest"
 )
 
 // Many migrators start at once on one schema: every version is applied

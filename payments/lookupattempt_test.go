@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )

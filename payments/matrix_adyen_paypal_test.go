@@ -15,13 +15,13 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
+	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -51,7 +51,7 @@ func pvHTTPClient(rt http.RoundTripper) *http.Client {
 }
 
 // pvProvider is the adapter of name ("adyen" or "paypal") on the fake at
-// url, with the credentials internal/fakes uses.
+// url, with the credentials providers/fakes uses.
 func pvProvider(t testing.TB, name, url string, hc *http.Client) payments.Provider {
 	t.Helper()
 	var (

@@ -14,11 +14,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
+	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 	paystripe "github.com/payonce/payonce/providers/stripe"

@@ -100,6 +100,15 @@ type ConfigError struct{ Field, Reason string }
 
 func (e *ConfigError) Error() string { return "reconcile: " + e.Field + ": " + e.Reason }
 
+// Validate checks c as New does, without a database: a nil error means
+// New accepts it. Errors are *ConfigError naming the field (an invalid
+// Spec, a negative duration or count, an unknown Redrive), so that a
+// service can refuse a bad setting when it reads its configuration.
+func (c *Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 func (c *Config) withDefaults() (Config, error) {
 	var out Config
 	if c != nil {

@@ -41,11 +41,11 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/internal/crashpoint"
-	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/reconcile"
 	"github.com/payonce/payonce/wiring"
 )

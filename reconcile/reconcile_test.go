@@ -18,16 +18,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/payonce/payonce/examples/checkout/service"
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/internal/crashpoint"
-	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 	"github.com/payonce/payonce/reconcile"
+	"github.com/payonce/payonce/wiring"
 )
 
 func TestMain(m *testing.M) {
@@ -70,14 +70,52 @@ func newWorld(t *testing.T) world {
 	return world{url: env["DATABASE_URL"], env: env, pool: pgtest.PoolURL(t, env["DATABASE_URL"]), fakes: fk, client: svc.Client(), drop: drop}
 }
 
-func openService(t testing.TB, env map[string]string) *service.Service {
-	cfg, err := service.ConfigFrom(func(k string) string { return env[k] })
+// service is what the tests need of a payments service: a client wired
+// from the fakes' environment and the providers' webhook endpoints.
+type service struct {
+	pool    *pgxpool.Pool
+	client  *payments.Client
+	handler http.Handler
+}
+
+func (s *service) Client() *payments.Client { return s.client }
+func (s *service) Handler() http.Handler    { return s.handler }
+func (s *service) Close()                   { s.pool.Close() }
+
+// newService wires a payments client as a service would (wiring.FromEnv,
+// wiring.Client), with a lease of lock and webhooks at /webhooks/<name>.
+func newService(env map[string]string, lock time.Duration, hc *http.Client) (*service, error) {
+	cfg, err := wiring.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	cfg.LockTimeout = 500 * time.Millisecond
-	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	svc, err := service.Open(context.Background(), cfg)
+	cfg.LockTimeout, cfg.HTTPClient = lock, hc
+	pool, err := pgxpool.New(context.Background(), env["DATABASE_URL"])
+	if err != nil {
+		return nil, err
+	}
+	client, err := wiring.Client(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	for _, name := range cfg.ProviderNames() {
+		if _, ok := client.Provider(name).(payments.WebhookVerifier); !ok {
+			continue
+		}
+		h, err := client.WebhookHandler(name, nil)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		mux.Handle("POST /webhooks/"+name, h)
+	}
+	return &service{pool: pool, client: client, handler: mux}, nil
+}
+
+func openService(t testing.TB, env map[string]string) *service {
+	svc, err := newService(env, 500*time.Millisecond, &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,15 +210,9 @@ func crashChild() {
 			}
 		}
 	}
-	cfg, err := service.ConfigFrom(func(k string) string { return env[k] })
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(3)
-	}
 	// Seconds: on a loaded machine a child whose heartbeats went
 	// unconfirmed for a short lease would stop before its crash point.
-	cfg.LockTimeout = 2 * time.Second
-	svc, err := service.Open(context.Background(), cfg)
+	svc, err := newService(env, 2*time.Second, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
@@ -603,6 +635,13 @@ func TestConfigRefusals(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Field != field {
 			t.Errorf("%s: err = %v, want a ConfigError naming it", field, err)
 		}
+		// Validate answers as New does, without a database.
+		if err := cfg.Validate(); !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("%s: Validate: err = %v, want a ConfigError naming it", field, err)
+		}
+	}
+	if err := (&reconcile.Config{Spec: "@every 5m"}).Validate(); err != nil {
+		t.Errorf("a good config: %v", err)
 	}
 }
 

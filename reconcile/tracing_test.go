@@ -17,10 +17,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 	"github.com/payonce/payonce/reconcile"
 	"github.com/payonce/payonce/wiring"

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"

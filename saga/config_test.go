@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/saga"
 )
 

@@ -299,6 +299,20 @@ func (o *Orchestrator) finishCtx(ctx context.Context) (context.Context, context.
 	return context.WithTimeout(context.WithoutCancel(ctx), o.cfg.FinishTimeout)
 }
 
+// hit reaches a commit point: the crash point of payonce's own tests, then
+// the configured hook.
+func (d *driver) hit(point, key string) {
+	crashpoint.Hit(point, key)
+	h := d.o.cfg.Hooks
+	switch {
+	case h == nil:
+	case point == pointBeforeCommit && h.BeforeCommit != nil:
+		h.BeforeCommit(key)
+	case point == pointAfterCommit && h.AfterCommit != nil:
+		h.AfterCommit(key)
+	}
+}
+
 // invoke calls fn as step i's action (or compensation) and, when it
 // succeeds, commits done with its output: a Local step's in fn's own
 // transaction, a Remote step's after the call, which started is committed
@@ -317,11 +331,11 @@ func (d *driver) invoke(ctx context.Context, i int, compensation bool, fn func(c
 		done.output = out
 		rctx, cancel := d.o.finishCtx(ctx)
 		defer cancel()
-		crashpoint.Hit(pointBeforeCommit, c.Key)
+		d.hit(pointBeforeCommit, c.Key)
 		if err := d.applyNow(rctx, *done); err != nil {
 			return nil, err
 		}
-		crashpoint.Hit(pointAfterCommit, c.Key)
+		d.hit(pointAfterCommit, c.Key)
 		return nil, nil
 	}
 	tx, err := d.o.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
@@ -342,11 +356,11 @@ func (d *driver) invoke(ctx context.Context, i int, compensation bool, fn func(c
 	if err := d.apply(ctx, tx, *done); err != nil {
 		return nil, err
 	}
-	crashpoint.Hit(pointBeforeCommit, c.Key)
+	d.hit(pointBeforeCommit, c.Key)
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("saga: commit step %s: %w", c.Step, err)
 	}
-	crashpoint.Hit(pointAfterCommit, c.Key)
+	d.hit(pointAfterCommit, c.Key)
 	return nil, nil
 }
 
@@ -403,11 +417,11 @@ func (d *driver) step(ctx context.Context, i int) error {
 	rctx, cancel := d.o.finishCtx(ctx)
 	defer cancel()
 	key := SubKey(d.s.Key, spec.Name)
-	crashpoint.Hit(pointBeforeCommit, key)
+	d.hit(pointBeforeCommit, key)
 	if err := d.applyNow(rctx, fail); err != nil {
 		return err
 	}
-	crashpoint.Hit(pointAfterCommit, key)
+	d.hit(pointAfterCommit, key)
 	if class == ClassPermanent {
 		return nil
 	}

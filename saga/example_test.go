@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/saga"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/saga"
 )
 

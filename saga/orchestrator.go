@@ -64,6 +64,23 @@ type Config struct {
 	// [MetricCompensations], [MetricStuck]) and the idempotency core's.
 	// Default: a no-op provider.
 	MeterProvider metric.MeterProvider
+	// Hooks are called at each step's commit points; nil: none. For tests
+	// that crash a process where a real one can die (see Hooks).
+	Hooks *Hooks
+}
+
+// Hooks observe the two instants around each step's commit, where a
+// process that dies leaves the most to recover: BeforeCommit runs when the
+// step's outcome (done, failed, or unknown) is decided and not yet
+// committed, AfterCommit once it is committed and nothing else has run.
+// Each gets the step's key (SubKey of the saga's key and the step's name,
+// with a compensation's suffix). A hook must not block; it runs on the
+// saga's goroutine. Their use is fault injection: a test that kills the
+// process in a hook proves that recovery finishes the saga from exactly
+// that point (examples/checkout does, PAYONCE_CHECKOUT_CRASH_AT).
+type Hooks struct {
+	BeforeCommit func(key string)
+	AfterCommit  func(key string)
 }
 
 func (c *Config) withDefaults() (Config, error) {

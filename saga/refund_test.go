@@ -13,12 +13,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
+	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/saga"
 )
 

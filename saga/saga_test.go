@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -496,5 +497,36 @@ func TestNothingToUndo(t *testing.T) {
 	}
 	if st := b.state(t, "undo-1").Steps[0]; st.Note != "the hold lapsed by itself" || st.CompensatedAt.IsZero() {
 		t.Fatalf("stored hold: %+v", st)
+	}
+}
+
+// Hooks see each step's commit: BeforeCommit with the outcome decided and
+// not committed, AfterCommit once committed, in step order, with the
+// step's key.
+func TestHooksAroundEachStepsCommit(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []string
+	record := func(when string) func(string) {
+		return func(key string) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, when+" "+key)
+		}
+	}
+	b := setup(t, &saga.Config{LockTimeout: 2 * time.Second, CompensationBackoff: time.Millisecond,
+		Hooks: &saga.Hooks{BeforeCommit: record("before"), AfterCommit: record("after")}})
+	if _, err := b.orch.Run(ctx, b.params("order-h", order{Item: "book", Amount: 1200})); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, step := range []string{"reserve", "charge", "ship"} {
+		k := saga.SubKey("order-h", step)
+		want = append(want, "before "+k, "after "+k)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, want) {
+		t.Fatalf("hooks saw\n%q\nwant\n%q", seen, want)
 	}
 }

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen"
+	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/wiring"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/payonce/payonce/design"
+	"github.com/payonce/payonce/cmd/payonce/internal/design"
 )
 
 const designUsage = `Usage: payonce design [--answers FILE] [--scan DIR] [--out PATH] [flags]
@@ -31,7 +31,7 @@ then questions 1-2 give a technology-agnostic design, 3-7 a stated
 assumption. Without a terminal (or with --no-input) nothing is asked.
 
 Flags:
-  --answers FILE       answers file, YAML or JSON (see design/testdata/checkout.yaml)
+  --answers FILE       answers file, YAML or JSON (see cmd/payonce/internal/design/testdata/checkout.yaml)
   --scan DIR           inspect the Go code under DIR: routes, payment calls,
                        consumers, cron jobs, and anti-patterns with file:line
   --out PATH           output file (default docs/idempotency-design.html, or .md)
@@ -49,7 +49,7 @@ Flags:
 Examples:
   payonce design
   payonce design --scan . --answers design.yaml --format markdown
-  payonce design --answers design/testdata/checkout.yaml --scan examples/checkout
+  payonce design --answers cmd/payonce/internal/design/testdata/checkout.yaml --scan examples/checkout
 `
 
 func runDesign(args []string) error {

@@ -23,7 +23,7 @@ func TestDesignAnswersFileBothFormats(t *testing.T) {
 	} {
 		var stdout, stderr bytes.Buffer
 		out := filepath.Join(dir, f.out)
-		err := designMain([]string{"--answers", "../../design/testdata/checkout.yaml", "--scan", "../../examples/checkout",
+		err := designMain([]string{"--answers", "internal/design/testdata/checkout.yaml", "--scan", "../../examples/checkout",
 			"--format", f.format, "--out", out}, strings.NewReader(""), &stdout, &stderr, false)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", f.format, err, stderr.String())

@@ -1,8 +1,5 @@
 // Command payonce is the operator CLI of payonce.
 //
-//	payonce demo                      the checkout storm (make demo)
-//	payonce demo core                 the idempotency core alone
-//	payonce demo torture              faults on every link, workers killed (make torture)
 //	payonce migrate up|status|print   apply, inspect or print the schema
 //	payonce stuck                     records stuck PROCESSING
 //	payonce release SCOPE KEY         release a stuck record's lease (audited)
@@ -10,14 +7,15 @@
 //	payonce reconcile                 one reconciler run now, its report printed
 //	payonce report                    past reconciler runs and their divergences
 //	payonce resolve SCOPE KEY         settle an intent under review (audited)
-//	payonce fake stripe|adyen|paypal  a stateful fake of a provider's API
 //	payonce design                    the idempotency design document
 //
 // Every command takes --help (usage and an example); "payonce completion
 // bash|zsh|fish|powershell" prints a shell completion script. Exit codes: 0
-// success; 1 failure (the demo exits 1 on any duplicate charge or books
-// that differ from the provider's); 2 usage error (including no database
-// given); 3 release refused by the record's state, nothing changed.
+// success; 1 failure; 2 usage error (including no database given); 3
+// release or resolve refused by the record's state, nothing changed.
+//
+// The operator binary links no provider fake, no PostgreSQL starter and no
+// chaos proxy: the demos and the fakes are the lab's (lab/cmd/lab).
 package main
 
 import (
@@ -36,14 +34,6 @@ import (
 const usage = `payonce: the operator CLI of payonce
 
 Usage:
-  payonce demo                      a checkout storm through payonce's payments API
-                                    against the providers' fakes, then checkouts as
-                                    sagas, its worker killed midway in each; exits 1 on
-                                    any duplicate charge, unbalanced books, unfinished
-                                    checkout or oversold stock
-  payonce demo core                 concurrent duplicates through the idempotency core
-  payonce demo torture              Toxiproxy on every link, workers killed at random,
-                                    two reconcilers, 10,000 intents (make torture)
   payonce migrate up|status|print   apply, inspect or print the schema
   payonce stuck                     list idempotency records stuck PROCESSING (lease
                                     ended, never reclaimed), keys hashed unless --show-keys
@@ -56,7 +46,6 @@ Usage:
                                     by --kind, --provider, --min-age, --run
   payonce resolve SCOPE KEY         settle an intent flagged NEEDS_REVIEW with your decision
                                     (ledger entry, record, audit row in one transaction)
-  payonce fake stripe|adyen|paypal  a stateful fake of the provider's API
   payonce design                    the idempotency design document of your system (HTML
                                     or Markdown) from your answers and a scan of your code
 
@@ -64,11 +53,11 @@ Run payonce COMMAND --help (or payonce help COMMAND) for a command's flags and
 examples. Shell completion: source <(payonce completion bash) (or zsh, fish,
 powershell).
 
-The database is DATABASE_URL or --database-url (demo starts a throwaway
-PostgreSQL when neither is given; the other commands refuse with exit 2).
+The database is DATABASE_URL or --database-url (without either, commands
+that need one refuse with exit 2). The demos and the providers' fakes are
+payonce's lab: make demo, or go run ./lab/cmd/lab --help.
 
 Examples:
-  make demo
   DATABASE_URL=postgres://app@db/app payonce migrate up
   payonce migrate print > payonce.sql
   payonce stuck --older-than 10m
@@ -76,12 +65,10 @@ Examples:
   payonce prune --batch 5000
   payonce reconcile --format table
   payonce report --kind "several charges at provider" --format csv
-  payonce fake adyen --addr 127.0.0.1:0
 
 Exit codes:
   0  success (stuck: whether or not it finds records)
-  1  failure (the demo: a duplicate charge or books that differ from the
-     provider's; release: no such record, not confirmed)
+  1  failure (release: no such record, not confirmed)
   2  usage error: bad command, flag or argument, no database given, release
      without --yes when stdin is not a terminal
   3  release refused: the record is not PROCESSING, its lease is live (without
@@ -113,9 +100,7 @@ var commands = []struct {
 	// args completes the first argument in the shell.
 	args []string
 }{
-	{"demo", runDemo, []string{"core", "worker", "torture"}},
 	{"migrate", runMigrate, []string{"up", "status", "print"}},
-	{"fake", runFake, []string{"stripe", "adyen", "paypal"}},
 	{"stuck", runStuck, nil},
 	{"release", runRelease, nil},
 	{"prune", runPrune, nil},
@@ -180,8 +165,8 @@ func newRoot() *cobra.Command {
 
 // commandUsage is what payonce help COMMAND prints.
 var commandUsage = map[string]string{
-	"demo": demoUsage, "migrate": migrateUsage, "fake": fakeUsage,
-	"stuck": stuckUsage, "release": releaseUsage, "prune": pruneUsage,
+	"migrate": migrateUsage,
+	"stuck":   stuckUsage, "release": releaseUsage, "prune": pruneUsage,
 	"reconcile": reconcileUsage, "report": reportUsage, "resolve": resolveUsage,
 	"design": designUsage,
 }

@@ -4,18 +4,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/payonce/payonce/internal/pgtest"
 )
 
 // The test binary is the CLI when PAYONCE_CLI_MAIN=1, so that commands
-// run as real processes (the demo's worker is a program of its own,
-// internal/stormworker, built with the race detector when the tests run
-// with it).
+// run as real processes.
 func TestMain(m *testing.M) {
 	if os.Getenv("PAYONCE_CLI_MAIN") == "1" {
 		main()
@@ -46,77 +40,8 @@ func cliProcess(t *testing.T, stdin io.Reader, env []string, args ...string) (st
 	return string(out), 0
 }
 
-// The storm, small: worker processes killed and restarted, lost and failed
-// provider responses, double clicks; zero duplicates and balanced books;
-// then the saga phase: checkouts of scarce skus, declined cards and a
-// recalled sku (refunded), the worker killed once more, every checkout
-// COMPLETED or ROLLED_BACK, no sku oversold, one charge per completed
-// checkout.
-func TestDemoStorm(t *testing.T) {
-	t.Parallel()
-	out, code := cli(t, nil, "demo", "--payments", "120", "--customers", "12", "--checkouts", "60", "--seed", "3",
-		"--database-url", pgtest.BaseURL(t))
-	if code != 0 {
-		t.Fatalf("demo exited %d:\n%s", code, out)
-	}
-	// Review is the right end only where the provider cannot prove that
-	// nothing was charged: Adyen refuses to void an attempt it never saw
-	// (an abandoned client's only send lost before Adyen), and its
-	// notification never comes (docs/providers.md).
-	for _, line := range regexp.MustCompile(`(?m)^\s*REVIEW: .*$`).FindAllString(out, -1) {
-		if !strings.Contains(line, "refused to void") {
-			t.Errorf("an intent in review for another reason: %s", line)
-		}
-	}
-	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`duplicates \(payments charged more than once\)\s+0\n`),
-		// once in the payments' storm, once in the checkouts'
-		regexp.MustCompile(`worker killed \(SIGKILL\) and restarted\s+2\n`),
-		regexp.MustCompile(`unresolved after retries\s+0\n`),
-		regexp.MustCompile(`charges at the providers\s+\d+ \(stripe [1-9]\d*, adyen [1-9]\d*, paypal [1-9]\d*\)`),
-		regexp.MustCompile(`intents still open\s+0\n`),
-		regexp.MustCompile(`zero duplicates; the books balance and match every provider`),
-		// no full key in any record the worker and the demo logged, span
-		// they traced, or error they answered or stored (storm_leaks.go)
-		fullKeysNone,
-		// the checkouts' money is in CHF alone, and balances too
-		regexp.MustCompile(`(?m)^\s+stripe\s+CHF\s+(\S+)\s+(\S+)\s+ok$`),
-	} {
-		if !want.MatchString(out) {
-			t.Errorf("the summary does not match %q:\n%s", want, out)
-		}
-	}
-	line := regexp.MustCompile(`(?m)^  sagas: 60 checkouts \(the worker killed once more, midway\): ([1-9]\d*) COMPLETED, ` +
-		`([1-9]\d*) ROLLED_BACK \(out of stock ([1-9]\d*), declined (\d+), refunded at confirm (\d+)\), 0 NEEDS_REVIEW; ` +
-		`(\d+) given up by their clients: (\d+) finished without them \((\d+) by the recovery job\), (\d+) never recorded; ` +
-		`stock never oversold \((\d+) of (\d+) units sold, [1-9]\d* samples\); ` +
-		`one charge per completed checkout, none kept for a rolled-back one$`).FindStringSubmatch(out)
-	if line == nil {
-		t.Fatalf("no saga line, or not the expected one:\n%s", out)
-	}
-	n := make([]int, len(line))
-	for i, s := range line[1:] {
-		n[i+1], _ = strconv.Atoi(s)
-	}
-	completed, rolledBack, outOfStock, declined, refunded := n[1], n[2], n[3], n[4], n[5]
-	givenUp, finishedWithout, recovered, neverRecorded, sold, units := n[6], n[7], n[8], n[9], n[10], n[11]
-	if completed+rolledBack+neverRecorded != 60 || outOfStock+declined+refunded != rolledBack ||
-		finishedWithout+neverRecorded != givenUp || recovered > finishedWithout || sold > units || givenUp == 0 {
-		t.Errorf("the saga line does not add up: %s", line[0])
-	}
-}
-
-// fullKeysNone is the storm's and the torture's line saying that none of
-// the log records, spans and error texts they scanned, of each kind some,
-// held a full idempotency key.
-var fullKeysNone = regexp.MustCompile(`full idempotency keys in logs, errors and spans\s+0 \([1-9]\d* log records, [1-9]\d* spans, ` +
-	`[1-9]\d* error texts scanned for [1-9]\d* keys\)\n`)
-
 func TestUsage(t *testing.T) {
 	t.Parallel()
-	if out, code := cli(t, nil, "demo", "--payments", "0"); code != 2 || !strings.Contains(out, "at least 1") {
-		t.Fatalf("demo --payments 0: exit %d\n%s", code, out)
-	}
 	if out, code := cli(t, nil, "nope"); code != 2 || !strings.Contains(out, "unknown command") {
 		t.Fatalf("unknown command: exit %d\n%s", code, out)
 	}
@@ -129,9 +54,9 @@ func TestCompletion(t *testing.T) {
 	if out, code := cli(t, nil, "completion", "bash"); code != 0 || !strings.Contains(out, "__start_payonce") {
 		t.Fatalf("completion bash: exit %d\n%.300s", code, out)
 	}
-	out, code := cli(t, nil, "__complete", "fake", "")
-	if code != 0 || !strings.Contains(out, "stripe\nadyen\npaypal\n") {
-		t.Fatalf("completing fake: exit %d\n%s", code, out)
+	out, code := cli(t, nil, "__complete", "migrate", "")
+	if code != 0 || !strings.Contains(out, "up\nstatus\nprint\n") {
+		t.Fatalf("completing migrate: exit %d\n%s", code, out)
 	}
 	if out, code := cli(t, nil, "__complete", "rep"); code != 0 || !strings.Contains(out, "report") {
 		t.Fatalf("completing a command: exit %d\n%s", code, out)
@@ -141,44 +66,5 @@ func TestCompletion(t *testing.T) {
 	}
 	if out, code := cli(t, nil, "help", "nope"); code != 2 || !strings.Contains(out, `no help for "nope"`) {
 		t.Fatalf("help nope: exit %d\n%s", code, out)
-	}
-}
-
-// The torture run, short (make torture runs 10,000 intents): Toxiproxy on
-// every link of three workers, workers SIGKILLed at random, two
-// reconcilers at once; zero duplicate provider effects, zero lost intents,
-// the books equal to each provider's net.
-func TestTorture(t *testing.T) {
-	t.Parallel()
-	out, code := cli(t, nil, "demo", "torture", "--intents", "1000", "--customers", "48", "--seed", "5",
-		"--fault-gap", "500ms", "--kill-gap", "2s", "--database-url", pgtest.BaseURL(t))
-	if code != 0 {
-		t.Fatalf("torture exited %d:\n%s", code, out)
-	}
-	for _, line := range regexp.MustCompile(`(?m)^\s*REVIEW: .*$`).FindAllString(out, -1) {
-		if !strings.Contains(line, "refused to void") {
-			t.Errorf("an intent in review for another reason: %s", line)
-		}
-	}
-	for _, want := range []*regexp.Regexp{
-		regexp.MustCompile(`duplicate provider effects \(charges / refunds\)\s+0 / 0\n`),
-		regexp.MustCompile(`lost intents\s+0\n`),
-		regexp.MustCompile(`answers that contradict the record\s+0\n`),
-		regexp.MustCompile(`intents still open\s+0\n`),
-		// every kind of fault on every link, and kills
-		regexp.MustCompile(`faults injected \(Toxiproxy\)\s+\d+: bandwidth [1-9]\d*, latency [1-9]\d*, limit_data [1-9]\d*, reset [1-9]\d*, slicer [1-9]\d*, timeout [1-9]\d*\n`),
-		regexp.MustCompile(`by link\s+adyen [1-9]\d*, paypal [1-9]\d*, postgres [1-9]\d*, stripe [1-9]\d*\n`),
-		regexp.MustCompile(`refused by Toxiproxy\s+0\n`),
-		regexp.MustCompile(`workers killed \(SIGKILL\) and restarted\s+([3-9]|\d\d+) \(of 3 workers\)`),
-		regexp.MustCompile(`refunds \(partial\) told done / at the providers\s+([1-9]\d*) / ([1-9]\d*)\n`),
-		regexp.MustCompile(`zero duplicate provider effects, zero lost intents; the books balance and match every provider`),
-		fullKeysNone,
-	} {
-		if !want.MatchString(out) {
-			t.Errorf("the summary does not match %q:\n%s", want, out)
-		}
-	}
-	if m := regexp.MustCompile(`refunds \(partial\) told done / at the providers\s+(\d+) / (\d+)`).FindStringSubmatch(out); m != nil && m[1] != m[2] {
-		t.Errorf("%s refunds told done, %s at the providers", m[1], m[2])
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,11 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +17,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
 )
 
 // quickExit spares each CLI process the race detector's one-second wait
@@ -565,155 +561,12 @@ func TestFormatAge(t *testing.T) {
 	}
 }
 
-// Each fake starts as a process, prints its URL and credentials, answers
-// a request made with them, and stops on SIGTERM.
-func TestFakeProviders(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		provider string
-		request  func(base string, creds map[string]string) (*http.Request, error)
-		want     string
-	}{
-		{"adyen", func(base string, creds map[string]string) (*http.Request, error) {
-			r, err := http.NewRequest("POST", base+"/payments", strings.NewReader(`{"merchantAccount":"PayonceTest",
-				"amount":{"currency":"EUR","value":1000},"reference":"order42_charge",
-				"paymentMethod":{"type":"scheme","storedPaymentMethodId":"pm_card_visa"},"returnUrl":"https://example.com",
-				"shopperReference":"usr_42","shopperInteraction":"ContAuth","recurringProcessingModel":"CardOnFile"}`))
-			if err == nil {
-				r.Header.Set("X-API-Key", creds["X-API-Key"])
-				r.Header.Set("Content-Type", "application/json")
-				r.Header.Set("Idempotency-Key", "order42_charge_0")
-			}
-			return r, err
-		}, `"resultCode": "Authorised"`},
-		{"paypal", func(base string, creds map[string]string) (*http.Request, error) {
-			r, err := http.NewRequest("POST", base+"/v1/oauth2/token", strings.NewReader("grant_type=client_credentials"))
-			if err == nil {
-				r.SetBasicAuth(creds["client id"], strings.Fields(creds["secret"])[0])
-				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			}
-			return r, err
-		}, `"access_token"`},
-		{"stripe", func(base string, creds map[string]string) (*http.Request, error) {
-			r, err := http.NewRequest("POST", base+"/v1/payment_intents", strings.NewReader(
-				"amount=1000&currency=eur&payment_method=pm_card_visa&confirm=true"))
-			if err == nil {
-				r.Header.Set("Authorization", "Bearer sk_test_123")
-				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			}
-			return r, err
-		}, `"succeeded"`},
-	} {
-		t.Run(tc.provider, func(t *testing.T) {
-			t.Parallel()
-			args := []string{"fake", tc.provider, "--addr", "127.0.0.1:0"}
-			if tc.provider == "adyen" {
-				args = append(args, "--api-key", "ak_test", "--merchant-account", "PayonceTest")
-			}
-			cmd := exec.Command(os.Args[0], args...)
-			cmd.Env = append(os.Environ(), quickExit([]string{"PAYONCE_CLI_MAIN=1"})...)
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := false
-			t.Cleanup(func() {
-				if !exited {
-					_ = cmd.Process.Kill()
-					_ = cmd.Wait()
-				}
-			})
-			base, creds := readFakeBanner(t, stdout, tc.provider)
-			if tc.provider == "adyen" && (creds["X-API-Key"] != "ak_test" || creds["merchantAccount"] != "PayonceTest") {
-				t.Fatalf("the banner does not name the configured credentials: %v", creds)
-			}
-			req, err := tc.request(base, creds)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode/100 != 2 || !strings.Contains(string(body), tc.want) {
-				t.Fatalf("%s %s: %d\n%s", req.Method, req.URL, resp.StatusCode, body)
-			}
-			go func() { _, _ = io.Copy(io.Discard, stdout) }()
-			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			err = cmd.Wait()
-			exited = true
-			if err != nil {
-				t.Fatalf("fake %s after SIGTERM: %v\n%s", tc.provider, err, stderr.String())
-			}
-		})
-	}
-}
-
-// readFakeBanner reads the fake's first lines: its base URL, then one
-// "  name  value" line per credential.
-func readFakeBanner(t *testing.T, r io.Reader, provider string) (string, map[string]string) {
-	t.Helper()
-	type banner struct {
-		base  string
-		creds map[string]string
-		err   error
-	}
-	done := make(chan banner, 1)
-	go func() {
-		sc := bufio.NewScanner(r)
-		b := banner{creds: map[string]string{}}
-		prefix := "fake " + provider + ": listening on "
-		for sc.Scan() {
-			line := sc.Text()
-			if u, ok := strings.CutPrefix(line, prefix); ok {
-				b.base = u
-				continue
-			}
-			if b.base == "" {
-				continue
-			}
-			// Names are one or two words, then at least two spaces.
-			name, value, ok := strings.Cut(strings.TrimSpace(line), "  ")
-			if !ok {
-				break
-			}
-			b.creds[name] = strings.TrimSpace(value)
-			if name == "ground truth" {
-				done <- b
-				return
-			}
-		}
-		b.err = fmt.Errorf("the banner ended early (%v): %+v", sc.Err(), b)
-		done <- b
-	}()
-	select {
-	case b := <-done:
-		if b.err != nil {
-			t.Fatal(b.err)
-		}
-		return b.base, b.creds
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the fake printed no banner within 2 minutes")
-	}
-	return "", nil
-}
-
 func TestEveryCommandHasHelpWithExample(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"--help"}, {"help", "stuck"}, {"help", "release"},
 		{"stuck", "--help"}, {"release", "--help"}, {"prune", "--help"}, {"prune", "-h"},
-		{"fake", "--help"}, {"fake", "adyen", "--help"}, {"fake", "paypal", "--help"}, {"fake", "stripe", "--help"},
-		{"migrate", "up", "--help"}, {"demo", "--help"}, {"demo", "core", "--help"},
+		{"migrate", "up", "--help"},
 	} {
 		out, code := run(t, []string{"DATABASE_URL="}, args...)
 		if code != 0 || !strings.Contains(out, "Example") {
@@ -755,8 +608,6 @@ func TestOpsUsageErrors(t *testing.T) {
 		{[]string{"release", "", "usr_1_charge_x"}, "scope"},
 		{[]string{"prune", "--batch", "0"}, "--batch must be between 1 and 50000"},
 		{[]string{"prune", "--limit", "-1"}, "--limit must not be negative"},
-		{[]string{"fake", "nope"}, `unknown provider "nope"`},
-		{[]string{"fake", "adyen", "--hmac-key", "zz", "--addr", "127.0.0.1:0"}, "HMACKey"},
 		{[]string{"help", "nope"}, `no help for "nope"`},
 	} {
 		out, code := run(t, env, tc.args...)

@@ -70,8 +70,8 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/examples/checkout/service"
-	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/localpg"
+	"github.com/payonce/payonce/pgtest/localpg"
+	"github.com/payonce/payonce/providers/fakes"
 )
 
 func main() {

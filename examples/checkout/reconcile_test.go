@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers/fakes"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )

@@ -36,8 +36,8 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/internal/localpg"
 	"github.com/payonce/payonce/migrations"
+	"github.com/payonce/payonce/pgtest/localpg"
 )
 
 func main() {

@@ -23,7 +23,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/idempotencytest"
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -16,7 +16,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/idempotencytest"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
 )
 
 func encryptRing(t testing.TB) *idempotency.Keyring {

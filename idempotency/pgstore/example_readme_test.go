@@ -11,8 +11,8 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/migrations"
+	"github.com/payonce/payonce/pgtest"
 )
 
 // The README's core API, run: an order created once, whatever the

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
 )
 
 // seedPrune inserts n rows of one kind: "expired" (COMPLETED and FAILED,

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/ledger/ledgerbench"
+	"github.com/payonce/payonce/pgtest"
 )
 
 // TestRun keeps the benchmark compiling and working; it asserts nothing
@@ -40,7 +40,7 @@ func TestBalanceRead(t *testing.T) {
 
 // BenchmarkBalanceRead measures the million-posting balance read:
 //
-//	go run ./internal/cmd/withpg -durable -- go test -run '^$' -bench BalanceRead ./ledger/ledgerbench
+//	go run ./lab/cmd/withpg -durable -- go test -run '^$' -bench BalanceRead ./ledger/ledgerbench
 //
 // LEDGERBENCH_POSTINGS overrides the number of postings.
 func BenchmarkBalanceRead(b *testing.B) {
@@ -66,7 +66,7 @@ func BenchmarkBalanceRead(b *testing.B) {
 // BenchmarkHotDistinct runs the hot/distinct comparison as `make bench`
 // does, 8 goroutines:
 //
-//	go run ./internal/cmd/withpg -durable -- go test -run '^$' -bench HotDistinct ./ledger/ledgerbench
+//	go run ./lab/cmd/withpg -durable -- go test -run '^$' -bench HotDistinct ./ledger/ledgerbench
 //
 // LEDGERBENCH_DURATION overrides the 10s per mode.
 func BenchmarkHotDistinct(b *testing.B) {

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/crashpoint"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/saga"
@@ -300,13 +299,6 @@ const (
 	compensateSuffix = "_compensate"
 )
 
-// The saga package's crash points (internal/crashpoint) around the commit
-// of a step's outcome; the key they report is the call's sub-key.
-const (
-	sagaPointBeforeCommit = "saga.before_commit"
-	sagaPointAfterCommit  = "saga.after_commit"
-)
-
 // crashAt is where a test-only crash kills the process; zero: nowhere.
 type crashAt struct{ step, phase string }
 
@@ -328,20 +320,22 @@ func parseCrashAt(v string) (crashAt, error) {
 	return crashAt{step, phase}, nil
 }
 
-// install makes the saga's commit points kill the process at c.
-func (c crashAt) install() {
+// hooks are the saga's commit hooks that kill the process at c (the
+// commit and after phases); nil when c kills nowhere or before a step.
+// The key a hook gets is the step call's sub-key.
+func (c crashAt) hooks() *saga.Hooks {
 	if c.step == "" || c.phase == phaseBefore {
-		return
+		return nil
 	}
-	point := sagaPointAfterCommit
-	if c.phase == phaseCommit {
-		point = sagaPointBeforeCommit
-	}
-	crashpoint.Set(func(p, key string) {
-		if p == point && strings.HasSuffix(key, "_"+c.step) {
+	kill := func(key string) {
+		if strings.HasSuffix(key, "_"+c.step) {
 			die()
 		}
-	})
+	}
+	if c.phase == phaseCommit {
+		return &saga.Hooks{BeforeCommit: kill}
+	}
+	return &saga.Hooks{AfterCommit: kill}
 }
 
 func (c crashAt) at(step, phase string) {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/payonce/payonce/examples/checkout/service"
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 	"github.com/payonce/payonce/saga"

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/examples/checkout/service"
-	"github.com/payonce/payonce/internal/fakes"
+	"github.com/payonce/payonce/providers/fakes"
 )
 
 // The payments reconciler's variables: it runs every minute unless told

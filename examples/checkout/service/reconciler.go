@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/payonce/payonce/internal/schedule"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/reconcile"
 )
@@ -25,7 +24,7 @@ func reconcileFrom(getenv func(string) string) (reconcile.Config, error) {
 		cfg.Spec = defaultReconcileSpec
 	}
 	if cfg.Spec != "off" {
-		if err := schedule.Check(cfg.Spec); err != nil {
+		if err := (&reconcile.Config{Spec: cfg.Spec}).Validate(); err != nil {
 			return cfg, fmt.Errorf("checkout: CHECKOUT_RECONCILE_SPEC=%q: %v; a cron schedule such as \"@every 1m\" is expected, or \"off\"", cfg.Spec, err)
 		}
 	}

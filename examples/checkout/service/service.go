@@ -243,7 +243,7 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 	if err != nil {
 		return nil, err
 	}
-	orch, err := saga.New(pool, &saga.Config{LockTimeout: cfg.LockTimeout, RecoverSpec: recoverSpec, Logger: cfg.Logger})
+	orch, err := saga.New(pool, &saga.Config{LockTimeout: cfg.LockTimeout, RecoverSpec: recoverSpec, Logger: cfg.Logger, Hooks: crash.hooks()})
 	if err != nil {
 		return nil, fmt.Errorf("checkout: %w", err)
 	}
@@ -265,7 +265,6 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 	if err != nil {
 		return nil, err
 	}
-	crash.install()
 	if cfg.RecoverSpec != "off" {
 		s.stopRecovery = orch.Start(context.WithoutCancel(ctx))
 	}

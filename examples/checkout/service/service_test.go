@@ -13,8 +13,8 @@ import (
 
 	"github.com/payonce/payonce/examples/checkout/service"
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/internal/fakes"
-	"github.com/payonce/payonce/internal/pgtest"
+	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers/fakes"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )

@@ -1,0 +1,658 @@
+// Command bench measures payonce against the physical limit of the same
+// PostgreSQL in the same run (make bench). Every figure is the median of
+// interleaved rounds, with min and max.
+//
+//	(a) raw claim+complete: pgbench running pgstore's own claim and complete
+//	    statements as two autocommit statements (8 clients, prepared);
+//	(b) sdk claim+complete: pgstore's Do cycle, 8 goroutines, against (a);
+//	(c) replay: Do of an already completed key, with the executor's replay
+//	    cache and without it, against pgbench's primary-key SELECT of one
+//	    row of the same table;
+//	(d) one_tx: DoTx (claim, the action's insert, completion, one commit),
+//	    8 goroutines, against pgbench running the same transaction
+//	    (BEGIN, pgstore's claim, the insert, pgstore's complete, COMMIT),
+//	    and against the two-phase path (Do whose action inserts in its own
+//	    transaction);
+//	(p) peers: replicas of other designs (peers.go) on the same table
+//	    shape, claim+complete and replay;
+//	(e) ledger: postings per second with every entry on the same two
+//	    accounts against entries on distinct accounts (ledgerbench.Run).
+//
+// It reads BENCH_DATABASE_URL (make bench starts a durable throwaway
+// cluster), BENCH_SECONDS (default 5) and BENCH_ROUNDS (default 3).
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/ledger/ledgerbench"
+	"github.com/payonce/payonce/pgtest/localpg"
+)
+
+const (
+	clients = 8
+	// manyCallers is the (h) paths' number of goroutines on the pool of
+	// clients connections.
+	manyCallers = 64
+	scope       = "bench"
+	replayKeys  = 100_000
+)
+
+var body = []byte(`{"order_id":"ord_4f9c2a","status":"created","amount":"49.99","currency":"EUR"}`)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type sample struct {
+	tps      float64
+	p50, p99 time.Duration
+}
+
+type series struct {
+	name    string
+	samples []sample
+}
+
+func (s *series) median() sample {
+	tps := make([]float64, len(s.samples))
+	for i, x := range s.samples {
+		tps[i] = x.tps
+	}
+	slices.Sort(tps)
+	m := tps[len(tps)/2]
+	for _, x := range s.samples {
+		if x.tps == m {
+			return x
+		}
+	}
+	return s.samples[0]
+}
+
+func (s *series) String() string {
+	m := s.median()
+	lo, hi := s.samples[0].tps, s.samples[0].tps
+	for _, x := range s.samples {
+		lo, hi = min(lo, x.tps), max(hi, x.tps)
+	}
+	return fmt.Sprintf("%-34s %9.0f/s  [%7.0f .. %7.0f]  p50 %7s  p99 %7s", s.name, m.tps, lo, hi,
+		m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond))
+}
+
+func run() error {
+	ctx := context.Background()
+	base := os.Getenv("BENCH_DATABASE_URL")
+	if base == "" {
+		return fmt.Errorf("BENCH_DATABASE_URL is not set: run `make bench`, which starts a throwaway PostgreSQL")
+	}
+	seconds, rounds := envInt("BENCH_SECONDS", 5), envInt("BENCH_ROUNDS", 3)
+	d := time.Duration(seconds) * time.Second
+	bin, err := localpg.BinDir()
+	if err != nil {
+		return err
+	}
+
+	dbURL, err := prepare(ctx, base)
+	if err != nil {
+		return err
+	}
+	pool, err := newPool(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		return err
+	}
+	exec, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: 30 * time.Second, Retention: 24 * time.Hour})
+	if err != nil {
+		return err
+	}
+	// The same executor over a store without group commit, for
+	// comparison.
+	plain, err := pgstore.New(pool, &pgstore.Config{NoGroupCommit: true})
+	if err != nil {
+		return err
+	}
+	plainExec, err := pgstore.NewExecutor(plain, &idempotency.Config{LockTimeout: 30 * time.Second, Retention: 24 * time.Hour})
+	if err != nil {
+		return err
+	}
+	fp, err := benchFingerprint()
+	if err != nil {
+		return err
+	}
+	if err := seedReplays(ctx, pool, fp); err != nil {
+		return err
+	}
+	if err := preparePeers(ctx, pool); err != nil {
+		return err
+	}
+	cached, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: 30 * time.Second, Retention: 24 * time.Hour,
+		// MaxAge above the run: the cache is warmed once, and the store's
+		// change reports (none come) keep its entries exact meanwhile.
+		ReplayCache: &idempotency.ReplayCache{Size: 2 * replayKeys, MaxAge: 24 * time.Hour}})
+	if err != nil {
+		return err
+	}
+	defer cached.Close()
+	tmp, err := os.MkdirTemp("", "payonce-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	cycle, sel, oneTx, err := writeScripts(tmp)
+	if err != nil {
+		return err
+	}
+	pgb := pgbench{bin: filepath.Join(bin, "pgbench"), url: libpqURL(dbURL), dir: tmp, fp: string(fp)}
+
+	var version, settings string
+	_ = pool.QueryRow(ctx, `SELECT version()`).Scan(&version)
+	_ = pool.QueryRow(ctx, `SELECT string_agg(name || '=' || setting, ' ') FROM pg_settings
+		WHERE name IN ('fsync','synchronous_commit','shared_buffers','wal_level','max_connections')`).Scan(&settings)
+	fmt.Printf("machine: %d cores (GOMAXPROCS %d), %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), version)
+	fmt.Printf("server settings: %s\n", settings)
+	fmt.Printf("%d rounds of %s per path, %d clients, interleaved\n\n", rounds, d, clients)
+
+	// Each measured run starts right after a checkpoint, so that none of
+	// them pays for a checkpoint the previous one left (full-page writes,
+	// fsync storms): without it, figures on this machine swing by 2-3x.
+	checkpoint := func() {
+		if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: CHECKPOINT refused (not a superuser?); figures will be noisier:", err)
+		}
+	}
+	rawCycle := &series{name: "(a) raw claim+complete (pgbench)"}
+	sdkCycle := &series{name: "(b) sdk claim+complete (Do)"}
+	sdkCyclePlain := &series{name: "(b) sdk claim+complete, NoGroupCommit"}
+	rawRead := &series{name: "(c) raw primary-key SELECT (pgbench)"}
+	pgxRead := &series{name: "(c) plain pgx SELECT (Go ceiling)"}
+	sdkReplay := &series{name: "(c) sdk replay, replay cache (Do)"}
+	sdkReplayUncached := &series{name: "(c) sdk replay, no cache (Do)"}
+	rawOneTx := &series{name: "(d) raw one transaction (pgbench)"}
+	sdkOneTx := &series{name: "(d) sdk one transaction (DoTx)"}
+	sdkTwoPhase := &series{name: "(d) sdk two-phase (Do + own tx)"}
+	peerList := peers()
+	peerCycle := make([]*series, len(peerList))
+	peerReplay := make([]*series, len(peerList))
+	for i, p := range peerList {
+		peerCycle[i] = &series{name: "(p) claim+complete: " + p.name}
+		peerReplay[i] = &series{name: "(p) replay: " + p.name}
+	}
+	// (h): the same cycles from many more callers than the pool has
+	// connections, as a busy service makes them.
+	manyCycle := &series{name: fmt.Sprintf("(h) sdk claim+complete, %d callers", manyCallers)}
+	manyCyclePlain := &series{name: fmt.Sprintf("(h) sdk, NoGroupCommit, %d callers", manyCallers)}
+	manyPeer := make([]*series, len(peerList))
+	for i, p := range peerList {
+		manyPeer[i] = &series{name: fmt.Sprintf("(h) %s, %d callers", p.name, manyCallers)}
+	}
+	cycles := func(r int) {
+		checkpoint()
+		sdkCycle.samples = append(sdkCycle.samples, measure(d, newKeyWorker(exec, fp, fmt.Sprintf("c%d", r))))
+		checkpoint()
+		sdkCyclePlain.samples = append(sdkCyclePlain.samples, measure(d, newKeyWorker(plainExec, fp, fmt.Sprintf("n%d", r))))
+		for i, p := range peerList {
+			checkpoint()
+			peerCycle[i].samples = append(peerCycle[i].samples, measure(d, p.cycleWorker(pool, fp, fmt.Sprintf("q%d", r))))
+		}
+		checkpoint()
+		manyCycle.samples = append(manyCycle.samples, measureN(d, manyCallers, newKeyWorker(exec, fp, fmt.Sprintf("hc%d", r))))
+		checkpoint()
+		manyCyclePlain.samples = append(manyCyclePlain.samples, measureN(d, manyCallers, newKeyWorker(plainExec, fp, fmt.Sprintf("hn%d", r))))
+		for i, p := range peerList {
+			checkpoint()
+			manyPeer[i].samples = append(manyPeer[i].samples, measureN(d, manyCallers, p.cycleWorker(pool, fp, fmt.Sprintf("hq%d", r))))
+		}
+	}
+	onlyCycles := os.Getenv("BENCH_ONLY") == "claim_complete"
+
+	// Warm up caches and prepared statements, unmeasured.
+	if _, err := pgb.run(ctx, cycle, 2*time.Second); err != nil {
+		return err
+	}
+	_ = measure(2*time.Second, newKeyWorker(exec, fp, "w"))
+	// The replay cache fills from replays the store answered: one pass
+	// over every replay key, unmeasured.
+	if err := warmCache(cached, fp); err != nil {
+		return err
+	}
+
+	for r := 0; r < rounds; r++ {
+		fmt.Fprintf(os.Stderr, "round %d/%d\n", r+1, rounds)
+		checkpoint()
+		s, err := pgb.run(ctx, cycle, d)
+		if err != nil {
+			return err
+		}
+		rawCycle.samples = append(rawCycle.samples, s)
+		cycles(r)
+		if onlyCycles {
+			continue
+		}
+		s, err = pgb.run(ctx, sel, d)
+		if err != nil {
+			return err
+		}
+		rawRead.samples = append(rawRead.samples, s)
+		pgxRead.samples = append(pgxRead.samples, measure(d, selectWorker(pool)))
+		sdkReplay.samples = append(sdkReplay.samples, measure(d, replayWorker(cached, fp)))
+		sdkReplayUncached.samples = append(sdkReplayUncached.samples, measure(d, replayWorker(exec, fp)))
+		for i, p := range peerList {
+			peerReplay[i].samples = append(peerReplay[i].samples, measure(d, p.replayWorker(pool, fp)))
+		}
+		checkpoint()
+		s, err = pgb.run(ctx, oneTx, d)
+		if err != nil {
+			return err
+		}
+		rawOneTx.samples = append(rawOneTx.samples, s)
+		checkpoint()
+		sdkOneTx.samples = append(sdkOneTx.samples, measure(d, oneTxWorker(exec, fp, fmt.Sprintf("t%d", r))))
+		checkpoint()
+		sdkTwoPhase.samples = append(sdkTwoPhase.samples, measure(d, twoPhaseWorker(exec, pool, fp, fmt.Sprintf("p%d", r))))
+	}
+
+	// Every claim, pgbench's included, must have been completed: a
+	// completion that matched no row would make the raw cycle cheaper than
+	// the real one.
+	var open int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_store WHERE status = 'PROCESSING'`).Scan(&open); err != nil {
+		return err
+	}
+	if open != 0 {
+		return fmt.Errorf("%d claims were never completed: the benchmark's statements are wrong", open)
+	}
+	for _, p := range peerList {
+		if n, err := p.open(ctx, pool); err != nil || n != 0 {
+			return fmt.Errorf("peer %s: %d claims never completed (%v)", p.name, n, err)
+		}
+	}
+
+	best := func(ss []*series) *series {
+		b := ss[0]
+		for _, s := range ss[1:] {
+			if s.median().tps > b.median().tps {
+				b = s
+			}
+		}
+		return b
+	}
+	bestMany := best(manyPeer)
+	lead := func() {
+		fmt.Printf("\nat %d callers on the %d-connection pool: best peer %s; payonce's lead %+.0f%% (without group commit %+.0f%%)\n",
+			manyCallers, clients, bestMany.name, 100*(manyCycle.median().tps/bestMany.median().tps-1),
+			100*(manyCyclePlain.median().tps/bestMany.median().tps-1))
+	}
+	if onlyCycles {
+		for _, s := range append(append([]*series{rawCycle, sdkCycle, sdkCyclePlain}, peerCycle...), append([]*series{manyCycle, manyCyclePlain}, manyPeer...)...) {
+			fmt.Println(s)
+		}
+		fmt.Printf("ratio claim_complete sdk/raw=%.2f\n", sdkCycle.median().tps/rawCycle.median().tps)
+		fmt.Printf("ratio peer_best claim_complete=%.2f\n", sdkCycle.median().tps/best(peerCycle).median().tps)
+		lead()
+		return nil
+	}
+	all := []*series{rawCycle, sdkCycle, sdkCyclePlain, rawRead, pgxRead, sdkReplay, sdkReplayUncached, rawOneTx, sdkOneTx, sdkTwoPhase}
+	all = append(append(all, peerCycle...), peerReplay...)
+	all = append(append(all, manyCycle, manyCyclePlain), manyPeer...)
+	for _, s := range all {
+		fmt.Println(s)
+	}
+	bestCycle, bestReplay := best(peerCycle), best(peerReplay)
+	fmt.Printf("\nbest peer: %s; %s\n", bestCycle.name, bestReplay.name)
+	fmt.Printf("payonce's lead over the best peer: claim+complete %+.0f%%, replay %+.0f%% (without the replay cache %+.0f%%)\n",
+		100*(sdkCycle.median().tps/bestCycle.median().tps-1), 100*(sdkReplay.median().tps/bestReplay.median().tps-1),
+		100*(sdkReplayUncached.median().tps/bestReplay.median().tps-1))
+	lead()
+	fmt.Println()
+	fmt.Printf("ratio claim_complete sdk/raw=%.2f\n", sdkCycle.median().tps/rawCycle.median().tps)
+	fmt.Printf("ratio replay sdk/raw=%.2f\n", sdkReplay.median().tps/rawRead.median().tps)
+	fmt.Printf("ratio replay_uncached sdk/raw=%.2f\n", sdkReplayUncached.median().tps/rawRead.median().tps)
+	fmt.Printf("ratio one_tx sdk/raw=%.2f\n", sdkOneTx.median().tps/rawOneTx.median().tps)
+	fmt.Printf("ratio one_tx vs_two_phase=%.2f\n", sdkOneTx.median().tps/sdkTwoPhase.median().tps)
+	fmt.Printf("ratio peer_best claim_complete=%.2f\n", sdkCycle.median().tps/bestCycle.median().tps)
+	fmt.Printf("ratio peer_best replay=%.2f\n", sdkReplay.median().tps/bestReplay.median().tps)
+
+	// The ledger: postings on two hot accounts against distinct accounts,
+	// interleaved in rounds inside Run.
+	fmt.Fprintln(os.Stderr, "ledger hot/distinct")
+	lr, err := ledgerbench.Run(ctx, base, clients, time.Duration(rounds)*d)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	fmt.Printf("\nledger: hot %.0f postings/s (p50 %s, p99 %s); distinct %.0f postings/s (p50 %s, p99 %s)\n",
+		lr.HotPostingsPerSec, lr.HotP50.Round(time.Microsecond), lr.HotP99.Round(time.Microsecond),
+		lr.DistinctPostingsPerSec, lr.DistinctP50.Round(time.Microsecond), lr.DistinctP99.Round(time.Microsecond))
+	fmt.Printf("ratio ledger hot/distinct=%.2f\n", lr.Ratio())
+	return nil
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func newPool(ctx context.Context, u string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = clients
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// prepare creates a fresh, migrated schema payonce_bench with the table
+// the one-transaction action writes to; it returns a URL that selects it.
+func prepare(ctx context.Context, base string) (string, error) {
+	u, err := localpg.FreshSchema(ctx, base, "payonce_bench")
+	if err != nil {
+		return "", err
+	}
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `CREATE TABLE bench_orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL, amount NUMERIC NOT NULL)`)
+	return u, err
+}
+
+// libpqURL turns pgx's search_path parameter into libpq's options.
+func libpqURL(u string) string {
+	p, _ := url.Parse(u)
+	q := p.Query()
+	if sp := q.Get("search_path"); sp != "" {
+		q.Del("search_path")
+		q.Set("options", "-csearch_path="+sp)
+	}
+	p.RawQuery = q.Encode()
+	return p.String()
+}
+
+func benchFingerprint() (idempotency.Fingerprint, error) {
+	return idempotency.NewFingerprint().Decimal("amount", "49.99").String("currency", "EUR").
+		String("sku", "sku_123").Int("qty", 1).Sum()
+}
+
+// seedReplays stores completed records under the keys "1".."100000", with
+// the response Do would have stored, so that Do replays them and pgbench
+// selects them.
+func seedReplays(ctx context.Context, pool *pgxpool.Pool, fp idempotency.Fingerprint) error {
+	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_store
+		(idempotency_key, user_id, fingerprint, status, response_code, response_body, response_raw, lock_version, completed_at, expires_at)
+		SELECT g::text, $1, $2, 'COMPLETED', 201, $3, $4, 0, now(), now() + interval '1 day'
+		  FROM generate_series(1, $5::int) g`,
+		scope, string(fp), []byte(`{"header":{"Content-Type":["application/json"]}}`), body, replayKeys); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, `VACUUM ANALYZE idempotency_store`)
+	return err
+}
+
+func response() idempotency.Response {
+	return idempotency.Response{Code: 201, Header: map[string][]string{"Content-Type": {"application/json"}}, Body: body}
+}
+
+type worker func(ctx context.Context, rng *rand.Rand, i int) error
+
+func newKeyWorker(exec *pgstore.Executor, fp idempotency.Fingerprint, prefix string) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		r := idempotency.Request{Scope: scope, Key: fmt.Sprintf("%s%d", prefix, rng.Uint64()), Fingerprint: fp}
+		_, err := exec.Do(ctx, r, func(ctx context.Context) (idempotency.Response, error) { return response(), nil })
+		return err
+	}
+}
+
+func replayWorker(exec *pgstore.Executor, fp idempotency.Fingerprint) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		r := idempotency.Request{Scope: scope, Key: strconv.Itoa(1 + rng.IntN(replayKeys)), Fingerprint: fp}
+		res, err := exec.Do(ctx, r, func(ctx context.Context) (idempotency.Response, error) {
+			return idempotency.Response{}, fmt.Errorf("a replay executed")
+		})
+		if err == nil && !res.Replayed {
+			return fmt.Errorf("not a replay")
+		}
+		return err
+	}
+}
+
+// selectWorker is the plain pgx client reading what a replay reads: the
+// ceiling of any Go client on this machine, for context.
+func selectWorker(pool *pgxpool.Pool) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		var (
+			fp, status string
+			code       int32
+			meta, raw  []byte
+			version    int32
+			locked     *time.Time
+			expires    time.Time
+		)
+		return pool.QueryRow(ctx, `SELECT fingerprint, status, response_code, response_body, response_raw, lock_version, locked_until, expires_at
+			FROM idempotency_store WHERE idempotency_key = $1 AND user_id = $2`, strconv.Itoa(1+rng.IntN(replayKeys)), scope).
+			Scan(&fp, &status, &code, &meta, &raw, &version, &locked, &expires)
+	}
+}
+
+// twoPhaseWorker is what a user writes without DoTx: Do, whose action
+// inserts the order in a transaction of its own, then the completion.
+func twoPhaseWorker(exec *pgstore.Executor, pool *pgxpool.Pool, fp idempotency.Fingerprint, prefix string) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		r := idempotency.Request{Scope: scope, Key: fmt.Sprintf("%s%d", prefix, rng.Uint64()), Fingerprint: fp}
+		_, err := exec.Do(ctx, r, func(ctx context.Context) (idempotency.Response, error) {
+			_, err := pool.Exec(ctx, `INSERT INTO bench_orders (key, amount) VALUES ($1, $2)`, r.Key, "49.99")
+			return response(), err
+		})
+		return err
+	}
+}
+
+// warmCache replays every replay key once through exec, 8 at a time.
+func warmCache(exec *pgstore.Executor, fp idempotency.Fingerprint) error {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make([]error, clients)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 1 + c; k <= replayKeys; k += clients {
+				r := idempotency.Request{Scope: scope, Key: strconv.Itoa(k), Fingerprint: fp}
+				if _, err := exec.Do(ctx, r, func(context.Context) (idempotency.Response, error) {
+					return idempotency.Response{}, fmt.Errorf("a replay executed")
+				}); err != nil {
+					errs[c] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func oneTxWorker(exec *pgstore.Executor, fp idempotency.Fingerprint, prefix string) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		r := idempotency.Request{Scope: scope, Key: fmt.Sprintf("%s%d", prefix, rng.Uint64()), Fingerprint: fp}
+		_, err := exec.DoTx(ctx, r, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+			_, err := tx.Exec(ctx, `INSERT INTO bench_orders (key, amount) VALUES ($1, $2)`, r.Key, "49.99")
+			return response(), err
+		})
+		return err
+	}
+}
+
+// measure runs w on clients goroutines for d and returns throughput and
+// latency percentiles.
+func measure(d time.Duration, w worker) sample { return measureN(d, clients, w) }
+
+// measureN is measure with callers goroutines sharing the pool's clients
+// connections.
+func measureN(d time.Duration, callers int, w worker) sample {
+	ctx := context.Background()
+	lat := make([][]time.Duration, callers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	var failed error
+	var mu sync.Mutex
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(c)))
+			for i := 0; ; i++ {
+				t0 := time.Now()
+				if t0.After(deadline) {
+					return
+				}
+				if err := w(ctx, rng, i); err != nil {
+					mu.Lock()
+					failed = err
+					mu.Unlock()
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		}(c)
+	}
+	wg.Wait()
+	if failed != nil {
+		fmt.Fprintln(os.Stderr, "bench: worker failed:", failed)
+		os.Exit(1)
+	}
+	elapsed := time.Since(start)
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	return summarize(all, elapsed)
+}
+
+func summarize(all []time.Duration, elapsed time.Duration) sample {
+	slices.Sort(all)
+	if len(all) == 0 {
+		return sample{}
+	}
+	return sample{
+		tps: float64(len(all)) / elapsed.Seconds(),
+		p50: all[len(all)/2],
+		p99: all[len(all)*99/100],
+	}
+}
+
+// pgbench scripts: pgstore's own statements, with each $n replaced by a
+// pgbench variable of the same meaning.
+func writeScripts(dir string) (cycle, sel, oneTx string, err error) {
+	st := pgstore.Statements()
+	toPgbench := func(sql string, vars ...string) string {
+		for i := len(vars); i >= 1; i-- { // $10 before $1
+			sql = strings.ReplaceAll(sql, fmt.Sprintf("$%d", i), ":"+vars[i-1])
+		}
+		return strings.Join(strings.Fields(sql), " ") + ";\n"
+	}
+	// The claim a new key gets from the default (adaptive) store, the lean
+	// insert; its lock version (random) feeds the completion, as in Do.
+	claim := strings.TrimSuffix(toPgbench(st["claim_new"], "k", "s", "fp", "lock", "ret", "rh"), ";\n") + " \\gset c_\n"
+	complete := toPgbench(st["complete"], "k", "s", "c_lock_version", "st", "code", "meta", "body", "ret")
+	cycle = filepath.Join(dir, "cycle.sql")
+	script := "\\set k random(1000000000, 9000000000000000000)\n" + claim + complete
+	if err := os.WriteFile(cycle, []byte(script), 0o644); err != nil {
+		return "", "", "", err
+	}
+	// The same cycle in one transaction with the action's insert, as DoTx
+	// runs it.
+	oneTx = filepath.Join(dir, "one_tx.sql")
+	script = "\\set k random(1000000000, 9000000000000000000)\nBEGIN ISOLATION LEVEL READ COMMITTED;\n" + claim +
+		"INSERT INTO bench_orders (key, amount) VALUES (:k, 49.99);\n" + complete + "COMMIT;\n"
+	if err := os.WriteFile(oneTx, []byte(script), 0o644); err != nil {
+		return "", "", "", err
+	}
+	sel = filepath.Join(dir, "select.sql")
+	script = fmt.Sprintf("\\set k random(1, %d)\n", replayKeys) +
+		"SELECT fingerprint, status, response_code, response_body, response_raw, lock_version, locked_until, expires_at FROM idempotency_store WHERE idempotency_key = :k AND user_id = :s;\n"
+	if err := os.WriteFile(sel, []byte(script), 0o644); err != nil {
+		return "", "", "", err
+	}
+	return cycle, sel, oneTx, nil
+}
+
+type pgbench struct {
+	bin, url, dir, fp string
+	n                 int
+}
+
+func (p *pgbench) run(ctx context.Context, script string, d time.Duration) (sample, error) {
+	p.n++
+	prefix := filepath.Join(p.dir, fmt.Sprintf("log%d", p.n))
+	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", "2",
+		"-T", strconv.Itoa(int(d.Seconds())), "-f", script, "-l", "--log-prefix=" + prefix,
+		"-D", "s=" + scope, "-D", "fp=" + p.fp, "-D", "lock=30", "-D", "ret=86400", "-D", "rf=false", "-D", "rh=0",
+		// The completion stores the same response Do stores.
+		"-D", "st=COMPLETED", "-D", "code=201",
+		"-D", `meta={"header":{"Content-Type":["application/json"]}}`, "-D", "body=" + string(body),
+		p.url}
+	cmd := exec.CommandContext(ctx, p.bin, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return sample{}, fmt.Errorf("pgbench: %v\n%s", err, out)
+	}
+	tps := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
+	if tps == nil {
+		return sample{}, fmt.Errorf("pgbench: no tps in output:\n%s", out)
+	}
+	rate, _ := strconv.ParseFloat(string(tps[1]), 64)
+	var lats []time.Duration
+	logs, _ := filepath.Glob(prefix + ".*")
+	for _, l := range logs {
+		f, err := os.Open(l)
+		if err != nil {
+			return sample{}, err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) >= 3 {
+				us, _ := strconv.ParseInt(fields[2], 10, 64)
+				lats = append(lats, time.Duration(us)*time.Microsecond)
+			}
+		}
+		f.Close()
+		os.Remove(l)
+	}
+	s := summarize(lats, time.Second)
+	s.tps = rate
+	return s, nil
+}

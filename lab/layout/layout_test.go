@@ -1,0 +1,173 @@
+// Package layout checks the shape of payonce's modules (issue 25): what a
+// user of the SDK gets in their module graph, what the operator binary
+// links, and that the README's layout table names every Go folder at the
+// root. Its tests are the whole package.
+package layout
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// root is the repository's root: this package is lab/layout.
+func root(t *testing.T) string {
+	t.Helper()
+	r, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func goCmd(t *testing.T, dir string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go %s (in %s): %v\n%s", strings.Join(args, " "), dir, err, stderr)
+	}
+	return string(out)
+}
+
+// workshop holds the modules a user of the SDK must never get: the lab's,
+// the CLI's and the examples' dependencies.
+var workshop = []string{
+	"github.com/chromedp/", "github.com/nats-io/nats-server", "github.com/Shopify/toxiproxy",
+	"github.com/riverqueue/river", "github.com/spf13/cobra", "github.com/creack/pty",
+	"github.com/schollz/progressbar",
+}
+
+// A new service that imports only the PostgreSQL store, as a user would
+// (its own module, no workspace), has none of the workshop's modules in
+// its module graph: the SDK's go.mod requires only what its own packages
+// and their tests import.
+func TestSDKModuleGraph(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	gomod := "module example.com/checkout\n\ngo 1.26.0\n\nrequire github.com/payonce/payonce v0.0.0-00010101000000-000000000000\n\n" +
+		"replace github.com/payonce/payonce => " + root(t) + "\n"
+	main := "package main\n\nimport _ \"github.com/payonce/payonce/idempotency/pgstore\"\n\nfunc main() {}\n"
+	for name, body := range map[string]string{"go.mod": gomod, "main.go": main} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := []string{"GOWORK=off", "GOFLAGS=-mod=mod"}
+	goCmd(t, dir, env, "mod", "tidy")
+	all := goCmd(t, dir, env, "list", "-m", "all")
+	if !strings.Contains(all, "github.com/jackc/pgx/v5 ") {
+		t.Fatalf("the graph lacks pgx, which pgstore imports: is this the right module?\n%s", all)
+	}
+	for _, line := range strings.Split(all, "\n") {
+		for _, w := range workshop {
+			if strings.HasPrefix(line, w) {
+				t.Errorf("a user of pgstore gets %s in their module graph", line)
+			}
+		}
+	}
+}
+
+// The operator binary links no provider fake, no PostgreSQL starter, no
+// chaos proxy, no browser.
+func TestOperatorLinksNoWorkshop(t *testing.T) {
+	t.Parallel()
+	deps := goCmd(t, filepath.Join(root(t), "cmd", "payonce"), nil, "list", "-deps", ".")
+	if !strings.Contains(deps, "github.com/payonce/payonce/payments\n") {
+		t.Fatalf("the operator does not link payments: is this the right package?\n%s", deps)
+	}
+	for _, p := range strings.Split(deps, "\n") {
+		for _, bad := range []string{"stripetest", "adyentest", "paypaltest", "/localpg", "payonce/pgtest", "/providers/fakes", "toxiproxy", "chromedp"} {
+			if strings.Contains(p, bad) {
+				t.Errorf("payonce links %s", p)
+			}
+		}
+	}
+}
+
+// No example imports an internal package (its own or the SDK's), so that a
+// user who copies one can build it: the examples use public packages only,
+// in their code and their tests.
+func TestExamplesImportNoInternal(t *testing.T) {
+	t.Parallel()
+	out := goCmd(t, root(t), nil, "list", "-f",
+		`{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`, "./examples/...")
+	pkgs := 0
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		fields := strings.Fields(line)
+		pkgs++
+		for _, imp := range fields[1:] {
+			if strings.Contains("/"+imp+"/", "/internal/") && strings.HasPrefix(imp, "github.com/payonce/") {
+				t.Errorf("%s imports %s", fields[0], imp)
+			}
+		}
+	}
+	if pkgs < 4 {
+		t.Fatalf("only %d example packages listed: is this the right folder?\n%s", pkgs, out)
+	}
+}
+
+// The README's layout table lists exactly the folders at the root that
+// hold Go code.
+func TestReadmeLayoutListsTheRootGoFolders(t *testing.T) {
+	t.Parallel()
+	r := root(t)
+	var want []string
+	entries, err := os.ReadDir(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		hasGo := false
+		_ = filepath.WalkDir(filepath.Join(r, e.Name()), func(_ string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(d.Name(), ".go") {
+				hasGo = true
+				return filepath.SkipAll
+			}
+			return nil
+		})
+		if hasGo {
+			want = append(want, e.Name())
+		}
+	}
+	f, err := os.Open(filepath.Join(r, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	row := regexp.MustCompile("^\\| `([a-z0-9_-]+)/` \\|")
+	var got []string
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "## Layout":
+			in = true
+		case in && strings.HasPrefix(line, "## "):
+			in = false
+		case in:
+			if m := row.FindStringSubmatch(line); m != nil {
+				got = append(got, m[1])
+			}
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("the README's layout table lists %q; the Go folders at the root are %q", got, want)
+	}
+}
