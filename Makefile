@@ -60,6 +60,7 @@ runbook:
 	$(GO) run ./lab/cmd/withpg -- $(GO) run ./lab/cmd/runbookcheck
 
 demo:
+	@echo "make demo: building the lab (lab/cmd/lab), then the checkout worker (examples/checkout); the first build takes a minute or two"
 	$(GO) run ./lab/cmd/lab demo
 
 bench:
@@ -77,6 +78,7 @@ scalebench:
 TORTURE_INTENTS ?= 10000
 TORTURE_SEED ?= 1
 torture:
+	@echo "make torture: building the lab (lab/cmd/lab), the checkout worker and Toxiproxy; the first build takes a minute or two"
 	$(GO) run ./lab/cmd/lab demo torture --intents $(TORTURE_INTENTS) --seed $(TORTURE_SEED)
 
 # The consumer path: River jobs through the inbox, a worker killed midway.

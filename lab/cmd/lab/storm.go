@@ -121,6 +121,7 @@ type stormStats struct {
 
 func storm(ctx context.Context, c stormConfig) error {
 	// The worker is built first: the wall time is the storm's.
+	fmt.Println("building the checkout worker (examples/checkout's service as a process of its own)...")
 	exe, clean, err := buildWorker(ctx)
 	if err != nil {
 		return err

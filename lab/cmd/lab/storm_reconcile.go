@@ -16,9 +16,9 @@ import (
 
 // reconciled is what the reconciler did in the demo.
 type reconciled struct {
-	runs, repaired, failedWithProof, needsReview int
-	review                                       []string
-	open                                         int
+	runs, examined, repaired, failedWithProof, needsReview, rescheduled int
+	review                                                             []string
+	open                                                               int
 }
 
 // reconcileAll runs the reconciler, as the demo's instance, until no
@@ -49,6 +49,8 @@ func reconcileAll(ctx context.Context, pool *pgxpool.Pool, fk *fakes.Set, pays [
 		if err != nil {
 			return out, fmt.Errorf("reconciler run: %w", err)
 		}
+		out.examined += rep.Examined
+		out.rescheduled += rep.Rescheduled
 		out.repaired += rep.Repaired
 		out.failedWithProof += rep.FailedWithProof
 		out.needsReview += rep.NeedsReview
