@@ -115,7 +115,7 @@ func newService(env map[string]string, lock time.Duration, hc *http.Client) (*se
 }
 
 func openService(t testing.TB, env map[string]string) *service {
-	svc, err := newService(env, 500*time.Millisecond, &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}})
+	svc, err := newService(env, 2*time.Second, &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +39,7 @@ func TestDesignAnswersFileBothFormats(t *testing.T) {
 		if !strings.Contains(stdout.String(), "key decisions:") || !strings.Contains(stdout.String(), "retention 45d") {
 			t.Errorf("%s: no summary of the key decisions:\n%s", f.format, stdout.String())
 		}
-		if !strings.Contains(stderr.String(), "service/service.go:314: route: POST /checkout") {
+		if !regexp.MustCompile(`service/service\.go:\d+: route: POST /checkout\n`).MatchString(stderr.String()) {
 			t.Errorf("%s: the scan did not report the checkout route:\n%s", f.format, stderr.String())
 		}
 	}
