@@ -17,6 +17,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/ledger"
+	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 )
 
@@ -89,9 +90,16 @@ func (e *ConfigError) Error() string { return "payments: " + e.Field + ": " + e.
 // Is reports idempotency.ErrInvalid: bad input or configuration, named.
 func (e *ConfigError) Is(target error) bool { return target == idempotency.ErrInvalid }
 
-// New returns a Client on pool's database, which must be migrated
-// (package migrations), building its idempotency store and ledger unless
-// cfg gives them. It returns a *ConfigError naming a bad field.
+// New returns a Client on pool's database, building its idempotency store
+// and ledger unless cfg gives them. It returns a *ConfigError naming a bad
+// field.
+//
+// The database must hold the payments line of package migrations (with
+// the idempotency and ledger lines it needs): New checks it once, with one
+// query, and refuses a missing or older schema with a
+// *migrations.NotMigratedError (errors.Is(err, migrations.ErrNotMigrated))
+// that names the versions missing and how to apply them: `payonce migrate
+// up`, or migrations.MigrateLines(ctx, pool, migrations.LinePayments).
 func New(pool *pgxpool.Pool, providers []Provider, cfg *Config) (*Client, error) {
 	var c Config
 	if cfg != nil {
@@ -102,6 +110,9 @@ func New(pool *pgxpool.Pool, providers []Provider, cfg *Config) (*Client, error)
 		return nil, &ConfigError{"pool", "nil"}
 	case len(providers) == 0:
 		return nil, &ConfigError{"providers", "at least one provider is required"}
+	}
+	if err := checkSchema(pool); err != nil {
+		return nil, err
 	}
 	store, l := c.Store, c.Ledger
 	var err error
@@ -167,6 +178,18 @@ func New(pool *pgxpool.Pool, providers []Provider, cfg *Config) (*Client, error)
 	}
 	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, inbox: NewInbox(pool), providers: byName, log: log,
 		windowMargin: c.WindowMargin, tracer: idempotency.Tracer(c.TracerProvider, "payments")}, nil
+}
+
+// checkSchema refuses a schema without the payments line, once, at
+// construction: a missing table would otherwise surface on the first
+// charge as `relation "payment_intents" does not exist`.
+func checkSchema(pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := migrations.Check(ctx, pool, migrations.LinePayments); err != nil {
+		return fmt.Errorf("payments.New: %w", err)
+	}
+	return nil
 }
 
 // Operator is the client's operator and reconciler calls, apart from the

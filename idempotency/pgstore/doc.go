@@ -3,9 +3,13 @@
 //
 // # Schema
 //
-// The table idempotency_store is created by package migrations
-// (migrations.Migrate, or `payonce migrate print` for your own tool). Rows
-// are keyed by PRIMARY KEY (idempotency_key, user_id): the database, not the
+// The table idempotency_store is created by package migrations: its
+// idempotency line is all the store needs (migrations.MigrateLines(ctx,
+// pool, migrations.LineIdempotency); `payonce migrate up` applies every
+// line, `payonce migrate print` prints them for your own tool). [New]
+// checks, once, that the line is wholly applied, and refuses a missing or
+// older schema with an error naming what to run. Rows are keyed by
+// PRIMARY KEY (idempotency_key, user_id): the database, not the
 // application, guarantees one record per key and scope.
 //
 // # Round trips and clocks

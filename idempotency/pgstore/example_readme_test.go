@@ -22,8 +22,9 @@ func Example_coreAPI() {
 	pool, done := pgtest.ExamplePool(ctx) // a fresh schema of TEST_DATABASE_URL
 	defer done()
 
-	// Once, at start-up: the schema (or `payonce migrate print` for your own tool).
-	if _, err := migrations.Migrate(ctx, pool); err != nil {
+	// Once, at start-up: the core's tables only (migrations.Migrate for every
+	// component; `payonce migrate print` for your own tool).
+	if _, err := migrations.MigrateLines(ctx, pool, migrations.LineIdempotency); err != nil {
 		panic(err)
 	}
 	store, err := pgstore.New(pool, nil)

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/migrations"
 )
 
 // Store is the idempotency store on PostgreSQL. It is safe for concurrent
@@ -114,6 +115,14 @@ type Config struct {
 
 // New returns a Store over pool. A nil cfg means defaults. It returns an
 // *idempotency.InvalidError naming a bad field.
+//
+// New checks, with one query, that pool's schema has every version of
+// the idempotency line (package migrations): a missing or older schema
+// gets a *migrations.NotMigratedError (errors.Is(err,
+// migrations.ErrNotMigrated)) that names the versions missing and how to
+// apply them: `payonce migrate up`, or migrations.MigrateLines(ctx, pool,
+// migrations.LineIdempotency). An unreachable database gets the
+// database's error, after at most 30 seconds.
 func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if pool == nil {
 		return nil, &idempotency.InvalidError{Field: "pool", Reason: "nil"}
@@ -139,11 +148,29 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if s.metrics, err = newGroupMetrics(mp); err != nil {
 		return nil, err
 	}
+	if err := checkSchema(pool); err != nil {
+		return nil, err
+	}
 	if cfg == nil || !cfg.NoGroupCommit {
 		s.claims = &grouper[*newClaim]{maxFlights: 1, stall: groupStall, flush: s.flushClaims}
 		s.completions = &grouper[*pendingCompletion]{maxFlights: 1, stall: groupStall, flush: s.flushCompletions}
 	}
 	return s, nil
+}
+
+// schemaCheckTimeout bounds the schema check of New.
+const schemaCheckTimeout = 30 * time.Second
+
+// checkSchema refuses a schema without the idempotency line, once, at
+// construction: a missing table would otherwise surface on the first
+// claim as `relation "idempotency_store" does not exist`.
+func checkSchema(pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), schemaCheckTimeout)
+	defer cancel()
+	if err := migrations.Check(ctx, pool, migrations.LineIdempotency); err != nil {
+		return fmt.Errorf("pgstore.New: %w", err)
+	}
+	return nil
 }
 
 // Seals reports whether the store seals responses (Config.Keyring): an

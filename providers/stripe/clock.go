@@ -51,7 +51,7 @@ func (p *Provider) ReadClock(ctx context.Context) (time.Time, time.Duration, err
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 	before := time.Now()
-	it := p.api.PaymentIntents.List(params)
+	it := p.paymentIntents.List(params)
 	after := time.Now()
 	if err := it.Err(); err != nil {
 		return time.Time{}, 0, classify(err, &sent)

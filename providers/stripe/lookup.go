@@ -107,7 +107,7 @@ func (p *Provider) addRefunds(ctx context.Context, ch *payments.ChargeResult) er
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 
-	it := p.api.Refunds.List(params)
+	it := p.refunds.List(params)
 	for it.Next() {
 		re := it.Refund()
 		if re.Status != stripego.RefundStatusSucceeded {
@@ -151,7 +151,7 @@ func (p *Provider) scan(ctx context.Context, req payments.LookupRequest) (found 
 	// Each page's Date header is a reading of Stripe's clock
 	// (ReadClock).
 	before := time.Now()
-	it := p.api.PaymentIntents.List(params)
+	it := p.paymentIntents.List(params)
 	page := it.PaymentIntentList()
 	p.clock.record(page.LastResponse, before, time.Now())
 	for {
@@ -190,7 +190,7 @@ func (p *Provider) search(ctx context.Context, req payments.LookupRequest, found
 	for _, c := range found {
 		known[c.ProviderID] = true
 	}
-	it := p.api.PaymentIntents.Search(params)
+	it := p.paymentIntents.Search(params)
 	for it.Next() {
 		pi := it.PaymentIntent()
 		if pi.Metadata[MetadataKey] != req.Key || !inWindow(pi.Created, req) || known[pi.ID] {

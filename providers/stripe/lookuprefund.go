@@ -57,7 +57,7 @@ func (p *Provider) LookupRefund(ctx context.Context, req payments.RefundLookupRe
 	params.Context = sent.trace(ctx)
 
 	res := payments.RefundLookupResult{Refunds: []payments.RefundResult{}, Consistent: true}
-	it := p.api.Refunds.List(params)
+	it := p.refunds.List(params)
 	for it.Next() {
 		if re := it.Refund(); re.Metadata[MetadataKey] == req.Key {
 			res.Refunds = append(res.Refunds, refundResult(re))
@@ -74,7 +74,7 @@ func (p *Provider) refundByID(ctx context.Context, req payments.RefundLookupRequ
 	params := &stripego.RefundParams{}
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
-	re, err := p.api.Refunds.Get(req.ProviderID, params)
+	re, err := p.refunds.Get(req.ProviderID, params)
 	if err != nil {
 		return payments.RefundLookupResult{}, classify(err, &sent)
 	}

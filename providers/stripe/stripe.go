@@ -8,7 +8,9 @@ import (
 	"unicode/utf8"
 
 	stripego "github.com/stripe/stripe-go/v79"
-	"github.com/stripe/stripe-go/v79/client"
+	"github.com/stripe/stripe-go/v79/balancetransaction"
+	"github.com/stripe/stripe-go/v79/paymentintent"
+	"github.com/stripe/stripe-go/v79/refund"
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
@@ -40,12 +42,16 @@ const (
 // Provider is the Stripe adapter of [payments.Provider]. It holds no
 // globals; it is safe for concurrent use.
 type Provider struct {
-	api              *client.API
-	webhookSecrets   []string
-	webhookTolerance time.Duration
-	scanLimit        int
-	customer         func(payments.ChargeRequest) string
-	clock            clockReading // Stripe's clock, read from its answers' Date header
+	// The resource clients of stripe-go, not its client.API: that one
+	// links every resource package of the Stripe API.
+	paymentIntents      paymentintent.Client
+	refunds             refund.Client
+	balanceTransactions balancetransaction.Client
+	webhookSecrets      []string
+	webhookTolerance    time.Duration
+	scanLimit           int
+	customer            func(payments.ChargeRequest) string
+	clock               clockReading // Stripe's clock, read from its answers' Date header
 }
 
 var _ payments.Provider = (*Provider)(nil)
@@ -66,11 +72,13 @@ func New(cfg *Config) (*Provider, error) {
 		LeveledLogger: &stripego.LeveledLogger{Level: stripego.LevelNull},
 	})
 	return &Provider{
-		api:              client.New(c.SecretKey, &stripego.Backends{API: b, Connect: b, Uploads: b}),
-		webhookSecrets:   c.WebhookSecrets,
-		webhookTolerance: c.WebhookTolerance,
-		scanLimit:        c.LookupScanLimit,
-		customer:         c.Customer,
+		paymentIntents:      paymentintent.Client{B: b, Key: c.SecretKey},
+		refunds:             refund.Client{B: b, Key: c.SecretKey},
+		balanceTransactions: balancetransaction.Client{B: b, Key: c.SecretKey},
+		webhookSecrets:      c.WebhookSecrets,
+		webhookTolerance:    c.WebhookTolerance,
+		scanLimit:           c.LookupScanLimit,
+		customer:            c.Customer,
 	}, nil
 }
 
@@ -107,7 +115,7 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 
-	pi, err := p.api.PaymentIntents.New(params)
+	pi, err := p.paymentIntents.New(params)
 	if err != nil {
 		res := payments.ChargeResult{}
 		if se, ok := asStripeError(err); ok && se.PaymentIntent != nil && se.Type == stripego.ErrorTypeCard {
@@ -224,7 +232,7 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 
-	re, err := p.api.Refunds.New(params)
+	re, err := p.refunds.New(params)
 	if err != nil {
 		return payments.RefundResult{}, classify(err, &sent)
 	}

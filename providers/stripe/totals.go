@@ -70,7 +70,7 @@ func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Cu
 	params.Context = sent.trace(ctx)
 
 	totals := map[money.Currency]payments.Totals{}
-	it := p.api.BalanceTransactions.List(params)
+	it := p.balanceTransactions.List(params)
 	for it.Next() {
 		if err := addBalanceTransaction(totals, it.BalanceTransaction()); err != nil {
 			return nil, &payments.UnknownOutcomeError{Provider: providerName, Err: err}

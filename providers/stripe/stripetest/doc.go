@@ -11,14 +11,15 @@
 //
 // # Connecting stripe-go
 //
-// Point a stripe-go v79 backend at [Server.URL], without package globals, and decide the SDK's
-// own retries deliberately:
+// Point a stripe-go v79 backend at [Server.URL], without package globals, decide the SDK's own
+// retries deliberately, and give the backend to the resource clients you need:
 //
 //	b := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 //		URL:               stripe.String(srv.URL()),
 //		MaxNetworkRetries: stripe.Int64(0),
 //	})
-//	sc := client.New("sk_test_x", &stripe.Backends{API: b, Connect: b, Uploads: b})
+//	paymentIntents := paymentintent.Client{B: b, Key: "sk_test_x"}
+//	refunds := refund.Client{B: b, Key: "sk_test_x"}
 //
 // Requests need "Authorization: Bearer sk_test_..."; anything else gets 401.
 //

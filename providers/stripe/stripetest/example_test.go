@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/stripe/stripe-go/v79"
-	"github.com/stripe/stripe-go/v79/client"
+	"github.com/stripe/stripe-go/v79/paymentintent"
 
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -23,7 +23,7 @@ func Example() {
 		HTTPClient:        &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
 	})
-	sc := client.New("sk_test_example", &stripe.Backends{API: b, Connect: b, Uploads: b})
+	paymentIntents := paymentintent.Client{B: b, Key: "sk_test_example"}
 
 	charge := func() (*stripe.PaymentIntent, error) {
 		p := &stripe.PaymentIntentParams{
@@ -33,7 +33,7 @@ func Example() {
 			Confirm:       stripe.Bool(true),
 		}
 		p.SetIdempotencyKey("order-42")
-		return sc.PaymentIntents.New(p)
+		return paymentIntents.New(p)
 	}
 
 	srv.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Path: "/v1/payment_intents"})

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v79"
-	"github.com/stripe/stripe-go/v79/client"
+	"github.com/stripe/stripe-go/v79/balancetransaction"
+	"github.com/stripe/stripe-go/v79/paymentintent"
+	"github.com/stripe/stripe-go/v79/refund"
 
 	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -24,7 +26,7 @@ var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 type bundle struct {
 	srv   *stripetest.Server
-	sc    *client.API
+	sc    *clients
 	clock *stripetest.ManualClock
 }
 
@@ -45,7 +47,15 @@ func setup(t *testing.T, cfg *stripetest.Config) *bundle {
 	return &bundle{srv: srv, sc: newClient(srv, "sk_test_x"), clock: clock}
 }
 
-func newClient(srv *stripetest.Server, apiKey string) *client.API {
+// clients holds the stripe-go resource clients the tests use, one backend and key for all, as
+// the adapter does (stripe-go's client.API would link every resource package).
+type clients struct {
+	PaymentIntents      *paymentintent.Client
+	Refunds             *refund.Client
+	BalanceTransactions *balancetransaction.Client
+}
+
+func newClient(srv *stripetest.Server, apiKey string) *clients {
 	httpClient := &http.Client{Timeout: testkit.Patience, Transport: &http.Transport{DisableKeepAlives: true}}
 	b := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 		URL:               stripe.String(srv.URL()),
@@ -53,7 +63,11 @@ func newClient(srv *stripetest.Server, apiKey string) *client.API {
 		HTTPClient:        httpClient,
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
 	})
-	return client.New(apiKey, &stripe.Backends{API: b, Connect: b, Uploads: b})
+	return &clients{
+		PaymentIntents:      &paymentintent.Client{B: b, Key: apiKey},
+		Refunds:             &refund.Client{B: b, Key: apiKey},
+		BalanceTransactions: &balancetransaction.Client{B: b, Key: apiKey},
+	}
 }
 
 func chargeParams(key string, amount int64, pm string) *stripe.PaymentIntentParams {
