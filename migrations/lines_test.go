@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/payonce/payonce/internal/localpg"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/migrations"
+	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/pgtest/localpg"
 )
 
 // lineTables are the tables each line creates, besides payonce_migrations.

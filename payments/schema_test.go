@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/pgtest"
 )
 
 // New refuses a schema that lacks the payments line or a line it needs (a

@@ -8,8 +8,8 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/internal/pgtest"
 	"github.com/payonce/payonce/migrations"
+	"github.com/payonce/payonce/pgtest"
 )
 
 // New refuses a schema without the idempotency line, or with an older

@@ -17,8 +17,8 @@ import (
 // reconciled is what the reconciler did in the demo.
 type reconciled struct {
 	runs, examined, repaired, failedWithProof, needsReview, rescheduled int
-	review                                                             []string
-	open                                                               int
+	review                                                              []string
+	open                                                                int
 }
 
 // reconcileAll runs the reconciler, as the demo's instance, until no
