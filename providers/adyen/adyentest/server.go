@@ -374,7 +374,7 @@ const (
 
 // ErrorCodeKeyMismatch is the errorCode the fake answers (HTTP 422) for an Idempotency-Key
 // reused with another body or endpoint. Adyen does not document its answer; payonce's adapter
-// maps this code to payments.KeyMismatchError.
+// maps this code to provider.KeyMismatchError.
 const ErrorCodeKeyMismatch = "idempotency_key_reused"
 
 // errorBody is Adyen's error response.
