@@ -19,6 +19,7 @@ import (
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // Config configures a [Client]. The zero value (or nil) means defaults.
@@ -74,7 +75,7 @@ type Client struct {
 	exec      *pgstore.Executor
 	ledger    *ledger.Ledger
 	inbox     *Inbox
-	providers map[string]Provider
+	providers map[string]provider.Provider
 	log       *slog.Logger
 	hooks     hooks
 	// windowMargin: Config.WindowMargin.
@@ -100,7 +101,7 @@ func (e *ConfigError) Is(target error) bool { return target == idempotency.ErrIn
 // *migrations.NotMigratedError (errors.Is(err, migrations.ErrNotMigrated))
 // that names the versions missing and how to apply them: `payonce migrate
 // up`, or migrations.MigrateLines(ctx, pool, migrations.LinePayments).
-func New(pool *pgxpool.Pool, providers []Provider, cfg *Config) (*Client, error) {
+func New(pool *pgxpool.Pool, providers []provider.Provider, cfg *Config) (*Client, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -126,7 +127,7 @@ func New(pool *pgxpool.Pool, providers []Provider, cfg *Config) (*Client, error)
 			return nil, err
 		}
 	}
-	byName := map[string]Provider{}
+	byName := map[string]provider.Provider{}
 	window := 24 * time.Hour
 	for i, p := range providers {
 		if p == nil || p.Name() == "" {
@@ -151,8 +152,8 @@ func New(pool *pgxpool.Pool, providers []Provider, cfg *Config) (*Client, error)
 		c.WindowMargin = DefaultWindowMargin
 	}
 	for _, p := range providers {
-		for _, step := range []string{StepCharge, StepRefund} {
-			if w := DedupWindowOf(p, step); c.WindowMargin >= w/2 {
+		for _, step := range []string{provider.StepCharge, provider.StepRefund} {
+			if w := provider.DedupWindowOf(p, step); c.WindowMargin >= w/2 {
 				return nil, &ConfigError{"Config.WindowMargin", fmt.Sprintf("%s is not less than half of %s's %s deduplication window (%s)",
 					c.WindowMargin, p.Name(), step, w)}
 			}
@@ -202,7 +203,7 @@ type Operator struct{ c *Client }
 func (c *Client) Operator() *Operator { return &Operator{c} }
 
 // Provider returns the configured provider named name, or nil.
-func (c *Client) Provider(name string) Provider { return c.providers[name] }
+func (c *Client) Provider(name string) provider.Provider { return c.providers[name] }
 
 // ProviderNames lists the configured providers' names, sorted.
 func (c *Client) ProviderNames() []string {
@@ -272,27 +273,28 @@ type Outcome struct {
 // stored is what the idempotency record keeps of a charge: the result, or
 // the permanent error a retry gets back.
 type stored struct {
-	Result  *Outcome             `json:"result,omitempty"`
-	Decline *DeclineError        `json:"decline,omitempty"`
-	Invalid *InvalidRequestError `json:"invalid,omitempty"`
+	Result  *Outcome                      `json:"result,omitempty"`
+	Decline *provider.DeclineError        `json:"decline,omitempty"`
+	Invalid *provider.InvalidRequestError `json:"invalid,omitempty"`
 }
 
 // Charge charges p.Amount once for (p.Scope, p.Key), whatever the retries.
 //
 // Errors:
 //   - *ConfigError / *idempotency.InvalidError: bad input, nothing recorded;
-//   - *DeclineError: declined; every retry of the key gets it back;
-//   - *InvalidRequestError: refused by the provider; final for the key;
-//   - *UnknownOutcomeError (OutcomeUnknown): the provider's answer was
+//   - *provider.DeclineError: declined; every retry of the key gets it back;
+//   - *provider.InvalidRequestError: refused by the provider; final for
+//     the key;
+//   - *provider.UnknownOutcomeError (OutcomeUnknown): the provider's answer was
 //     lost; the intent stays open and a retry with the same key resolves it
 //     with the same provider key (never a second charge);
 //   - *RefusedRetryError (OutcomeUnknown): the provider refused a retry
 //     of an attempt whose outcome was unknown, which proves nothing about
 //     the earlier send; the intent stays open, as above;
-//   - *CredentialsError (ErrCredentials): the provider refused payonce's
-//     API key; nothing is decided, the intent stays open, and a retry with
-//     the same key resumes it once the key is fixed;
-//   - *NotSentError, *InProgressError: safe to retry;
+//   - *provider.CredentialsError (provider.ErrCredentials): the provider
+//     refused payonce's API key; nothing is decided, the intent stays
+//     open, and a retry with the same key resumes it once the key is fixed;
+//   - *provider.NotSentError, *provider.InProgressError: safe to retry;
 //   - idempotency.ErrInProgress: another call with this key is running;
 //   - idempotency.ErrFingerprintMismatch: the key was used for another
 //     amount, currency, recipient, method, provider, description,
@@ -308,7 +310,7 @@ func (c *Client) Charge(ctx context.Context, p ChargeParams) (Outcome, error) {
 // It receives the outcome being recorded (Status SUCCEEDED, DECLINED,
 // FAILED, PENDING or REQUIRES_ACTION). An error rolls everything back: the
 // provider's answer is then unrecorded, the call returns an
-// *UnknownOutcomeError and a retry replays the provider's answer into a
+// *provider.UnknownOutcomeError and a retry replays the provider's answer into a
 // new transaction (fn runs again then). fn is not called for replays
 // (their transaction committed long ago) nor for unknown outcomes.
 type TxFunc func(ctx context.Context, tx pgx.Tx, out Outcome) error
@@ -340,7 +342,7 @@ func (c *Client) ChargeTx(ctx context.Context, p ChargeParams, fn TxFunc) (out O
 
 // chargeRequest checks p and derives the charge's key, fingerprint and
 // provider key (attempt 0's: an earlier attempt's recorded one wins).
-func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, string, error) {
+func (c *Client) chargeRequest(p ChargeParams) (provider.Provider, idempotency.Request, string, error) {
 	prov := c.providers[p.Provider]
 	switch {
 	case prov == nil:
@@ -363,9 +365,9 @@ func (c *Client) chargeRequest(p ChargeParams) (Provider, idempotency.Request, s
 	if err != nil {
 		return nil, idempotency.Request{}, "", err
 	}
-	pkey := ProviderKey(key, StepCharge, 0, MaxReferenceLen(prov))
-	if v, ok := prov.(Validator); ok {
-		if err := v.ValidateCharge(ChargeRequest{Key: key, ProviderKey: pkey, Amount: p.Amount, Recipient: p.Recipient,
+	pkey := provider.DeriveKey(key, provider.StepCharge, 0, provider.MaxReferenceLen(prov))
+	if v, ok := prov.(provider.Validator); ok {
+		if err := v.ValidateCharge(provider.ChargeRequest{Key: key, ProviderKey: pkey, Amount: p.Amount, Recipient: p.Recipient,
 			PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata, Shopper: p.shopper()}); err != nil {
 			return nil, idempotency.Request{}, "", err
 		}
@@ -457,7 +459,8 @@ func refundFingerprint(chargeKey string, amount money.Money) (idempotency.Finger
 }
 
 // Metadata limits of every charge, whatever the provider (the strictest
-// common ground; a provider with tighter ones refuses through Validator).
+// common ground; a provider with tighter ones refuses through
+// provider.Validator).
 const (
 	MaxMetadataKeys     = 20
 	MaxMetadataKeyLen   = 40
@@ -558,7 +561,7 @@ const settleIntentSQL = `UPDATE payment_intents
 
 // charge runs under the key's lease: intent first, then the provider,
 // then the outcome in one transaction with the record.
-func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempotency.Request, p ChargeParams, pkey string) (idempotency.Recording, error) {
+func (c *Client) charge(ctx context.Context, cl *call, prov provider.Provider, req idempotency.Request, p ChargeParams, pkey string) (idempotency.Recording, error) {
 	// The intent is recorded before the call (a retry finds it and reuses
 	// its provider key).
 	var prior priorIntent
@@ -581,7 +584,7 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 	if prior.status == string(IntentNeedsReview) {
 		return idempotency.Recording{}, &NeedsReviewError{Reason: prior.reviewReason}
 	}
-	if prior.open() && c.beyondWindow(prov, StepCharge, prior) {
+	if prior.open() && c.beyondWindow(prov, provider.StepCharge, prior) {
 		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindCharge, Provider: p.Provider, ProviderKey: pkey,
 			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: p.Amount,
 			Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, SentAt: prior.sentAt, Sends: prior.sends, LastSentAt: prior.lastSentAt}
@@ -597,8 +600,8 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 		return idempotency.Recording{}, err
 	}
 	started := time.Now()
-	pctx, pspan := c.startProvider(ctx, StepCharge, p.Provider, pkey)
-	pres, perr := prov.Charge(pctx, ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,
+	pctx, pspan := c.startProvider(ctx, provider.StepCharge, p.Provider, pkey)
+	pres, perr := prov.Charge(pctx, provider.ChargeRequest{Key: req.Key, ProviderKey: pkey, Amount: p.Amount,
 		Recipient: p.Recipient, PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: p.Metadata,
 		Shopper: p.shopper(), ProviderID: known,
 		Progress: func(ctx context.Context, id string) error {
@@ -612,7 +615,7 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 	// A resumed attempt (an open intent: its references were sent before)
 	// is settled by a refusal only when the provider replayed it.
 	t, err := decideCharge(subj, prior.open(), pres, perr)
-	var mismatch *KeyMismatchError
+	var mismatch *provider.KeyMismatchError
 	switch {
 	case err == nil:
 		return c.record(ctx, cl, subj, t)
@@ -622,7 +625,7 @@ func (c *Client) charge(ctx context.Context, cl *call, prov Provider, req idempo
 		// open for a human; the key stays released.
 		slog.Error("payments: provider saw this key with other parameters", "key", idempotency.ShortHash(req.Key), "provider", p.Provider)
 		return idempotency.Recording{}, err
-	case errors.Is(err, ErrCredentials):
+	case errors.Is(err, provider.ErrCredentials):
 		slog.Error("payments: provider refused our credentials; the intent stays open", "key", idempotency.ShortHash(req.Key),
 			"provider", p.Provider, "err", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -55,7 +56,7 @@ func setupWith(t *testing.T, cfg *payments.Config) bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := payments.New(pool, []payments.Provider{prov}, withStore(cfg, store, l))
+	c, err := payments.New(pool, []provider.Provider{prov}, withStore(cfg, store, l))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestDeclineIsReplayed(t *testing.T) {
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
 		res, err := b.client.Charge(ctx, params(t, "dec", "10.00", stripetest.PaymentMethodInsufficientFunds))
-		var d *payments.DeclineError
+		var d *provider.DeclineError
 		if !errors.As(err, &d) || d.DeclineCode != "insufficient_funds" || res.Replayed != (i == 1) {
 			t.Fatalf("attempt %d: %+v %v", i, res, err)
 		}
@@ -262,7 +263,7 @@ func TestRetentionShorterThanDedupWindowRefused(t *testing.T) {
 	b := setup(t)
 	store, _ := pgstore.New(b.pool, nil)
 	prov, _ := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: b.fake.URL()})
-	_, err := payments.New(b.pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: b.ledger, Retention: time.Hour})
+	_, err := payments.New(b.pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: b.ledger, Retention: time.Hour})
 	var ce *payments.ConfigError
 	if !errors.As(err, &ce) || ce.Field != "Config.Retention" {
 		t.Fatalf("err = %v", err)
@@ -297,7 +298,7 @@ func TestRefundsPartialReplayedAndBounded(t *testing.T) {
 		t.Fatalf("refund retry: %+v %v", again, err)
 	}
 	_, err = b.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "r2", ChargeKey: "c1", Amount: eur(t, "7.00")})
-	var inv *payments.InvalidRequestError
+	var inv *provider.InvalidRequestError
 	if !errors.As(err, &inv) || inv.Code != "refund_exceeds_charge" {
 		t.Fatalf("refund beyond the charge: %v", err)
 	}
@@ -334,7 +335,7 @@ func TestConcurrentRefundsNeverExceedTheCharge(t *testing.T) {
 			switch {
 			case err == nil && res.Status == payments.IntentSucceeded:
 				succeeded++
-			case errors.Is(err, payments.ErrInvalidRequest):
+			case errors.Is(err, provider.ErrInvalidRequest):
 			default:
 				t.Errorf("refund %d: %+v %v", i, res, err)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -56,7 +57,7 @@ func crashClient(t testing.TB, pool *pgxpool.Pool, stripeURL string) *payments.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := payments.New(pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: crashLockTimeout})
+	c, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: crashLockTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 // [Client.Refund] move money exactly once per key, whatever the retries,
 // crashes, lost responses and webhook storms.
 //
-//	client, err := payments.New(pool, []payments.Provider{stripe}, nil)
+//	client, err := payments.New(pool, []provider.Provider{stripe}, nil)
 //	out, err := client.Charge(ctx, payments.ChargeParams{Scope: customer, Key: idempotencyKey,
 //		Provider: "stripe", Amount: money.MustParse("49.99", money.EUR),
 //		Recipient: "acct_shop", PaymentMethod: "pm_card_visa"})
@@ -16,10 +16,10 @@
 //     shopper): a retry with other fields is refused before anything is
 //     sent, a key another scope used is refused ([idempotency.ErrForeignKey]).
 //  2. Record the intent in payment_intents, with the provider key derived
-//     from the local key ([ProviderKey]), BEFORE calling the provider.
+//     from the local key ([provider.DeriveKey]), BEFORE calling the provider.
 //  3. Call the provider with that key: a retry reaches it with the same
 //     key, so the provider's deduplication makes it a replay. Past the
-//     provider's deduplication window ([DedupWindowOf], less
+//     provider's deduplication window ([provider.DedupWindowOf], less
 //     Config.WindowMargin) the key is never re-sent: the attempt is looked
 //     up ([LookupBeyondWindow]) and settled from what that proves, or
 //     flagged NEEDS_REVIEW with the reason.
@@ -31,26 +31,32 @@
 //     (COMPLETED, or FAILED for a decline) under the key's fencing token.
 //
 // An unknown outcome (timeout, reset after the provider committed, 5xx)
-// leaves the intent open (UNKNOWN) and releases the key: the caller gets an
-// [UnknownOutcomeError] ([OutcomeUnknown], [SafeToRetry]), and a retry with
-// the same key re-drives with the same provider key. Unknown never becomes
-// failed without proof from the provider. docs/design.md draws the flow.
+// leaves the intent open (UNKNOWN) and releases the key: the caller gets a
+// [provider.UnknownOutcomeError] ([OutcomeUnknown], [SafeToRetry]), and a
+// retry with the same key re-drives with the same provider key. Unknown
+// never becomes failed without proof from the provider. docs/design.md
+// draws the flow.
 //
 // # Providers and outcome classes
 //
-// A [Provider] adapter (providers/stripe, providers/adyen, providers/paypal)
-// converts amounts to its provider's own units, refuses what the provider
-// cannot take before anything is recorded ([Validator],
-// [RefundValidator]), and classifies every error: [DeclineError] (final,
-// replayed to retries), [InvalidRequestError] (final on a first attempt;
-// on a retry of an attempt whose outcome is unknown only when the provider
-// replayed it, else a [RefusedRetryError] and the intent stays open),
-// [CredentialsError] (the provider refused payonce's API key: never final,
-// the intent stays open until the key is fixed), [NotSentError] and
-// [InProgressError] (safe to retry), [UnknownOutcomeError], and
-// [KeyMismatchError] (a bug, reported loudly). Each error says whether a
-// retry is safe ([Retrier]); bad input answers errors.Is
-// idempotency.ErrInvalid.
+// The adapters (providers/stripe, providers/adyen, providers/paypal)
+// implement package [provider], the SPI: [provider.Provider] and its
+// optional capabilities, the requests and results, and the outcome errors.
+// A caller registers adapters with [New] as []provider.Provider, and
+// imports package provider to tell its errors apart. An adapter converts
+// amounts to its provider's own units, refuses what the provider cannot
+// take before anything is recorded ([provider.Validator],
+// [provider.RefundValidator]), and classifies every error:
+// [provider.DeclineError] (final, replayed to retries),
+// [provider.InvalidRequestError] (final on a first attempt; on a retry of
+// an attempt whose outcome is unknown only when the provider replayed it,
+// else a [RefusedRetryError] and the intent stays open),
+// [provider.CredentialsError] (the provider refused payonce's API key:
+// never final, the intent stays open until the key is fixed),
+// [provider.NotSentError] and [provider.InProgressError] (safe to retry),
+// [provider.UnknownOutcomeError], and [provider.KeyMismatchError] (a bug,
+// reported loudly). Each error says whether a retry is safe ([Retrier],
+// [SafeToRetry]); bad input answers errors.Is idempotency.ErrInvalid.
 //
 // # Refunds
 //

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // One vocabulary: bad input answers idempotency.ErrInvalid wherever it is
@@ -18,16 +19,16 @@ func TestErrorVocabulary(t *testing.T) {
 		err  error
 		safe bool
 	}{
-		{&NotSentError{Provider: "stripe"}, true},
-		{&UnknownOutcomeError{Provider: "stripe"}, true},
-		{&InProgressError{Provider: "stripe"}, true},
+		{&provider.NotSentError{Provider: "stripe"}, true},
+		{&provider.UnknownOutcomeError{Provider: "stripe"}, true},
+		{&provider.InProgressError{Provider: "stripe"}, true},
 		{&idempotency.InProgressError{}, true},
 		{fmt.Errorf("charge: %w", &idempotency.InProgressError{}), true},
 		{idempotency.ErrInProgress, true},
-		{&DeclineError{Provider: "stripe"}, false},
-		{&InvalidRequestError{Provider: "stripe"}, false},
+		{&provider.DeclineError{Provider: "stripe"}, false},
+		{&provider.InvalidRequestError{Provider: "stripe"}, false},
 		{&NeedsReviewError{Reason: "x"}, false},
-		{&KeyMismatchError{Provider: "stripe"}, false},
+		{&provider.KeyMismatchError{Provider: "stripe"}, false},
 		{idempotency.ErrFingerprintMismatch, false},
 		{&ConfigError{"Amount", "negative"}, false},
 	} {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -26,7 +27,7 @@ func Example_chargeAndRefund() {
 	if err != nil {
 		panic(err)
 	}
-	client, err := payments.New(pool, []payments.Provider{prov}, nil) // builds its store and ledger on pool
+	client, err := payments.New(pool, []provider.Provider{prov}, nil) // builds its store and ledger on pool
 	if err != nil {
 		panic(err)
 	}
@@ -39,7 +40,7 @@ func Example_chargeAndRefund() {
 		switch {
 		case payments.OutcomeUnknown(err): // the provider's answer was lost: retry with the SAME key, never a new one
 			fmt.Println("outcome pending")
-		case errors.Is(err, payments.ErrDeclined): // final; every retry gets the same decline
+		case errors.Is(err, provider.ErrDeclined): // final; every retry gets the same decline
 			fmt.Println("declined, replayed:", res.Replayed)
 		case err != nil:
 			panic(err)
@@ -56,7 +57,7 @@ func Example_chargeAndRefund() {
 		res, err := client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: key, ChargeKey: "order-1001",
 			Amount: money.MustParse(amount, money.EUR)})
 		switch {
-		case errors.Is(err, payments.ErrRefundExceedsCharge): // never beyond the charge, even concurrently
+		case errors.Is(err, provider.ErrRefundExceedsCharge): // never beyond the charge, even concurrently
 			fmt.Println("refund refused: beyond the charge")
 		case err != nil:
 			panic(err)

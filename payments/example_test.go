@@ -13,6 +13,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 )
 
@@ -24,7 +25,7 @@ func Example() {
 	ctx := context.Background()
 	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	stripe, _ := paystripe.New(&paystripe.Config{SecretKey: os.Getenv("STRIPE_SECRET_KEY")})
-	client, err := payments.New(pool, []payments.Provider{stripe}, nil)
+	client, err := payments.New(pool, []provider.Provider{stripe}, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -34,7 +35,7 @@ func Example() {
 			Scope: r.Header.Get("X-Customer"), Key: r.Header.Get("Idempotency-Key"), Provider: "stripe",
 			Amount: money.MustParse("49.99", money.EUR), Recipient: "acct_shop", PaymentMethod: "pm_card_visa",
 		})
-		var decline *payments.DeclineError
+		var decline *provider.DeclineError
 		switch {
 		case err == nil:
 			fmt.Fprintf(w, "%s %s (replayed: %v)\n", out.Status, out.ProviderID, out.Replayed)

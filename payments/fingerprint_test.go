@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 )
 
@@ -22,7 +23,7 @@ func TestRetryWithOtherSentFieldsRefused(t *testing.T) {
 	p.Metadata = map[string]string{"order": "9", "channel": "web"}
 	k := composed(t, "charge", p.Key)
 
-	r.loseNext(payments.StepCharge)
+	r.loseNext(provider.StepCharge)
 	if _, err := r.client.Charge(ctx, p); !payments.OutcomeUnknown(err) {
 		t.Fatalf("first attempt: %v, want its answer lost", err)
 	}
@@ -71,7 +72,7 @@ func TestLegacyRecordRetriedAfterUpgrade(t *testing.T) {
 	ctx := context.Background()
 	p := r.params(t, "order-legacy")
 	k := composed(t, "charge", p.Key)
-	r.loseNext(payments.StepCharge)
+	r.loseNext(provider.StepCharge)
 	if _, err := r.client.Charge(ctx, p); !payments.OutcomeUnknown(err) {
 		t.Fatalf("first attempt: %v, want its answer lost", err)
 	}
@@ -89,7 +90,7 @@ func TestLegacyRecordRetriedAfterUpgrade(t *testing.T) {
 	other := p
 	other.Description = "another description"
 	_, err = r.client.Charge(ctx, other)
-	if !errors.Is(err, payments.ErrKeyMismatch) {
+	if !errors.Is(err, provider.ErrKeyMismatch) {
 		t.Fatalf("a legacy key retried with another description: %v, want Stripe's refusal of other parameters", err)
 	}
 	noFullKey(t, err, k)

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // Inbox reads the webhook inbox (webhook_events): every verified provider
@@ -16,7 +17,7 @@ import (
 //
 //	inbox := payments.NewInbox(pool)
 //	ad, err := adyen.New(&adyen.Config{..., Notifications: inbox.Source("adyen")})
-//	client, err := payments.New(pool, []payments.Provider{ad}, nil)
+//	client, err := payments.New(pool, []provider.Provider{ad}, nil)
 type Inbox struct{ pool *pgxpool.Pool }
 
 // NewInbox returns the inbox of pool's database.
@@ -24,9 +25,9 @@ func NewInbox(pool *pgxpool.Pool) *Inbox { return &Inbox{pool: pool} }
 
 // Source returns Events for one provider, as a notification source
 // (adyen.Config.Notifications).
-func (i *Inbox) Source(provider string) func(ctx context.Context, reference string) ([]WebhookEvent, error) {
-	return func(ctx context.Context, reference string) ([]WebhookEvent, error) {
-		return i.Events(ctx, provider, reference)
+func (i *Inbox) Source(provName string) func(ctx context.Context, reference string) ([]provider.WebhookEvent, error) {
+	return func(ctx context.Context, reference string) ([]provider.WebhookEvent, error) {
+		return i.Events(ctx, provName, reference)
 	}
 }
 
@@ -34,24 +35,24 @@ func (i *Inbox) Source(provider string) func(ctx context.Context, reference stri
 // (the ProviderKey payonce sent), oldest first, as the inbox holds them.
 // Body, Reference, ProviderID, ChargeID, Key, Kind, Type, DeclineCode and
 // Amount are restored.
-func (i *Inbox) Events(ctx context.Context, provider, reference string) ([]WebhookEvent, error) {
+func (i *Inbox) Events(ctx context.Context, provName, reference string) ([]provider.WebhookEvent, error) {
 	rows, err := i.pool.Query(ctx, `SELECT event_id, event_type, kind, coalesce(reference, ''), coalesce(local_key, ''),
 		coalesce(provider_id, ''), coalesce(charge_id, ''), coalesce(amount::text, ''), coalesce(currency, ''),
 		coalesce(decline_code, ''), body
-		FROM webhook_events WHERE provider = $1 AND reference = $2 ORDER BY received_at, event_id`, provider, reference)
+		FROM webhook_events WHERE provider = $1 AND reference = $2 ORDER BY received_at, event_id`, provName, reference)
 	if err != nil {
 		return nil, fmt.Errorf("payments: stored events: %w", err)
 	}
 	defer rows.Close()
-	var out []WebhookEvent
+	var out []provider.WebhookEvent
 	for rows.Next() {
-		var ev WebhookEvent
+		var ev provider.WebhookEvent
 		var kind, amount, currency string
 		if err := rows.Scan(&ev.ID, &ev.Type, &kind, &ev.Reference, &ev.Key, &ev.ProviderID, &ev.ChargeID,
 			&amount, &currency, &ev.DeclineCode, &ev.Body); err != nil {
 			return nil, fmt.Errorf("payments: stored events: %w", err)
 		}
-		ev.Kind = EventKind(kind)
+		ev.Kind = provider.EventKind(kind)
 		if amount != "" {
 			var err error
 			ev.Amount, err = money.Parse(amount, money.Currency(currency))

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // A KeyMismatchError's text never holds what its Message quotes (keys,
@@ -24,7 +25,7 @@ func TestKeyMismatchTextHidesQuotedKeys(t *testing.T) {
 		{`unclosed "usr_b_charge_k3_charge_0 and the rest`, []string{"usr_b_charge_k3"}, `unclosed "…`},
 		{"nothing quoted, '' empty", nil, "nothing quoted, '' empty"},
 	} {
-		text := (&KeyMismatchError{Provider: "stripe", Message: tc.msg}).Error()
+		text := (&provider.KeyMismatchError{Provider: "stripe", Message: tc.msg}).Error()
 		for _, k := range tc.keys {
 			if strings.Contains(text, k) {
 				t.Errorf("%q holds %q", text, k)

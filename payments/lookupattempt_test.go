@@ -10,6 +10,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -66,7 +67,7 @@ func setupBusy(t *testing.T, start time.Time, searchLag time.Duration) busy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := payments.New(pool, []payments.Provider{sp}, nil)
+	c, err := payments.New(pool, []provider.Provider{sp}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestLookupAttemptProvesAbsenceAmongThousands(t *testing.T) {
 	}
 
 	// The window before: 10 minutes before the send to now.
-	old, err := b.stripe.Lookup(ctx, payments.LookupRequest{Key: in.Key, From: in.SentAt.Add(-10 * time.Minute),
+	old, err := b.stripe.Lookup(ctx, provider.LookupRequest{Key: in.Key, From: in.SentAt.Add(-10 * time.Minute),
 		To: payments.LookupUntil(in.SentAt, paystripe.DedupWindow)})
 	if err != nil || old.Consistent {
 		t.Fatalf("the old window: %+v %v, want past the scan limit (not consistent)", old, err)
@@ -200,7 +201,7 @@ func TestLookupAttemptFindsTheSecondSendAnHourLater(t *testing.T) {
 	b.requests.take()
 
 	res, err := b.client.LookupAttempt(ctx, b.stripe, in)
-	if err != nil || !res.Consistent || len(res.Charges) != 1 || res.Charges[0].Status != payments.ChargeSucceeded {
+	if err != nil || !res.Consistent || len(res.Charges) != 1 || res.Charges[0].Status != provider.ChargeSucceeded {
 		t.Fatalf("LookupAttempt: %+v %v, want the second send's charge, consistently", res, err)
 	}
 	if n := pis(t, b.bundle, "twice"); n != 1 {
@@ -227,7 +228,7 @@ func TestLookupAttemptMeasuresTheClocksSkew(t *testing.T) {
 			in := b.examined(t, "skewed")
 			b.catchUp(skew)
 
-			narrow, err := b.stripe.Lookup(ctx, payments.LookupRequest{Key: in.Key,
+			narrow, err := b.stripe.Lookup(ctx, provider.LookupRequest{Key: in.Key,
 				From: in.SentAt.Add(-payments.MeasuredLookupMargin), To: in.LastSentAt.Add(time.Minute)})
 			if err != nil || !narrow.Consistent || len(narrow.Charges) != 0 {
 				t.Fatalf("a window on the database's clock: %+v %v, want a consistent none (the premise)", narrow, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
@@ -52,10 +53,10 @@ func pvHTTPClient(rt http.RoundTripper) *http.Client {
 
 // pvProvider is the adapter of name ("adyen" or "paypal") on the fake at
 // url, with the credentials providers/fakes uses.
-func pvProvider(t testing.TB, name, url string, hc *http.Client) payments.Provider {
+func pvProvider(t testing.TB, name, url string, hc *http.Client) provider.Provider {
 	t.Helper()
 	var (
-		p   payments.Provider
+		p   provider.Provider
 		err error
 	)
 	switch name {
@@ -99,7 +100,7 @@ func pvURL(s *fakes.Set) string {
 	return s.PayPal.URL()
 }
 
-func pvClient(t testing.TB, pool *pgxpool.Pool, prov payments.Provider, lock time.Duration) (*payments.Client, *ledger.Ledger) {
+func pvClient(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, lock time.Duration) (*payments.Client, *ledger.Ledger) {
 	t.Helper()
 	store, err := pgstore.New(pool, nil)
 	if err != nil {
@@ -109,7 +110,7 @@ func pvClient(t testing.TB, pool *pgxpool.Pool, prov payments.Provider, lock tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := payments.New(pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: lock})
+	c, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: lock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func pvEntries(t testing.TB, pool *pgxpool.Pool, key string) (entries, postings 
 
 // pvOrders counts PayPal orders for a charge key (attempt 0's custom_id).
 func pvOrders(s *fakes.Set, key string) int {
-	return s.PayPal.CountsByCustomID(payments.ProviderKey(key, "charge", 0, paypal.MaxProviderKeyLen)).Orders
+	return s.PayPal.CountsByCustomID(provider.DeriveKey(key, "charge", 0, paypal.MaxProviderKeyLen)).Orders
 }
 
 // pvCheckOneCharge asserts the end state of a charge of amount (EUR) for
@@ -379,25 +380,25 @@ func TestLostResponsesAdyenPayPal(t *testing.T) {
 // references and makes no second refund.
 func TestLostRefundResponseAdyenPayPal(t *testing.T) {
 	t.Parallel()
-	for _, provider := range []string{"adyen", "paypal"} {
-		t.Run(provider, func(t *testing.T) {
+	for _, provName := range []string{"adyen", "paypal"} {
+		t.Run(provName, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
-			s := pvFakes(t, provider, "", 0)
-			c, _ := pvClient(t, pool, pvProvider(t, provider, pvURL(s), pvHTTPClient(nil)), 2*time.Second)
+			s := pvFakes(t, provName, "", 0)
+			c, _ := pvClient(t, pool, pvProvider(t, provName, pvURL(s), pvHTTPClient(nil)), 2*time.Second)
 			ctx := context.Background()
-			if _, err := c.Charge(ctx, pvParams(t, provider, "c1", "10.00")); err != nil {
+			if _, err := c.Charge(ctx, pvParams(t, provName, "c1", "10.00")); err != nil {
 				t.Fatal(err)
 			}
 			refKey := composed(t, "refund", "r1")
 			var refunds func() int
 			if s.Adyen != nil {
 				s.Adyen.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments/*/refunds"})
-				ref := payments.ProviderKey(refKey, "refund", 0, adyen.MaxReferenceLen)
+				ref := provider.DeriveKey(refKey, "refund", 0, adyen.MaxReferenceLen)
 				refunds = func() int { return s.Adyen.Counts(ref).Refunds }
 			} else {
 				s.PayPal.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/payments/captures/*/refund"})
-				ref := payments.ProviderKey(refKey, "refund", 0, paypal.MaxProviderKeyLen)
+				ref := provider.DeriveKey(refKey, "refund", 0, paypal.MaxProviderKeyLen)
 				refunds = func() int { return s.PayPal.CountsByCustomID(ref).Refunds }
 			}
 			rp := payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: pvEUR(t, "4.00")}
@@ -412,7 +413,7 @@ func TestLostRefundResponseAdyenPayPal(t *testing.T) {
 				t.Fatalf("refund retry: %+v %v", out, err)
 			}
 			want, entries := payments.IntentSucceeded, 1
-			if provider == "adyen" { // only acknowledged: the REFUND notification decides
+			if provName == "adyen" { // only acknowledged: the REFUND notification decides
 				want, entries = payments.IntentPending, 0
 			}
 			if out.Status != want {
@@ -424,7 +425,7 @@ func TestLostRefundResponseAdyenPayPal(t *testing.T) {
 			if e, _ := pvEntries(t, pool, refKey); e != entries {
 				t.Fatalf("%d ledger refund entries, want %d", e, entries)
 			}
-			if got := s.Net(provider)["EUR"]; got != 600 {
+			if got := s.Net(provName)["EUR"]; got != 600 {
 				t.Fatalf("provider net %d, want 600", got)
 			}
 		})

@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // Instrument names.
@@ -61,15 +63,15 @@ func outcomeLabel(status string, err error) string {
 	switch {
 	case err == nil:
 		return status
-	case errors.Is(err, ErrDeclined):
+	case errors.Is(err, provider.ErrDeclined):
 		return "declined"
-	case errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrKeyMismatch):
+	case errors.Is(err, provider.ErrInvalidRequest), errors.Is(err, provider.ErrKeyMismatch):
 		return "failed"
-	case errors.Is(err, ErrCredentials):
+	case errors.Is(err, provider.ErrCredentials):
 		return "credentials"
-	case errors.Is(err, ErrNotSent):
+	case errors.Is(err, provider.ErrNotSent):
 		return "not_sent"
-	case errors.Is(err, ErrInProgress):
+	case errors.Is(err, provider.ErrInProgress):
 		return "in_progress"
 	}
 	return "unknown"

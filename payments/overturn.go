@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/payonce/payonce/ledger"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // A provider can overturn a state payonce recorded as final: a Stripe
@@ -38,9 +39,9 @@ var overturned = map[string]bool{EventSucceededAfterDecline: true, EventRefundFa
 // review when it names none, since nothing then says that the object that
 // succeeded is this intent's rather than another attempt's; a conflict
 // (reported, nothing changes) when the event names no object at all.
-func decideSuccessAfterDecline(s subject, in intentRow, ev WebhookEvent) (outcome, detail string, t *transition) {
+func decideSuccessAfterDecline(s subject, in intentRow, ev provider.WebhookEvent) (outcome, detail string, t *transition) {
 	named := ev.ProviderID
-	if ev.Kind == EventCaptureSucceeded && ev.ChargeID != "" {
+	if ev.Kind == provider.EventCaptureSucceeded && ev.ChargeID != "" {
 		named = ev.ChargeID
 	}
 	switch {
@@ -60,7 +61,7 @@ func decideSuccessAfterDecline(s subject, in intentRow, ev WebhookEvent) (outcom
 // SUCCEEDED refund intent: its own refund failed (reversed), unless the
 // event names another refund than the intent's (a conflict: nothing of
 // this intent changed).
-func decideRefundFailedAfterSuccess(s subject, in intentRow, ev WebhookEvent) (outcome, detail string, t *transition) {
+func decideRefundFailedAfterSuccess(s subject, in intentRow, ev provider.WebhookEvent) (outcome, detail string, t *transition) {
 	if in.providerID != nil && *in.providerID != "" && ev.ProviderID != "" && ev.ProviderID != *in.providerID {
 		return EventConflict, fmt.Sprintf("the provider reports refund %s failed; this intent's refund is %s", ev.ProviderID, *in.providerID), nil
 	}

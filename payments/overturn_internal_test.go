@@ -5,6 +5,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // A provider overturning a final state, decided without a database: what
@@ -28,44 +29,44 @@ func TestDecideOverturningEvents(t *testing.T) {
 		name    string
 		s       subject
 		in      intentRow
-		ev      WebhookEvent
+		ev      provider.WebhookEvent
 		outcome string
 		want    *want // nil: no transition
 	}{
 		{"success of the declined object books the charge", chargeSubject, declined,
-			WebhookEvent{Kind: EventChargeSucceeded, ProviderID: pi, Amount: ten}, EventSucceededAfterDecline,
+			provider.WebhookEvent{Kind: provider.EventChargeSucceeded, ProviderID: pi, Amount: ten}, EventSucceededAfterDecline,
 			&want{IntentSucceeded, idempotency.StatusCompleted, postCharge, pi, "", "result"}},
 		{"a capture of the declined payment books the charge", chargeSubject, declined,
-			WebhookEvent{Kind: EventCaptureSucceeded, ProviderID: "psp_capture", ChargeID: pi}, EventSucceededAfterDecline,
+			provider.WebhookEvent{Kind: provider.EventCaptureSucceeded, ProviderID: "psp_capture", ChargeID: pi}, EventSucceededAfterDecline,
 			&want{IntentSucceeded, idempotency.StatusCompleted, postCharge, pi, "", "result"}},
 		{"success of another object is a second object", chargeSubject, declined,
-			WebhookEvent{Kind: EventChargeSucceeded, ProviderID: "pi_2"}, EventSecondObject, nil},
+			provider.WebhookEvent{Kind: provider.EventChargeSucceeded, ProviderID: "pi_2"}, EventSecondObject, nil},
 		{"success of another amount conflicts", chargeSubject, declined,
-			WebhookEvent{Kind: EventChargeSucceeded, ProviderID: pi, Amount: money.MustParse("9.00", money.EUR)}, EventConflict, nil},
+			provider.WebhookEvent{Kind: provider.EventChargeSucceeded, ProviderID: pi, Amount: money.MustParse("9.00", money.EUR)}, EventConflict, nil},
 		{"success for a decline that named no object goes to review", chargeSubject, declinedNoObject,
-			WebhookEvent{Kind: EventChargeSucceeded, ProviderID: pi}, EventNeedsReview, nil},
+			provider.WebhookEvent{Kind: provider.EventChargeSucceeded, ProviderID: pi}, EventNeedsReview, nil},
 		{"success naming no object conflicts", chargeSubject, declined,
-			WebhookEvent{Kind: EventChargeSucceeded}, EventConflict, nil},
+			provider.WebhookEvent{Kind: provider.EventChargeSucceeded}, EventConflict, nil},
 		{"success after a failure (a void, an absence proven) still conflicts", chargeSubject, failed,
-			WebhookEvent{Kind: EventChargeSucceeded, ProviderID: pi}, EventConflict, nil},
+			provider.WebhookEvent{Kind: provider.EventChargeSucceeded, ProviderID: pi}, EventConflict, nil},
 		{"the decline's notification names the declined object", chargeSubject, declinedNoObject,
-			WebhookEvent{Kind: EventChargeFailed, ProviderID: pi}, EventConfirmed,
+			provider.WebhookEvent{Kind: provider.EventChargeFailed, ProviderID: pi}, EventConfirmed,
 			&want{IntentDeclined, "", moveNothing, pi, "", ""}},
 		{"a failed refund of the intent's refund is reversed", refundSubject, refunded,
-			WebhookEvent{Kind: EventRefundReversed, ProviderID: re, Amount: four, DeclineCode: "expired_or_canceled_card"}, EventRefundFailedAfterSuccess,
+			provider.WebhookEvent{Kind: provider.EventRefundReversed, ProviderID: re, Amount: four, DeclineCode: "expired_or_canceled_card"}, EventRefundFailedAfterSuccess,
 			&want{IntentFailed, idempotency.StatusCompleted, reverseRefund, re, "expired_or_canceled_card", "result"}},
 		{"a failed refund without a reason still reverses", refundSubject, refunded,
-			WebhookEvent{Kind: EventRefundReversed, ProviderID: re}, EventRefundFailedAfterSuccess,
+			provider.WebhookEvent{Kind: provider.EventRefundReversed, ProviderID: re}, EventRefundFailedAfterSuccess,
 			&want{IntentFailed, idempotency.StatusCompleted, reverseRefund, re, "refund_failed", "result"}},
 		{"a refusal after the success (out of order) conflicts", refundSubject, refunded,
-			WebhookEvent{Kind: EventRefundFailed, ProviderID: re}, EventConflict, nil},
+			provider.WebhookEvent{Kind: provider.EventRefundFailed, ProviderID: re}, EventConflict, nil},
 		{"a reversal of an open refund fails it", refundSubject, pendingRefund,
-			WebhookEvent{Kind: EventRefundReversed, ProviderID: re}, EventApplied,
+			provider.WebhookEvent{Kind: provider.EventRefundReversed, ProviderID: re}, EventApplied,
 			&want{IntentFailed, "", releaseReservation, "", "", ""}},
 		{"a failure of another refund conflicts", refundSubject, refunded,
-			WebhookEvent{Kind: EventRefundReversed, ProviderID: "re_2"}, EventConflict, nil},
+			provider.WebhookEvent{Kind: provider.EventRefundReversed, ProviderID: "re_2"}, EventConflict, nil},
 		{"a failure of another amount conflicts", refundSubject, refunded,
-			WebhookEvent{Kind: EventRefundReversed, ProviderID: re, Amount: money.MustParse("3.00", money.EUR)}, EventConflict, nil},
+			provider.WebhookEvent{Kind: provider.EventRefundReversed, ProviderID: re, Amount: money.MustParse("3.00", money.EUR)}, EventConflict, nil},
 	} {
 		outcome, detail, tr := decideEvent(tc.s, tc.in, tc.ev)
 		if outcome != tc.outcome || (tr == nil) != (tc.want == nil) {

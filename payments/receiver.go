@@ -15,6 +15,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/internal/crashpoint"
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // WebhookConfig configures a receiver made by [Client.WebhookHandler].
@@ -24,12 +25,6 @@ type WebhookConfig struct {
 	MaxBody int64
 	// Logger receives refusals and failures. Default: the Client's.
 	Logger *slog.Logger
-}
-
-// WebhookAcknowledger is implemented by providers that expect a particular
-// body in the 2xx answer to a delivery (Adyen: "[accepted]").
-type WebhookAcknowledger interface {
-	WebhookAck() (contentType string, body []byte)
 }
 
 // Webhook event outcomes, as stored in webhook_events.outcome.
@@ -78,7 +73,7 @@ const (
 
 // WebhookHandler returns the receiver of the named provider's
 // notifications, mountable under any path (POST only). For each delivery
-// it verifies the signature through the provider's [WebhookVerifier],
+// it verifies the signature through the provider's [provider.WebhookVerifier],
 // then, in ONE transaction per delivery, stores each event once in the
 // webhook_events inbox (keyed by provider and event id) together with its
 // effect on the intent it names (and the ledger postings where money
@@ -93,14 +88,14 @@ const (
 //
 // Errors: *ConfigError when the provider is not configured or cannot
 // verify webhooks.
-func (c *Client) WebhookHandler(provider string, cfg *WebhookConfig) (http.Handler, error) {
-	p := c.providers[provider]
+func (c *Client) WebhookHandler(provName string, cfg *WebhookConfig) (http.Handler, error) {
+	p := c.providers[provName]
 	if p == nil {
-		return nil, &ConfigError{"provider", fmt.Sprintf("unknown provider %q", provider)}
+		return nil, &ConfigError{"provider", fmt.Sprintf("unknown provider %q", provName)}
 	}
-	v, ok := p.(WebhookVerifier)
+	v, ok := p.(provider.WebhookVerifier)
 	if !ok {
-		return nil, &ConfigError{"provider", fmt.Sprintf("%q does not verify webhooks", provider)}
+		return nil, &ConfigError{"provider", fmt.Sprintf("%q does not verify webhooks", provName)}
 	}
 	var wc WebhookConfig
 	if cfg != nil {
@@ -115,13 +110,13 @@ func (c *Client) WebhookHandler(provider string, cfg *WebhookConfig) (http.Handl
 	if wc.Logger == nil {
 		wc.Logger = c.log
 	}
-	return &receiver{c: c, provider: provider, verifier: v, cfg: wc}, nil
+	return &receiver{c: c, provider: provName, verifier: v, cfg: wc}, nil
 }
 
 type receiver struct {
 	c        *Client
 	provider string
-	verifier WebhookVerifier
+	verifier provider.WebhookVerifier
 	cfg      WebhookConfig
 }
 
@@ -148,12 +143,12 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	events, err := rc.verifier.VerifyWebhook(r.Context(), r.Header, body)
 	switch {
-	case errors.Is(err, ErrWebhookSignature):
+	case errors.Is(err, provider.ErrWebhookSignature):
 		refuse("signature")
 		rc.cfg.Logger.Warn("payments: webhook refused: signature", "provider", rc.provider, "err", err)
 		http.Error(w, "signature missing or invalid", http.StatusUnauthorized)
 		return
-	case errors.Is(err, ErrWebhookMalformed):
+	case errors.Is(err, provider.ErrWebhookMalformed):
 		refuse("malformed")
 		rc.cfg.Logger.Warn("payments: webhook refused: malformed", "provider", rc.provider, "err", err)
 		http.Error(w, "malformed event", http.StatusBadRequest)
@@ -170,7 +165,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not stored", http.StatusServiceUnavailable)
 		return
 	}
-	if ack, ok := rc.verifier.(WebhookAcknowledger); ok {
+	if ack, ok := rc.verifier.(provider.WebhookAcknowledger); ok {
 		ct, b := ack.WebhookAck()
 		w.Header().Set("Content-Type", ct)
 		w.WriteHeader(http.StatusOK)
@@ -199,11 +194,11 @@ type AppliedEvent struct {
 // [Client.WebhookHandler]). It is what the receiver calls; use it for
 // events obtained another way (a provider's event list). Events must be
 // verified.
-func (o *Operator) ApplyEvents(ctx context.Context, provider string, events []WebhookEvent) ([]AppliedEvent, error) {
+func (o *Operator) ApplyEvents(ctx context.Context, provider string, events []provider.WebhookEvent) ([]AppliedEvent, error) {
 	return o.c.applyEvents(ctx, provider, events)
 }
 
-func (c *Client) applyEvents(ctx context.Context, provider string, events []WebhookEvent) (_ []AppliedEvent, err error) {
+func (c *Client) applyEvents(ctx context.Context, provider string, events []provider.WebhookEvent) (_ []AppliedEvent, err error) {
 	ctx, span := c.tracer.Start(ctx, "payments.webhook.apply", trace.WithAttributes(
 		attribute.String(AttrProvider, provider), attribute.Int(AttrEvents, len(events))))
 	defer func() { idempotency.EndSpan(span, err) }()
@@ -254,7 +249,7 @@ type intentRow struct {
 
 const intentCols = `idempotency_key, user_id, kind, status, amount::text, currency, provider_id, charge_key`
 
-func (c *Client) applyEvent(ctx context.Context, tx pgx.Tx, provider string, ev WebhookEvent) (AppliedEvent, error) {
+func (c *Client) applyEvent(ctx context.Context, tx pgx.Tx, provName string, ev provider.WebhookEvent) (AppliedEvent, error) {
 	if ev.ID == "" {
 		return AppliedEvent{}, errors.New("event without an id")
 	}
@@ -267,7 +262,7 @@ func (c *Client) applyEvent(ctx context.Context, tx pgx.Tx, provider string, ev 
 		body = []byte{}
 	}
 	var id string
-	err := tx.QueryRow(ctx, insertEventSQL, provider, ev.ID, ev.Type, string(ev.Kind), ev.Reference, ev.Key,
+	err := tx.QueryRow(ctx, insertEventSQL, provName, ev.ID, ev.Type, string(ev.Kind), ev.Reference, ev.Key,
 		ev.ProviderID, ev.ChargeID, amount, currency, ev.DeclineCode, body).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return AppliedEvent{ID: ev.ID, Outcome: "duplicate"}, nil
@@ -275,22 +270,22 @@ func (c *Client) applyEvent(ctx context.Context, tx pgx.Tx, provider string, ev 
 	if err != nil {
 		return AppliedEvent{}, err
 	}
-	if ev.Kind == EventIgnored || ev.Kind == EventCancelFailed {
+	if ev.Kind == provider.EventIgnored || ev.Kind == provider.EventCancelFailed {
 		return AppliedEvent{ID: ev.ID, Outcome: EventIgnoredOutcome}, nil
 	}
 	kind := "CHARGE"
-	if ev.Kind == EventRefundSucceeded || ev.Kind == EventRefundFailed || ev.Kind == EventRefundReversed {
+	if ev.Kind == provider.EventRefundSucceeded || ev.Kind == provider.EventRefundFailed || ev.Kind == provider.EventRefundReversed {
 		kind = "REFUND"
 	}
-	in, found, err := findIntent(ctx, tx, provider, kind, ev)
+	in, found, err := findIntent(ctx, tx, provName, kind, ev)
 	if err != nil {
 		return AppliedEvent{}, err
 	}
 	var outcome, detail string
 	if !found {
-		outcome, detail, err = c.unmatched(ctx, tx, provider, ev)
+		outcome, detail, err = c.unmatched(ctx, tx, provName, ev)
 	} else {
-		outcome, detail, err = c.transition(ctx, tx, provider, in, ev)
+		outcome, detail, err = c.transition(ctx, tx, provName, in, ev)
 	}
 	if err != nil {
 		return AppliedEvent{}, err
@@ -299,7 +294,7 @@ func (c *Client) applyEvent(ctx context.Context, tx pgx.Tx, provider string, ev 
 	if found {
 		ik, iu = in.key, in.user
 	}
-	if _, err := tx.Exec(ctx, eventOutcomeSQL, provider, ev.ID, outcome, detail, ik, iu); err != nil {
+	if _, err := tx.Exec(ctx, eventOutcomeSQL, provName, ev.ID, outcome, detail, ik, iu); err != nil {
 		return AppliedEvent{}, err
 	}
 	return AppliedEvent{ID: ev.ID, Outcome: outcome, Detail: detail}, nil
@@ -307,7 +302,7 @@ func (c *Client) applyEvent(ctx context.Context, tx pgx.Tx, provider string, ev 
 
 // findIntent locks the intent an event names: by the provider's object,
 // else by the reference payonce sent, else by the local key.
-func findIntent(ctx context.Context, tx pgx.Tx, provider, kind string, ev WebhookEvent) (intentRow, bool, error) {
+func findIntent(ctx context.Context, tx pgx.Tx, provider, kind string, ev provider.WebhookEvent) (intentRow, bool, error) {
 	probes := []struct{ col, val string }{{"provider_id", ev.ProviderID}, {"provider_key", ev.Reference}, {"idempotency_key", ev.Key}}
 	for _, p := range probes {
 		if p.val == "" {
@@ -332,18 +327,18 @@ func findIntent(ctx context.Context, tx pgx.Tx, provider, kind string, ev Webhoo
 // event that names a known charge (Stripe's charge.refunded is about the
 // charge, not the refund) is confirmed when a refund intent of that charge
 // has its amount.
-func (c *Client) unmatched(ctx context.Context, tx pgx.Tx, provider string, ev WebhookEvent) (string, string, error) {
+func (c *Client) unmatched(ctx context.Context, tx pgx.Tx, provName string, ev provider.WebhookEvent) (string, string, error) {
 	// Only for events about the charge rather than one refund (Stripe's
 	// charge.refunded names the PaymentIntent): an event naming its own
 	// refund object that no intent carries is a refund made outside
 	// payonce.
 	aboutCharge := ev.ProviderID == "" || ev.ProviderID == ev.ChargeID
-	if (ev.Kind == EventRefundSucceeded || ev.Kind == EventRefundFailed || ev.Kind == EventRefundReversed) && ev.ChargeID != "" && aboutCharge {
+	if (ev.Kind == provider.EventRefundSucceeded || ev.Kind == provider.EventRefundFailed || ev.Kind == provider.EventRefundReversed) && ev.ChargeID != "" && aboutCharge {
 		var n int
 		err := tx.QueryRow(ctx, `SELECT count(*) FROM payment_intents r JOIN payment_intents ch
 			ON ch.idempotency_key = r.charge_key AND ch.user_id = r.user_id
 			WHERE ch.provider = $1 AND ch.provider_id = $2 AND r.kind = 'REFUND' AND ($3::numeric IS NULL OR r.amount = $3::numeric)`,
-			provider, ev.ChargeID, nullAmount(ev.Amount)).Scan(&n)
+			provName, ev.ChargeID, nullAmount(ev.Amount)).Scan(&n)
 		if err != nil {
 			return "", "", err
 		}
@@ -365,7 +360,7 @@ func nullAmount(m money.Money) any {
 var openStatus = map[string]bool{string(IntentPending): true, string(IntentUnknown): true, string(IntentRequiresAction): true}
 
 // transition applies an event to its locked intent (see decideEvent).
-func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in intentRow, ev WebhookEvent) (string, string, error) {
+func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in intentRow, ev provider.WebhookEvent) (string, string, error) {
 	amount, err := intentAmount(in)
 	if err != nil {
 		return "", "", err
@@ -404,9 +399,9 @@ func (c *Client) transition(ctx context.Context, tx pgx.Tx, provider string, in 
 // succeededAfterDecline, refundFailedAfterSuccess), sent to review where
 // nothing says the object is the intent's, and any other contradiction is
 // a conflict (reported, nothing changes).
-func decideEvent(s subject, in intentRow, ev WebhookEvent) (outcome, detail string, t *transition) {
-	moved := ev.Kind == EventChargeSucceeded || ev.Kind == EventRefundSucceeded || ev.Kind == EventCaptureSucceeded ||
-		(ev.Kind == EventRefundReversed && in.status == string(IntentSucceeded)) // what a reversal would move back
+func decideEvent(s subject, in intentRow, ev provider.WebhookEvent) (outcome, detail string, t *transition) {
+	moved := ev.Kind == provider.EventChargeSucceeded || ev.Kind == provider.EventRefundSucceeded || ev.Kind == provider.EventCaptureSucceeded ||
+		(ev.Kind == provider.EventRefundReversed && in.status == string(IntentSucceeded)) // what a reversal would move back
 	if moved && ev.Amount.Currency() != "" && !ev.Amount.Equal(s.amount) {
 		return EventConflict, fmt.Sprintf("the provider reports %s %s, the intent is %s %s",
 			ev.Amount.AmountString(), ev.Amount.Currency(), in.amount, in.currency), nil
@@ -421,7 +416,7 @@ func decideEvent(s subject, in intentRow, ev WebhookEvent) (outcome, detail stri
 		return &t
 	}
 	switch ev.Kind {
-	case EventChargeSucceeded, EventCaptureSucceeded, EventRefundSucceeded:
+	case provider.EventChargeSucceeded, provider.EventCaptureSucceeded, provider.EventRefundSucceeded:
 		if other := otherObject(in, ev); other != "" {
 			return EventSecondObject, other, nil
 		}
@@ -432,22 +427,22 @@ func decideEvent(s subject, in intentRow, ev WebhookEvent) (outcome, detail stri
 			return EventConfirmed, "", nil
 		case in.status == string(IntentDeclined) && s.kind == KindCharge:
 			return decideSuccessAfterDecline(s, in, ev)
-		case ev.Kind == EventRefundSucceeded:
+		case ev.Kind == provider.EventRefundSucceeded:
 			return EventConflict, "the provider reports the refund succeeded, the intent is " + in.status, nil
 		default:
 			return EventConflict, "the provider reports success, the intent is " + in.status, nil
 		}
-	case EventChargeFailed, EventCancelled:
+	case provider.EventChargeFailed, provider.EventCancelled:
 		switch {
-		case open && ev.Kind == EventCancelled:
+		case open && ev.Kind == provider.EventCancelled:
 			return EventApplied, "", with(transition{status: IntentFailed, providerID: pid}, ev.DeclineCode)
 		case open:
 			return EventApplied, "", with(transition{status: IntentDeclined, providerID: pid}, ev.DeclineCode)
-		case in.status == string(IntentSucceeded) && ev.Kind == EventCancelled:
+		case in.status == string(IntentSucceeded) && ev.Kind == provider.EventCancelled:
 			return EventConflict, "the provider reports the payment cancelled, the intent succeeded", nil
 		case in.status == string(IntentSucceeded):
 			return EventStale, "a failure reported after the success", nil
-		case in.status == string(IntentDeclined) && ev.Kind == EventChargeFailed && in.providerID == nil && ev.ProviderID != "":
+		case in.status == string(IntentDeclined) && ev.Kind == provider.EventChargeFailed && in.providerID == nil && ev.ProviderID != "":
 			// The notification of a decline recorded from the synchronous
 			// answer: it names the declined object, which a later success
 			// must name to be this intent's.
@@ -455,21 +450,21 @@ func decideEvent(s subject, in intentRow, ev WebhookEvent) (outcome, detail stri
 		default:
 			return EventConfirmed, "", nil
 		}
-	case EventChargePending:
+	case provider.EventChargePending:
 		if open {
 			return EventConfirmed, "", nil
 		}
 		return EventStale, "pending reported after " + in.status, nil
-	case EventCaptureFailed:
+	case provider.EventCaptureFailed:
 		if in.status == string(IntentSucceeded) {
 			return EventConflict, "the provider reports the capture failed, the intent succeeded", nil
 		}
 		return EventConfirmed, "", nil
-	case EventRefundFailed, EventRefundReversed:
+	case provider.EventRefundFailed, provider.EventRefundReversed:
 		switch {
 		case open:
 			return EventApplied, "", with(transition{status: IntentFailed, providerID: pid, effect: releaseReservation}, ev.DeclineCode)
-		case in.status == string(IntentSucceeded) && ev.Kind == EventRefundReversed:
+		case in.status == string(IntentSucceeded) && ev.Kind == provider.EventRefundReversed:
 			return decideRefundFailedAfterSuccess(s, in, ev)
 		case in.status == string(IntentSucceeded):
 			return EventConflict, "the provider reports the refund refused after it succeeded", nil
@@ -485,12 +480,12 @@ func decideEvent(s subject, in intentRow, ev WebhookEvent) (outcome, detail stri
 // (or the intent names none yet). A capture names its payment in ChargeID
 // (Adyen's originalReference); a charge or refund event its own object in
 // ProviderID.
-func otherObject(in intentRow, ev WebhookEvent) string {
+func otherObject(in intentRow, ev provider.WebhookEvent) string {
 	if in.providerID == nil || *in.providerID == "" {
 		return ""
 	}
 	named := ev.ProviderID
-	if ev.Kind == EventCaptureSucceeded && ev.ChargeID != "" {
+	if ev.Kind == provider.EventCaptureSucceeded && ev.ChargeID != "" {
 		named = ev.ChargeID
 	}
 	if named == "" || named == *in.providerID {
@@ -511,6 +506,6 @@ func sameAmount(m money.Money, amount, currency string) bool {
 
 // StoredEvents returns the verified events of provider stored for a
 // reference, oldest first (see [Inbox.Events]).
-func (o *Operator) StoredEvents(ctx context.Context, provider, reference string) ([]WebhookEvent, error) {
+func (o *Operator) StoredEvents(ctx context.Context, provider, reference string) ([]provider.WebhookEvent, error) {
 	return o.c.inbox.Events(ctx, provider, reference)
 }

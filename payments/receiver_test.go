@@ -15,6 +15,7 @@ import (
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -52,7 +53,7 @@ func setupWebhooks(t *testing.T, dup int) whBundle {
 	}
 	store, _ := pgstore.New(pool, nil)
 	l, _ := ledger.New(pool, nil)
-	c, err := payments.New(pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: 2 * time.Second})
+	c, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

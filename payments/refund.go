@@ -15,6 +15,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // RefundParams describes one refund of a charge.
@@ -28,11 +29,6 @@ type RefundParams struct {
 	// Amount is what to refund: all or part of the charge, in its currency.
 	Amount money.Money
 }
-
-// ErrRefundExceedsCharge: the refunds of a charge would exceed what it
-// captured. Returned wrapped in an *InvalidRequestError (Code
-// "refund_exceeds_charge"); final for the refund's key.
-var ErrRefundExceedsCharge = errors.New("payments: refunds would exceed the charge")
 
 const chargeForRefundSQL = `SELECT provider, provider_id, status, amount::text, currency
   FROM payment_intents WHERE idempotency_key = $1 AND user_id = $2 AND kind = 'CHARGE'`
@@ -57,8 +53,8 @@ const unreserveRefundSQL = `UPDATE payment_intents SET refund_reserved = refund_
 // Its amount is reserved on the charge before the provider is called, so
 // concurrent refunds can never exceed the charge (the database refuses).
 //
-// Errors: as [Client.Charge], plus *InvalidRequestError with Code
-// "refund_exceeds_charge" (errors.Is ErrRefundExceedsCharge) and
+// Errors: as [Client.Charge], plus *provider.InvalidRequestError with Code
+// "refund_exceeds_charge" (errors.Is provider.ErrRefundExceedsCharge) and
 // idempotency.ErrNotFound when the charge does not exist or has not
 // succeeded.
 func (c *Client) Refund(ctx context.Context, p RefundParams) (Outcome, error) {
@@ -95,8 +91,8 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (out O
 	if prov == nil {
 		return Outcome{}, &ConfigError{"Provider", fmt.Sprintf("the charge's provider %q is not configured", provName)}
 	}
-	if v, ok := prov.(RefundValidator); ok {
-		if err := v.ValidateRefund(RefundRequest{Key: key, ProviderKey: ProviderKey(key, StepRefund, 0, MaxReferenceLen(prov)),
+	if v, ok := prov.(provider.RefundValidator); ok {
+		if err := v.ValidateRefund(provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, provider.StepRefund, 0, provider.MaxReferenceLen(prov)),
 			ChargeID: *chargeID, Amount: p.Amount}); err != nil {
 			return Outcome{}, err
 		}
@@ -118,8 +114,8 @@ func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (out O
 	return c.outcome(res, err, provName, cl)
 }
 
-func (c *Client) refund(ctx context.Context, cl *call, prov Provider, req idempotency.Request, chargeKey, chargeID, clientKey string, amount money.Money) (idempotency.Recording, error) {
-	pkey := ProviderKey(req.Key, StepRefund, 0, MaxReferenceLen(prov))
+func (c *Client) refund(ctx context.Context, cl *call, prov provider.Provider, req idempotency.Request, chargeKey, chargeID, clientKey string, amount money.Money) (idempotency.Recording, error) {
+	pkey := provider.DeriveKey(req.Key, provider.StepRefund, 0, provider.MaxReferenceLen(prov))
 	subj := subject{scope: req.Scope, key: req.Key, kind: KindRefund, provider: prov.Name(), amount: amount, chargeKey: chargeKey}
 	var prior priorIntent
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
@@ -139,7 +135,7 @@ func (c *Client) refund(ctx context.Context, cl *call, prov Provider, req idempo
 	})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation {
-		inv := &InvalidRequestError{Provider: "payonce", Code: "refund_exceeds_charge", Param: "amount",
+		inv := &provider.InvalidRequestError{Provider: "payonce", Code: "refund_exceeds_charge", Param: "amount",
 			Message: "the refunds of this charge would exceed what it captured"}
 		// The intent and its reservation rolled back: only the record
 		// keeps the refusal.
@@ -159,7 +155,7 @@ func (c *Client) refund(ctx context.Context, cl *call, prov Provider, req idempo
 	if prior.status == string(IntentNeedsReview) {
 		return idempotency.Recording{}, &NeedsReviewError{Reason: prior.reviewReason}
 	}
-	if prior.open() && c.beyondWindow(prov, StepRefund, prior) {
+	if prior.open() && c.beyondWindow(prov, provider.StepRefund, prior) {
 		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindRefund, Provider: prov.Name(), ProviderKey: pkey,
 			ProviderID: prior.providerID, Attempt: prior.attempt, Status: IntentStatus(prior.status), Amount: amount,
 			ChargeKey: chargeKey, ChargeID: chargeID, SentAt: prior.sentAt, Sends: prior.sends, LastSentAt: prior.lastSentAt}
@@ -174,8 +170,8 @@ func (c *Client) refund(ctx context.Context, cl *call, prov Provider, req idempo
 		return idempotency.Recording{}, err
 	}
 	started := time.Now()
-	pctx, pspan := c.startProvider(ctx, StepRefund, prov.Name(), pkey)
-	rres, rerr := prov.Refund(pctx, RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
+	pctx, pspan := c.startProvider(ctx, provider.StepRefund, prov.Name(), pkey)
+	rres, rerr := prov.Refund(pctx, provider.RefundRequest{Key: req.Key, ProviderKey: pkey, ChargeID: chargeID, Amount: amount})
 	endProvider(pspan, rres.ProviderID, rres.RequestID, string(rres.Status), rres.Replayed, rerr)
 	c.hooks.call(pointAfterProvider, c.hooks.afterProvider, ctx, req.Key)
 	c.metrics.observe(ctx, "refund", prov.Name(), string(rres.Status), rerr, time.Since(started))
@@ -185,7 +181,7 @@ func (c *Client) refund(ctx context.Context, cl *call, prov Provider, req idempo
 	if err != nil {
 		// Unknown, refused credentials, a refusal of a resumed attempt:
 		// the reservation stays until the outcome is known.
-		if errors.Is(err, ErrCredentials) {
+		if errors.Is(err, provider.ErrCredentials) {
 			slog.Error("payments: provider refused our credentials; the refund stays open", "key", idempotency.ShortHash(req.Key),
 				"provider", prov.Name(), "err", err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
@@ -169,7 +170,7 @@ func newRefusalRig(t *testing.T, provider string) refusalRig {
 
 // refusalProvider is provider's adapter on its fake in s, with the fake's
 // credentials, or with the key (secret) rolled when rolled is set.
-func refusalProvider(t *testing.T, provider string, s *fakes.Set, hc *http.Client, rolled string) payments.Provider {
+func refusalProvider(t *testing.T, provider string, s *fakes.Set, hc *http.Client, rolled string) provider.Provider {
 	t.Helper()
 	switch provider {
 	case "stripe":
@@ -205,9 +206,9 @@ func refusalProvider(t *testing.T, provider string, s *fakes.Set, hc *http.Clien
 }
 
 // loseNext has the fake execute the next charge (step
-// payments.StepCharge) or refund and lose its answer.
+// provider.StepCharge) or refund and lose its answer.
 func (r refusalRig) loseNext(step string) {
-	charge := step == payments.StepCharge
+	charge := step == provider.StepCharge
 	switch r.provider {
 	case "stripe":
 		path := "/v1/refunds"
@@ -251,7 +252,7 @@ func recordStatus(t *testing.T, pool *pgxpool.Pool, key string) string {
 // or refund) is UNKNOWN and its record is not FAILED.
 func wantOpen(t *testing.T, r refusalRig, action, key string, err error) {
 	t.Helper()
-	if err == nil || errors.Is(err, payments.ErrInvalidRequest) || errors.Is(err, payments.ErrDeclined) {
+	if err == nil || errors.Is(err, provider.ErrInvalidRequest) || errors.Is(err, provider.ErrDeclined) {
 		t.Fatalf("answer %v: a refusal of this send was taken as final", err)
 	}
 	noFullKey(t, err, composed(t, action, key))
@@ -275,13 +276,13 @@ func wantClass(t *testing.T, status int, err error) {
 	t.Helper()
 	switch status {
 	case 401, 403:
-		var ce *payments.CredentialsError
+		var ce *provider.CredentialsError
 		if !errors.As(err, &ce) || ce.Status != status || payments.SafeToRetry(err) ||
 			!strings.Contains(err.Error(), "refused our credentials: check the API key") {
 			t.Fatalf("%d: %v, want the configuration error", status, err)
 		}
 	case 409:
-		if !errors.Is(err, payments.ErrInProgress) || !payments.SafeToRetry(err) {
+		if !errors.Is(err, provider.ErrInProgress) || !payments.SafeToRetry(err) {
 			t.Fatalf("409: %v, want in progress", err)
 		}
 	default:
@@ -293,20 +294,20 @@ func wantClass(t *testing.T, status int, err error) {
 
 func TestResumedChargeRefusedStaysOpen(t *testing.T) {
 	t.Parallel()
-	for _, provider := range refusalProviders {
+	for _, provName := range refusalProviders {
 		for _, status := range []int{401, 403, 404, 409, 429, 400} {
-			t.Run(fmt.Sprintf("%s/%d", provider, status), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%d", provName, status), func(t *testing.T) {
 				t.Parallel()
-				r := newRefusalRig(t, provider)
+				r := newRefusalRig(t, provName)
 				ctx := context.Background()
 				p := r.params(t, "lost")
 				k := composed(t, "charge", p.Key)
 
-				r.loseNext(payments.StepCharge)
+				r.loseNext(provider.StepCharge)
 				if _, err := r.client.Charge(ctx, p); !payments.OutcomeUnknown(err) {
 					t.Fatalf("first attempt: %v, want its answer lost", err)
 				}
-				if n := r.fakes.Charges(provider, k); n != 1 {
+				if n := r.fakes.Charges(provName, k); n != 1 {
 					t.Fatalf("%d charges at the provider after the first attempt, want 1 (it charged)", n)
 				}
 
@@ -328,7 +329,7 @@ func TestResumedChargeRefusedStaysOpen(t *testing.T) {
 				if err != nil || out.Status != payments.IntentSucceeded || out.Replayed {
 					t.Fatalf("retry once the provider answers: %+v %v, want the original charge", out, err)
 				}
-				pvCheckOneCharge(t, r.pool, r.client, r.fakes, provider, p.Key, out.ProviderID, 1234)
+				pvCheckOneCharge(t, r.pool, r.client, r.fakes, provName, p.Key, out.ProviderID, 1234)
 			})
 		}
 	}
@@ -338,22 +339,22 @@ func TestResumedChargeRefusedStaysOpen(t *testing.T) {
 // reservation, and the next retry gets the original refund.
 func TestResumedRefundRefusedStaysOpen(t *testing.T) {
 	t.Parallel()
-	for _, provider := range refusalProviders {
+	for _, provName := range refusalProviders {
 		for _, status := range []int{403, 404, 400} {
-			t.Run(fmt.Sprintf("%s/%d", provider, status), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%d", provName, status), func(t *testing.T) {
 				t.Parallel()
-				r := newRefusalRig(t, provider)
+				r := newRefusalRig(t, provName)
 				ctx := context.Background()
 				if _, err := r.client.Charge(ctx, r.params(t, "c1")); err != nil {
 					t.Fatal(err)
 				}
 				rp := payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: pvEUR(t, "4.00")}
 				rk := composed(t, "refund", "r1")
-				r.loseNext(payments.StepRefund)
+				r.loseNext(provider.StepRefund)
 				if _, err := r.client.Refund(ctx, rp); !payments.OutcomeUnknown(err) {
 					t.Fatalf("first attempt: %v, want its answer lost", err)
 				}
-				if n := r.fakes.Refunds(provider, rk); n != 1 {
+				if n := r.fakes.Refunds(provName, rk); n != 1 {
 					t.Fatalf("%d refunds at the provider after the first attempt, want 1", n)
 				}
 
@@ -364,20 +365,20 @@ func TestResumedRefundRefusedStaysOpen(t *testing.T) {
 				// The reservation holds: the rest of the charge can be
 				// refunded, not more.
 				over := payments.RefundParams{Scope: "cus_1", Key: "r2", ChargeKey: "c1", Amount: pvEUR(t, "8.35")}
-				if _, err := r.client.Refund(ctx, over); !errors.Is(err, payments.ErrRefundExceedsCharge) {
+				if _, err := r.client.Refund(ctx, over); !errors.Is(err, provider.ErrRefundExceedsCharge) {
 					t.Fatalf("a refund beyond what the open one left: %v, want refund_exceeds_charge", err)
 				}
 
 				r.gate.arm(0)
 				out, err := r.client.Refund(ctx, rp)
 				want := payments.IntentSucceeded
-				if provider == "adyen" { // acknowledged: the REFUND notification decides
+				if provName == "adyen" { // acknowledged: the REFUND notification decides
 					want = payments.IntentPending
 				}
 				if err != nil || out.Status != want || out.ProviderID == "" {
 					t.Fatalf("retry once the provider answers: %+v %v, want %s", out, err, want)
 				}
-				if n := r.fakes.Refunds(provider, rk); n != 1 {
+				if n := r.fakes.Refunds(provName, rk); n != 1 {
 					t.Fatalf("%d refunds at the provider, want 1", n)
 				}
 			})
@@ -392,18 +393,18 @@ func TestResumedRefundRefusedStaysOpen(t *testing.T) {
 func TestFirstAttemptCredentialsRefused(t *testing.T) {
 	t.Parallel()
 	rolled := map[string]string{"stripe": "sk_live_rolled", "adyen": "AQE_rolled_key", "paypal": "rolled-secret"}
-	for _, provider := range refusalProviders {
-		t.Run(provider, func(t *testing.T) {
+	for _, provName := range refusalProviders {
+		t.Run(provName, func(t *testing.T) {
 			t.Parallel()
-			r := newRefusalRig(t, provider)
+			r := newRefusalRig(t, provName)
 			ctx := context.Background()
-			stale, _ := pvClient(t, r.pool, refusalProvider(t, provider, r.fakes, pvHTTPClient(nil), rolled[provider]), 2*time.Second)
+			stale, _ := pvClient(t, r.pool, refusalProvider(t, provName, r.fakes, pvHTTPClient(nil), rolled[provName]), 2*time.Second)
 			p := r.params(t, "creds")
 			k := composed(t, "charge", p.Key)
 
 			_, err := stale.Charge(ctx, p)
-			var ce *payments.CredentialsError
-			if !errors.As(err, &ce) || ce.Status != http.StatusUnauthorized || errors.Is(err, payments.ErrInvalidRequest) ||
+			var ce *provider.CredentialsError
+			if !errors.As(err, &ce) || ce.Status != http.StatusUnauthorized || errors.Is(err, provider.ErrInvalidRequest) ||
 				!strings.Contains(err.Error(), "refused our credentials: check the API key") {
 				t.Fatalf("a charge with a rolled key: %v, want the configuration error", err)
 			}
@@ -415,7 +416,7 @@ func TestFirstAttemptCredentialsRefused(t *testing.T) {
 			if st := recordStatus(t, r.pool, k); st == string(idempotency.StatusFailed) {
 				t.Fatalf("record %s after refused credentials", st)
 			}
-			if n := r.fakes.Charges(provider, k); n != 0 {
+			if n := r.fakes.Charges(provName, k); n != 0 {
 				t.Fatalf("%d charges at the provider, want none", n)
 			}
 
@@ -423,7 +424,7 @@ func TestFirstAttemptCredentialsRefused(t *testing.T) {
 			if err != nil || out.Status != payments.IntentSucceeded || out.Replayed {
 				t.Fatalf("retry with the fixed key: %+v %v", out, err)
 			}
-			pvCheckOneCharge(t, r.pool, r.client, r.fakes, provider, p.Key, out.ProviderID, 1234)
+			pvCheckOneCharge(t, r.pool, r.client, r.fakes, provName, p.Key, out.ProviderID, 1234)
 		})
 	}
 }
@@ -438,11 +439,11 @@ func TestResumedAttemptReplayedRefusalIsFinal(t *testing.T) {
 
 	declined := r.params(t, "declined")
 	declined.PaymentMethod = stripetest.PaymentMethodDeclined
-	r.loseNext(payments.StepCharge)
+	r.loseNext(provider.StepCharge)
 	if _, err := r.client.Charge(ctx, declined); !payments.OutcomeUnknown(err) {
 		t.Fatalf("first attempt: %v, want its answer lost", err)
 	}
-	if _, err := r.client.Charge(ctx, declined); !errors.Is(err, payments.ErrDeclined) {
+	if _, err := r.client.Charge(ctx, declined); !errors.Is(err, provider.ErrDeclined) {
 		t.Fatalf("retry: %v, want Stripe's replayed decline", err)
 	}
 	if in, err := r.client.Intent(ctx, "cus_1", "declined"); err != nil || in.Status != payments.IntentDeclined {
@@ -457,17 +458,17 @@ func TestResumedAttemptReplayedRefusalIsFinal(t *testing.T) {
 		t.Fatal(err)
 	}
 	oob := refusalProvider(t, "stripe", r.fakes, pvHTTPClient(nil), "")
-	if _, err := oob.Refund(ctx, payments.RefundRequest{Key: "dashboard", ProviderKey: "dashboard_refund", ChargeID: ch.ProviderID,
+	if _, err := oob.Refund(ctx, provider.RefundRequest{Key: "dashboard", ProviderKey: "dashboard_refund", ChargeID: ch.ProviderID,
 		Amount: pvEUR(t, "12.34")}); err != nil {
 		t.Fatal(err)
 	}
 	rp := payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: pvEUR(t, "4.00")}
-	r.loseNext(payments.StepRefund)
+	r.loseNext(provider.StepRefund)
 	if _, err := r.client.Refund(ctx, rp); !payments.OutcomeUnknown(err) {
 		t.Fatalf("first refund attempt: %v, want its answer lost", err)
 	}
 	_, err = r.client.Refund(ctx, rp)
-	var inv *payments.InvalidRequestError
+	var inv *provider.InvalidRequestError
 	if !errors.As(err, &inv) || inv.Code != "charge_already_refunded" {
 		t.Fatalf("retry: %v, want Stripe's replayed refusal, final", err)
 	}
@@ -484,7 +485,7 @@ func TestResumedAttemptReplayedRefusalIsFinal(t *testing.T) {
 func noFullKey(t *testing.T, err error, key string) {
 	t.Helper()
 	text := err.Error()
-	for _, k := range []string{key, payments.ProviderKey(key, payments.StepCharge, 0, 255), payments.ProviderKey(key, payments.StepRefund, 0, 255)} {
+	for _, k := range []string{key, provider.DeriveKey(key, provider.StepCharge, 0, 255), provider.DeriveKey(key, provider.StepRefund, 0, 255)} {
 		if strings.Contains(text, k) {
 			t.Fatalf("the error's text holds a full key: %s", text)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/internal/crashpoint"
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // Examined is an intent as the reconciler reads it (see [Operator.Resolve]).
@@ -344,9 +345,9 @@ func (c *Client) applyUnderLease(ctx context.Context, cl *call, in Examined, p P
 func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMode, lease *idempotency.Lease, fn TxFunc,
 	audit func(ctx context.Context, tx pgx.Tx) error) (committed *transition, done idempotency.Completion, err error) {
 	prov := c.providers[in.Provider]
-	step := StepCharge
+	step := provider.StepCharge
 	if in.Kind == KindRefund {
-		step = StepRefund
+		step = provider.StepRefund
 	}
 	if audit == nil {
 		audit = func(context.Context, pgx.Tx) error { return nil }
@@ -377,7 +378,7 @@ func (c *Client) apply(ctx context.Context, in Examined, p Proof, mode settleMod
 			next := attempt + 1
 			_, err := tx.Exec(ctx, `UPDATE payment_intents SET attempt = $3, provider_key = $4, provider_id = NULL,
 				status = 'PENDING', attempt_sent_at = NULL, updated_at = now() WHERE idempotency_key = $1 AND user_id = $2`,
-				in.Key, in.Scope, next, ProviderKey(in.Key, step, next, MaxReferenceLen(prov)))
+				in.Key, in.Scope, next, provider.DeriveKey(in.Key, step, next, provider.MaxReferenceLen(prov)))
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
@@ -73,7 +75,7 @@ func TestResolvedReviewIsWhatRetriesGet(t *testing.T) {
 						t.Fatalf("retry %d after the decision: %+v %v, want the success of %s replayed", i, out, err, pi)
 					}
 				default:
-					var invalid *payments.InvalidRequestError
+					var invalid *provider.InvalidRequestError
 					if !errors.As(err, &invalid) || invalid.Code != "payment_void" || out.Status != payments.IntentFailed || !out.Replayed {
 						t.Fatalf("retry %d after the decision: %+v %v, want the failure replayed (payment_void)", i, out, err)
 					}

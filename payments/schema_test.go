@@ -8,6 +8,7 @@ import (
 
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 )
 
@@ -24,7 +25,7 @@ func TestNewChecksSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, err := payments.New(pool, []payments.Provider{prov}, nil)
+	_, err := payments.New(pool, []provider.Provider{prov}, nil)
 	if !errors.Is(err, migrations.ErrNotMigrated) {
 		t.Fatalf("New on a core-only schema: %v, want migrations.ErrNotMigrated", err)
 	}
@@ -38,7 +39,7 @@ func TestNewChecksSchema(t *testing.T) {
 	if _, err := migrations.MigrateLines(ctx, pool, migrations.LinePayments); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := payments.New(pool, []payments.Provider{prov}, nil); err != nil {
+	if _, err := payments.New(pool, []provider.Provider{prov}, nil); err != nil {
 		t.Fatalf("New once the payments line is applied: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // An intent changes state by transitions: each one is built by one named
@@ -116,14 +117,14 @@ func failedAtProvider(s subject, providerID string) transition {
 
 // declined: a definite refusal by the provider or the issuer, final for
 // the key.
-func declined(s subject, d *DeclineError) transition {
+func declined(s subject, d *provider.DeclineError) transition {
 	return transition{status: IntentDeclined, record: idempotency.StatusFailed, declineCode: d.DeclineCode,
 		answer: stored{Decline: d}, effect: released(s)}
 }
 
 // refused: the request itself was refused, or the attempt is proven to
 // have left nothing; final for the key.
-func refused(s subject, inv *InvalidRequestError, declineCode string) transition {
+func refused(s subject, inv *provider.InvalidRequestError, declineCode string) transition {
 	return transition{status: IntentFailed, record: idempotency.StatusFailed, declineCode: declineCode,
 		answer: stored{Invalid: inv}, effect: released(s)}
 }
@@ -153,27 +154,27 @@ const (
 // open. resumed says the call re-sent the references of an attempt sent
 // before (an open intent): a refusal then proves nothing unless the
 // provider replayed it (see decide).
-func decideCharge(s subject, resumed bool, res ChargeResult, err error) (transition, error) {
+func decideCharge(s subject, resumed bool, res provider.ChargeResult, err error) (transition, error) {
 	return decide(s, resumed, res.ProviderID, chargeAnswer(res.Status), err)
 }
 
-func chargeAnswer(st ChargeStatus) answer {
+func chargeAnswer(st provider.ChargeStatus) answer {
 	switch st {
-	case ChargeSucceeded:
+	case provider.ChargeSucceeded:
 		return answerSucceeded
-	case ChargeRequiresAction:
+	case provider.ChargeRequiresAction:
 		return answerRequiresAction
-	case ChargeFailed:
+	case provider.ChargeFailed:
 		return answerFailed
 	}
 	return answerPending
 }
 
-func refundAnswer(st RefundStatus) answer {
+func refundAnswer(st provider.RefundStatus) answer {
 	switch st {
-	case RefundSucceeded:
+	case provider.RefundSucceeded:
 		return answerSucceeded
-	case RefundFailed:
+	case provider.RefundFailed:
 		return answerFailed
 	}
 	return answerPending
@@ -181,7 +182,7 @@ func refundAnswer(st RefundStatus) answer {
 
 // decideRefund is what a provider's answer to a refund proves (see
 // decideCharge).
-func decideRefund(s subject, resumed bool, res RefundResult, err error) (transition, error) {
+func decideRefund(s subject, resumed bool, res provider.RefundResult, err error) (transition, error) {
 	return decide(s, resumed, res.ProviderID, refundAnswer(res.Status), err)
 }
 
@@ -190,7 +191,7 @@ func decideRefund(s subject, resumed bool, res RefundResult, err error) (transit
 // answer: a succeeded charge, a failed one (recorded DECLINED, as its
 // failure notification would be), or one waiting for the customer.
 // ok is false while the charge is still pending there: no proof yet.
-func ProofOfCharge(ch ChargeResult) (p Proof, ok bool) {
+func ProofOfCharge(ch provider.ChargeResult) (p Proof, ok bool) {
 	switch chargeAnswer(ch.Status) {
 	case answerSucceeded:
 		return Proof{Status: IntentSucceeded, ProviderID: ch.ProviderID, Reason: "the provider reports the charge succeeded"}, true
@@ -205,7 +206,7 @@ func ProofOfCharge(ch ChargeResult) (p Proof, ok bool) {
 
 // ProofOfRefund is what a refund found at the provider by a lookup
 // proves (see ProofOfCharge): ok is false while it is pending there.
-func ProofOfRefund(rf RefundResult) (p Proof, ok bool) {
+func ProofOfRefund(rf provider.RefundResult) (p Proof, ok bool) {
 	switch refundAnswer(rf.Status) {
 	case answerSucceeded:
 		return Proof{Status: IntentSucceeded, ProviderID: rf.ProviderID, Reason: "the provider reports the refund succeeded"}, true
@@ -233,8 +234,8 @@ func ProofOfRefund(rf RefundResult) (p Proof, ok bool) {
 // (*CredentialsError) are never a transition: the provider looked at
 // nothing.
 func decide(s subject, resumed bool, id string, a answer, err error) (transition, error) {
-	var decline *DeclineError
-	var invalid *InvalidRequestError
+	var decline *provider.DeclineError
+	var invalid *provider.InvalidRequestError
 	switch {
 	case err == nil:
 		switch a {
@@ -246,7 +247,7 @@ func decide(s subject, resumed bool, id string, a answer, err error) (transition
 			return failedAtProvider(s, id), nil
 		}
 		return pending(s, id), nil
-	case errors.Is(err, ErrCredentials):
+	case errors.Is(err, provider.ErrCredentials):
 		return transition{}, err
 	case errors.As(err, &decline):
 		t := declined(s, decline)
@@ -270,12 +271,12 @@ func decideSettled(s subject, status IntentStatus, providerID, declineCode strin
 	case IntentSucceeded:
 		return succeeded(s, providerID)
 	case IntentDeclined:
-		t := declined(s, &DeclineError{Provider: s.provider, Code: "declined", DeclineCode: declineCode,
+		t := declined(s, &provider.DeclineError{Provider: s.provider, Code: "declined", DeclineCode: declineCode,
 			Message: "declined, as the provider notified"})
 		t.effect = moveNothing
 		return t
 	}
-	t := refused(s, &InvalidRequestError{Provider: s.provider, Code: "payment_failed",
+	t := refused(s, &provider.InvalidRequestError{Provider: s.provider, Code: "payment_failed",
 		Message: "failed or voided at the provider: " + declineCode}, declineCode)
 	t.effect = moveNothing
 	return t
@@ -292,11 +293,11 @@ func decideProof(s subject, p Proof) transition {
 	case IntentRequiresAction:
 		return requiresAction(s, p.ProviderID)
 	case IntentDeclined:
-		t := declined(s, &DeclineError{Provider: s.provider, Code: "declined", DeclineCode: p.DeclineCode, Message: p.Reason})
+		t := declined(s, &provider.DeclineError{Provider: s.provider, Code: "declined", DeclineCode: p.DeclineCode, Message: p.Reason})
 		t.providerID = p.ProviderID
 		return t
 	}
-	t := refused(s, &InvalidRequestError{Provider: s.provider, Code: "payment_void", Message: "no payment at the provider: " + p.Reason}, p.DeclineCode)
+	t := refused(s, &provider.InvalidRequestError{Provider: s.provider, Code: "payment_void", Message: "no payment at the provider: " + p.Reason}, p.DeclineCode)
 	t.providerID = p.ProviderID
 	return t
 }
@@ -378,7 +379,7 @@ func (c *Client) record(ctx context.Context, cl *call, s subject, t transition) 
 		return c.store.CompleteTx(ctx, tx, cl.lease, done)
 	})
 	if err != nil {
-		return idempotency.Recording{}, &UnknownOutcomeError{Provider: "payonce", Err: fmt.Errorf("recording the outcome: %w", err)}
+		return idempotency.Recording{}, &provider.UnknownOutcomeError{Provider: "payonce", Err: fmt.Errorf("recording the outcome: %w", err)}
 	}
 	cl.recorded = &t
 	return idempotency.Recording{Status: done.Status, Response: done.Response}, nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // The decisions from a provider's answer, a proof, a settled intent or a
@@ -48,24 +49,24 @@ func check(t *testing.T, name string, got transition, w want) {
 }
 
 func TestDecideCharge(t *testing.T) {
-	decline := &DeclineError{Provider: "stripe", Code: "card_declined", DeclineCode: "insufficient_funds"}
-	invalid := &InvalidRequestError{Provider: "stripe", Code: "parameter_invalid"}
+	decline := &provider.DeclineError{Provider: "stripe", Code: "card_declined", DeclineCode: "insufficient_funds"}
+	invalid := &provider.InvalidRequestError{Provider: "stripe", Code: "parameter_invalid"}
 	for _, tc := range []struct {
 		name string
-		res  ChargeResult
+		res  provider.ChargeResult
 		err  error
 		want want
 	}{
-		{"succeeded", ChargeResult{ProviderID: "pi_1", Status: ChargeSucceeded}, nil,
+		{"succeeded", provider.ChargeResult{ProviderID: "pi_1", Status: provider.ChargeSucceeded}, nil,
 			want{IntentSucceeded, idempotency.StatusCompleted, postCharge, "pi_1", "", "result"}},
-		{"requires action", ChargeResult{ProviderID: "pi_1", Status: ChargeRequiresAction}, nil,
+		{"requires action", provider.ChargeResult{ProviderID: "pi_1", Status: provider.ChargeRequiresAction}, nil,
 			want{IntentRequiresAction, idempotency.StatusCompleted, moveNothing, "pi_1", "", "result"}},
-		{"pending", ChargeResult{ProviderID: "pi_1", Status: ChargePending}, nil,
+		{"pending", provider.ChargeResult{ProviderID: "pi_1", Status: provider.ChargePending}, nil,
 			want{IntentPending, idempotency.StatusCompleted, moveNothing, "pi_1", "", "result"}},
-		{"failed object", ChargeResult{ProviderID: "pi_1", Status: ChargeFailed}, nil,
+		{"failed object", provider.ChargeResult{ProviderID: "pi_1", Status: provider.ChargeFailed}, nil,
 			want{IntentFailed, idempotency.StatusCompleted, moveNothing, "pi_1", "", "result"}},
-		{"declined", ChargeResult{}, decline, want{IntentDeclined, idempotency.StatusFailed, moveNothing, "", "insufficient_funds", "decline"}},
-		{"refused", ChargeResult{}, invalid, want{IntentFailed, idempotency.StatusFailed, moveNothing, "", "", "invalid"}},
+		{"declined", provider.ChargeResult{}, decline, want{IntentDeclined, idempotency.StatusFailed, moveNothing, "", "insufficient_funds", "decline"}},
+		{"refused", provider.ChargeResult{}, invalid, want{IntentFailed, idempotency.StatusFailed, moveNothing, "", "", "invalid"}},
 	} {
 		got, err := decideCharge(chargeSubject, false, tc.res, tc.err)
 		if err != nil {
@@ -73,31 +74,31 @@ func TestDecideCharge(t *testing.T) {
 		}
 		check(t, tc.name, got, tc.want)
 	}
-	for _, err := range []error{&UnknownOutcomeError{Provider: "stripe"}, &NotSentError{Provider: "stripe"},
-		&InProgressError{Provider: "stripe"}, &KeyMismatchError{Provider: "stripe"}, &CredentialsError{Provider: "stripe", Status: 401}} {
-		if _, got := decideCharge(chargeSubject, false, ChargeResult{}, err); got != err {
+	for _, err := range []error{&provider.UnknownOutcomeError{Provider: "stripe"}, &provider.NotSentError{Provider: "stripe"},
+		&provider.InProgressError{Provider: "stripe"}, &provider.KeyMismatchError{Provider: "stripe"}, &provider.CredentialsError{Provider: "stripe", Status: 401}} {
+		if _, got := decideCharge(chargeSubject, false, provider.ChargeResult{}, err); got != err {
 			t.Errorf("%T proves nothing: got %v, want the error back", err, got)
 		}
 	}
 }
 
 func TestDecideRefund(t *testing.T) {
-	decline := &DeclineError{Provider: "stripe", Code: "declined", DeclineCode: "expired"}
+	decline := &provider.DeclineError{Provider: "stripe", Code: "declined", DeclineCode: "expired"}
 	for _, tc := range []struct {
 		name string
-		res  RefundResult
+		res  provider.RefundResult
 		err  error
 		want want
 	}{
-		{"succeeded", RefundResult{ProviderID: "re_1", Status: RefundSucceeded}, nil,
+		{"succeeded", provider.RefundResult{ProviderID: "re_1", Status: provider.RefundSucceeded}, nil,
 			want{IntentSucceeded, idempotency.StatusCompleted, postRefund, "re_1", "", "result"}},
-		{"pending", RefundResult{ProviderID: "re_1", Status: RefundPending}, nil,
+		{"pending", provider.RefundResult{ProviderID: "re_1", Status: provider.RefundPending}, nil,
 			want{IntentPending, idempotency.StatusCompleted, moveNothing, "re_1", "", "result"}},
-		{"failed object releases the reservation", RefundResult{ProviderID: "re_1", Status: RefundFailed}, nil,
+		{"failed object releases the reservation", provider.RefundResult{ProviderID: "re_1", Status: provider.RefundFailed}, nil,
 			want{IntentFailed, idempotency.StatusCompleted, releaseReservation, "re_1", "", "result"}},
-		{"declined releases the reservation", RefundResult{}, decline,
+		{"declined releases the reservation", provider.RefundResult{}, decline,
 			want{IntentDeclined, idempotency.StatusFailed, releaseReservation, "", "expired", "decline"}},
-		{"refused releases the reservation", RefundResult{}, &InvalidRequestError{Provider: "stripe"},
+		{"refused releases the reservation", provider.RefundResult{}, &provider.InvalidRequestError{Provider: "stripe"},
 			want{IntentFailed, idempotency.StatusFailed, releaseReservation, "", "", "invalid"}},
 	} {
 		got, err := decideRefund(refundSubject, false, tc.res, tc.err)
@@ -106,8 +107,8 @@ func TestDecideRefund(t *testing.T) {
 		}
 		check(t, tc.name, got, tc.want)
 	}
-	unknown := &UnknownOutcomeError{Provider: "stripe"}
-	if _, err := decideRefund(refundSubject, false, RefundResult{}, unknown); !errors.Is(err, ErrOutcomeUnknown) {
+	unknown := &provider.UnknownOutcomeError{Provider: "stripe"}
+	if _, err := decideRefund(refundSubject, false, provider.RefundResult{}, unknown); !errors.Is(err, provider.ErrOutcomeUnknown) {
 		t.Errorf("an unknown refund outcome: %v", err)
 	}
 }
@@ -119,20 +120,20 @@ func TestDecideRefund(t *testing.T) {
 // caller learns the outcome is unknown. Refused credentials never settle
 // anything, first attempt or not.
 func TestDecideResumed(t *testing.T) {
-	fresh := &InvalidRequestError{Provider: "stripe", Code: "resource_missing", Message: "No such PaymentMethod"}
-	replayed := &InvalidRequestError{Provider: "stripe", Code: "parameter_invalid", Replayed: true}
-	decline := &DeclineError{Provider: "stripe", Code: "card_declined", DeclineCode: "insufficient_funds"}
-	creds := &CredentialsError{Provider: "stripe", Status: 401, Message: "Invalid API Key provided"}
+	fresh := &provider.InvalidRequestError{Provider: "stripe", Code: "resource_missing", Message: "No such PaymentMethod"}
+	replayed := &provider.InvalidRequestError{Provider: "stripe", Code: "parameter_invalid", Replayed: true}
+	decline := &provider.DeclineError{Provider: "stripe", Code: "card_declined", DeclineCode: "insufficient_funds"}
+	creds := &provider.CredentialsError{Provider: "stripe", Status: 401, Message: "Invalid API Key provided"}
 
 	for _, s := range []subject{chargeSubject, refundSubject} {
 		decideOf := func(resumed bool, err error) (transition, error) {
 			if s.kind == KindRefund {
-				return decideRefund(s, resumed, RefundResult{}, err)
+				return decideRefund(s, resumed, provider.RefundResult{}, err)
 			}
-			return decideCharge(s, resumed, ChargeResult{}, err)
+			return decideCharge(s, resumed, provider.ChargeResult{}, err)
 		}
 		name := string(s.kind)
-		if _, err := decideOf(true, fresh); !OutcomeUnknown(err) || errors.Is(err, ErrInvalidRequest) || !SafeToRetry(err) {
+		if _, err := decideOf(true, fresh); !OutcomeUnknown(err) || errors.Is(err, provider.ErrInvalidRequest) || !SafeToRetry(err) {
 			t.Errorf("%s: a resumed attempt refused afresh: %v, want an unknown outcome, never an invalid request", name, err)
 		} else if rr := (*RefusedRetryError)(nil); !errors.As(err, &rr) || rr.Refusal != fresh {
 			t.Errorf("%s: %v does not carry the refusal", name, err)
@@ -147,7 +148,7 @@ func TestDecideResumed(t *testing.T) {
 			t.Errorf("%s: a first attempt refused: %+v %v, want FAILED", name, got, err)
 		}
 		for _, resumed := range []bool{false, true} {
-			if _, err := decideOf(resumed, creds); err != creds || SafeToRetry(err) || !errors.Is(err, ErrCredentials) {
+			if _, err := decideOf(resumed, creds); err != creds || SafeToRetry(err) || !errors.Is(err, provider.ErrCredentials) {
 				t.Errorf("%s (resumed %v): refused credentials: %v, want the *CredentialsError back", name, resumed, err)
 			}
 		}
@@ -193,23 +194,23 @@ func TestDecideEvent(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		in      intentRow
-		ev      WebhookEvent
+		ev      provider.WebhookEvent
 		outcome string
 		status  IntentStatus // "" when nothing moves
 		effect  effect
 	}{
-		{"success applies", open, WebhookEvent{Kind: EventChargeSucceeded, ProviderID: pi, Amount: ten}, EventApplied, IntentSucceeded, postCharge},
-		{"success confirms", settled, WebhookEvent{Kind: EventChargeSucceeded, ProviderID: pi}, EventConfirmed, "", 0},
-		{"second object", settled, WebhookEvent{Kind: EventChargeSucceeded, ProviderID: "pi_2"}, EventSecondObject, "", 0},
-		{"another amount", open, WebhookEvent{Kind: EventChargeSucceeded, Amount: money.MustParse("11.00", money.EUR)}, EventConflict, "", 0},
-		{"success after a decline", declinedRow, WebhookEvent{Kind: EventChargeSucceeded}, EventConflict, "", 0},
-		{"failure applies", open, WebhookEvent{Kind: EventChargeFailed, DeclineCode: "x"}, EventApplied, IntentDeclined, moveNothing},
-		{"cancel fails the intent", open, WebhookEvent{Kind: EventCancelled}, EventApplied, IntentFailed, moveNothing},
-		{"late failure is stale", settled, WebhookEvent{Kind: EventChargeFailed}, EventStale, "", 0},
-		{"cancel after success conflicts", settled, WebhookEvent{Kind: EventCancelled}, EventConflict, "", 0},
-		{"pending confirms an open intent", open, WebhookEvent{Kind: EventChargePending}, EventConfirmed, "", 0},
-		{"pending after success is stale", settled, WebhookEvent{Kind: EventChargePending}, EventStale, "", 0},
-		{"capture failed after success conflicts", settled, WebhookEvent{Kind: EventCaptureFailed}, EventConflict, "", 0},
+		{"success applies", open, provider.WebhookEvent{Kind: provider.EventChargeSucceeded, ProviderID: pi, Amount: ten}, EventApplied, IntentSucceeded, postCharge},
+		{"success confirms", settled, provider.WebhookEvent{Kind: provider.EventChargeSucceeded, ProviderID: pi}, EventConfirmed, "", 0},
+		{"second object", settled, provider.WebhookEvent{Kind: provider.EventChargeSucceeded, ProviderID: "pi_2"}, EventSecondObject, "", 0},
+		{"another amount", open, provider.WebhookEvent{Kind: provider.EventChargeSucceeded, Amount: money.MustParse("11.00", money.EUR)}, EventConflict, "", 0},
+		{"success after a decline", declinedRow, provider.WebhookEvent{Kind: provider.EventChargeSucceeded}, EventConflict, "", 0},
+		{"failure applies", open, provider.WebhookEvent{Kind: provider.EventChargeFailed, DeclineCode: "x"}, EventApplied, IntentDeclined, moveNothing},
+		{"cancel fails the intent", open, provider.WebhookEvent{Kind: provider.EventCancelled}, EventApplied, IntentFailed, moveNothing},
+		{"late failure is stale", settled, provider.WebhookEvent{Kind: provider.EventChargeFailed}, EventStale, "", 0},
+		{"cancel after success conflicts", settled, provider.WebhookEvent{Kind: provider.EventCancelled}, EventConflict, "", 0},
+		{"pending confirms an open intent", open, provider.WebhookEvent{Kind: provider.EventChargePending}, EventConfirmed, "", 0},
+		{"pending after success is stale", settled, provider.WebhookEvent{Kind: provider.EventChargePending}, EventStale, "", 0},
+		{"capture failed after success conflicts", settled, provider.WebhookEvent{Kind: provider.EventCaptureFailed}, EventConflict, "", 0},
 	} {
 		s := chargeSubject
 		outcome, _, tr := decideEvent(s, tc.in, tc.ev)
@@ -218,11 +219,11 @@ func TestDecideEvent(t *testing.T) {
 		}
 	}
 	refund := intentRow{key: "cus_refund_r", user: "cus", kind: "REFUND", status: "PENDING", amount: "4.00", currency: "EUR"}
-	if outcome, _, tr := decideEvent(refundSubject, refund, WebhookEvent{Kind: EventRefundFailed}); outcome != EventApplied ||
+	if outcome, _, tr := decideEvent(refundSubject, refund, provider.WebhookEvent{Kind: provider.EventRefundFailed}); outcome != EventApplied ||
 		tr == nil || tr.status != IntentFailed || tr.effect != releaseReservation {
 		t.Errorf("a failed refund: %s %+v", outcome, tr)
 	}
-	if outcome, _, tr := decideEvent(refundSubject, refund, WebhookEvent{Kind: EventRefundSucceeded}); outcome != EventApplied ||
+	if outcome, _, tr := decideEvent(refundSubject, refund, provider.WebhookEvent{Kind: provider.EventRefundSucceeded}); outcome != EventApplied ||
 		tr == nil || tr.effect != postRefund {
 		t.Errorf("a succeeded refund: %s %+v", outcome, tr)
 	}
@@ -237,13 +238,13 @@ func TestProofOfLookups(t *testing.T) {
 		ok     bool
 		status IntentStatus
 	}{
-		{"charge succeeded", first(ProofOfCharge(ChargeResult{ProviderID: "pi_1", Status: ChargeSucceeded})), true, IntentSucceeded},
-		{"charge failed", first(ProofOfCharge(ChargeResult{ProviderID: "pi_1", Status: ChargeFailed})), true, IntentDeclined},
-		{"charge waits", first(ProofOfCharge(ChargeResult{ProviderID: "pi_1", Status: ChargeRequiresAction})), true, IntentRequiresAction},
-		{"charge pending", first(ProofOfCharge(ChargeResult{ProviderID: "pi_1", Status: ChargePending})), false, ""},
-		{"refund succeeded", first(ProofOfRefund(RefundResult{ProviderID: "re_1", Status: RefundSucceeded})), true, IntentSucceeded},
-		{"refund failed", first(ProofOfRefund(RefundResult{ProviderID: "re_1", Status: RefundFailed})), true, IntentFailed},
-		{"refund pending", first(ProofOfRefund(RefundResult{ProviderID: "re_1", Status: RefundPending})), false, ""},
+		{"charge succeeded", first(ProofOfCharge(provider.ChargeResult{ProviderID: "pi_1", Status: provider.ChargeSucceeded})), true, IntentSucceeded},
+		{"charge failed", first(ProofOfCharge(provider.ChargeResult{ProviderID: "pi_1", Status: provider.ChargeFailed})), true, IntentDeclined},
+		{"charge waits", first(ProofOfCharge(provider.ChargeResult{ProviderID: "pi_1", Status: provider.ChargeRequiresAction})), true, IntentRequiresAction},
+		{"charge pending", first(ProofOfCharge(provider.ChargeResult{ProviderID: "pi_1", Status: provider.ChargePending})), false, ""},
+		{"refund succeeded", first(ProofOfRefund(provider.RefundResult{ProviderID: "re_1", Status: provider.RefundSucceeded})), true, IntentSucceeded},
+		{"refund failed", first(ProofOfRefund(provider.RefundResult{ProviderID: "re_1", Status: provider.RefundFailed})), true, IntentFailed},
+		{"refund pending", first(ProofOfRefund(provider.RefundResult{ProviderID: "re_1", Status: provider.RefundPending})), false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.proof.ok != tc.ok || tc.proof.Status != tc.status {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
@@ -21,7 +22,7 @@ func TestUnrepresentableAmountsRecordNothing(t *testing.T) {
 	kwd := func(s string) money.Money { return money.MustParse(s, money.Currency("KWD")) }
 	bad := payments.ChargeParams{Scope: "cus_1", Key: "kwd-bad", Provider: "stripe", Amount: kwd("1.235"),
 		Recipient: "acct_shop", PaymentMethod: stripetest.PaymentMethodVisa}
-	if _, err := b.client.Charge(ctx, bad); !errors.Is(err, payments.ErrInvalidRequest) {
+	if _, err := b.client.Charge(ctx, bad); !errors.Is(err, provider.ErrInvalidRequest) {
 		t.Fatalf("1.235 KWD: %v, want an invalid request", err)
 	}
 	good := bad
@@ -29,7 +30,7 @@ func TestUnrepresentableAmountsRecordNothing(t *testing.T) {
 	if _, err := b.client.Charge(ctx, good); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "kwd-refund", ChargeKey: "kwd-good", Amount: kwd("1.005")}); !errors.Is(err, payments.ErrInvalidRequest) {
+	if _, err := b.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "kwd-refund", ChargeKey: "kwd-good", Amount: kwd("1.005")}); !errors.Is(err, provider.ErrInvalidRequest) {
 		t.Fatalf("refund of 1.005 KWD: %v, want an invalid request", err)
 	}
 	var intents int

@@ -20,6 +20,7 @@ import (
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
@@ -103,7 +104,7 @@ type pvRig struct {
 	pool     *pgxpool.Pool
 	client   *payments.Client
 	ledger   *ledger.Ledger
-	prov     payments.Provider
+	prov     provider.Provider
 	fakes    *fakes.Set
 	in       *pvInbox
 }
@@ -486,7 +487,7 @@ func TestAdyenRefundSettledByWebhook(t *testing.T) {
 		t.Fatalf("refund retry: %+v %v", again, err)
 	}
 	t.Logf("refund retry after the notification settled it: %+v", again)
-	refKey := payments.ProviderKey(composed(t, "refund", "r2"), "refund", 0, adyen.MaxReferenceLen)
+	refKey := provider.DeriveKey(composed(t, "refund", "r2"), "refund", 0, adyen.MaxReferenceLen)
 	if n := r.fakes.Adyen.Counts(refKey).Refunds; n != 1 {
 		t.Fatalf("%d refunds at Adyen, want 1", n)
 	}
@@ -533,7 +534,7 @@ func TestAdyenRefundFailureReleasesTheReservation(t *testing.T) {
 	r.in.drop.Store(false)
 	// (errors.Is ErrRefundExceedsCharge would be the documented check:
 	// see TestRefundExceedsChargeIsItsSentinel.)
-	var inv *payments.InvalidRequestError
+	var inv *provider.InvalidRequestError
 	if _, err := refund("r2", "0.01"); !errors.As(err, &inv) || inv.Code != "refund_exceeds_charge" {
 		t.Fatalf("refund while r1 is reserved: %v, want refund_exceeds_charge", err)
 	}
@@ -760,15 +761,15 @@ func TestRefundExceedsChargeIsItsSentinel(t *testing.T) {
 	rp := payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: pvEUR(t, "10.01")}
 	for i := 0; i < 2; i++ {
 		_, err := c.Refund(ctx, rp)
-		var inv *payments.InvalidRequestError
+		var inv *provider.InvalidRequestError
 		if !errors.As(err, &inv) || inv.Code != "refund_exceeds_charge" {
 			t.Fatalf("call %d: %v, want refund_exceeds_charge", i, err)
 		}
-		if !errors.Is(err, payments.ErrRefundExceedsCharge) {
+		if !errors.Is(err, provider.ErrRefundExceedsCharge) {
 			t.Errorf("call %d: errors.Is(%v, ErrRefundExceedsCharge) is false, as refund.go documents it true", i, err)
 		}
 	}
-	if n := s.Adyen.Counts(payments.ProviderKey(composed(t, "refund", "r1"), "refund", 0, adyen.MaxReferenceLen)).Refunds; n != 0 {
+	if n := s.Adyen.Counts(provider.DeriveKey(composed(t, "refund", "r1"), "refund", 0, adyen.MaxReferenceLen)).Refunds; n != 0 {
 		t.Fatalf("%d refunds reached Adyen, want 0", n)
 	}
 }
@@ -866,7 +867,7 @@ func TestAdyenRefundNotificationBeforeTheSynchronousCommit(t *testing.T) {
 		t.Fatalf("refund intent r2: %+v %v, want FAILED", in, err)
 	}
 	// Released exactly once: 7.00 can be reserved again, not 7.01.
-	var inv *payments.InvalidRequestError
+	var inv *provider.InvalidRequestError
 	if _, err := refund("r3", "7.01"); !errors.As(err, &inv) || inv.Code != "refund_exceeds_charge" {
 		t.Fatalf("refund r3 of 7.01: %v, want refund_exceeds_charge", err)
 	}
@@ -908,7 +909,7 @@ func TestPayPalRefundedSettlesALostRefund(t *testing.T) {
 	if err != nil || out.Status != payments.IntentSucceeded || out.ProviderID != in.ProviderID {
 		t.Fatalf("refund retry: %+v %v", out, err)
 	}
-	ref := payments.ProviderKey(composed(t, "refund", "r1"), "refund", 0, paypal.MaxProviderKeyLen)
+	ref := provider.DeriveKey(composed(t, "refund", "r1"), "refund", 0, paypal.MaxProviderKeyLen)
 	if n := r.fakes.PayPal.CountsByCustomID(ref).Refunds; n != 1 {
 		t.Fatalf("%d refunds at PayPal, want 1", n)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 )
@@ -35,9 +37,9 @@ func TestAdyenEventNeverSettlesTheIntentItsUnsignedMetadataNames(t *testing.T) {
 	var victimPSP, otherPSP string
 	for _, ev := range r.fakes.Adyen.Events() {
 		switch ev.Item.MerchantReference {
-		case payments.ProviderKey(victim, payments.StepCharge, 0, adyen.MaxReferenceLen):
+		case provider.DeriveKey(victim, provider.StepCharge, 0, adyen.MaxReferenceLen):
 			victimPSP = ev.Item.PSPReference
-		case payments.ProviderKey(composed(t, "charge", "other"), payments.StepCharge, 0, adyen.MaxReferenceLen):
+		case provider.DeriveKey(composed(t, "charge", "other"), provider.StepCharge, 0, adyen.MaxReferenceLen):
 			otherPSP = ev.Item.PSPReference
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -65,7 +66,7 @@ func TestStripeSuccessAfterDeclineIsBooked(t *testing.T) {
 	b := setupWebhooks(t, 2)
 	ctx := context.Background()
 	p := params(t, "sad", "30.00", stripetest.PaymentMethodDeclined)
-	var decline *payments.DeclineError
+	var decline *provider.DeclineError
 	b.drop.Store(true)
 	if _, err := b.client.Charge(ctx, p); !errors.As(err, &decline) {
 		t.Fatalf("charge: %v, want a decline", err)
@@ -163,7 +164,7 @@ func TestStripeRefundFailedAfterSuccessIsReversed(t *testing.T) {
 		t.Fatalf("refund: %+v %v", rf, err)
 	}
 	b.waitDeliveries(t)
-	var inv *payments.InvalidRequestError
+	var inv *provider.InvalidRequestError
 	if _, err := b.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "rf-early", ChargeKey: "rfc", Amount: eur(t, "20.00")}); !errors.As(err, &inv) ||
 		inv.Code != "refund_exceeds_charge" {
 		t.Fatalf("a second refund while the first stands: %v, want refund_exceeds_charge", err)

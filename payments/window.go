@@ -12,6 +12,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // IntentKind is what an intent is for (payment_intents.kind).
@@ -32,8 +33,8 @@ const DefaultWindowMargin = time.Hour
 // request; PayPal keeps an order's request ids 6 hours). The age is the
 // database's, from when the attempt was first sent; the margin covers the
 // skew between the database's clock and the provider's.
-func (c *Client) beyondWindow(prov Provider, step string, prior priorIntent) bool {
-	return prior.now.Sub(prior.sentAt) >= DedupWindowOf(prov, step)-c.windowMargin
+func (c *Client) beyondWindow(prov provider.Provider, step string, prior priorIntent) bool {
+	return prior.now.Sub(prior.sentAt) >= provider.DedupWindowOf(prov, step)-c.windowMargin
 }
 
 // settleBeyondWindow resolves an open intent whose references are past
@@ -41,16 +42,16 @@ func (c *Client) beyondWindow(prov Provider, step string, prior priorIntent) boo
 // and applies what that proves, under the caller's lease. Without proof
 // the intent goes to NEEDS_REVIEW and the caller gets a
 // *NeedsReviewError; a failed lookup (an outage) leaves everything as it
-// was and answers an *UnknownOutcomeError (retry later).
-func (c *Client) settleBeyondWindow(ctx context.Context, cl *call, prov Provider, in Examined) (idempotency.Recording, error) {
-	step := StepCharge
+// was and answers a *provider.UnknownOutcomeError (retry later).
+func (c *Client) settleBeyondWindow(ctx context.Context, cl *call, prov provider.Provider, in Examined) (idempotency.Recording, error) {
+	step := provider.StepCharge
 	if in.Kind == KindRefund {
-		step = StepRefund
+		step = provider.StepRefund
 	}
-	window := DedupWindowOf(prov, step)
-	proof, err := proveBeyondWindow(ctx, prov, in, window, func() (LookupResult, error) { return c.LookupAttempt(ctx, prov, in) })
+	window := provider.DedupWindowOf(prov, step)
+	proof, err := proveBeyondWindow(ctx, prov, in, window, func() (provider.LookupResult, error) { return c.LookupAttempt(ctx, prov, in) })
 	if err != nil {
-		return idempotency.Recording{}, &UnknownOutcomeError{Provider: prov.Name(),
+		return idempotency.Recording{}, &provider.UnknownOutcomeError{Provider: prov.Name(),
 			Err: fmt.Errorf("past the provider's deduplication window (%s) the attempt is looked up, not re-sent: %w", window, err)}
 	}
 	c.log.Warn("payments: a retry came past the provider's deduplication window; looked up instead of re-sent",
@@ -73,16 +74,16 @@ func (c *Client) settleBeyondWindow(ctx context.Context, cl *call, prov Provider
 // and the default lease (30s) as the time a send takes to reach the
 // provider: without a [Client] there is no database to measure the
 // clocks' skew against.
-func LookupBeyondWindow(ctx context.Context, prov Provider, in Examined, window time.Duration) (Proof, error) {
-	_, perSend := prov.(ClockReader)
-	return proveBeyondWindow(ctx, prov, in, window, func() (LookupResult, error) {
-		return lookupWindows(ctx, prov, attemptRequest(in), attemptWindows(in, DedupWindowOf(prov, StepCharge), defaultLease,
+func LookupBeyondWindow(ctx context.Context, prov provider.Provider, in Examined, window time.Duration) (Proof, error) {
+	_, perSend := prov.(provider.ClockReader)
+	return proveBeyondWindow(ctx, prov, in, window, func() (provider.LookupResult, error) {
+		return lookupWindows(ctx, prov, attemptRequest(in), attemptWindows(in, provider.DedupWindowOf(prov, provider.StepCharge), defaultLease,
 			DefaultLookupMargin, perSend))
 	})
 }
 
 // proveBeyondWindow is LookupBeyondWindow with the charge lookup given.
-func proveBeyondWindow(ctx context.Context, prov Provider, in Examined, window time.Duration, lookup func() (LookupResult, error)) (Proof, error) {
+func proveBeyondWindow(ctx context.Context, prov provider.Provider, in Examined, window time.Duration, lookup func() (provider.LookupResult, error)) (Proof, error) {
 	noun := "charge"
 	var found []foundObject
 	var consistent bool
@@ -91,16 +92,16 @@ func proveBeyondWindow(ctx context.Context, prov Provider, in Examined, window t
 		noun = "refund"
 		found, consistent, err = lookupRefundObjects(ctx, prov, in)
 	} else {
-		var res LookupResult
+		var res provider.LookupResult
 		res, err = lookup()
 		for _, ch := range res.Charges {
 			f := foundObject{id: ch.ProviderID, amount: ch.Amount}
 			switch ch.Status {
-			case ChargeSucceeded:
+			case provider.ChargeSucceeded:
 				f.status = IntentSucceeded
-			case ChargeFailed:
+			case provider.ChargeFailed:
 				f.status = IntentDeclined
-			case ChargeRequiresAction:
+			case provider.ChargeRequiresAction:
 				f.status = IntentRequiresAction
 			}
 			found = append(found, f)
@@ -112,7 +113,7 @@ func proveBeyondWindow(ctx context.Context, prov Provider, in Examined, window t
 		return Proof{Status: IntentNeedsReview, Reason: past + ": " + why}, nil
 	}
 	switch {
-	case errors.Is(err, ErrCannotTell):
+	case errors.Is(err, provider.ErrCannotTell):
 		return review(err.Error())
 	case err != nil:
 		return Proof{}, err
@@ -145,20 +146,20 @@ type foundObject struct {
 	status IntentStatus
 }
 
-func lookupRefundObjects(ctx context.Context, prov Provider, in Examined) ([]foundObject, bool, error) {
-	rl, ok := prov.(RefundLooker)
+func lookupRefundObjects(ctx context.Context, prov provider.Provider, in Examined) ([]foundObject, bool, error) {
+	rl, ok := prov.(provider.RefundLooker)
 	if !ok {
-		return nil, false, fmt.Errorf("%s has no refund lookup; only its notification can tell: %w", in.Provider, ErrCannotTell)
+		return nil, false, fmt.Errorf("%s has no refund lookup; only its notification can tell: %w", in.Provider, provider.ErrCannotTell)
 	}
-	res, err := rl.LookupRefund(ctx, RefundLookupRequest{Key: in.Key, ProviderKey: in.ProviderKey,
+	res, err := rl.LookupRefund(ctx, provider.RefundLookupRequest{Key: in.Key, ProviderKey: in.ProviderKey,
 		ProviderID: in.ProviderID, ChargeID: in.ChargeID})
 	var found []foundObject
 	for _, rf := range res.Refunds {
 		f := foundObject{id: rf.ProviderID, amount: rf.Amount}
 		switch rf.Status {
-		case RefundSucceeded:
+		case provider.RefundSucceeded:
 			f.status = IntentSucceeded
-		case RefundFailed:
+		case provider.RefundFailed:
 			f.status = IntentFailed
 		}
 		found = append(found, f)
@@ -189,7 +190,7 @@ func LookupUntil(sentAt time.Time, window time.Duration) time.Time {
 // DefaultLookupMargin is the margin a lookup's creation window gets on
 // each side when the skew between the database's clock (which stamps the
 // sends) and the provider's (which stamps what they created) is not
-// measured: the provider cannot read its clock ([ClockReader]), or reading
+// measured: the provider cannot read its clock ([provider.ClockReader]), or reading
 // it failed.
 const DefaultLookupMargin = 10 * time.Minute
 
@@ -211,20 +212,6 @@ const clockDrift = 200e-6
 // known (LookupBeyondWindow).
 const defaultLease = 30 * time.Second
 
-// ClockReader is implemented by a provider whose Lookup lists what was
-// created in [LookupRequest.From, LookupRequest.To] on the provider's own
-// clock, page by page (Stripe's List API: a narrower window is fewer
-// pages, and a window with fewer objects than the adapter scans is
-// consistent), and that can read that clock. [Client.LookupAttempt] looks
-// such a provider up over each send's own window, with a margin measured
-// rather than assumed.
-type ClockReader interface {
-	// ReadClock returns the provider's clock now and how far from it the
-	// answer may be (the clock's resolution and the round trip of the
-	// answer it was read from). It may send a request to the provider.
-	ReadClock(ctx context.Context) (now time.Time, within time.Duration, err error)
-}
-
 // LookupAttempt asks prov what the current attempt of the open charge
 // intent in left there: the charges carrying in.Key that were created
 // while the attempt's sends could create them. The database stamps each
@@ -234,7 +221,7 @@ type ClockReader interface {
 // in [SentAt, LastSentAt + lease], widened on each side by the skew
 // between the database's clock and the provider's:
 //
-//   - A [ClockReader] is read, and the database's clock with it: the
+//   - A [provider.ClockReader] is read, and the database's clock with it: the
 //     margin is the measured skew, its error and [MeasuredLookupMargin]
 //     (seconds when the clocks agree). Its window is one per send when the
 //     attempt was sent at most twice (a first send and a retry an hour
@@ -248,9 +235,9 @@ type ClockReader interface {
 // [LookupUntil]; one reopened and not sent since (SentAt zero), over the
 // intent's whole life. The result is Consistent only when every window's
 // lookup was. Errors: those of prov.Lookup.
-func (c *Client) LookupAttempt(ctx context.Context, prov Provider, in Examined) (LookupResult, error) {
+func (c *Client) LookupAttempt(ctx context.Context, prov provider.Provider, in Examined) (provider.LookupResult, error) {
 	margin := DefaultLookupMargin
-	cr, perSend := prov.(ClockReader)
+	cr, perSend := prov.(provider.ClockReader)
 	if perSend {
 		if m, err := c.measuredMargin(ctx, cr, prov.Name(), in); err != nil {
 			c.log.Warn("payments: the provider's clock could not be read; the lookup takes the default margin",
@@ -259,7 +246,7 @@ func (c *Client) LookupAttempt(ctx context.Context, prov Provider, in Examined) 
 			margin = m
 		}
 	}
-	ws := attemptWindows(in, DedupWindowOf(prov, StepCharge), c.exec.Config().LockTimeout, margin, perSend)
+	ws := attemptWindows(in, provider.DedupWindowOf(prov, provider.StepCharge), c.exec.Config().LockTimeout, margin, perSend)
 	return lookupWindows(ctx, prov, attemptRequest(in), ws)
 }
 
@@ -271,7 +258,7 @@ const clockSQL = `SELECT clock_timestamp()`
 // of its wall clock does not count) and returns the margin a lookup of
 // in's sends needs on each side. A skew past a few seconds is logged: the
 // database host's time synchronisation is off.
-func (c *Client) measuredMargin(ctx context.Context, cr ClockReader, provider string, in Examined) (time.Duration, error) {
+func (c *Client) measuredMargin(ctx context.Context, cr provider.ClockReader, provider string, in Examined) (time.Duration, error) {
 	provNow, provWithin, err := cr.ReadClock(ctx)
 	read := time.Now()
 	if err != nil {
@@ -347,21 +334,21 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-func attemptRequest(in Examined) LookupRequest {
-	return LookupRequest{Key: in.Key, ProviderKey: in.ProviderKey, ProviderID: in.ProviderID}
+func attemptRequest(in Examined) provider.LookupRequest {
+	return provider.LookupRequest{Key: in.Key, ProviderKey: in.ProviderKey, ProviderID: in.ProviderID}
 }
 
 // lookupWindows looks req up over each window and merges the answers: the
 // charges found (each once), consistent only when every lookup was.
-func lookupWindows(ctx context.Context, prov Provider, req LookupRequest, ws []window) (LookupResult, error) {
-	out := LookupResult{Charges: []ChargeResult{}, Consistent: true}
+func lookupWindows(ctx context.Context, prov provider.Provider, req provider.LookupRequest, ws []window) (provider.LookupResult, error) {
+	out := provider.LookupResult{Charges: []provider.ChargeResult{}, Consistent: true}
 	seen := map[string]bool{}
 	for _, w := range ws {
 		r := req
 		r.From, r.To = w.from, w.to
 		res, err := prov.Lookup(ctx, r)
 		if err != nil {
-			return LookupResult{}, err
+			return provider.LookupResult{}, err
 		}
 		out.Consistent = out.Consistent && res.Consistent
 		for _, ch := range res.Charges {

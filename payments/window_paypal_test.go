@@ -12,6 +12,7 @@ import (
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/paypal"
@@ -58,7 +59,7 @@ func TestRetryPastPayPalWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			client, err := payments.New(pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: l})
+			client, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,11 +88,11 @@ func TestRetryPastPayPalWindow(t *testing.T) {
 					t.Fatalf("retry past the window: %+v %v", res, err)
 				}
 			case payments.IntentFailed:
-				if !errors.Is(err, payments.ErrInvalidRequest) {
+				if !errors.Is(err, provider.ErrInvalidRequest) {
 					t.Fatalf("retry past the window: %+v %v, want the attempt failed with proof", res, err)
 				}
 			}
-			got := fake.CountsByCustomID(payments.ProviderKey(k, payments.StepCharge, 0, paypal.MaxProviderKeyLen))
+			got := fake.CountsByCustomID(provider.DeriveKey(k, provider.StepCharge, 0, paypal.MaxProviderKeyLen))
 			if got.Orders != tc.captures || got.Captures != tc.captures {
 				t.Fatalf("at PayPal: %+v, want %d order(s) and capture(s)", got, tc.captures)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -29,7 +30,7 @@ type clocked struct {
 	past time.Duration
 }
 
-func setupClocked(t *testing.T, past time.Duration, wrap func(payments.Provider) payments.Provider) clocked {
+func setupClocked(t *testing.T, past time.Duration, wrap func(provider.Provider) provider.Provider) clocked {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	store, err := pgstore.New(pool, nil)
@@ -48,11 +49,11 @@ func setupClocked(t *testing.T, past time.Duration, wrap func(payments.Provider)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var prov payments.Provider = sp
+	var prov provider.Provider = sp
 	if wrap != nil {
 		prov = wrap(sp)
 	}
-	c, err := payments.New(pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: l})
+	c, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestRetryPastStripeWindowLooksUpInsteadOfResending(t *testing.T) {
 // (the provider's lookup, which cannot tell here, is not used).
 func TestRetryInsideStripeWindowResends(t *testing.T) {
 	t.Parallel()
-	c := setupClocked(t, 22*time.Hour, func(p payments.Provider) payments.Provider { return cannotTell{p} })
+	c := setupClocked(t, 22*time.Hour, func(p provider.Provider) provider.Provider { return cannotTell{p} })
 	ctx := context.Background()
 	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
 	if _, err := c.client.Charge(ctx, params(t, "early", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
@@ -157,7 +158,7 @@ func TestRetryPastStripeWindowNothingThereFailsWithProof(t *testing.T) {
 	}
 	c.age(t, "charge", "void")
 	_, err := c.client.Charge(ctx, params(t, "void", "10.00", stripetest.PaymentMethodVisa))
-	var inv *payments.InvalidRequestError
+	var inv *provider.InvalidRequestError
 	if !errors.As(err, &inv) || inv.Code != "payment_void" {
 		t.Fatalf("retry past the window: %v, want the attempt failed with proof", err)
 	}
@@ -171,10 +172,10 @@ func TestRetryPastStripeWindowNothingThereFailsWithProof(t *testing.T) {
 
 // cannotTell is a provider whose lookup can no longer tell (PayPal past
 // its 6-hour request-id window without an order id): no proof either way.
-type cannotTell struct{ payments.Provider }
+type cannotTell struct{ provider.Provider }
 
-func (p cannotTell) Lookup(context.Context, payments.LookupRequest) (payments.LookupResult, error) {
-	return payments.LookupResult{}, errors.Join(errors.New("request id forgotten"), payments.ErrCannotTell)
+func (p cannotTell) Lookup(context.Context, provider.LookupRequest) (provider.LookupResult, error) {
+	return provider.LookupResult{}, errors.Join(errors.New("request id forgotten"), provider.ErrCannotTell)
 }
 
 // Past the window with a provider that cannot tell: never re-sent, the
@@ -182,7 +183,7 @@ func (p cannotTell) Lookup(context.Context, payments.LookupRequest) (payments.Lo
 // refused the same way.
 func TestRetryPastWindowWithoutProofNeedsReview(t *testing.T) {
 	t.Parallel()
-	c := setupClocked(t, 25*time.Hour, func(p payments.Provider) payments.Provider { return cannotTell{p} })
+	c := setupClocked(t, 25*time.Hour, func(p provider.Provider) provider.Provider { return cannotTell{p} })
 	ctx := context.Background()
 	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
 	if _, err := c.client.Charge(ctx, params(t, "blind", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
@@ -290,7 +291,7 @@ func TestWindowMarginRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []time.Duration{-time.Minute, 12 * time.Hour} {
-		_, err := payments.New(b.pool, []payments.Provider{prov}, &payments.Config{Store: store, Ledger: b.ledger, WindowMargin: m})
+		_, err := payments.New(b.pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: b.ledger, WindowMargin: m})
 		var ce *payments.ConfigError
 		if !errors.As(err, &ce) || ce.Field != "Config.WindowMargin" {
 			t.Fatalf("margin %s: %v, want a ConfigError naming Config.WindowMargin", m, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/internal/crashpoint"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // examine decides on one claimed intent from what its provider holds for
@@ -86,7 +87,7 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 		return r.nothingCharged(ctx, rep, it, base)
 	default:
 		base.Kind, base.ProviderState = KindPendingUnknownAtProvider, "none yet (eventually consistent)"
-		if v, ok := prov.(payments.Voider); ok && it.age >= r.cfg.VoidAfter {
+		if v, ok := prov.(provider.Voider); ok && it.age >= r.cfg.VoidAfter {
 			return r.void(ctx, rep, it, v, base)
 		}
 		return r.inconclusive(ctx, rep, it, base, noAnswer)
@@ -125,15 +126,15 @@ func (r *Reconciler) nothingCharged(ctx context.Context, rep *Report, it item, b
 // void decides on an attempt that an eventually consistent lookup still
 // finds nothing for, past Config.VoidAfter, at a provider that can void
 // it: the void is requested once, and its notification settles the intent
-// (payments.EventCancelled).
-func (r *Reconciler) void(ctx context.Context, rep *Report, it item, v payments.Voider, base Item) error {
+// (provider.EventCancelled).
+func (r *Reconciler) void(ctx context.Context, rep *Report, it item, v provider.Voider, base Item) error {
 	sent, err := r.voidSent(ctx, it)
 	if err != nil {
 		return err
 	}
 	if !sent {
 		vctx, span := r.startProvider(ctx, "void", it)
-		err := v.Void(vctx, payments.VoidRequest{Key: it.Key, ProviderKey: it.ProviderKey, ProviderID: it.ProviderID})
+		err := v.Void(vctx, provider.VoidRequest{Key: it.Key, ProviderKey: it.ProviderKey, ProviderID: it.ProviderID})
 		endProvider(span, -1, err)
 		if err != nil {
 			return r.reschedule(ctx, rep, it, Item{Kind: KindProviderUnavailable, ProviderState: "void failed", Detail: err.Error()}, recheckOutage)
@@ -153,7 +154,7 @@ func (r *Reconciler) void(ctx context.Context, rep *Report, it item, v payments.
 	// find: the intent waits for it, and goes to review only once its
 	// checks run out.
 	for _, ev := range evs {
-		if ev.Kind == payments.EventCancelFailed {
+		if ev.Kind == provider.EventCancelFailed {
 			base.ProviderState = "void refused: " + ev.DeclineCode
 			if ev.ChargeID != "" {
 				base.ProviderState += " (payment " + ev.ChargeID + ")"
@@ -191,6 +192,6 @@ func (r *Reconciler) voidSent(ctx context.Context, it item) (bool, error) {
 	return n > 0, err
 }
 
-func chargeIDStatus(ch payments.ChargeResult) (id, status string) {
+func chargeIDStatus(ch provider.ChargeResult) (id, status string) {
 	return ch.ProviderID, string(ch.Status)
 }

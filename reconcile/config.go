@@ -60,7 +60,7 @@ type Config struct {
 	// VerifyBatch bounds those checks per run. Default 50.
 	VerifyBatch int
 	// DriftWindow and DriftLag: every DriftEvery, the money each provider
-	// implementing payments.Totaler moved in [now-DriftLag-DriftWindow,
+	// implementing provider.Totaler moved in [now-DriftLag-DriftWindow,
 	// now-DriftLag) is compared per currency with the ledger's entries of
 	// the intents created in that window. Defaults 24h, 4h (PayPal's
 	// transaction search lags up to 3h), 1h.
@@ -70,7 +70,7 @@ type Config struct {
 	StuckAfter time.Duration
 	// VoidAfter is how long to wait for a late AUTHORISATION before
 	// voiding an attempt by its reference (providers implementing
-	// payments.Voider: Adyen's technical cancel). Default 30m.
+	// provider.Voider: Adyen's technical cancel). Default 30m.
 	VoidAfter time.Duration
 	// Redrive says what becomes of an intent proven to have left nothing
 	// at the provider. Default FailWithProof: a client that wants to pay

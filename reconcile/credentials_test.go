@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/reconcile"
 )
@@ -31,7 +33,7 @@ func TestLookupCredentialsRefusedIsAnOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale, err := payments.New(w.pool, []payments.Provider{rolled}, nil)
+	stale, err := payments.New(w.pool, []provider.Provider{rolled}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@
 //     for one attempt, another amount): NEEDS_REVIEW;
 //   - the provider can no longer tell (a lookup past its deduplication
 //     window that has no other way to find the attempt:
-//     payments.ErrCannotTell): NEEDS_REVIEW at once ([KindPastProviderWindow]);
+//     provider.ErrCannotTell): NEEDS_REVIEW at once ([KindPastProviderWindow]);
 //   - no proof either way: look again later on a backoff schedule
 //     (Config.Schedule), then, after Config.MaxChecks checks, flag
 //     NEEDS_REVIEW with the reason and the evidence. A provider outage
@@ -63,7 +63,7 @@
 // during the lookup"). A lookup never settles an intent whose attempt was
 // sent after the lookup began.
 //
-// Refund intents still open are looked up with payments.RefundLooker
+// Refund intents still open are looked up with provider.RefundLooker
 // (Stripe, PayPal: consistent; Adyen: its stored notifications, never
 // consistent) and decided the same way; a consistent "none" fails the
 // refund with that proof (it is never reopened). A provider without a
@@ -79,7 +79,7 @@
 //     answer is not proof).
 //   - Adyen: the AUTHORISATION notifications the webhook receiver stored
 //     (never consistent). After Config.VoidAfter without an answer, the
-//     attempt is voided (payments.Voider), once: the payment by its id when
+//     attempt is voided (provider.Voider), once: the payment by its id when
 //     it is known (cancel or refund), else a technical cancel by reference.
 //     A void that cancelled something settles the intent through its
 //     notification. A refused one proves nothing (a captured payment
@@ -109,7 +109,7 @@
 // final, a human decides. (Adyen's adapter cannot tell refunded totals.)
 //
 // Every Config.DriftEvery, the money each provider implementing
-// payments.Totaler (Stripe, PayPal) moved over Config.DriftWindow, ending
+// provider.Totaler (Stripe, PayPal) moved over Config.DriftWindow, ending
 // Config.DriftLag ago, is compared per currency with the ledger's entries
 // for the intents created then (balance drift). Not yet covered: Adyen
 // (its settlement reports are files).

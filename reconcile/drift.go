@@ -7,7 +7,7 @@ import (
 
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // balanceDrift compares, per provider and currency, the money the provider
@@ -32,7 +32,7 @@ func (r *Reconciler) balanceDrift(ctx context.Context, rep *Report) error {
 	from := to.Add(-r.cfg.DriftWindow)
 	var found []Item
 	for _, name := range r.client.ProviderNames() {
-		t, ok := r.client.Provider(name).(payments.Totaler)
+		t, ok := r.client.Provider(name).(provider.Totaler)
 		if !ok {
 			continue
 		}
@@ -70,14 +70,14 @@ func (r *Reconciler) balanceDrift(ctx context.Context, rep *Report) error {
 // ledgerTotals sums the ledger's provider-cash postings of the intents
 // created in [from, to), per currency: charges in, refunds out (net of
 // the reversals of refunds that failed afterwards).
-func (r *Reconciler) ledgerTotals(ctx context.Context, provider string, from, to time.Time) (map[money.Currency]payments.Totals, error) {
-	rows, err := r.pool.Query(ctx, ledgerTotalsSQL, ledger.ProviderCash(provider), from, to, ledger.StepCharge, ledger.StepRefund, provider,
+func (r *Reconciler) ledgerTotals(ctx context.Context, provName string, from, to time.Time) (map[money.Currency]provider.Totals, error) {
+	rows, err := r.pool.Query(ctx, ledgerTotalsSQL, ledger.ProviderCash(provName), from, to, ledger.StepCharge, ledger.StepRefund, provName,
 		ledger.StepRefundReversal)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: ledger totals: %w", err)
 	}
 	defer rows.Close()
-	out := map[money.Currency]payments.Totals{}
+	out := map[money.Currency]provider.Totals{}
 	for rows.Next() {
 		var code, charged, refunded string
 		if err := rows.Scan(&code, &charged, &refunded); err != nil {
@@ -87,7 +87,7 @@ func (r *Reconciler) ledgerTotals(ctx context.Context, provider string, from, to
 		if err != nil {
 			return nil, err
 		}
-		var t payments.Totals
+		var t provider.Totals
 		if t.Charged, err = money.Parse(charged, cur); err != nil {
 			return nil, err
 		}

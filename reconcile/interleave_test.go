@@ -44,6 +44,7 @@ import (
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/reconcile"
@@ -354,7 +355,7 @@ func (w *iworld) operate(ctx context.Context, s scenario) error {
 	if s.refund {
 		n := w.fakes.Refunds(w.provider, key)
 		if n != 0 {
-			rl, ok := w.client.Provider(w.provider).(payments.RefundLooker)
+			rl, ok := w.client.Provider(w.provider).(provider.RefundLooker)
 			if !ok {
 				return nil
 			}
@@ -363,7 +364,7 @@ func (w *iworld) operate(ctx context.Context, s scenario) error {
 				scenario{key: s.charge}.composed()).Scan(&chargeID); err != nil {
 				return err
 			}
-			res, err := rl.LookupRefund(ctx, payments.RefundLookupRequest{Key: key, ProviderKey: pkey, ProviderID: pid, ChargeID: chargeID})
+			res, err := rl.LookupRefund(ctx, provider.RefundLookupRequest{Key: key, ProviderKey: pkey, ProviderID: pid, ChargeID: chargeID})
 			if err != nil || len(res.Refunds) != 1 {
 				return err
 			}
@@ -378,7 +379,7 @@ func (w *iworld) operate(ctx context.Context, s scenario) error {
 	} else if w.fakes.Charged(w.provider, key) == 0 {
 		proof = payments.Proof{Status: payments.IntentFailed, Reason: "operator: nothing charged at the provider"}
 	} else {
-		res, err := w.client.Provider(w.provider).Lookup(ctx, payments.LookupRequest{Key: key, ProviderKey: pkey, ProviderID: pid,
+		res, err := w.client.Provider(w.provider).Lookup(ctx, provider.LookupRequest{Key: key, ProviderKey: pkey, ProviderID: pid,
 			From: created.Add(-time.Hour), To: time.Now().Add(time.Hour)})
 		if err != nil || len(res.Charges) != 1 {
 			return err
@@ -537,11 +538,11 @@ func (w *iworld) run(t *testing.T, il interleaving) (reached bool) {
 // expected: what a retry, a reconciler or an operator may answer in these
 // stories without anything being wrong (the checks judge the outcome).
 func expected(err error) bool {
-	var decline *payments.DeclineError
-	var invalid *payments.InvalidRequestError
+	var decline *provider.DeclineError
+	var invalid *provider.InvalidRequestError
 	var review *payments.NeedsReviewError
 	return payments.OutcomeUnknown(err) || payments.SafeToRetry(err) || errors.Is(err, idempotency.ErrInProgress) ||
-		errors.Is(err, payments.ErrCredentials) ||
+		errors.Is(err, provider.ErrCredentials) ||
 		errors.As(err, &decline) || errors.As(err, &invalid) || errors.As(err, &review)
 }
 

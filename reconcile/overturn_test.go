@@ -14,6 +14,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -44,7 +45,7 @@ func newOverturnWorld(t *testing.T) overturnWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := payments.New(pool, []payments.Provider{prov}, nil)
+	client, err := payments.New(pool, []provider.Provider{prov}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func (w overturnWorld) decline(t *testing.T, key, amount string, cur money.Curre
 	t.Helper()
 	_, err := w.client.Charge(context.Background(), payments.ChargeParams{Scope: "cus_r", Key: key, Provider: "stripe",
 		Amount: money.MustParse(amount, cur), Recipient: "acct_r", PaymentMethod: stripetest.PaymentMethodDeclined})
-	if !errors.Is(err, payments.ErrDeclined) {
+	if !errors.Is(err, provider.ErrDeclined) {
 		t.Fatalf("charge %s: %v, want a decline", key, err)
 	}
 	w.wait(t)

@@ -18,6 +18,7 @@ import (
 	"github.com/payonce/payonce/internal/crashpoint"
 	"github.com/payonce/payonce/internal/schedule"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // Reconciler compares provider state with local state and repairs.
@@ -177,11 +178,11 @@ func endProvider(span trace.Span, found int, err error) {
 // (e.g. "attempt 2") nothing will tell any more: review. Anything else is
 // an outage: look again later, never fail on it.
 func (r *Reconciler) lookupFailed(ctx context.Context, rep *Report, it item, err error, lookup, attempt string) error {
-	if errors.Is(err, payments.ErrCannotTell) {
+	if errors.Is(err, provider.ErrCannotTell) {
 		return r.review(ctx, rep, it, Item{Kind: KindPastProviderWindow, ProviderState: "cannot tell", LocalState: string(it.Status)},
 			"past "+it.Provider+"'s deduplication window for "+attempt+": "+err.Error())
 	}
-	if ce := (*payments.CredentialsError)(nil); errors.As(err, &ce) {
+	if ce := (*provider.CredentialsError)(nil); errors.As(err, &ce) {
 		// A configuration error, not an answer about the intent: an outage
 		// until someone fixes the key (runbook: "The provider refuses
 		// payonce's credentials").

@@ -22,6 +22,7 @@ import (
 	"github.com/payonce/payonce/internal/crashpoint"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
@@ -101,7 +102,7 @@ func newService(env map[string]string, lock time.Duration, hc *http.Client) (*se
 	}
 	mux := http.NewServeMux()
 	for _, name := range cfg.ProviderNames() {
-		if _, ok := client.Provider(name).(payments.WebhookVerifier); !ok {
+		if _, ok := client.Provider(name).(provider.WebhookVerifier); !ok {
 			continue
 		}
 		h, err := client.WebhookHandler(name, nil)
@@ -231,13 +232,13 @@ func crashChild() {
 
 func TestCrashMatrixResolvedByTheReconcilerAlone(t *testing.T) {
 	t.Parallel()
-	for _, provider := range []string{"stripe", "adyen", "paypal"} {
+	for _, provName := range []string{"stripe", "adyen", "paypal"} {
 		for _, point := range []string{"after_claim", "after_intent", "after_provider", "after_commit"} {
-			t.Run(provider+"/"+point, func(t *testing.T) {
+			t.Run(provName+"/"+point, func(t *testing.T) {
 				t.Parallel()
 				w := newWorld(t)
 				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), envChild+"=1", envPoint+"="+point, envProvider+"="+provider)
+				cmd.Env = append(os.Environ(), envChild+"=1", envPoint+"="+point, envProvider+"="+provName)
 				for k, v := range w.env {
 					cmd.Env = append(cmd.Env, k+"="+v)
 				}
@@ -256,7 +257,7 @@ func TestCrashMatrixResolvedByTheReconcilerAlone(t *testing.T) {
 				waitLeasesEnded(t, w.pool) // the dead child's
 				r := w.reconciler(t, nil)
 				key := "order-" + point
-				charges := w.fakes.Charges(provider, composed(key))
+				charges := w.fakes.Charges(provName, composed(key))
 				switch point {
 				case "after_claim":
 					// Nothing was recorded beyond the claim: no intent, no
@@ -280,7 +281,7 @@ func TestCrashMatrixResolvedByTheReconcilerAlone(t *testing.T) {
 					}
 				}
 				in := w.settle(t, r, key)
-				after := w.fakes.Charges(provider, composed(key))
+				after := w.fakes.Charges(provName, composed(key))
 				switch point {
 				case "after_intent":
 					// Stripe and PayPal prove the absence with a consistent
@@ -289,12 +290,12 @@ func TestCrashMatrixResolvedByTheReconcilerAlone(t *testing.T) {
 					// is also what a captured payment answers, so the intent
 					// goes to a human with Adyen's reason, never FAILED.
 					want := payments.IntentFailed
-					if provider == "adyen" {
+					if provName == "adyen" {
 						want = payments.IntentNeedsReview
 					}
 					if in.Status != want || after != 0 || w.entries(t, key) != 0 {
 						t.Fatalf("a request that never reached %s: intent %s, %d charges, %d entries; want %s, 0, 0",
-							provider, in.Status, after, w.entries(t, key), want)
+							provName, in.Status, after, w.entries(t, key), want)
 					}
 				default:
 					if in.Status != payments.IntentSucceeded || after != 1 || w.entries(t, key) != 1 {
@@ -303,16 +304,16 @@ func TestCrashMatrixResolvedByTheReconcilerAlone(t *testing.T) {
 					}
 				}
 				// The key now answers the final state, without a new charge.
-				res, err := w.client.Charge(context.Background(), params(provider, key))
+				res, err := w.client.Charge(context.Background(), params(provName, key))
 				switch {
 				case in.Status == payments.IntentSucceeded && (err != nil || res.ProviderID != in.ProviderID):
 					t.Fatalf("a retry after the repair: %+v %v", res, err)
-				case in.Status == payments.IntentFailed && !errors.Is(err, payments.ErrInvalidRequest):
+				case in.Status == payments.IntentFailed && !errors.Is(err, provider.ErrInvalidRequest):
 					t.Fatalf("a retry after a proven void: %+v %v, want the recorded failure", res, err)
 				case in.Status == payments.IntentNeedsReview && !errors.Is(err, payments.ErrNeedsReview):
 					t.Fatalf("a retry of an intent under review: %+v %v, want ErrNeedsReview", res, err)
 				}
-				if got := w.fakes.Charges(provider, composed(key)); got != after {
+				if got := w.fakes.Charges(provName, composed(key)); got != after {
 					t.Fatalf("the retry charged: %d -> %d", after, got)
 				}
 			})
@@ -419,7 +420,7 @@ func TestDivergencesAreClassified(t *testing.T) {
 	stripe := w.client.Provider("stripe")
 	direct := func(localKey, attemptKey, amount string) {
 		t.Helper()
-		_, err := stripe.Charge(ctx, payments.ChargeRequest{Key: localKey, ProviderKey: attemptKey,
+		_, err := stripe.Charge(ctx, provider.ChargeRequest{Key: localKey, ProviderKey: attemptKey,
 			Amount: money.MustParse(amount, money.EUR), Recipient: "acct_r", PaymentMethod: "pm_card_visa"})
 		if err != nil {
 			t.Fatal(err)
@@ -428,7 +429,7 @@ func TestDivergencesAreClassified(t *testing.T) {
 	// A provider object carrying our metadata with no local intent.
 	direct(composed("ghost"), "ghost-attempt", "5.00")
 	// The provider charged another amount for this key.
-	direct(composed("amount"), payments.ProviderKey(composed("amount"), "charge", 0, 255), "20.00")
+	direct(composed("amount"), provider.DeriveKey(composed("amount"), "charge", 0, 255), "20.00")
 	if _, err := w.client.Charge(ctx, params("stripe", "amount")); err == nil {
 		t.Fatal("a charge whose provider key was used with another amount succeeded")
 	}
@@ -468,11 +469,11 @@ func TestDivergencesAreClassified(t *testing.T) {
 	w.drop.Store(false)
 	// The provider contradicts a final local state.
 	if _, err := w.client.Charge(ctx, payments.ChargeParams{Scope: "cus_r", Key: "declined", Provider: "stripe",
-		Amount: money.MustParse("3.00", money.EUR), Recipient: "acct_r", PaymentMethod: "pm_card_chargeDeclined"}); !errors.Is(err, payments.ErrDeclined) {
+		Amount: money.MustParse("3.00", money.EUR), Recipient: "acct_r", PaymentMethod: "pm_card_chargeDeclined"}); !errors.Is(err, provider.ErrDeclined) {
 		t.Fatalf("declined: %v", err)
 	}
-	if _, err := w.client.Operator().ApplyEvents(ctx, "stripe", []payments.WebhookEvent{{ID: "evt_contradiction", Type: "payment_intent.succeeded",
-		Kind: payments.EventChargeSucceeded, Key: composed("declined"), Body: []byte(`{}`)}}); err != nil {
+	if _, err := w.client.Operator().ApplyEvents(ctx, "stripe", []provider.WebhookEvent{{ID: "evt_contradiction", Type: "payment_intent.succeeded",
+		Kind: provider.EventChargeSucceeded, Key: composed("declined"), Body: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	// A record stuck PROCESSING (its holder died before recording anything).
@@ -496,7 +497,7 @@ func TestDivergencesAreClassified(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := w.client.Charge(ctx, payments.ChargeParams{Scope: "cus_r", Key: "failed-there", Provider: "stripe",
-		Amount: money.MustParse("3.00", money.EUR), Recipient: "acct_r", PaymentMethod: "pm_card_chargeDeclined"}); !errors.Is(err, payments.ErrDeclined) {
+		Amount: money.MustParse("3.00", money.EUR), Recipient: "acct_r", PaymentMethod: "pm_card_chargeDeclined"}); !errors.Is(err, provider.ErrDeclined) {
 		t.Fatalf("failed-there: %v", err)
 	}
 	if _, err := w.pool.Exec(ctx, `UPDATE payment_intents SET amount = 99.00 WHERE idempotency_key = $1`, composed("wrong-amount")); err != nil {
@@ -512,7 +513,7 @@ func TestDivergencesAreClassified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stripe.Refund(ctx, payments.RefundRequest{Key: composed("refunded-outside"), ProviderKey: "dashboard-refund",
+	if _, err := stripe.Refund(ctx, provider.RefundRequest{Key: composed("refunded-outside"), ProviderKey: "dashboard-refund",
 		ChargeID: out.ProviderID, Amount: money.MustParse("2.00", money.EUR)}); err != nil {
 		t.Fatal(err)
 	}
@@ -657,11 +658,11 @@ func TestBalanceDrift(t *testing.T) {
 	}
 }
 
-func testBalanceDrift(t *testing.T, provider string) {
+func testBalanceDrift(t *testing.T, provName string) {
 	w := newWorld(t)
 	ctx := context.Background()
 	for _, k := range []string{"b1", "b2"} {
-		if _, err := w.client.Charge(ctx, params(provider, k)); err != nil {
+		if _, err := w.client.Charge(ctx, params(provName, k)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -690,12 +691,12 @@ func testBalanceDrift(t *testing.T, provider string) {
 	}
 	// A refund made at the provider outside payonce.
 	in := w.intent(t, "b2")
-	if _, err := w.client.Provider(provider).Refund(ctx, payments.RefundRequest{Key: composed("b2"), ProviderKey: "outside",
+	if _, err := w.client.Provider(provName).Refund(ctx, provider.RefundRequest{Key: composed("b2"), ProviderKey: "outside",
 		ChargeID: in.ProviderID, Amount: money.MustParse("1.00", money.EUR)}); err != nil {
 		t.Fatal(err)
 	}
 	got := drift()
-	if len(got) != 1 || got[0].Provider != provider || got[0].Currency != "EUR" ||
+	if len(got) != 1 || got[0].Provider != provName || got[0].Currency != "EUR" ||
 		got[0].LocalState != "ledger: charged 24.68, refunded 2.00" || got[0].ProviderState != "charged 24.68, refunded 3.00" {
 		t.Fatalf("drift after a refund outside payonce: %+v", got)
 	}
@@ -706,13 +707,13 @@ func testBalanceDrift(t *testing.T, provider string) {
 // is failed with proof and its reservation on the charge released.
 func TestRefundOutcomesResolved(t *testing.T) {
 	t.Parallel()
-	for _, provider := range []string{"stripe", "paypal"} {
-		t.Run(provider, func(t *testing.T) {
+	for _, provName := range []string{"stripe", "paypal"} {
+		t.Run(provName, func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t)
 			w.drop.Store(true) // no notifications: the reconciler alone
 			ctx := context.Background()
-			if _, err := w.client.Charge(ctx, params(provider, "rc")); err != nil {
+			if _, err := w.client.Charge(ctx, params(provName, "rc")); err != nil {
 				t.Fatal(err)
 			}
 			refund := func(key string, amount string) error {
@@ -721,7 +722,7 @@ func TestRefundOutcomesResolved(t *testing.T) {
 				return err
 			}
 			inject := func(after bool) {
-				switch provider {
+				switch provName {
 				case "stripe":
 					kind := stripetest.FailBefore
 					if after {
@@ -744,7 +745,7 @@ func TestRefundOutcomesResolved(t *testing.T) {
 			if err := refund("never", "5.00"); !payments.OutcomeUnknown(err) && !payments.SafeToRetry(err) {
 				t.Fatalf("refund failed before the provider: %v", err)
 			}
-			if err := refund("more", "2.35"); !errors.Is(err, payments.ErrRefundExceedsCharge) {
+			if err := refund("more", "2.35"); !errors.Is(err, provider.ErrRefundExceedsCharge) {
 				t.Fatalf("both open refunds hold their reservation: %v", err)
 			}
 			r := w.reconciler(t, nil)

@@ -5,21 +5,23 @@ import (
 	"fmt"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // examineRefund asks providers that can look a refund up
-// (payments.RefundLooker) what exists for the attempt; others report
+// (provider.RefundLooker) what exists for the attempt; others report
 // refund outcomes only by notification: the intent waits for it, then goes
 // to review.
 func (r *Reconciler) examineRefund(ctx context.Context, rep *Report, it item) error {
 	base := Item{Kind: KindRefundOutcomeMissing, LocalState: string(it.Status)}
-	rl, ok := r.client.Provider(it.Provider).(payments.RefundLooker)
+	rl, ok := r.client.Provider(it.Provider).(provider.RefundLooker)
 	if !ok {
 		base.ProviderState = "no refund lookup; no notification yet"
 		return r.inconclusive(ctx, rep, it, base, "the refund's outcome never arrived")
 	}
 	lctx, span := r.startProvider(ctx, "refund_lookup", it)
-	res, err := rl.LookupRefund(lctx, payments.RefundLookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
+	res, err := rl.LookupRefund(lctx, provider.RefundLookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
 		ProviderID: it.ProviderID, ChargeID: it.ChargeID})
 	endProvider(span, len(res.Refunds), err)
 	if err != nil {
@@ -51,6 +53,6 @@ func (r *Reconciler) examineRefund(ctx context.Context, rep *Report, it item) er
 	}
 }
 
-func refundIDStatus(rf payments.RefundResult) (id, status string) {
+func refundIDStatus(rf provider.RefundResult) (id, status string) {
 	return rf.ProviderID, string(rf.Status)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // stuckRecords reports idempotency records PROCESSING long after their
@@ -53,7 +54,7 @@ func (r *Reconciler) webhookDivergences(ctx context.Context, rep *Report) error 
 			return x, err
 		}
 		x.Action = ActionReported
-		refund := payments.EventKind(kind) == payments.EventRefundFailed || payments.EventKind(kind) == payments.EventRefundReversed
+		refund := provider.EventKind(kind) == provider.EventRefundFailed || provider.EventKind(kind) == provider.EventRefundReversed
 		switch outcome {
 		case payments.EventConflict:
 			x.Kind = KindWebhookConflict

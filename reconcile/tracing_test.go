@@ -19,6 +19,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -87,7 +88,7 @@ func TestSpans(t *testing.T) {
 	fk.Stripe.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
 	lost := charge
 	lost.Key = "order-2"
-	if _, err := client.Charge(ctx, lost); !errors.Is(err, payments.ErrOutcomeUnknown) {
+	if _, err := client.Charge(ctx, lost); !errors.Is(err, provider.ErrOutcomeUnknown) {
 		t.Fatalf("lost response: %v", err)
 	}
 	var progressed []string
@@ -157,7 +158,7 @@ func TestSpans(t *testing.T) {
 			}
 			if s.Status().Code == codes.Error {
 				unknown++
-				if v, _ := attr(s, idempotency.AttrErrorClass); v.AsString() != "*payments.UnknownOutcomeError" {
+				if v, _ := attr(s, idempotency.AttrErrorClass); v.AsString() != "*provider.UnknownOutcomeError" {
 					t.Errorf("unknown outcome's class %q", v.AsString())
 				}
 			}

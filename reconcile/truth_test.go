@@ -12,6 +12,7 @@ import (
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
@@ -38,7 +39,7 @@ func TestSecondChargeOnSettledIntentIsReported(t *testing.T) {
 	}
 	// Another PaymentIntent carrying the same local key (a re-send of a
 	// pruned key, a second system): its success webhook comes in.
-	second, err := w.client.Provider("stripe").Charge(ctx, payments.ChargeRequest{Key: composed("twice"), ProviderKey: "other-attempt",
+	second, err := w.client.Provider("stripe").Charge(ctx, provider.ChargeRequest{Key: composed("twice"), ProviderKey: "other-attempt",
 		Amount: money.MustParse("12.34", money.EUR), Recipient: "acct_r", PaymentMethod: "pm_card_visa"})
 	if err != nil || second.ProviderID == out.ProviderID {
 		t.Fatalf("second charge: %+v %v", second, err)
@@ -137,10 +138,10 @@ func TestRedriveIsBounded(t *testing.T) {
 
 // blindStripe is Stripe whose lookup can no longer tell (as PayPal past
 // its request-id window with no other way to look).
-type blindStripe struct{ payments.Provider }
+type blindStripe struct{ provider.Provider }
 
-func (blindStripe) Lookup(context.Context, payments.LookupRequest) (payments.LookupResult, error) {
-	return payments.LookupResult{}, errors.Join(errors.New("request id forgotten"), payments.ErrCannotTell)
+func (blindStripe) Lookup(context.Context, provider.LookupRequest) (provider.LookupResult, error) {
+	return provider.LookupResult{}, errors.Join(errors.New("request id forgotten"), provider.ErrCannotTell)
 }
 
 // A lookup that cannot tell is not an outage: the intent goes to
@@ -165,7 +166,7 @@ func TestLookupThatCannotTellNeedsReview(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := payments.New(pool, []payments.Provider{blindStripe{sp}}, &payments.Config{Store: store, Ledger: l})
+	client, err := payments.New(pool, []provider.Provider{blindStripe{sp}}, &payments.Config{Store: store, Ledger: l})
 	if err != nil {
 		t.Fatal(err)
 	}

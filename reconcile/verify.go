@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // verifySucceeded checks, once each, that charges that succeeded locally
@@ -43,7 +44,7 @@ func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
 	for _, it := range due {
 		lctx, span := r.startProvider(ctx, "verify_lookup", item{Examined: payments.Examined{Scope: it.Scope, Key: it.Key,
 			Provider: it.Provider, ProviderKey: it.ProviderKey}})
-		res, err := r.client.Provider(it.Provider).Lookup(lctx, payments.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
+		res, err := r.client.Provider(it.Provider).Lookup(lctx, provider.LookupRequest{Key: it.Key, ProviderKey: it.ProviderKey,
 			ProviderID: it.ProviderID, From: it.CreatedAt.Add(-10 * time.Minute), To: time.Now().Add(5 * time.Minute), WithRefunds: true})
 		endProvider(span, len(res.Charges), err)
 		if err != nil {
@@ -65,10 +66,10 @@ func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
 
 // verify compares a succeeded charge with what its provider's lookup
 // found, and describes the divergence if there is one.
-func (r *Reconciler) verify(ctx context.Context, it item, res payments.LookupResult) (x Item, diverges bool, err error) {
+func (r *Reconciler) verify(ctx context.Context, it item, res provider.LookupResult) (x Item, diverges bool, err error) {
 	x = Item{Provider: it.Provider, Scope: it.Scope, IntentKey: it.Key, IntentKind: it.Kind, Currency: string(it.Amount.Currency()),
 		LocalState: "SUCCEEDED " + it.ProviderID + " " + it.Amount.AmountString(), Action: ActionReported, Age: it.age}
-	var match *payments.ChargeResult
+	var match *provider.ChargeResult
 	for i := range res.Charges {
 		if res.Charges[i].ProviderID == it.ProviderID || match == nil {
 			match = &res.Charges[i]
@@ -84,7 +85,7 @@ func (r *Reconciler) verify(ctx context.Context, it item, res payments.LookupRes
 		x.Detail = "payonce recorded a charge the provider does not have: the ledger counts money that never moved"
 	case match == nil:
 		return x, false, nil // an eventually consistent "none" proves nothing
-	case match.Status == payments.ChargeFailed:
+	case match.Status == provider.ChargeFailed:
 		x.Kind, x.ProviderState = KindSucceededFailedAtProvider, string(match.Status)+" "+match.ProviderID
 		x.Detail = "the provider reports the charge failed; the ledger counts it"
 	case match.Amount.Currency() != "" && !match.Amount.Equal(it.Amount):

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -71,7 +73,7 @@ func setupBusyStripe(t *testing.T, start time.Time) busyStripe {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := payments.New(pool, []payments.Provider{sp}, nil)
+	client, err := payments.New(pool, []provider.Provider{sp}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/saga"
 )
@@ -111,12 +112,12 @@ func TestDefaultClassify(t *testing.T) {
 		{context.DeadlineExceeded, saga.ClassUnknown},
 		{&idempotency.InProgressError{}, saga.ClassUnknown},
 		{saga.Fail(saga.Unknown(base)), saga.ClassPermanent},
-		{&payments.DeclineError{Provider: "stripe"}, saga.ClassPermanent},
-		{&payments.InvalidRequestError{Provider: "stripe"}, saga.ClassPermanent},
-		{&payments.UnknownOutcomeError{Provider: "stripe", Err: base}, saga.ClassUnknown},
+		{&provider.DeclineError{Provider: "stripe"}, saga.ClassPermanent},
+		{&provider.InvalidRequestError{Provider: "stripe"}, saga.ClassPermanent},
+		{&provider.UnknownOutcomeError{Provider: "stripe", Err: base}, saga.ClassUnknown},
 		{&payments.NeedsReviewError{Reason: "no proof"}, saga.ClassUnknown},
 		{saga.Wait(base, time.Minute), saga.ClassWaiting},
-		{fmt.Errorf("refund: %w", saga.Wait(&payments.UnknownOutcomeError{Provider: "stripe", Err: base}, 0)), saga.ClassWaiting},
+		{fmt.Errorf("refund: %w", saga.Wait(&provider.UnknownOutcomeError{Provider: "stripe", Err: base}, 0)), saga.ClassWaiting},
 		{saga.Fail(saga.Wait(base, time.Minute)), saga.ClassPermanent},
 	} {
 		if got := saga.DefaultClassify(tc.err); got != tc.want {

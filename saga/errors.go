@@ -8,6 +8,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 var (
@@ -218,7 +219,7 @@ func NothingToUndo(reason string) error {
 
 // DefaultClassify is the default Config.Classify:
 //   - permanent: errors made with [Fail]; payments' declines and invalid
-//     requests (payments.ErrDeclined, payments.ErrInvalidRequest);
+//     requests (provider.ErrDeclined, provider.ErrInvalidRequest);
 //   - waiting: errors made with [Wait];
 //   - unknown: errors made with [Unknown]; errors that say a retry with
 //     the same key is safe (payments.SafeToRetry: the payment's outcome is
@@ -239,7 +240,7 @@ func DefaultClassify(err error) Class {
 		return ClassUnknown
 	case errors.As(err, &wait):
 		return ClassWaiting
-	case errors.Is(err, payments.ErrDeclined), errors.Is(err, payments.ErrInvalidRequest):
+	case errors.Is(err, provider.ErrDeclined), errors.Is(err, provider.ErrInvalidRequest):
 		return ClassPermanent
 	case payments.SafeToRetry(err), errors.Is(err, payments.ErrNeedsReview), errors.Is(err, context.DeadlineExceeded):
 		return ClassUnknown

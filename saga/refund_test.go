@@ -15,6 +15,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
@@ -89,7 +90,7 @@ func newPayRig(t *testing.T, o rigOptions) *payRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.pay, err = payments.New(r.pool, []payments.Provider{prov}, nil); err != nil {
+	if r.pay, err = payments.New(r.pool, []provider.Provider{prov}, nil); err != nil {
 		t.Fatal(err)
 	}
 	h, err := r.pay.WebhookHandler("adyen", nil)
@@ -390,7 +391,7 @@ func TestRefundChargeConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pay, err := payments.New(pgtest.Pool(t), []payments.Provider{prov}, nil)
+	pay, err := payments.New(pgtest.Pool(t), []provider.Provider{prov}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/paypal"
 	paystripe "github.com/payonce/payonce/providers/stripe"
@@ -164,7 +165,7 @@ func (c Config) ProviderNames() []string {
 // the notifications stored in pool's webhook inbox. It returns none (and
 // no error) when cfg configures no provider, and the adapters' own
 // ConfigError (naming the field) for a bad setting.
-func Providers(pool *pgxpool.Pool, cfg Config) ([]payments.Provider, error) {
+func Providers(pool *pgxpool.Pool, cfg Config) ([]provider.Provider, error) {
 	hc := cfg.HTTPClient
 	if hc == nil {
 		timeout := cfg.ProviderTimeout
@@ -173,7 +174,7 @@ func Providers(pool *pgxpool.Pool, cfg Config) ([]payments.Provider, error) {
 		}
 		hc = &http.Client{Timeout: timeout}
 	}
-	var provs []payments.Provider
+	var provs []provider.Provider
 	if s := cfg.Stripe; s.APIBase != "" {
 		p, err := paystripe.New(&paystripe.Config{SecretKey: s.SecretKey, BaseURL: s.APIBase,
 			HTTPClient: hc, WebhookSecrets: optional(s.WebhookSecret)})

@@ -13,6 +13,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/fakes"
@@ -25,7 +26,7 @@ func env(vars map[string]string) func(string) string {
 }
 
 // names lists the providers' names in order.
-func names(provs []payments.Provider) []string {
+func names(provs []provider.Provider) []string {
 	var out []string
 	for _, p := range provs {
 		out = append(out, p.Name())
@@ -90,7 +91,7 @@ func TestFromEnvEveryProviderInOrder(t *testing.T) {
 		t.Fatalf("providers %v (ProviderNames %v), want stripe, adyen, paypal", got, cfg.ProviderNames())
 	}
 	for _, p := range provs {
-		if _, ok := p.(payments.WebhookVerifier); !ok {
+		if _, ok := p.(provider.WebhookVerifier); !ok {
 			t.Errorf("%s verifies no webhooks although its secret is set", p.Name())
 		}
 	}
@@ -200,7 +201,7 @@ func TestClientChargesThroughEachProvider(t *testing.T) {
 	}
 	// Adyen's lookups read the notifications stored in the client's
 	// database: with none stored, the lookup works and finds nothing.
-	res, err := client.Provider("adyen").Lookup(ctx, payments.LookupRequest{Key: "cus_wiring_charge_none", ProviderKey: "none_charge"})
+	res, err := client.Provider("adyen").Lookup(ctx, provider.LookupRequest{Key: "cus_wiring_charge_none", ProviderKey: "none_charge"})
 	if err != nil || len(res.Charges) != 0 {
 		t.Fatalf("Adyen's lookup of a reference without notifications: %+v, %v", res, err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -9,14 +8,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/payonce/payonce/cmd/payonce/internal/design"
 )
 
-const designUsage = `Usage: payonce design [--answers FILE] [--scan DIR] [--out PATH] [flags]
+// designFlags are payonce design's flags; q[n] answers question n.
+type designFlags struct {
+	answers, scan, out, format, service string
+	noInput                             bool
+	q                                   [8]string
+}
 
-Generates the idempotency design document of your system: the 12 sections
+func newDesignCmd() *cobra.Command {
+	var o designFlags
+	c := &cobra.Command{
+		Use:   "design",
+		Short: "the idempotency design document of your system, from your answers and a scan of your code",
+		Long: `Generates the idempotency design document of your system: the 12 sections
 of the reference design tailored to your answers and the 9 deliverables
 (action map, payonce's DDL, middleware, fingerprint utility, cleanup job,
 test suite skeleton, alert rules, build order, runbook). Seven constraints
@@ -28,75 +38,61 @@ not answered: the output format, then seven questions (actions, stack,
 retry sources, payment providers, concurrency, key retention, detection
 latency). A question left unanswered is asked once more with examples;
 then questions 1-2 give a technology-agnostic design, 3-7 a stated
-assumption. Without a terminal (or with --no-input) nothing is asked.
-
-Flags:
-  --answers FILE       answers file, YAML or JSON (see cmd/payonce/internal/design/testdata/checkout.yaml)
-  --scan DIR           inspect the Go code under DIR: routes, payment calls,
-                       consumers, cron jobs, and anti-patterns with file:line
-  --out PATH           output file (default docs/idempotency-design.html, or .md)
-  --format F           html (default) or markdown
-  --service NAME       the system's name in the title
-  --actions LIST       question 1, e.g. "POST /checkout, charge worker"
-  --stack LIST         question 2: language, framework, database, broker
-  --retry-sources LIST question 3, e.g. "client retries, queue redelivery"
-  --providers LIST     question 4: stripe, adyen, paypal, bank transfer, none
-  --concurrency S      question 5, e.g. "multi-instance, 50000/day"
-  --retention D        question 6, e.g. 7d or 72h
-  --latency S          question 7, e.g. synchronous
-  --no-input           never ask, even on a terminal
-
-Examples:
-  payonce design
+assumption. Without a terminal (or with --no-input) nothing is asked.`,
+		Example: `  payonce design
   payonce design --scan . --answers design.yaml --format markdown
-  payonce design --answers cmd/payonce/internal/design/testdata/checkout.yaml --scan examples/checkout
-`
-
-func runDesign(args []string) error {
-	return designMain(args, os.Stdin, os.Stdout, os.Stderr, term.IsTerminal(int(os.Stdin.Fd())))
+  payonce design --answers cmd/payonce/internal/design/testdata/checkout.yaml --scan examples/checkout`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			in := c.InOrStdin()
+			f, ok := in.(*os.File)
+			interactive := ok && term.IsTerminal(int(f.Fd()))
+			return runDesign(o, in, c.OutOrStdout(), c.ErrOrStderr(), interactive)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.answers, "answers", "", "answers file, YAML or JSON (see cmd/payonce/internal/design/testdata/checkout.yaml)")
+	f.StringVar(&o.scan, "scan", "", "inspect the Go code under this directory: routes, payment calls, consumers, cron jobs, and anti-patterns with file:line")
+	f.StringVar(&o.out, "out", "", "output file (default docs/idempotency-design.html, or .md)")
+	f.StringVar(&o.format, "format", "", "html (default) or markdown")
+	f.StringVar(&o.service, "service", "", "the system's name in the title")
+	f.StringVar(&o.q[1], "actions", "", "question 1, e.g. \"POST /checkout, charge worker\"")
+	f.StringVar(&o.q[2], "stack", "", "question 2: language, framework, database, broker")
+	f.StringVar(&o.q[3], "retry-sources", "", "question 3, e.g. \"client retries, queue redelivery\"")
+	f.StringVar(&o.q[4], "providers", "", "question 4: stripe, adyen, paypal, bank transfer, none")
+	f.StringVar(&o.q[5], "concurrency", "", "question 5, e.g. \"multi-instance, 50000/day\"")
+	f.StringVar(&o.q[6], "retention", "", "question 6, e.g. 7d or 72h")
+	f.StringVar(&o.q[7], "latency", "", "question 7, e.g. synchronous")
+	f.BoolVar(&o.noInput, "no-input", false, "never ask, even on a terminal")
+	_ = c.MarkFlagFilename("answers", "yaml", "yml", "json")
+	_ = c.MarkFlagDirname("scan")
+	_ = c.MarkFlagFilename("out", "html", "htm", "md")
+	completeWords(c, "format", "html", "markdown")
+	return c
 }
 
-// designMain is payonce design with its streams; interactive says whether
+// runDesign is payonce design with its streams; interactive says whether
 // stdin is a terminal.
-func designMain(args []string, stdin io.Reader, stdout, stderr io.Writer, interactive bool) error {
-	fs := flag.NewFlagSet("design", flag.ContinueOnError)
-	answersFile := fs.String("answers", "", "")
-	scanDir := fs.String("scan", "", "")
-	out := fs.String("out", "", "")
-	format := fs.String("format", "", "")
-	service := fs.String("service", "", "")
-	noInput := fs.Bool("no-input", false, "")
-	qflags := map[int]*string{
-		1: fs.String("actions", "", ""), 2: fs.String("stack", "", ""), 3: fs.String("retry-sources", "", ""),
-		4: fs.String("providers", "", ""), 5: fs.String("concurrency", "", ""), 6: fs.String("retention", "", ""),
-		7: fs.String("latency", "", ""),
-	}
-	pos, err := parseFlags(fs, designUsage, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usageError{fmt.Sprintf("design: unexpected argument %q (see payonce design --help)", pos[0])}
-	}
+func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interactive bool) error {
 	var a design.Answers
-	if *answersFile != "" {
-		f, err := design.LoadAnswers(*answersFile)
+	if o.answers != "" {
+		f, err := design.LoadAnswers(o.answers)
 		if err != nil {
 			return usageError{"design: " + err.Error()}
 		}
 		a = *f
 	}
-	if *format != "" {
-		if _, err := design.ParseFormat(*format); err != nil {
+	if o.format != "" {
+		if _, err := design.ParseFormat(o.format); err != nil {
 			return usageError{"design: --" + err.Error()}
 		}
-		a.Format = *format
+		a.Format = o.format
 	}
-	if *service != "" {
-		a.Service = *service
+	if o.service != "" {
+		a.Service = o.service
 	}
 	for n := 1; n <= 7; n++ {
-		if v := *qflags[n]; v != "" {
+		if v := o.q[n]; v != "" {
 			if err := design.ApplyAnswer(&a, n, v); err != nil {
 				return usageError{fmt.Sprintf("design: question %d: %v", n, err)}
 			}
@@ -104,8 +100,8 @@ func designMain(args []string, stdin io.Reader, stdout, stderr io.Writer, intera
 	}
 	var findings []design.Finding
 	skip := map[int]bool{}
-	if *scanDir != "" {
-		res, err := design.Scan(*scanDir)
+	if o.scan != "" {
+		res, err := design.Scan(o.scan)
 		if err != nil {
 			return err
 		}
@@ -113,12 +109,12 @@ func designMain(args []string, stdin io.Reader, stdout, stderr io.Writer, intera
 		skip = res.Apply(&a)
 		findings = res.AntiPatterns
 		if a.Service == "" {
-			a.Service = filepath.Base(filepath.Clean(*scanDir))
+			a.Service = filepath.Base(filepath.Clean(o.scan))
 		}
 	}
-	if interactive && !*noInput {
-		if *out != "" && a.Format == "" {
-			switch strings.ToLower(filepath.Ext(*out)) {
+	if interactive && !o.noInput {
+		if o.out != "" && a.Format == "" {
+			switch strings.ToLower(filepath.Ext(o.out)) {
 			case ".md":
 				a.Format = "markdown"
 			case ".html", ".htm":
@@ -144,7 +140,7 @@ func designMain(args []string, stdin io.Reader, stdout, stderr io.Writer, intera
 	if err := design.Check(d, doc); err != nil {
 		return fmt.Errorf("design: the document was not written: %w", err)
 	}
-	path := *out
+	path := o.out
 	if path == "" {
 		path = "docs/idempotency-design.html"
 		if d.Format == design.Markdown {

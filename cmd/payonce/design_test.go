@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +16,17 @@ import (
 	"golang.org/x/term"
 )
 
+// designCLI runs payonce design with args on the given streams, through
+// the CLI's command tree: it asks its questions when stdin is a terminal.
+func designCLI(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	root := newRoot()
+	root.SetArgs(append([]string{"design"}, args...))
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return root.Execute()
+}
+
 func TestDesignAnswersFileBothFormats(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -24,8 +36,8 @@ func TestDesignAnswersFileBothFormats(t *testing.T) {
 	} {
 		var stdout, stderr bytes.Buffer
 		out := filepath.Join(dir, f.out)
-		err := designMain([]string{"--answers", "internal/design/testdata/checkout.yaml", "--scan", "../../examples/checkout",
-			"--format", f.format, "--out", out}, strings.NewReader(""), &stdout, &stderr, false)
+		err := designCLI([]string{"--answers", "internal/design/testdata/checkout.yaml", "--scan", "../../examples/checkout",
+			"--format", f.format, "--out", out}, strings.NewReader(""), &stdout, &stderr)
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", f.format, err, stderr.String())
 		}
@@ -53,7 +65,7 @@ func TestDesignRefusesConstraintViolation(t *testing.T) {
 	ans := filepath.Join(dir, "a.json")
 	os.WriteFile(ans, []byte(`{"stack":{"language":"Go"},"retention":"7d","actions":[{"name":"export","kind":"cron","duration":"10d"}]}`), 0o644)
 	out := filepath.Join(dir, "d.html")
-	err := designMain([]string{"--answers", ans, "--out", out}, strings.NewReader(""), io.Discard, io.Discard, false)
+	err := designCLI([]string{"--answers", ans, "--out", out}, strings.NewReader(""), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "constraint C2") {
 		t.Fatalf("want a C2 violation, got %v", err)
 	}
@@ -110,7 +122,7 @@ func TestDesignInteractivePTY(t *testing.T) {
 	}()
 	out := filepath.Join(t.TempDir(), "design.out")
 	var stderr bytes.Buffer
-	err = designMain([]string{"--out", out}, tty, tty, &stderr, term.IsTerminal(int(tty.Fd())))
+	err = designCLI([]string{"--out", out}, tty, tty, &stderr) // stdin a terminal: the interview
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
@@ -151,10 +163,10 @@ func TestDesignFlagsOnly(t *testing.T) {
 	t.Parallel()
 	out := filepath.Join(t.TempDir(), "x.md")
 	var stdout bytes.Buffer
-	err := designMain([]string{"--format", "md", "--out", out, "--actions", "POST /orders, refund worker",
+	err := designCLI([]string{"--format", "md", "--out", out, "--actions", "POST /orders, refund worker",
 		"--stack", "Go, chi, PostgreSQL, NATS", "--retry-sources", "client retries, queue redelivery",
 		"--providers", "stripe", "--concurrency", "global, 1000000/day", "--retention", "2d", "--latency", "synchronous"},
-		strings.NewReader(""), &stdout, io.Discard, false)
+		strings.NewReader(""), &stdout, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,8 +179,8 @@ func TestDesignFlagsOnly(t *testing.T) {
 	if bytes.Contains(b, []byte("not stated")) {
 		t.Error("an assumption was made although every question was answered by flags")
 	}
-	err = designMain([]string{"--providers", "venmo", "--out", out}, strings.NewReader(""), io.Discard, io.Discard, false)
-	if !asUsage(err, &usageError{}) {
+	err = designCLI([]string{"--providers", "venmo", "--out", out}, strings.NewReader(""), io.Discard, io.Discard)
+	if !errors.As(err, new(usageError)) {
 		t.Errorf("unknown provider: want a usage error, got %v", err)
 	}
 }

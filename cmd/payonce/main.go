@@ -9,10 +9,13 @@
 //	payonce resolve SCOPE KEY         settle an intent under review (audited)
 //	payonce design                    the idempotency design document
 //
-// Every command takes --help (usage and an example); "payonce completion
-// bash|zsh|fish|powershell" prints a shell completion script. Exit codes: 0
-// success; 1 failure; 2 usage error (including no database given); 3
-// release or resolve refused by the record's state, nothing changed.
+// Commands and flags are cobra's and pflag's: every command takes --help
+// (usage, flags and examples; "payonce help COMMAND" prints the same), a
+// mistyped command or flag is answered with the one meant, and "payonce
+// completion bash|zsh|fish|powershell" prints a shell completion script
+// that completes commands, flags and their values. Exit codes: 0 success;
+// 1 failure; 2 usage error (including no database given); 3 release or
+// resolve refused by the record's state, nothing changed.
 //
 // The operator binary links no provider fake, no PostgreSQL starter and no
 // chaos proxy: the demos and the fakes are the lab's (lab/cmd/lab).
@@ -20,51 +23,37 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 )
 
-const usage = `payonce: the operator CLI of payonce
+func main() {
+	root := newRoot()
+	root.SetArgs(os.Args[1:])
+	if err := root.Execute(); err != nil {
+		os.Exit(exitCode(err))
+	}
+}
 
-Usage:
-  payonce migrate up|status|print   apply, inspect or print the schema
-  payonce stuck                     list idempotency records stuck PROCESSING (lease
-                                    ended, never reclaimed), keys hashed unless --show-keys
-  payonce release SCOPE KEY         release one stuck record's lease after confirmation,
-                                    fenced by its lock version, audited in operator_audit
-  payonce prune                     one pass deleting expired records, in batches
-  payonce reconcile                 run the reconciler once now: repair what the providers
-                                    prove, flag the rest; --format table|json|csv
-  payonce report                    past reconciler runs and their divergences, filtered
-                                    by --kind, --provider, --min-age, --run
-  payonce resolve SCOPE KEY         settle an intent flagged NEEDS_REVIEW with your decision
-                                    (ledger entry, record, audit row in one transaction)
-  payonce design                    the idempotency design document of your system (HTML
-                                    or Markdown) from your answers and a scan of your code
-
-Run payonce COMMAND --help (or payonce help COMMAND) for a command's flags and
-examples. Shell completion: source <(payonce completion bash) (or zsh, fish,
-powershell).
+// newRoot is the CLI: its commands, help and shell completion.
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "payonce COMMAND",
+		Short: "the operator CLI of payonce",
+		Long: `payonce: the operator CLI of payonce. It applies the schema, lists and
+releases idempotency records stuck PROCESSING, prunes expired records, runs
+the reconciler and reads its reports, settles payment intents under review,
+and writes the idempotency design document of your system.
 
 The database is DATABASE_URL or --database-url (without either, commands
 that need one refuse with exit 2). The demos and the providers' fakes are
 payonce's lab: make demo, or go run ./lab/cmd/lab --help.
 
-Examples:
-  DATABASE_URL=postgres://app@db/app payonce migrate up
-  payonce migrate print > payonce.sql
-  payonce stuck --older-than 10m
-  payonce release usr_7fQ9x usr_7fQ9x_charge_order42 --reason INC-1234
-  payonce prune --batch 5000
-  payonce reconcile --format table
-  payonce report --kind "several charges at provider" --format csv
+Shell completion of commands, flags and their values:
+source <(payonce completion bash) (or zsh, fish, powershell).
 
 Exit codes:
   0  success (stuck: whether or not it finds records)
@@ -73,144 +62,39 @@ Exit codes:
      without --yes when stdin is not a terminal
   3  release refused: the record is not PROCESSING, its lease is live (without
      --force) or it changed after it was shown; resolve refused: the intent is
-     not under review; nothing changed
-`
-
-func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
-	}
-	root := newRoot()
-	root.SetArgs(os.Args[1:])
-	if err := root.Execute(); err != nil {
-		if strings.HasPrefix(err.Error(), "unknown command ") {
-			fmt.Fprintf(os.Stderr, "payonce: unknown command %q\n\n%s", os.Args[1], usage)
-			os.Exit(2)
-		}
-		os.Exit(exitCode(err))
-	}
-}
-
-// commands are payonce's subcommands: each parses its own flags (and
-// prints its own --help), cobra dispatches, completes and documents them.
-var commands = []struct {
-	name string
-	run  func(args []string) error
-	// args completes the first argument in the shell.
-	args []string
-}{
-	{"migrate", runMigrate, []string{"up", "status", "print"}},
-	{"stuck", runStuck, nil},
-	{"release", runRelease, nil},
-	{"prune", runPrune, nil},
-	{"reconcile", runReconcile, nil},
-	{"report", runReport, nil},
-	{"resolve", runResolve, nil},
-	{"design", runDesign, nil},
-}
-
-// newRoot is the CLI on cobra (spf13/cobra): dispatch, "help COMMAND", and
-// shell completion ("payonce completion bash|zsh|fish|powershell").
-func newRoot() *cobra.Command {
-	root := &cobra.Command{
-		Use:           "payonce",
-		Short:         "the operator CLI of payonce",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Args:          cobra.NoArgs,
-		RunE:          func(*cobra.Command, []string) error { fmt.Print(usage); return nil },
-	}
-	root.SetHelpFunc(func(c *cobra.Command, _ []string) {
-		if u, ok := commandUsage[c.Name()]; ok {
-			fmt.Print(u)
-			return
-		}
-		fmt.Print(usage)
-	})
-	root.SetHelpCommand(&cobra.Command{
-		Use:   "help [command]",
-		Short: "a command's usage and examples",
-		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
-			var names []cobra.Completion
-			for _, c := range commands {
-				names = append(names, c.name)
+     not under review; nothing changed`,
+		Example: `  DATABASE_URL=postgres://app@db/app payonce migrate up
+  payonce migrate print > payonce.sql
+  payonce stuck --older-than 10m
+  payonce release usr_7fQ9x usr_7fQ9x_charge_order42 --reason INC-1234
+  payonce prune --batch 5000
+  payonce reconcile --format table
+  payonce report --kind "several charges at provider" --format csv`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return unknownSubcommand(c, args[0])
 			}
-			return names, cobra.ShellCompDirectiveNoFileComp
+			return nil
 		},
-		RunE: func(_ *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				fmt.Print(usage)
-				return nil
-			}
-			if u, ok := commandUsage[args[0]]; ok {
-				fmt.Print(u)
-				return nil
-			}
-			fmt.Fprintf(os.Stderr, "payonce: no help for %q\n\n%s", args[0], usage)
-			return exitError{code: 2, err: fmt.Errorf("no help for %q", args[0])}
+		// No command: the usage on stderr, exit 2.
+		RunE: func(c *cobra.Command, _ []string) error {
+			c.SetOut(c.ErrOrStderr())
+			_ = c.Help()
+			return usageError{"no command given (see payonce --help)"}
 		},
-	})
-	for _, c := range commands {
-		root.AddCommand(&cobra.Command{
-			Use:                c.name,
-			Short:              strings.SplitN(strings.TrimPrefix(commandUsage[c.name], "Usage: "), "\n", 2)[0],
-			DisableFlagParsing: true, // the command's own flag set, its --help and its exit codes
-			ValidArgs:          c.args,
-			RunE:               func(_ *cobra.Command, args []string) error { return c.run(args) },
-		})
 	}
+	root.AddCommand(newMigrateCmd(), newStuckCmd(), newReleaseCmd(), newPruneCmd(),
+		newReconcileCmd(), newReportCmd(), newResolveCmd(), newDesignCmd())
+	// cobra's completion command, with payonce's usage errors.
+	root.InitDefaultCompletionCmd()
+	if c, _, err := root.Find([]string{"completion"}); err == nil {
+		c.Args = subcommandArgs
+		c.RunE = func(*cobra.Command, []string) error { return nil } // subcommandArgs refuses every call
+		c.Example = `  source <(payonce completion bash)
+  payonce completion zsh > "${fpath[1]}/_payonce"`
+	}
+	setUp(root)
 	return root
-}
-
-// commandUsage is what payonce help COMMAND prints.
-var commandUsage = map[string]string{
-	"migrate": migrateUsage,
-	"stuck":   stuckUsage, "release": releaseUsage, "prune": pruneUsage,
-	"reconcile": reconcileUsage, "report": reportUsage, "resolve": resolveUsage,
-	"design": designUsage,
-}
-
-// exitCode prints err and returns the exit code it calls for.
-func exitCode(err error) int {
-	var u usageError
-	var x exitError
-	switch {
-	case errors.Is(err, errHelp):
-		return 0 // the usage is printed
-	case asUsage(err, &u) && u.msg == flag.ErrHelp.Error():
-		return 0 // a command whose flag set printed its usage for -h
-	case asUsage(err, &u):
-		fmt.Fprintln(os.Stderr, "payonce:", err)
-		return 2
-	case errors.As(err, &x):
-		fmt.Fprintln(os.Stderr, "payonce:", err)
-		return x.code
-	}
-	fmt.Fprintln(os.Stderr, "payonce:", err)
-	return 1
-}
-
-// exitError ends the process with its own code (see the exit codes in
-// the usage).
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string { return e.err.Error() }
-func (e exitError) Unwrap() error { return e.err }
-
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func asUsage(err error, u *usageError) bool {
-	x, ok := err.(usageError)
-	if ok {
-		*u = x
-	}
-	return ok
 }
 
 // signalContext is canceled by an interrupt (Ctrl-C) or SIGTERM.

@@ -2,28 +2,59 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/migrations"
 )
 
-const migrateUsage = `Usage: payonce migrate up|status|print [--database-url URL]
-
-  up      apply every version not yet applied (safe when several processes run it at once)
-  status  list the versions and whether each is applied
-  print   print the whole schema as SQL, for your own migration tool (needs no database)
-
-Example:
-  DATABASE_URL=postgres://app@db/app payonce migrate up
-`
-
-func databaseURL(fs *flag.FlagSet) *string {
-	return fs.String("database-url", "", "PostgreSQL URL (default $DATABASE_URL)")
+// newMigrateCmd is payonce migrate and its subcommands, which share
+// --database-url.
+func newMigrateCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "migrate up|status|print",
+		Short: "apply, inspect or print the schema",
+		Long: `Applies payonce's schema, lists its versions, or prints it as SQL for your
+own migration tool.`,
+		Example: `  DATABASE_URL=postgres://app@db/app payonce migrate up
+  payonce migrate status --database-url postgres://app@db/app
+  payonce migrate print > payonce.sql`,
+		Args: subcommandArgs,
+		RunE: func(*cobra.Command, []string) error { return nil }, // subcommandArgs refuses every call
+	}
+	var dbURL string
+	addDatabaseURL(c, c.PersistentFlags(), &dbURL)
+	c.AddCommand(
+		&cobra.Command{
+			Use:     "up",
+			Short:   "apply every version not yet applied (safe when several processes run it at once)",
+			Example: `  DATABASE_URL=postgres://app@db/app payonce migrate up`,
+			Args:    noArgs,
+			RunE:    func(*cobra.Command, []string) error { return migrate(dbURL, true) },
+		},
+		&cobra.Command{
+			Use:     "status",
+			Short:   "list the versions and whether each is applied",
+			Example: `  payonce migrate status --database-url postgres://app@db/app`,
+			Args:    noArgs,
+			RunE:    func(*cobra.Command, []string) error { return migrate(dbURL, false) },
+		},
+		&cobra.Command{
+			Use:     "print",
+			Short:   "print the whole schema as SQL, for your own migration tool (needs no database)",
+			Example: `  payonce migrate print > payonce.sql`,
+			Args:    noArgs,
+			RunE: func(*cobra.Command, []string) error {
+				fmt.Print(migrations.SQL())
+				return nil
+			},
+		},
+	)
+	return c
 }
 
 func resolveURL(flagURL string) (string, error) {
@@ -36,25 +67,9 @@ func resolveURL(flagURL string) (string, error) {
 	return "", usageError{"no database: set DATABASE_URL or pass --database-url"}
 }
 
-func runMigrate(args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, migrateUsage)
-		return usageError{"migrate needs a subcommand: up, status or print"}
-	}
-	fs := flag.NewFlagSet("migrate "+args[0], flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, migrateUsage) }
-	dbURL := databaseURL(fs)
-	if err := fs.Parse(args[1:]); err != nil {
-		return usageError{err.Error()}
-	}
-	if args[0] == "print" {
-		fmt.Print(migrations.SQL())
-		return nil
-	}
-	if args[0] != "up" && args[0] != "status" {
-		return usageError{fmt.Sprintf("unknown migrate subcommand %q (want up, status or print)", args[0])}
-	}
-	u, err := resolveURL(*dbURL)
+// migrate applies the schema (up) or prints its status.
+func migrate(flagURL string, up bool) error {
+	u, err := resolveURL(flagURL)
 	if err != nil {
 		return err
 	}
@@ -64,7 +79,7 @@ func runMigrate(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if args[0] == "up" {
+	if up {
 		applied, err := migrations.Migrate(ctx, pool)
 		if err != nil {
 			return err

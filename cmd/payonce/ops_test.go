@@ -564,9 +564,13 @@ func TestFormatAge(t *testing.T) {
 func TestEveryCommandHasHelpWithExample(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
-		{"--help"}, {"help", "stuck"}, {"help", "release"},
+		{"--help"}, {"-h"}, {"help"}, {"help", "stuck"}, {"help", "release"}, {"help", "migrate", "up"},
+		{"migrate", "--help"}, {"migrate", "-h"}, {"migrate", "up", "--help"}, {"migrate", "status", "--help"}, {"migrate", "print", "-h"},
 		{"stuck", "--help"}, {"release", "--help"}, {"prune", "--help"}, {"prune", "-h"},
-		{"migrate", "up", "--help"},
+		{"reconcile", "--help"}, {"report", "--help"}, {"resolve", "--help"}, {"design", "--help"},
+		{"completion", "--help"}, {"help", "--help"},
+		// --help wins over everything else on the line
+		{"stuck", "--limit", "0", "--help"}, {"release", "--help", "usr_1"},
 	} {
 		out, code := run(t, []string{"DATABASE_URL="}, args...)
 		if code != 0 || !strings.Contains(out, "Example") {
@@ -601,7 +605,8 @@ func TestOpsUsageErrors(t *testing.T) {
 		{[]string{"stuck", "--limit", "0"}, "--limit must be between 1 and 10000"},
 		{[]string{"stuck", "--older-than", "-1s"}, "--older-than must not be negative"},
 		{[]string{"stuck", "--format", "csv"}, "--format must be table or json"},
-		{[]string{"stuck", "--nope"}, "flag provided but not defined: -nope"},
+		{[]string{"stuck", "--nope"}, "stuck: unknown flag: --nope"},
+		{[]string{"stuck", "--limit", "many"}, `invalid argument "many" for "--limit" flag`},
 		{[]string{"stuck", "extra"}, `unexpected argument "extra"`},
 		{[]string{"release", "usr_1"}, "release needs <scope> <key>, got 1 argument(s)"},
 		{[]string{"release", "usr_1", "usr_1 charge"}, "key"},

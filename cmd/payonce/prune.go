@@ -2,41 +2,15 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/payonce/payonce/idempotency/pgstore"
 )
-
-const pruneUsage = `Usage: payonce prune [--batch 1000] [--limit N] [--pause 10ms] [--database-url URL]
-
-Runs one cleanup pass over the idempotency store: deletes records whose
-retention ended (expires_at on the database clock), never PROCESSING ones,
-in batches of --batch records, each its own short transaction, with a pause
-between batches that leaves the database to the claim path. The pass ends
-when a batch finds fewer records than it may delete, or after --limit
-records. It is what idempotency.Pruner does on a schedule, and safe to run
-beside it or on several hosts at once: batches skip the rows another pruner
-holds.
-
-On a terminal it draws a progress bar (records deleted of the expired
-records counted at the start); otherwise it prints one summary line.
-Interrupted (Ctrl-C), it stops after the current batch is rolled back and
-reports what was deleted; the next pass picks up the rest.
-
-Flags:
-  --batch N         records per batch, 1 to 50000 (default 1000)
-  --limit N         delete at most N records in this pass (default 0: no bound)
-  --pause D         wait between batches (default 10ms; 0: none)
-  --database-url U  PostgreSQL URL (default $DATABASE_URL)
-
-Examples:
-  payonce prune
-  payonce prune --batch 5000 --limit 1000000
-`
 
 // maxPruneBatch mirrors idempotency.PrunerConfig.BatchSize's bound: a batch
 // holds its row locks until it commits.
@@ -49,29 +23,53 @@ type pruneResult struct {
 	duration         time.Duration
 }
 
-func runPrune(args []string) error {
-	fs := flag.NewFlagSet("prune", flag.ContinueOnError)
-	dbURL := databaseURL(fs)
-	batch := fs.Int("batch", 1000, "")
-	limit := fs.Int("limit", 0, "")
-	pause := fs.Duration("pause", 10*time.Millisecond, "")
-	pos, err := parseFlags(fs, pruneUsage, args)
-	if err != nil {
-		return err
+func newPruneCmd() *cobra.Command {
+	var (
+		batch, limit int
+		pause        time.Duration
+		dbURL        string
+	)
+	c := &cobra.Command{
+		Use:   "prune",
+		Short: "one pass deleting expired records, in batches",
+		Long: `Runs one cleanup pass over the idempotency store: deletes records whose
+retention ended (expires_at on the database clock), never PROCESSING ones,
+in batches of --batch records, each its own short transaction, with a pause
+between batches that leaves the database to the claim path. The pass ends
+when a batch finds fewer records than it may delete, or after --limit
+records. It is what idempotency.Pruner does on a schedule, and safe to run
+beside it or on several hosts at once: batches skip the rows another pruner
+holds.
+
+On a terminal it draws a progress bar (records deleted of the expired
+records counted at the start); otherwise it prints one summary line.
+Interrupted (Ctrl-C), it stops after the current batch is rolled back and
+reports what was deleted; the next pass picks up the rest.`,
+		Example: `  payonce prune
+  payonce prune --batch 5000 --limit 1000000`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error { return runPrune(dbURL, batch, limit, pause) },
 	}
+	f := c.Flags()
+	f.IntVar(&batch, "batch", 1000, fmt.Sprintf("records per batch, 1 to %d", maxPruneBatch))
+	f.IntVar(&limit, "limit", 0, "delete at most this many records in this pass (0: no bound)")
+	f.DurationVar(&pause, "pause", 10*time.Millisecond, "wait between batches (0: none)")
+	addDatabaseURL(c, f, &dbURL)
+	return c
+}
+
+func runPrune(dbURL string, batch, limit int, pause time.Duration) error {
 	switch {
-	case len(pos) > 0:
-		return usageError{fmt.Sprintf("prune: unexpected argument %q (see payonce prune --help)", pos[0])}
-	case *batch < 1 || *batch > maxPruneBatch:
-		return usageError{fmt.Sprintf("prune: --batch must be between 1 and %d, got %d", maxPruneBatch, *batch)}
-	case *limit < 0:
-		return usageError{fmt.Sprintf("prune: --limit must not be negative, got %d", *limit)}
-	case *pause < 0:
-		return usageError{fmt.Sprintf("prune: --pause must not be negative, got %s", *pause)}
+	case batch < 1 || batch > maxPruneBatch:
+		return usageError{fmt.Sprintf("prune: --batch must be between 1 and %d, got %d", maxPruneBatch, batch)}
+	case limit < 0:
+		return usageError{fmt.Sprintf("prune: --limit must not be negative, got %d", limit)}
+	case pause < 0:
+		return usageError{fmt.Sprintf("prune: --pause must not be negative, got %s", pause)}
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	pool, err := openPool(ctx, *dbURL, "prune", "idempotency_store")
+	pool, err := openPool(ctx, dbURL, "prune", "idempotency_store")
 	if err != nil {
 		return err
 	}
@@ -83,10 +81,10 @@ func runPrune(args []string) error {
 
 	var bar *progressBar
 	if isTerminal(os.Stdout) {
-		bar = newProgressBar(os.Stdout, "records deleted", expiredEstimate(ctx, store, *limit))
+		bar = newProgressBar(os.Stdout, "records deleted", expiredEstimate(ctx, store, limit))
 		bar.update(0, "")
 	}
-	res, err := prunePass(ctx, store, *batch, *limit, *pause, func(r pruneResult) {
+	res, err := prunePass(ctx, store, batch, limit, pause, func(r pruneResult) {
 		if bar != nil {
 			bar.update(int64(r.deleted), fmt.Sprintf("%d batch(es)", r.batches))
 		}
@@ -94,7 +92,7 @@ func runPrune(args []string) error {
 	if bar != nil {
 		bar.finish()
 	}
-	printPruneSummary(os.Stdout, res, *limit)
+	printPruneSummary(os.Stdout, res, limit)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("prune: interrupted after deleting %d record(s); the rest waits for the next pass", res.deleted)

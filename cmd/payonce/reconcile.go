@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,14 +11,23 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/reconcile"
 	"github.com/payonce/payonce/wiring"
 )
 
-const reconcileUsage = `Usage: payonce reconcile [--format table|json|csv] [--grace 2m] [--batch 100] [--database-url URL]
-
-Runs the reconciler once now: examines the open intents past the grace
+func newReconcileCmd() *cobra.Command {
+	var (
+		format, dbURL string
+		grace         time.Duration
+		batch         int
+	)
+	c := &cobra.Command{
+		Use:   "reconcile",
+		Short: "run the reconciler once now: repair what the providers prove, flag the rest",
+		Long: `Runs the reconciler once now: examines the open intents past the grace
 period, asks their providers what exists, repairs what the providers prove
 (completing locally, failing with proof) and flags the rest for review; also
 reports records stuck PROCESSING and webhook events that named no intent or
@@ -32,17 +40,31 @@ Only the configured providers' intents are examined; with none, the run
 only reports stuck records and webhook divergences.
 
 Exit codes: 0 the run completed (divergences are in the report), 1 the run
-failed, 2 usage error.
+failed, 2 usage error.`,
+		Example: `  DATABASE_URL=postgres://app@db/app STRIPE_API_BASE=https://api.stripe.com \
+    STRIPE_SECRET_KEY=sk_live_... payonce reconcile --format table`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error { return runReconcile(dbURL, format, grace, batch) },
+	}
+	f := c.Flags()
+	f.StringVar(&format, "format", "table", "table, json or csv")
+	f.DurationVar(&grace, "grace", 2*time.Minute, "leave intents younger than this to their callers")
+	f.IntVar(&batch, "batch", 100, "intents examined at most")
+	completeWords(c, "format", "table", "json", "csv")
+	addDatabaseURL(c, f, &dbURL)
+	return c
+}
 
-Example:
-  DATABASE_URL=postgres://app@db/app STRIPE_API_BASE=https://api.stripe.com \
-    STRIPE_SECRET_KEY=sk_live_... payonce reconcile --format table
-`
-
-const reportUsage = `Usage: payonce report [--runs N] [--run ID] [--kind K] [--provider P] [--min-age 1h]
-                      [--since 2026-12-01T00:00:00Z] [--limit N] [--format table|json|csv|html] [--database-url URL]
-
-Prints past reconciler runs (newest first) and the divergences and repairs
+func newReportCmd() *cobra.Command {
+	var (
+		format, since, dbURL string
+		runs                 int
+		f                    reconcile.Filter
+	)
+	c := &cobra.Command{
+		Use:   "report",
+		Short: "past reconciler runs and their divergences, filtered by run, kind, provider and age",
+		Long: `Prints past reconciler runs (newest first) and the divergences and repairs
 they recorded, filtered by run, kind, provider and the intent's age.
 --format html writes one self-contained page (no script, nothing it loads):
 the runs, the items per kind and per provider, and the balance drift per
@@ -50,25 +72,29 @@ currency with a small chart; open it in a browser.
 Kinds: the "kind" column of a report, e.g. "stuck record",
 "pending locally, succeeded at provider", "several charges at provider".
 
-Exit codes: 0 success, 1 failure, 2 usage error.
-
-Example:
-  payonce report --kind "several charges at provider" --min-age 1h --format csv > review.csv
-  payonce report --runs 50 --format html > divergences.html
-`
-
-func runReconcile(args []string) error {
-	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	dbURL := databaseURL(fs)
-	format := fs.String("format", "table", "table, json or csv")
-	grace := fs.Duration("grace", 2*time.Minute, "leave intents younger than this to their callers")
-	batch := fs.Int("batch", 100, "intents examined at most")
-	if pos, err := parseFlags(fs, reconcileUsage, args); err != nil {
-		return err
-	} else if len(pos) > 0 {
-		return usageError{fmt.Sprintf("reconcile: unexpected argument %q", pos[0])}
+Exit codes: 0 success, 1 failure, 2 usage error.`,
+		Example: `  payonce report --kind "several charges at provider" --min-age 1h --format csv > review.csv
+  payonce report --runs 50 --format html > divergences.html`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error { return runReport(dbURL, format, since, runs, f) },
 	}
-	if err := checkFormat(*format); err != nil {
+	fl := c.Flags()
+	fl.IntVar(&runs, "runs", 10, "past runs to list")
+	fl.Int64Var(&f.RunID, "run", 0, "only this run's items")
+	fl.StringVar((*string)(&f.Kind), "kind", "", "only items of this kind, as the report's kind column names it")
+	fl.StringVar(&f.Provider, "provider", "", "only items of this provider: stripe, adyen or paypal")
+	fl.DurationVar(&f.MinAge, "min-age", 0, "only items whose intent was at least this old")
+	fl.StringVar(&since, "since", "", "only items recorded after this RFC 3339 time, e.g. 2026-12-01T00:00:00Z")
+	fl.IntVar(&f.Limit, "limit", 200, "items at most")
+	fl.StringVar(&format, "format", "table", "table, json, csv or html")
+	completeWords(c, "format", "table", "json", "csv", "html")
+	completeWords(c, "provider", "stripe", "adyen", "paypal")
+	addDatabaseURL(c, fl, &dbURL)
+	return c
+}
+
+func runReconcile(dbURL, format string, grace time.Duration, batch int) error {
+	if err := checkFormat(format); err != nil {
 		return err
 	}
 	cfg, err := wiring.FromEnv(os.Getenv)
@@ -77,7 +103,7 @@ func runReconcile(args []string) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	pool, err := openPool(ctx, *dbURL, "reconcile", "payment_intents", "reconcile_runs", "reconcile_items")
+	pool, err := openPool(ctx, dbURL, "reconcile", "payment_intents", "reconcile_runs", "reconcile_items")
 	if err != nil {
 		return err
 	}
@@ -89,10 +115,10 @@ func runReconcile(args []string) error {
 	} else if client, err = wiring.Client(pool, cfg); err != nil {
 		return err
 	}
-	rcfg := &reconcile.Config{Grace: *grace, Batch: *batch}
+	rcfg := &reconcile.Config{Grace: grace, Batch: batch}
 	var bar *progressBar
 	if isTerminal(os.Stderr) {
-		bar = newProgressBar(os.Stderr, "intents examined", int64(*batch))
+		bar = newProgressBar(os.Stderr, "intents examined", int64(batch))
 		rcfg.Progress = func(examined, claimed int) {
 			if examined == 1 {
 				bar.bar.ChangeMax64(int64(claimed))
@@ -109,53 +135,37 @@ func runReconcile(args []string) error {
 		bar.finish()
 	}
 	if rep != nil {
-		if *format == "table" {
+		if format == "table" {
 			fmt.Printf("run %d by %s: examined %d, repaired %d, failed with proof %d, needs review %d, rescheduled %d, %s\n\n",
 				rep.RunID, rep.Instance, rep.Examined, rep.Repaired, rep.FailedWithProof, rep.NeedsReview, rep.Rescheduled,
 				rep.Finished.Sub(rep.Started).Round(time.Millisecond))
 		}
-		if werr := writeItems(os.Stdout, *format, rep.Items); werr != nil {
+		if werr := writeItems(os.Stdout, format, rep.Items); werr != nil {
 			return werr
 		}
 	}
 	return err
 }
 
-func runReport(args []string) error {
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	dbURL := databaseURL(fs)
-	format := fs.String("format", "table", "table, json, csv or html")
-	runs := fs.Int("runs", 10, "past runs to list")
-	var f reconcile.Filter
-	fs.Int64Var(&f.RunID, "run", 0, "only this run's items")
-	fs.StringVar((*string)(&f.Kind), "kind", "", "only items of this kind")
-	fs.StringVar(&f.Provider, "provider", "", "only items of this provider")
-	fs.DurationVar(&f.MinAge, "min-age", 0, "only items whose intent was at least this old")
-	since := fs.String("since", "", "only items recorded after this RFC 3339 time")
-	fs.IntVar(&f.Limit, "limit", 200, "items at most")
-	if pos, err := parseFlags(fs, reportUsage, args); err != nil {
-		return err
-	} else if len(pos) > 0 {
-		return usageError{fmt.Sprintf("report: unexpected argument %q", pos[0])}
+func runReport(dbURL, format, since string, runs int, f reconcile.Filter) error {
+	if format != "html" && checkFormat(format) != nil {
+		return usageError{fmt.Sprintf("report: --format %q: table, json, csv or html", format)}
 	}
-	if *format != "html" && checkFormat(*format) != nil {
-		return usageError{fmt.Sprintf("--format %q: table, json, csv or html", *format)}
-	}
-	if *since != "" {
-		t, err := time.Parse(time.RFC3339, *since)
+	if since != "" {
+		t, err := time.Parse(time.RFC3339, since)
 		if err != nil {
-			return usageError{"--since: " + err.Error()}
+			return usageError{"report: --since: " + err.Error()}
 		}
 		f.Since = t
 	}
 	ctx := context.Background()
-	pool, err := openPool(ctx, *dbURL, "report", "reconcile_runs", "reconcile_items")
+	pool, err := openPool(ctx, dbURL, "report", "reconcile_runs", "reconcile_items")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if *format == "html" {
-		list, err := reconcile.Runs(ctx, pool, *runs)
+	if format == "html" {
+		list, err := reconcile.Runs(ctx, pool, runs)
 		if err != nil {
 			return err
 		}
@@ -165,8 +175,8 @@ func runReport(args []string) error {
 		}
 		return reconcile.WriteHTML(os.Stdout, reconcile.HTMLReport{Runs: list, Items: items})
 	}
-	if *format == "table" {
-		list, err := reconcile.Runs(ctx, pool, *runs)
+	if format == "table" {
+		list, err := reconcile.Runs(ctx, pool, runs)
 		if err != nil {
 			return err
 		}
@@ -183,7 +193,7 @@ func runReport(args []string) error {
 	if err != nil {
 		return err
 	}
-	return writeItems(os.Stdout, *format, items)
+	return writeItems(os.Stdout, format, items)
 }
 
 func checkFormat(f string) error {

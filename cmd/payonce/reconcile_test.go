@@ -14,6 +14,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -114,7 +115,7 @@ func TestResolveCommand(t *testing.T) {
 	key := "cus_rv_charge_order-9"
 	// Another charge carrying the same key (a bug, or another system), then
 	// payonce's own with a lost response: two charges for one payment.
-	if _, err := client.Provider("stripe").Charge(ctx, payments.ChargeRequest{Key: key, ProviderKey: "other-ref",
+	if _, err := client.Provider("stripe").Charge(ctx, provider.ChargeRequest{Key: key, ProviderKey: "other-ref",
 		Amount: params.Amount, Recipient: "acct", PaymentMethod: "pm_card_visa"}); err != nil {
 		t.Fatal(err)
 	}

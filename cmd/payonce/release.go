@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,15 +15,40 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/payments"
 )
 
-const releaseUsage = `Usage: payonce release <scope> <key> [--yes] [--force] [--reason TEXT] [--database-url URL]
+// exitRefused is release's exit code when the record's state forbids the
+// release: nothing changed.
+const exitRefused = 3
 
-Releases the lease of one idempotency record stuck PROCESSING, as its holder
+const insertAuditSQL = `INSERT INTO operator_audit (actor, command, scope, key_sha256, detail)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING id`
+
+// releaseTarget is the record release shows and fences on, and its
+// payment intent when it has one.
+type releaseTarget struct {
+	pgstore.LeaseState
+	intent *stuckIntent
+}
+
+// releaseFlags are payonce release's flags.
+type releaseFlags struct {
+	yes, force    bool
+	reason, dbURL string
+}
+
+func newReleaseCmd() *cobra.Command {
+	var o releaseFlags
+	c := &cobra.Command{
+		Use:   "release <scope> <key>",
+		Short: "release one stuck record's lease: confirmed, fenced by its lock version, audited",
+		Long: `Releases the lease of one idempotency record stuck PROCESSING, as its holder
 would release it: the lease ends now (an ended lease stays as it is), the
 record stays PROCESSING with its fingerprint, and the next retry of the key
 reclaims it under a new lock version and re-drives the action. A payment is
@@ -57,48 +81,25 @@ unless it is idempotent downstream (payments are: same provider references).
 Use --force only when the holder is known to be gone (its process killed,
 its host down) and its lease is too long to wait for.
 
-Flags:
-  --yes             release without asking (required when stdin is not a terminal)
-  --force           release a lease that is still live (see above)
-  --reason TEXT     why, kept in the audit row (a ticket number, ...)
-  --database-url U  PostgreSQL URL (default $DATABASE_URL)
-
 Exit codes: 0 released; 1 failure (no such record, database error, not
 confirmed); 2 usage error, including a missing --yes when stdin is not a
 terminal; 3 refused: the record is not PROCESSING, its lease is live
-(without --force), or it changed after it was shown. Only 0 changes anything.
-
-Examples:
-  payonce stuck --show-keys
+(without --force), or it changed after it was shown. Only 0 changes anything.`,
+		Example: `  payonce stuck --show-keys
   payonce release usr_7fQ9x usr_7fQ9x_createOrder_0b7e2c1e-2d4b-4c43-9a51-7cc2e1f0a9d4
-  payonce release usr_7fQ9x usr_7fQ9x_charge_order42 --yes --reason INC-1234
-`
-
-// exitRefused is release's exit code when the record's state forbids the
-// release: nothing changed.
-const exitRefused = 3
-
-const insertAuditSQL = `INSERT INTO operator_audit (actor, command, scope, key_sha256, detail)
-VALUES ($1, $2, $3, $4, $5)
-RETURNING id`
-
-// releaseTarget is the record release shows and fences on, and its
-// payment intent when it has one.
-type releaseTarget struct {
-	pgstore.LeaseState
-	intent *stuckIntent
+  payonce release usr_7fQ9x usr_7fQ9x_charge_order42 --yes --reason INC-1234`,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE:              func(_ *cobra.Command, args []string) error { return runRelease(args, o) },
+	}
+	f := c.Flags()
+	f.BoolVar(&o.yes, "yes", false, "release without asking (required when stdin is not a terminal)")
+	f.BoolVar(&o.force, "force", false, "release a lease that is still live (see above)")
+	f.StringVar(&o.reason, "reason", "", "why, kept in the audit row (a ticket number, ...)")
+	addDatabaseURL(c, f, &o.dbURL)
+	return c
 }
 
-func runRelease(args []string) error {
-	fs := flag.NewFlagSet("release", flag.ContinueOnError)
-	dbURL := databaseURL(fs)
-	yes := fs.Bool("yes", false, "")
-	force := fs.Bool("force", false, "")
-	reason := fs.String("reason", "", "")
-	pos, err := parseFlags(fs, releaseUsage, args)
-	if err != nil {
-		return err
-	}
+func runRelease(pos []string, o releaseFlags) error {
 	if len(pos) != 2 {
 		return usageError{fmt.Sprintf("release needs <scope> <key>, got %d argument(s) (see payonce release --help)", len(pos))}
 	}
@@ -111,7 +112,7 @@ func runRelease(args []string) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	pool, err := openPool(ctx, *dbURL, "release", "idempotency_store", "payment_intents", "operator_audit")
+	pool, err := openPool(ctx, o.dbURL, "release", "idempotency_store", "payment_intents", "operator_audit")
 	if err != nil {
 		return err
 	}
@@ -133,12 +134,12 @@ func runRelease(args []string) error {
 	switch {
 	case t.Status != idempotency.StatusProcessing:
 		return exitError{exitRefused, fmt.Errorf("release refused: the record is %s, it has no lease to release; nothing changed", t.Status)}
-	case t.Live() && !*force:
+	case t.Live() && !o.force:
 		return exitError{exitRefused, fmt.Errorf("release refused: the lease is live for another %s, its holder may still be executing; "+
 			"wait for it, or pass --force if the holder is gone (see payonce release --help); nothing changed",
 			formatAge(t.LockedUntil.Sub(t.DatabaseNow)))}
 	}
-	if !*yes {
+	if !o.yes {
 		if !isTerminal(os.Stdin) {
 			return usageError{"release: stdin is not a terminal and --yes is not given; nothing changed"}
 		}
@@ -150,7 +151,7 @@ func runRelease(args []string) error {
 			return errors.New("release: not confirmed; nothing changed")
 		}
 	}
-	id, err := releaseRecord(ctx, pool, t, *force, *reason)
+	id, err := releaseRecord(ctx, pool, t, o.force, o.reason)
 	if err != nil {
 		return err
 	}

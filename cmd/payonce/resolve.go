@@ -4,21 +4,29 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/wiring"
 )
 
-const resolveUsage = `Usage: payonce resolve SCOPE KEY --succeeded PROVIDER_ID | --declined CODE | --failed
-                       --reason TEXT [--yes] [--database-url URL]
+// resolveFlags are payonce resolve's flags.
+type resolveFlags struct {
+	succeeded, declined, reason, dbURL string
+	failed, yes                        bool
+}
 
-Settles a payment intent the reconciler flagged NEEDS_REVIEW with your
+func newResolveCmd() *cobra.Command {
+	var o resolveFlags
+	c := &cobra.Command{
+		Use:   "resolve SCOPE KEY --succeeded PROVIDER_ID | --declined CODE | --failed --reason TEXT",
+		Short: "settle an intent flagged NEEDS_REVIEW with your decision (audited)",
+		Long: `Settles a payment intent the reconciler flagged NEEDS_REVIEW with your
 decision, taken from the provider's own records (docs/runbook.md, section
 4): --succeeded with the provider's id of the charge (or refund) kept,
 --declined with the decline code, or --failed (nothing was charged). In one
@@ -35,51 +43,49 @@ credentials): payonce does not call it, it checks the references.
 
 Exit codes: 0 settled; 1 failure or not confirmed; 2 usage error (also
 without --yes when stdin is not a terminal); 3 refused: the intent is not
-under review, nothing changed.
-
-Example:
-  payonce resolve usr_bob usr_bob_charge_order-2002 --succeeded pi_3Qx... \
-    --reason "INC-1234: kept the first charge, refunded the second" --yes
-`
-
-func runResolve(args []string) error {
-	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
-	dbURL := databaseURL(fs)
-	succeeded := fs.String("succeeded", "", "")
-	declined := fs.String("declined", "", "")
-	failed := fs.Bool("failed", false, "")
-	reason := fs.String("reason", "", "")
-	yes := fs.Bool("yes", false, "")
-	pos, err := parseFlags(fs, resolveUsage, args)
-	if err != nil {
-		return err
+under review, nothing changed.`,
+		Example: `  payonce resolve usr_bob usr_bob_charge_order-2002 --succeeded pi_3Qx... \
+    --reason "INC-1234: kept the first charge, refunded the second" --yes`,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE:              func(_ *cobra.Command, args []string) error { return runResolve(args, o) },
 	}
+	f := c.Flags()
+	f.StringVar(&o.succeeded, "succeeded", "", "it succeeded: the provider's id of the charge (or refund) kept")
+	f.StringVar(&o.declined, "declined", "", "it was declined: the decline code")
+	f.BoolVar(&o.failed, "failed", false, "nothing was charged")
+	f.StringVar(&o.reason, "reason", "", "why (required): kept in the audit row and the intent")
+	f.BoolVar(&o.yes, "yes", false, "settle without asking (required when stdin is not a terminal)")
+	addDatabaseURL(c, f, &o.dbURL)
+	return c
+}
+
+func runResolve(pos []string, o resolveFlags) error {
 	if len(pos) != 2 {
 		return usageError{fmt.Sprintf("resolve needs SCOPE KEY, got %d argument(s) (see payonce resolve --help)", len(pos))}
 	}
 	scope, key := pos[0], pos[1]
 	var proof payments.Proof
 	chosen := 0
-	if *succeeded != "" {
+	if o.succeeded != "" {
 		chosen++
-		proof = payments.Proof{Status: payments.IntentSucceeded, ProviderID: *succeeded}
+		proof = payments.Proof{Status: payments.IntentSucceeded, ProviderID: o.succeeded}
 	}
-	if *declined != "" {
+	if o.declined != "" {
 		chosen++
-		proof = payments.Proof{Status: payments.IntentDeclined, DeclineCode: *declined}
+		proof = payments.Proof{Status: payments.IntentDeclined, DeclineCode: o.declined}
 	}
-	if *failed {
+	if o.failed {
 		chosen++
 		proof = payments.Proof{Status: payments.IntentFailed}
 	}
 	switch {
 	case chosen != 1:
 		return usageError{"resolve: give exactly one of --succeeded PROVIDER_ID, --declined CODE, --failed"}
-	case *reason == "":
+	case o.reason == "":
 		return usageError{"resolve: --reason is required (it goes in the audit and the intent)"}
 	}
-	proof.Reason = "resolved by " + actor() + ": " + *reason
-	if !*yes && !isTerminal(os.Stdin) {
+	proof.Reason = "resolved by " + actor() + ": " + o.reason
+	if !o.yes && !isTerminal(os.Stdin) {
 		return usageError{"resolve: stdin is not a terminal and --yes is not given; nothing changed"}
 	}
 	cfg, err := wiring.FromEnv(os.Getenv)
@@ -88,7 +94,7 @@ func runResolve(args []string) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	pool, err := openPool(ctx, *dbURL, "resolve", "payment_intents", "operator_audit")
+	pool, err := openPool(ctx, o.dbURL, "resolve", "payment_intents", "operator_audit")
 	if err != nil {
 		return err
 	}
@@ -101,8 +107,8 @@ func runResolve(args []string) error {
 	if proof.ProviderID != "" {
 		fmt.Printf(" on %s", proof.ProviderID)
 	}
-	fmt.Printf(": %s\n", *reason)
-	if !*yes {
+	fmt.Printf(": %s\n", o.reason)
+	if !o.yes {
 		ok, err := confirm(ctx, os.Stdin, os.Stdout, "Settle it? [y/N] ")
 		if err != nil {
 			return err
@@ -112,7 +118,7 @@ func runResolve(args []string) error {
 		}
 	}
 	detail, _ := json.Marshal(map[string]string{"status": string(proof.Status), "provider_id": proof.ProviderID,
-		"decline_code": proof.DeclineCode, "reason": *reason, "host": hostname()})
+		"decline_code": proof.DeclineCode, "reason": o.reason, "host": hostname()})
 	var auditID int64
 	op := client.Operator()
 	err = op.ResolveReview(ctx, scope, key, proof, func(ctx context.Context, tx pgx.Tx) error {

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,42 +11,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/payments"
 )
-
-const stuckUsage = `Usage: payonce stuck [--older-than 1m] [--limit 50] [--show-keys] [--format table|json] [--database-url URL]
-
-Lists the idempotency records stuck PROCESSING: their holder's lease ended
-more than --older-than ago, measured on the database clock, and no retry has
-reclaimed them since. Longest-stuck first, with how long ago the lease ended,
-the record's age, scope, action, lock version (the fencing token of its last
-holder) and, for a payment, its intent's provider, status and attempt.
-
-Keys are shown as a short hash (the first 12 hex digits of their SHA-256, as
-payonce's logs print them), not in full, unless --show-keys: keys can carry
-customer identifiers. Fingerprints and responses are never shown.
-
-A stuck record is not an error in itself: the next retry of its key reclaims
-it, and the reconciler resolves a payment's open intent. For a record that
-needs a human, see payonce release --help.
-
-stuck exits 0 whether or not it finds records, 1 when the database fails.
-
-Flags:
-  --older-than D    the lease ended at least D ago (default 1m; 0: every ended lease)
-  --limit N         list at most N records, 1 to 10000 (default 50); the total is printed
-  --show-keys       print full keys, as payonce release takes them
-  --format F        table (default) or json
-  --database-url U  PostgreSQL URL (default $DATABASE_URL)
-
-Examples:
-  payonce stuck
-  payonce stuck --older-than 15m --format json | jq -r '.records[].key_hash'
-  payonce stuck --show-keys --limit 5
-`
 
 const maxStuckLimit = 10000
 
@@ -81,44 +49,75 @@ type stuckReport struct {
 	Records          []stuckRecord `json:"records"`
 }
 
-func runStuck(args []string) error {
-	fs := flag.NewFlagSet("stuck", flag.ContinueOnError)
-	dbURL := databaseURL(fs)
-	olderThan := fs.Duration("older-than", time.Minute, "")
-	limit := fs.Int("limit", 50, "")
-	showKeys := fs.Bool("show-keys", false, "")
-	format := fs.String("format", "table", "")
-	pos, err := parseFlags(fs, stuckUsage, args)
-	if err != nil {
-		return err
+func newStuckCmd() *cobra.Command {
+	var o struct {
+		olderThan     time.Duration
+		limit         int
+		showKeys      bool
+		format, dbURL string
 	}
+	c := &cobra.Command{
+		Use:   "stuck",
+		Short: "list idempotency records stuck PROCESSING (lease ended, never reclaimed)",
+		Long: `Lists the idempotency records stuck PROCESSING: their holder's lease ended
+more than --older-than ago, measured on the database clock, and no retry has
+reclaimed them since. Longest-stuck first, with how long ago the lease ended,
+the record's age, scope, action, lock version (the fencing token of its last
+holder) and, for a payment, its intent's provider, status and attempt.
+
+Keys are shown as a short hash (the first 12 hex digits of their SHA-256, as
+payonce's logs print them), not in full, unless --show-keys: keys can carry
+customer identifiers. Fingerprints and responses are never shown.
+
+A stuck record is not an error in itself: the next retry of its key reclaims
+it, and the reconciler resolves a payment's open intent. For a record that
+needs a human, see payonce release --help.
+
+stuck exits 0 whether or not it finds records, 1 when the database fails.`,
+		Example: `  payonce stuck
+  payonce stuck --older-than 15m --format json | jq -r '.records[].key_hash'
+  payonce stuck --show-keys --limit 5`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return runStuck(o.dbURL, o.olderThan, o.limit, o.showKeys, o.format)
+		},
+	}
+	f := c.Flags()
+	f.DurationVar(&o.olderThan, "older-than", time.Minute, "the lease ended at least this long ago (0: every ended lease)")
+	f.IntVar(&o.limit, "limit", 50, fmt.Sprintf("list at most this many records, 1 to %d; the total is printed", maxStuckLimit))
+	f.BoolVar(&o.showKeys, "show-keys", false, "print full keys, as payonce release takes them")
+	f.StringVar(&o.format, "format", "table", "table or json")
+	completeWords(c, "format", "table", "json")
+	addDatabaseURL(c, f, &o.dbURL)
+	return c
+}
+
+func runStuck(dbURL string, olderThan time.Duration, limit int, showKeys bool, format string) error {
 	switch {
-	case len(pos) > 0:
-		return usageError{fmt.Sprintf("stuck: unexpected argument %q (see payonce stuck --help)", pos[0])}
-	case *olderThan < 0:
-		return usageError{fmt.Sprintf("stuck: --older-than must not be negative, got %s", *olderThan)}
-	case *limit < 1 || *limit > maxStuckLimit:
-		return usageError{fmt.Sprintf("stuck: --limit must be between 1 and %d, got %d", maxStuckLimit, *limit)}
-	case *format != "table" && *format != "json":
-		return usageError{fmt.Sprintf("stuck: --format must be table or json, got %q", *format)}
+	case olderThan < 0:
+		return usageError{fmt.Sprintf("stuck: --older-than must not be negative, got %s", olderThan)}
+	case limit < 1 || limit > maxStuckLimit:
+		return usageError{fmt.Sprintf("stuck: --limit must be between 1 and %d, got %d", maxStuckLimit, limit)}
+	case format != "table" && format != "json":
+		return usageError{fmt.Sprintf("stuck: --format must be table or json, got %q", format)}
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	pool, err := openPool(ctx, *dbURL, "stuck", "idempotency_store", "payment_intents")
+	pool, err := openPool(ctx, dbURL, "stuck", "idempotency_store", "payment_intents")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	rep, err := listStuck(ctx, pool, *olderThan, *limit, *showKeys)
+	rep, err := listStuck(ctx, pool, olderThan, limit, showKeys)
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
+	if format == "json" {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	return printStuck(os.Stdout, rep, *olderThan, *showKeys)
+	return printStuck(os.Stdout, rep, olderThan, showKeys)
 }
 
 func listStuck(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration, limit int, showKeys bool) (stuckReport, error) {
@@ -242,38 +241,6 @@ func formatAge(d time.Duration) string {
 		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
 	}
 	return fmt.Sprintf("%dd%02dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
-}
-
-// errHelp is returned after a command printed its usage for --help: the
-// process exits 0.
-var errHelp = errors.New("help requested")
-
-// parseFlags parses args, whose flags may come before, between or after
-// the positional arguments (a "--" ends the flags), and returns the
-// positional arguments. For -h or --help it prints usage to stdout and
-// returns errHelp; a bad flag is a usageError that names it.
-func parseFlags(fs *flag.FlagSet, usage string, args []string) ([]string, error) {
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	var pos []string
-	for {
-		err := fs.Parse(args)
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Print(usage)
-			return nil, errHelp
-		}
-		if err != nil {
-			return nil, usageError{fmt.Sprintf("%s: %v (see payonce %s --help)", fs.Name(), err, fs.Name())}
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
 }
 
 // openPool connects to the database that --database-url or DATABASE_URL

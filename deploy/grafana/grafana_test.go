@@ -19,6 +19,7 @@ import (
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/inbox"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/reconcile"
@@ -90,12 +91,12 @@ func (m *meter) Float64Histogram(n string, o ...metric.Float64HistogramOption) (
 	return m.Meter.Float64Histogram(n, o...)
 }
 
-type provider struct {
+type provName struct {
 	noop.MeterProvider
 	m *meter
 }
 
-func (p provider) Meter(string, ...metric.MeterOption) metric.Meter { return p.m }
+func (p provName) Meter(string, ...metric.MeterOption) metric.Meter { return p.m }
 
 // series returns the Prometheus series names of every instrument
 // payonce's packages create, as the OpenTelemetry Prometheus exporter
@@ -104,7 +105,7 @@ func (p provider) Meter(string, ...metric.MeterOption) metric.Meter { return p.m
 func series(t *testing.T) map[string]bool {
 	t.Helper()
 	m := &meter{kinds: map[string]string{}}
-	mp := provider{m: m}
+	mp := provName{m: m}
 	pool := pgtest.Pool(t)
 	store, err := pgstore.New(pool, nil)
 	if err != nil {
@@ -134,7 +135,7 @@ func series(t *testing.T) map[string]bool {
 			return err
 		},
 		func() error {
-			_, err := payments.New(pool, []payments.Provider{st}, &payments.Config{MeterProvider: mp})
+			_, err := payments.New(pool, []provider.Provider{st}, &payments.Config{MeterProvider: mp})
 			return err
 		},
 		func() error { _, err := reconcile.New(pool, nil, &reconcile.Config{MeterProvider: mp}); return err },

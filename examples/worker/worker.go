@@ -70,6 +70,7 @@ import (
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // OrderArgs is an order job.
@@ -180,8 +181,8 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[ChargeArgs]) err
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, payments.ErrDeclined), errors.Is(err, payments.ErrInvalidRequest), errors.Is(err, payments.ErrNeedsReview),
-		errors.Is(err, payments.ErrKeyMismatch), errors.Is(err, idempotency.ErrInvalid), errors.Is(err, idempotency.ErrFingerprintMismatch),
+	case errors.Is(err, provider.ErrDeclined), errors.Is(err, provider.ErrInvalidRequest), errors.Is(err, payments.ErrNeedsReview),
+		errors.Is(err, provider.ErrKeyMismatch), errors.Is(err, idempotency.ErrInvalid), errors.Is(err, idempotency.ErrFingerprintMismatch),
 		errors.Is(err, idempotency.ErrForeignKey):
 		return river.JobCancel(err) // final: every retry of the key gets the same answer
 	default:

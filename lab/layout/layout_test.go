@@ -1,7 +1,7 @@
 // Package layout checks the shape of payonce's modules (issue 25): what a
 // user of the SDK gets in their module graph, what the operator binary
-// links, and that the README's layout table names every Go folder at the
-// root. Its tests are the whole package.
+// and the provider adapters link, and that the README's layout table
+// names every Go folder at the root. Its tests are the whole package.
 package layout
 
 import (
@@ -91,6 +91,24 @@ func TestOperatorLinksNoWorkshop(t *testing.T) {
 		for _, bad := range []string{"stripetest", "adyentest", "paypaltest", "/localpg", "payonce/pgtest", "/providers/fakes", "toxiproxy", "chromedp"} {
 			if strings.Contains(p, bad) {
 				t.Errorf("payonce links %s", p)
+			}
+		}
+	}
+}
+
+// The adapters implement payments/provider, the SPI, and import neither the
+// client (package payments) nor what it runs on: pgx, pgstore, the ledger.
+func TestAdaptersImportOnlyTheSPI(t *testing.T) {
+	t.Parallel()
+	for _, adapter := range []string{"stripe", "adyen", "paypal"} {
+		deps := goCmd(t, root(t), nil, "list", "-deps", "./providers/"+adapter)
+		if !strings.Contains(deps, "github.com/payonce/payonce/payments/provider\n") {
+			t.Fatalf("providers/%s does not link payments/provider: is this the right package?\n%s", adapter, deps)
+		}
+		for _, p := range strings.Split(deps, "\n") {
+			if p == "github.com/payonce/payonce/payments" || strings.HasPrefix(p, "github.com/jackc/pgx") ||
+				p == "github.com/payonce/payonce/idempotency/pgstore" || p == "github.com/payonce/payonce/ledger" {
+				t.Errorf("providers/%s links %s", adapter, p)
 			}
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 const (
@@ -44,7 +44,7 @@ const (
 // Config.Notifications.
 var ErrNoNotificationSource = errors.New("adyen: Lookup and LookupRefund need Config.Notifications: Adyen has no read by reference, only webhooks tell what a reference became")
 
-// Provider is the Adyen adapter of [payments.Provider] and [payments.WebhookVerifier]. It holds
+// Provider is the Adyen adapter of [provider.Provider] and [provider.WebhookVerifier]. It holds
 // no globals; it is safe for concurrent use.
 type Provider struct {
 	c        *Client
@@ -53,9 +53,9 @@ type Provider struct {
 }
 
 var (
-	_ payments.Provider         = (*Provider)(nil)
-	_ payments.ReferenceLimiter = (*Provider)(nil)
-	_ payments.WebhookVerifier  = (*Provider)(nil)
+	_ provider.Provider         = (*Provider)(nil)
+	_ provider.ReferenceLimiter = (*Provider)(nil)
+	_ provider.WebhookVerifier  = (*Provider)(nil)
 )
 
 // New returns a Provider for cfg. Errors: *[ConfigError] naming the bad field.
@@ -110,13 +110,13 @@ func IdempotencyKey(reference string) string {
 // What Authorised means depends on Config.CaptureMode:
 //
 //   - [CaptureAutomatic]: Adyen captures the payment by itself, so Authorised is
-//     [payments.ChargeSucceeded]: the money moved.
+//     [provider.ChargeSucceeded]: the money moved.
 //   - [CaptureManual]: Authorised only reserves the funds. Charge reports the payment's
 //     pspReference to req.Progress (so that the caller records it), then captures the full
 //     amount with POST /payments/{pspReference}/captures (reference req.ProviderKey,
-//     Idempotency-Key [payments.ProviderKey](req.ProviderKey, "capture", 0, 64)). Adyen only
-//     acknowledges a capture, so the result is [payments.ChargePending]; the CAPTURE
-//     notification settles it ([Provider.VerifyWebhook]: payments.EventCaptureSucceeded or
+//     Idempotency-Key [provider.DeriveKey](req.ProviderKey, "capture", 0, 64)). Adyen only
+//     acknowledges a capture, so the result is [provider.ChargePending]; the CAPTURE
+//     notification settles it ([Provider.VerifyWebhook]: provider.EventCaptureSucceeded or
 //     EventCaptureFailed). A retry that knows the pspReference (req.ProviderID) resumes at the
 //     capture with the same Idempotency-Key: a capture whose response was lost is replayed, not
 //     made twice. If Progress fails, Charge stops before the capture with an unknown outcome.
@@ -128,16 +128,16 @@ func IdempotencyKey(reference string) string {
 //
 // Replayed is always false: Adyen answers a replay with the first response and no marker.
 //
-// On a refusal the result names the refused payment (status [payments.ChargeFailed]) next to
-// the error. Errors (see the package documentation for the mapping): *[payments.DeclineError],
-// *[payments.InvalidRequestError] (also for requests refused before sending: see
-// [Provider.ValidateCharge]), *[payments.NotSentError], *[payments.UnknownOutcomeError]
+// On a refusal the result names the refused payment (status [provider.ChargeFailed]) next to
+// the error. Errors (see the package documentation for the mapping): *[provider.DeclineError],
+// *[provider.InvalidRequestError] (also for requests refused before sending: see
+// [Provider.ValidateCharge]), *[provider.NotSentError], *[provider.UnknownOutcomeError]
 // (also for a capture that could not be sent: the authorisation exists),
-// *[payments.InProgressError], *[payments.KeyMismatchError].
-func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (payments.ChargeResult, error) {
+// *[provider.InProgressError], *[provider.KeyMismatchError].
+func (p *Provider) Charge(ctx context.Context, req provider.ChargeRequest) (provider.ChargeResult, error) {
 	preq, err := p.paymentRequest(req)
 	if err != nil {
-		return payments.ChargeResult{}, err
+		return provider.ChargeResult{}, err
 	}
 	manual := p.cfg.CaptureMode == CaptureManual
 	if manual && req.ProviderID != "" {
@@ -146,43 +146,43 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 	}
 	resp, err := p.c.Payments(ctx, preq, IdempotencyKey(req.ProviderKey))
 	if err != nil {
-		return payments.ChargeResult{}, classify(err)
+		return provider.ChargeResult{}, classify(err)
 	}
-	res := payments.ChargeResult{ProviderID: resp.PSPReference, Amount: req.Amount}
+	res := provider.ChargeResult{ProviderID: resp.PSPReference, Amount: req.Amount}
 	if resp.Amount != nil {
 		res.Amount = amountOr(*resp.Amount, req.Amount)
 	}
 	switch resp.ResultCode {
 	case "Authorised":
 		if !manual {
-			res.Status = payments.ChargeSucceeded
+			res.Status = provider.ChargeSucceeded
 			break
 		}
 		if req.Progress != nil {
 			if err := req.Progress(ctx, resp.PSPReference); err != nil {
-				return payments.ChargeResult{ProviderID: resp.PSPReference}, &payments.UnknownOutcomeError{Provider: providerName,
+				return provider.ChargeResult{ProviderID: resp.PSPReference}, &provider.UnknownOutcomeError{Provider: providerName,
 					Err: fmt.Errorf("adyen: payment %s is authorised, recording it before its capture failed: %w", resp.PSPReference, err)}
 			}
 		}
 		return p.capture(ctx, req, preq.Amount, resp.PSPReference)
 	case "Refused":
-		res.Status = payments.ChargeFailed
+		res.Status = provider.ChargeFailed
 		reason := resp.RefusalReason
 		if reason == "" {
 			reason = "Refused"
 		}
-		return res, &payments.DeclineError{Provider: providerName, Code: "Refused", DeclineCode: reason,
+		return res, &provider.DeclineError{Provider: providerName, Code: "Refused", DeclineCode: reason,
 			Message: fmt.Sprintf("payment %s refused: %s (refusalReasonCode %s)", resp.PSPReference, reason, resp.RefusalReasonCode)}
 	case "Pending", "Received":
-		res.Status = payments.ChargePending
+		res.Status = provider.ChargePending
 	case "RedirectShopper", "ChallengeShopper", "IdentifyShopper", "PresentToShopper":
-		res.Status = payments.ChargeRequiresAction
+		res.Status = provider.ChargeRequiresAction
 	case "Cancelled":
-		res.Status = payments.ChargeFailed
+		res.Status = provider.ChargeFailed
 	default:
 		// "Error" (Adyen could not tell), and codes a stored-card, full-amount payment should
 		// not produce (PartiallyAuthorised, AuthenticationFinished, ...): never guessed.
-		return payments.ChargeResult{ProviderID: resp.PSPReference}, &payments.UnknownOutcomeError{Provider: providerName, Status: 200,
+		return provider.ChargeResult{ProviderID: resp.PSPReference}, &provider.UnknownOutcomeError{Provider: providerName, Status: 200,
 			Err: fmt.Errorf("adyen: payment %s answered resultCode %q: the outcome comes by webhook", resp.PSPReference, resp.ResultCode)}
 	}
 	return res, nil
@@ -191,59 +191,59 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 // captureKey is the Idempotency-Key of the capture of the payment whose reference is
 // reference: derived from it, never random, within Adyen's 64 characters.
 func captureKey(reference string) string {
-	return payments.ProviderKey(reference, "capture", 0, MaxIdempotencyKeyLen)
+	return provider.DeriveKey(reference, "capture", 0, MaxIdempotencyKeyLen)
 }
 
 // capture captures the full amount of the authorised payment psp (manual capture). Its
 // reference is the payment's own (req.ProviderKey), so that the CAPTURE notification names the
 // payment's reference whichever reference Adyen echoes in it.
-func (p *Provider) capture(ctx context.Context, req payments.ChargeRequest, amount Amount, psp string) (payments.ChargeResult, error) {
-	res := payments.ChargeResult{ProviderID: psp, Amount: req.Amount}
+func (p *Provider) capture(ctx context.Context, req provider.ChargeRequest, amount Amount, psp string) (provider.ChargeResult, error) {
+	res := provider.ChargeResult{ProviderID: psp, Amount: req.Amount}
 	resp, err := p.c.Capture(ctx, psp, ModificationRequest{Amount: amount, Reference: req.ProviderKey}, captureKey(req.ProviderKey))
 	if err != nil {
 		err = classify(err)
-		var ns *payments.NotSentError
+		var ns *provider.NotSentError
 		if errors.As(err, &ns) {
 			// The capture never left, but the authorisation exists: "not sent" must not be
 			// read as "nothing at Adyen".
-			err = &payments.UnknownOutcomeError{Provider: providerName,
+			err = &provider.UnknownOutcomeError{Provider: providerName,
 				Err: fmt.Errorf("adyen: payment %s is authorised, its capture was not sent: %w", psp, ns.Err)}
 		}
 		return res, err
 	}
 	if resp.Status != "received" || resp.PSPReference == "" {
-		return res, &payments.UnknownOutcomeError{Provider: providerName, Status: 201,
+		return res, &provider.UnknownOutcomeError{Provider: providerName, Status: 201,
 			Err: fmt.Errorf("adyen: capture of %s answered status %q, pspReference %q", psp, resp.Status, resp.PSPReference)}
 	}
-	res.Status = payments.ChargePending
+	res.Status = provider.ChargePending
 	return res, nil
 }
 
-var _ payments.Validator = (*Provider)(nil)
+var _ provider.Validator = (*Provider)(nil)
 
 // ValidateCharge refuses, before anything is recorded or sent, a charge Adyen would refuse or
 // could not represent: a missing Key or PaymentMethod, a ProviderKey that is empty or over 80
 // characters, a Shopper that is not 3 to 256 characters (Adyen's shopperReference, required
 // with a stored payment method), an amount without currency, not positive, or finer than
 // Adyen's decimals for its currency ([Decimals]: 1000.50 CVE cannot be sent, Adyen counts CVE
-// in whole escudos), metadata over Adyen's limits. Errors: *[payments.InvalidRequestError]
+// in whole escudos), metadata over Adyen's limits. Errors: *[provider.InvalidRequestError]
 // whose Param names the field.
-func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
+func (p *Provider) ValidateCharge(req provider.ChargeRequest) error {
 	_, err := p.paymentRequest(req)
 	return err
 }
 
 // ValidateRefund is [Provider.ValidateCharge] for a refund: Key, ProviderKey, ChargeID and an
 // amount Adyen can represent. [Provider.Refund] runs it before sending. Errors:
-// *[payments.InvalidRequestError] whose Param names the field.
-var _ payments.RefundValidator = (*Provider)(nil)
+// *[provider.InvalidRequestError] whose Param names the field.
+var _ provider.RefundValidator = (*Provider)(nil)
 
-func (p *Provider) ValidateRefund(req payments.RefundRequest) error {
+func (p *Provider) ValidateRefund(req provider.RefundRequest) error {
 	_, err := refundAmount(req)
 	return err
 }
 
-func refundAmount(req payments.RefundRequest) (Amount, error) {
+func refundAmount(req provider.RefundRequest) (Amount, error) {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
 		return Amount{}, err
 	}
@@ -257,9 +257,9 @@ func refundAmount(req payments.RefundRequest) (Amount, error) {
 	return amount, nil
 }
 
-// paymentRequest is req as Adyen's /payments body, or the *payments.InvalidRequestError that
+// paymentRequest is req as Adyen's /payments body, or the *provider.InvalidRequestError that
 // refuses it before sending.
-func (p *Provider) paymentRequest(req payments.ChargeRequest) (PaymentRequest, error) {
+func (p *Provider) paymentRequest(req provider.ChargeRequest) (PaymentRequest, error) {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
 		return PaymentRequest{}, err
 	}
@@ -315,26 +315,26 @@ func checkShopper(shopper string) error {
 
 // Refund refunds req.Amount of the payment req.ChargeID (its pspReference), with
 // req.ProviderKey as the refund's reference and [IdempotencyKey] of it as the Idempotency-Key.
-// Adyen only acknowledges a refund: the result is [payments.RefundPending] with the refund's
+// Adyen only acknowledges a refund: the result is [provider.RefundPending] with the refund's
 // own pspReference, and the outcome comes in the REFUND notification ([Provider.VerifyWebhook]
-// maps it to payments.EventRefundSucceeded or EventRefundFailed; a refund over what is left,
+// maps it to provider.EventRefundSucceeded or EventRefundFailed; a refund over what is left,
 // or of a payment not captured yet, fails there, not here; [Provider.LookupRefund] reads it
 // back). The amount is refused before sending when Adyen cannot represent it
 // ([Provider.ValidateRefund]). Errors: as [Provider.Charge], without declines.
-func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (payments.RefundResult, error) {
+func (p *Provider) Refund(ctx context.Context, req provider.RefundRequest) (provider.RefundResult, error) {
 	amount, err := refundAmount(req)
 	if err != nil {
-		return payments.RefundResult{}, err
+		return provider.RefundResult{}, err
 	}
 	resp, err := p.c.Refund(ctx, req.ChargeID, ModificationRequest{Amount: amount, Reference: req.ProviderKey}, IdempotencyKey(req.ProviderKey))
 	if err != nil {
-		return payments.RefundResult{}, classify(err)
+		return provider.RefundResult{}, classify(err)
 	}
 	if resp.Status != "received" || resp.PSPReference == "" {
-		return payments.RefundResult{}, &payments.UnknownOutcomeError{Provider: providerName, Status: 201,
+		return provider.RefundResult{}, &provider.UnknownOutcomeError{Provider: providerName, Status: 201,
 			Err: fmt.Errorf("adyen: refund answered status %q, pspReference %q", resp.Status, resp.PSPReference)}
 	}
-	res := payments.RefundResult{ProviderID: resp.PSPReference, Status: payments.RefundPending, Amount: req.Amount}
+	res := provider.RefundResult{ProviderID: resp.PSPReference, Status: provider.RefundPending, Amount: req.Amount}
 	if resp.Amount != nil {
 		res.Amount = amountOr(*resp.Amount, req.Amount)
 	}
@@ -348,7 +348,7 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 // (originalReference; the capture carries the payment's reference, see [Provider.Charge]),
 // and stays pending after a failed capture (nothing moved, the authorisation stands). A
 // payment that a TECHNICAL_CANCEL, CANCELLATION or CANCEL_OR_REFUND voided later
-// (payments.EventCancelled) is failed: no money stays moved. Notifications may still be on
+// (provider.EventCancelled) is failed: no money stays moved. Notifications may still be on
 // their way, so the result is never Consistent. req.From and req.To are not used
 // (notifications are found by reference).
 //
@@ -360,55 +360,55 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 // and REFUND_FAILED events whose ChargeID is the pspReference); even then it would come from
 // the same webhooks payonce records its refunds from, not from an independent read.
 //
-// Errors: [ErrNoNotificationSource]; *[payments.InvalidRequestError] without ProviderKey;
+// Errors: [ErrNoNotificationSource]; *[provider.InvalidRequestError] without ProviderKey;
 // the source's error, wrapped.
-func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
+func (p *Provider) Lookup(ctx context.Context, req provider.LookupRequest) (provider.LookupResult, error) {
 	if p.cfg.Notifications == nil {
-		return payments.LookupResult{}, ErrNoNotificationSource
+		return provider.LookupResult{}, ErrNoNotificationSource
 	}
 	if req.ProviderKey == "" {
-		return payments.LookupResult{}, invalid("ProviderKey", "is required: Adyen's notifications are found by reference")
+		return provider.LookupResult{}, invalid("ProviderKey", "is required: Adyen's notifications are found by reference")
 	}
 	events, err := p.cfg.Notifications(ctx, req.ProviderKey)
 	if err != nil {
-		return payments.LookupResult{}, fmt.Errorf("adyen: notifications of this reference (key %s): %w", idempotency.ShortHash(req.ProviderKey), err)
+		return provider.LookupResult{}, fmt.Errorf("adyen: notifications of this reference (key %s): %w", idempotency.ShortHash(req.ProviderKey), err)
 	}
-	res := payments.LookupResult{Charges: []payments.ChargeResult{}}
+	res := provider.LookupResult{Charges: []provider.ChargeResult{}}
 	index := map[string]int{}
 	cancelled := map[string]bool{}
 	captured := map[string]bool{}
-	authorised := payments.ChargeSucceeded
+	authorised := provider.ChargeSucceeded
 	if p.cfg.CaptureMode == CaptureManual {
-		authorised = payments.ChargePending
+		authorised = provider.ChargePending
 	}
 	for _, ev := range events {
 		switch {
-		case ev.Kind == payments.EventCancelled:
+		case ev.Kind == provider.EventCancelled:
 			cancelled[ev.ChargeID] = true
-		case ev.Type == "CAPTURE" && ev.Kind == payments.EventCaptureSucceeded:
+		case ev.Type == "CAPTURE" && ev.Kind == provider.EventCaptureSucceeded:
 			captured[ev.ChargeID] = true
 		case ev.Type == "AUTHORISATION" && ev.Reference == req.ProviderKey &&
-			(ev.Kind == payments.EventChargeSucceeded || ev.Kind == payments.EventChargePending || ev.Kind == payments.EventChargeFailed):
+			(ev.Kind == provider.EventChargeSucceeded || ev.Kind == provider.EventChargePending || ev.Kind == provider.EventChargeFailed):
 			st := authorised
-			if ev.Kind == payments.EventChargeFailed {
-				st = payments.ChargeFailed
+			if ev.Kind == provider.EventChargeFailed {
+				st = provider.ChargeFailed
 			}
 			if i, seen := index[ev.ProviderID]; seen {
-				if st == payments.ChargeFailed { // a failure is never undone by a duplicate
+				if st == provider.ChargeFailed { // a failure is never undone by a duplicate
 					res.Charges[i].Status = st
 				}
 				continue
 			}
 			index[ev.ProviderID] = len(res.Charges)
-			res.Charges = append(res.Charges, payments.ChargeResult{ProviderID: ev.ProviderID, Status: st, Amount: ev.Amount})
+			res.Charges = append(res.Charges, provider.ChargeResult{ProviderID: ev.ProviderID, Status: st, Amount: ev.Amount})
 		}
 	}
 	for i, ch := range res.Charges {
 		switch {
 		case cancelled[ch.ProviderID]:
-			res.Charges[i].Status = payments.ChargeFailed
-		case ch.Status == payments.ChargePending && captured[ch.ProviderID]:
-			res.Charges[i].Status = payments.ChargeSucceeded
+			res.Charges[i].Status = provider.ChargeFailed
+		case ch.Status == provider.ChargePending && captured[ch.ProviderID]:
+			res.Charges[i].Status = provider.ChargeSucceeded
 		}
 	}
 	return res, nil
@@ -416,7 +416,7 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 
 // invalid is a request refused before sending it.
 func invalid(param, msg string) error {
-	return &payments.InvalidRequestError{Provider: providerName, Code: "payonce_invalid_parameter", Param: param,
+	return &provider.InvalidRequestError{Provider: providerName, Code: "payonce_invalid_parameter", Param: param,
 		Message: param + " " + msg + " (refused before sending)"}
 }
 
@@ -427,7 +427,7 @@ func checkKeys(key, reference string) error {
 	case reference == "":
 		return invalid("ProviderKey", "is required: it is Adyen's reference and the seed of the Idempotency-Key")
 	case utf8.RuneCountInString(reference) > MaxReferenceLen:
-		return invalid("ProviderKey", fmt.Sprintf("is %d characters, Adyen's reference allows %d (derive it with payments.ProviderKey under payments.MaxReferenceLen)",
+		return invalid("ProviderKey", fmt.Sprintf("is %d characters, Adyen's reference allows %d (derive it with provider.DeriveKey under provider.MaxReferenceLen)",
 			utf8.RuneCountInString(reference), MaxReferenceLen))
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 	"github.com/payonce/payonce/providers/internal/testkit"
@@ -32,7 +33,7 @@ const merchant = "PayonceECOM"
 type inbox struct {
 	mu       sync.Mutex
 	p        *adyen.Provider
-	events   []payments.WebhookEvent
+	events   []provider.WebhookEvent
 	payloads [][]byte
 	refused  int
 	// drop, while set, acknowledges deliveries and keeps nothing: notifications that never
@@ -62,10 +63,10 @@ func (in *inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "[accepted]")
 }
 
-func (in *inbox) byReference(ref string) []payments.WebhookEvent {
+func (in *inbox) byReference(ref string) []provider.WebhookEvent {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	var out []payments.WebhookEvent
+	var out []provider.WebhookEvent
 	for _, ev := range in.events {
 		if ev.Reference == ref {
 			out = append(out, ev)
@@ -74,10 +75,10 @@ func (in *inbox) byReference(ref string) []payments.WebhookEvent {
 	return out
 }
 
-func (in *inbox) all() []payments.WebhookEvent {
+func (in *inbox) all() []provider.WebhookEvent {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return append([]payments.WebhookEvent(nil), in.events...)
+	return append([]provider.WebhookEvent(nil), in.events...)
 }
 
 type bundle struct {
@@ -113,7 +114,7 @@ func setupWith(t *testing.T, cfg *adyentest.Config, edit func(*adyen.Config)) bu
 		HTTPClient:      &http.Client{Timeout: testkit.Patience, Transport: &http.Transport{DisableKeepAlives: true}},
 		HMACKeys:        []string{adyentest.DefaultHMACKey},
 		ReturnURL:       "https://shop.example/return",
-		Notifications: func(ctx context.Context, reference string) ([]payments.WebhookEvent, error) {
+		Notifications: func(ctx context.Context, reference string) ([]provider.WebhookEvent, error) {
 			if err := srv.WaitDeliveries(ctx); err != nil {
 				return nil, err
 			}
@@ -142,10 +143,10 @@ func (b bundle) wait(t *testing.T) {
 
 func eur(s string) money.Money { return testkit.EUR(s) }
 
-func chargeReq(key, pm string) payments.ChargeRequest {
-	return payments.ChargeRequest{
+func chargeReq(key, pm string) provider.ChargeRequest {
+	return provider.ChargeRequest{
 		Key:           key,
-		ProviderKey:   payments.ProviderKey(key, "charge", 0, adyen.MaxReferenceLen),
+		ProviderKey:   provider.DeriveKey(key, "charge", 0, adyen.MaxReferenceLen),
 		Amount:        eur("20.00"),
 		PaymentMethod: pm,
 		Metadata:      map[string]string{"order": key},
@@ -172,7 +173,7 @@ func TestProvider(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	if b.p.Name() != "adyen" || b.p.DedupWindow() != 31*24*time.Hour || b.p.MaxReferenceLen() != 80 ||
-		payments.MaxReferenceLen(b.p) != 80 {
+		provider.MaxReferenceLen(b.p) != 80 {
 		t.Fatalf("Name %q DedupWindow %v MaxReferenceLen %d", b.p.Name(), b.p.DedupWindow(), b.p.MaxReferenceLen())
 	}
 }
@@ -221,12 +222,12 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 	req := chargeReq("order-1", adyentest.PaymentMethodVisa)
 
 	res := must(b.p.Charge(ctx, req))(t)
-	if len(res.ProviderID) != 16 || res.Status != payments.ChargeSucceeded || !res.Amount.Equal(req.Amount) || res.Replayed {
+	if len(res.ProviderID) != 16 || res.Status != provider.ChargeSucceeded || !res.Amount.Equal(req.Amount) || res.Replayed {
 		t.Fatalf("first charge: %+v", res)
 	}
 	again := must(b.p.Charge(ctx, req))(t)
 	// Adyen sends no replay signal: Replayed stays false, the payment is the same.
-	if again.ProviderID != res.ProviderID || again.Status != payments.ChargeSucceeded || again.Replayed {
+	if again.ProviderID != res.ProviderID || again.Status != provider.ChargeSucceeded || again.Replayed {
 		t.Fatalf("replay: %+v, first %+v", again, res)
 	}
 	wantPayments(t, b, req.ProviderKey, 1)
@@ -238,7 +239,7 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 	}
 	b.wait(t)
 	evs := b.inbox.byReference(req.ProviderKey)
-	if len(evs) != 1 || evs[0].Kind != payments.EventChargeSucceeded || evs[0].Key != "" ||
+	if len(evs) != 1 || evs[0].Kind != provider.EventChargeSucceeded || evs[0].Key != "" ||
 		evs[0].ID != res.ProviderID+":AUTHORISATION:true" || !evs[0].Amount.Equal(req.Amount) {
 		t.Fatalf("AUTHORISATION events: %+v", evs)
 	}
@@ -257,12 +258,12 @@ func TestChargeRefused(t *testing.T) {
 			var ids []string
 			for i := 0; i < 2; i++ {
 				res, err := b.p.Charge(context.Background(), req)
-				de := errAs[*payments.DeclineError](t, err)
+				de := errAs[*provider.DeclineError](t, err)
 				if de.DeclineCode != tc.reason || de.Code != "Refused" || de.Provider != "adyen" ||
 					!strings.Contains(de.Message, res.ProviderID) || payments.SafeToRetry(err) {
 					t.Fatalf("attempt %d: %+v (%+v)", i, de, res)
 				}
-				if res.Status != payments.ChargeFailed || res.ProviderID == "" {
+				if res.Status != provider.ChargeFailed || res.ProviderID == "" {
 					t.Fatalf("attempt %d: result %+v", i, res)
 				}
 				ids = append(ids, res.ProviderID)
@@ -273,7 +274,7 @@ func TestChargeRefused(t *testing.T) {
 			wantPayments(t, b, req.ProviderKey, 1)
 			b.wait(t)
 			evs := b.inbox.byReference(req.ProviderKey)
-			if len(evs) != 1 || evs[0].Kind != payments.EventChargeFailed || evs[0].DeclineCode != tc.reason {
+			if len(evs) != 1 || evs[0].Kind != provider.EventChargeFailed || evs[0].DeclineCode != tc.reason {
 				t.Fatalf("events %+v", evs)
 			}
 		})
@@ -285,18 +286,18 @@ func TestChargeRequiresAction(t *testing.T) {
 	b := setup(t, nil)
 	req := chargeReq("order-3ds", adyentest.PaymentMethodAuthenticationRequired)
 	res := must(b.p.Charge(context.Background(), req))(t)
-	if res.Status != payments.ChargeRequiresAction || res.ProviderID == "" {
+	if res.Status != provider.ChargeRequiresAction || res.ProviderID == "" {
 		t.Fatalf("%+v", res)
 	}
 	// No AUTHORISATION until the shopper is back; then Lookup sees it.
-	if got := must(b.p.Lookup(context.Background(), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 {
+	if got := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 {
 		t.Fatalf("lookup before authentication: %+v", got)
 	}
 	if err := b.srv.CompleteRedirect(res.ProviderID, true); err != nil {
 		t.Fatal(err)
 	}
-	got := must(b.p.Lookup(context.Background(), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
-	if len(got.Charges) != 1 || got.Charges[0].Status != payments.ChargeSucceeded || got.Charges[0].ProviderID != res.ProviderID {
+	got := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargeSucceeded || got.Charges[0].ProviderID != res.ProviderID {
 		t.Fatalf("lookup after authentication: %+v", got)
 	}
 }
@@ -319,15 +320,15 @@ func stub(t *testing.T, status int, header http.Header, body string) *adyen.Prov
 // Every resultCode, from stubs (the fake produces only some of them).
 func TestChargeResultCodes(t *testing.T) {
 	t.Parallel()
-	for code, want := range map[string]payments.ChargeStatus{
-		"Authorised":       payments.ChargeSucceeded,
-		"Pending":          payments.ChargePending,
-		"Received":         payments.ChargePending,
-		"RedirectShopper":  payments.ChargeRequiresAction,
-		"ChallengeShopper": payments.ChargeRequiresAction,
-		"IdentifyShopper":  payments.ChargeRequiresAction,
-		"PresentToShopper": payments.ChargeRequiresAction,
-		"Cancelled":        payments.ChargeFailed,
+	for code, want := range map[string]provider.ChargeStatus{
+		"Authorised":       provider.ChargeSucceeded,
+		"Pending":          provider.ChargePending,
+		"Received":         provider.ChargePending,
+		"RedirectShopper":  provider.ChargeRequiresAction,
+		"ChallengeShopper": provider.ChargeRequiresAction,
+		"IdentifyShopper":  provider.ChargeRequiresAction,
+		"PresentToShopper": provider.ChargeRequiresAction,
+		"Cancelled":        provider.ChargeFailed,
 	} {
 		t.Run(code, func(t *testing.T) {
 			t.Parallel()
@@ -343,7 +344,7 @@ func TestChargeResultCodes(t *testing.T) {
 			t.Parallel()
 			p := stub(t, 200, nil, `{"pspReference":"PSP0000000000002","resultCode":"`+code+`"}`)
 			res, err := p.Charge(context.Background(), chargeReq("order-codes", "pm_x"))
-			if ue := errAs[*payments.UnknownOutcomeError](t, err); !payments.SafeToRetry(err) || ue.Status != 200 || res.ProviderID != "PSP0000000000002" {
+			if ue := errAs[*provider.UnknownOutcomeError](t, err); !payments.SafeToRetry(err) || ue.Status != 200 || res.ProviderID != "PSP0000000000002" {
 				t.Fatalf("%s: %+v %v", code, res, err)
 			}
 		})
@@ -352,7 +353,7 @@ func TestChargeResultCodes(t *testing.T) {
 		t.Parallel()
 		p := stub(t, 200, nil, `{"pspReference":"PSP0000000000003","resultCode":"Refused"}`)
 		_, err := p.Charge(context.Background(), chargeReq("order-codes", "pm_x"))
-		if de := errAs[*payments.DeclineError](t, err); de.DeclineCode != "Refused" {
+		if de := errAs[*provider.DeclineError](t, err); de.DeclineCode != "Refused" {
 			t.Fatalf("%+v", de)
 		}
 	})
@@ -370,44 +371,44 @@ func TestErrorMapping(t *testing.T) {
 		check  func(t *testing.T, err error)
 	}{
 		{"in progress 409", 409, nil, `{"status":409,"errorCode":"704","message":"request already processed or in progress","errorType":"validation"}`,
-			func(t *testing.T, err error) { errAs[*payments.InProgressError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.InProgressError](t, err) }},
 		{"in progress 422", 422, nil, `{"status":422,"errorCode":"704","message":"request already processed or in progress","errorType":"validation"}`,
-			func(t *testing.T, err error) { errAs[*payments.InProgressError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.InProgressError](t, err) }},
 		{"validation", 422, nil, `{"status":422,"errorCode":"130","message":"Reference Missing","errorType":"validation"}`,
 			func(t *testing.T, err error) {
-				if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "130" || ie.Message != "Reference Missing" || payments.SafeToRetry(err) {
+				if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "130" || ie.Message != "Reference Missing" || payments.SafeToRetry(err) {
 					t.Fatalf("%+v", ie)
 				}
 			}},
 		{"key mismatch", 422, nil, `{"status":422,"errorCode":"idempotency_key_reused","message":"other body","errorType":"validation"}`,
-			func(t *testing.T, err error) { errAs[*payments.KeyMismatchError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.KeyMismatchError](t, err) }},
 		{"unauthorized", 401, nil, `{"status":401,"errorCode":"000","message":"HTTP Status Response - Unauthorized","errorType":"security"}`,
 			func(t *testing.T, err error) {
-				if ce := errAs[*payments.CredentialsError](t, err); ce.Code != "000" || payments.SafeToRetry(err) {
+				if ce := errAs[*provider.CredentialsError](t, err); ce.Code != "000" || payments.SafeToRetry(err) {
 					t.Fatalf("%+v", ce)
 				}
 			}},
 		{"transient 503 703", 503, transient, `{"status":503,"errorCode":"703","message":"idempotency store unavailable","errorType":"internal"}`,
 			func(t *testing.T, err error) {
-				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 503 || !payments.SafeToRetry(err) {
+				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 503 || !payments.SafeToRetry(err) {
 					t.Fatalf("%+v", ue)
 				}
 			}},
 		{"transient 422", 422, transient, `{"status":422,"errorCode":"999","message":"try again","errorType":"validation"}`,
-			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
 		{"rate limited", 429, nil, `{"status":429,"errorCode":"429","message":"slow down"}`,
-			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
 		{"server error", 500, nil, `{"status":500,"errorCode":"905","message":"internal","errorType":"internal"}`,
 			func(t *testing.T, err error) {
-				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 {
+				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 {
 					t.Fatalf("%+v", ue)
 				}
 			}},
 		{"proxy page", 502, nil, `<html>bad gateway</html>`,
-			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
 		{"garbled success", 200, nil, `{"pspReference":`,
 			func(t *testing.T, err error) {
-				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 200 {
+				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 200 {
 					t.Fatalf("%+v", ue)
 				}
 			}},
@@ -434,7 +435,7 @@ func TestInProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := b.p.Charge(context.Background(), req)
-	if !errors.Is(err, payments.ErrInProgress) || !payments.SafeToRetry(err) {
+	if !errors.Is(err, provider.ErrInProgress) || !payments.SafeToRetry(err) {
 		t.Fatalf("duplicate in flight: %v", err)
 	}
 	b.srv.EndLatency()
@@ -452,7 +453,7 @@ func TestTransientErrorRetry(t *testing.T) {
 	req := chargeReq("order-transient", adyentest.PaymentMethodVisa)
 	b.srv.Inject(adyentest.Fault{Kind: adyentest.FailBefore, Path: "/payments"})
 	_, err := b.p.Charge(context.Background(), req)
-	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 	var ae *adyen.APIError
@@ -461,7 +462,7 @@ func TestTransientErrorRetry(t *testing.T) {
 	}
 	wantPayments(t, b, req.ProviderKey, 0)
 	res := must(b.p.Charge(context.Background(), req))(t)
-	if res.Status != payments.ChargeSucceeded {
+	if res.Status != provider.ChargeSucceeded {
 		t.Fatalf("%+v", res)
 	}
 	must(b.p.Charge(context.Background(), req))(t)
@@ -477,13 +478,13 @@ func TestFailAfterResolvedByLookup(t *testing.T) {
 	b.srv.Inject(adyentest.Fault{Kind: adyentest.FailAfter, Path: "/payments"})
 	for i := 0; i < 2; i++ {
 		_, err := b.p.Charge(context.Background(), req)
-		if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 {
+		if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 {
 			t.Fatalf("attempt %d: %+v", i, ue)
 		}
 	}
 	wantPayments(t, b, req.ProviderKey, 1)
-	got := must(b.p.Lookup(context.Background(), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
-	if got.Consistent || len(got.Charges) != 1 || got.Charges[0].Status != payments.ChargeSucceeded || !got.Charges[0].Amount.Equal(req.Amount) {
+	got := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	if got.Consistent || len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargeSucceeded || !got.Charges[0].Amount.Equal(req.Amount) {
 		t.Fatalf("lookup: %+v", got)
 	}
 }
@@ -494,12 +495,12 @@ func TestResetAfterAndTimeouts(t *testing.T) {
 	req := chargeReq("order-reset", adyentest.PaymentMethodVisa)
 	b.srv.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments"})
 	_, err := b.p.Charge(context.Background(), req)
-	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 0 || !payments.SafeToRetry(err) {
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 0 || !payments.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 	wantPayments(t, b, req.ProviderKey, 1)
 	res := must(b.p.Charge(context.Background(), req))(t)
-	if res.Status != payments.ChargeSucceeded {
+	if res.Status != provider.ChargeSucceeded {
 		t.Fatalf("%+v", res)
 	}
 	wantPayments(t, b, req.ProviderKey, 1)
@@ -509,7 +510,7 @@ func TestResetAfterAndTimeouts(t *testing.T) {
 	hung := chargeReq("order-hang", adyentest.PaymentMethodVisa)
 	b.srv.Inject(adyentest.Fault{Kind: adyentest.Hang, Path: "/payments"})
 	_, err = b.p.Charge(testkit.DeadlineWhenHeld(t, b.srv.WaitHeld), hung)
-	errAs[*payments.UnknownOutcomeError](t, err)
+	errAs[*provider.UnknownOutcomeError](t, err)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cause lost: %v", err)
 	}
@@ -523,13 +524,13 @@ func TestNotSent(t *testing.T) {
 	hs.Close() // nothing listens there any more
 	p := must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: merchant, BaseURL: base, ReturnURL: "https://r.example"}))(t)
 	_, err := p.Charge(context.Background(), chargeReq("order-notsent", "pm_x"))
-	if ne := errAs[*payments.NotSentError](t, err); !payments.SafeToRetry(err) || ne.Provider != "adyen" {
+	if ne := errAs[*provider.NotSentError](t, err); !payments.SafeToRetry(err) || ne.Provider != "adyen" {
 		t.Fatalf("%+v", ne)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = p.Refund(ctx, payments.RefundRequest{Key: "k", ProviderKey: "k_refund_0", ChargeID: "PSP", Amount: eur("1.00")})
-	errAs[*payments.NotSentError](t, err)
+	_, err = p.Refund(ctx, provider.RefundRequest{Key: "k", ProviderKey: "k_refund_0", ChargeID: "PSP", Amount: eur("1.00")})
+	errAs[*provider.NotSentError](t, err)
 }
 
 func TestBadInputs(t *testing.T) {
@@ -543,48 +544,48 @@ func TestBadInputs(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		param string
-		edit  func(r *payments.ChargeRequest)
+		edit  func(r *provider.ChargeRequest)
 	}{
-		{"Key", func(r *payments.ChargeRequest) { r.Key = "" }},
-		{"ProviderKey", func(r *payments.ChargeRequest) { r.ProviderKey = "" }},
-		{"ProviderKey", func(r *payments.ChargeRequest) { r.ProviderKey = strings.Repeat("r", 81) }},
-		{"Amount", func(r *payments.ChargeRequest) { r.Amount = money.Money{} }},
-		{"Amount", func(r *payments.ChargeRequest) { r.Amount = eur("0.00") }},
-		{"PaymentMethod", func(r *payments.ChargeRequest) { r.PaymentMethod = "" }},
-		{"Metadata[payonce_key]", func(r *payments.ChargeRequest) { r.Metadata = map[string]string{"payonce_key": "x"} }},
-		{"Metadata[a_key_over_twenty_chars]", func(r *payments.ChargeRequest) { r.Metadata = map[string]string{"a_key_over_twenty_chars": "x"} }},
-		{"Metadata[long]", func(r *payments.ChargeRequest) { r.Metadata = map[string]string{"long": strings.Repeat("v", 81)} }},
-		{"Metadata", func(r *payments.ChargeRequest) { r.Metadata = map[string]string{"": "x"} }},
-		{"Metadata", func(r *payments.ChargeRequest) { r.Metadata = many }},
+		{"Key", func(r *provider.ChargeRequest) { r.Key = "" }},
+		{"ProviderKey", func(r *provider.ChargeRequest) { r.ProviderKey = "" }},
+		{"ProviderKey", func(r *provider.ChargeRequest) { r.ProviderKey = strings.Repeat("r", 81) }},
+		{"Amount", func(r *provider.ChargeRequest) { r.Amount = money.Money{} }},
+		{"Amount", func(r *provider.ChargeRequest) { r.Amount = eur("0.00") }},
+		{"PaymentMethod", func(r *provider.ChargeRequest) { r.PaymentMethod = "" }},
+		{"Metadata[payonce_key]", func(r *provider.ChargeRequest) { r.Metadata = map[string]string{"payonce_key": "x"} }},
+		{"Metadata[a_key_over_twenty_chars]", func(r *provider.ChargeRequest) { r.Metadata = map[string]string{"a_key_over_twenty_chars": "x"} }},
+		{"Metadata[long]", func(r *provider.ChargeRequest) { r.Metadata = map[string]string{"long": strings.Repeat("v", 81)} }},
+		{"Metadata", func(r *provider.ChargeRequest) { r.Metadata = map[string]string{"": "x"} }},
+		{"Metadata", func(r *provider.ChargeRequest) { r.Metadata = many }},
 	} {
 		r := good
 		tc.edit(&r)
 		_, err := b.p.Charge(ctx, r)
-		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != tc.param || !strings.Contains(ie.Message, tc.param) {
+		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != tc.param || !strings.Contains(ie.Message, tc.param) {
 			t.Fatalf("%s: %+v", tc.param, ie)
 		}
 	}
 	for _, tc := range []struct {
 		param string
-		req   payments.RefundRequest
+		req   provider.RefundRequest
 	}{
-		{"Key", payments.RefundRequest{ProviderKey: "x", ChargeID: "P", Amount: eur("1.00")}},
-		{"ProviderKey", payments.RefundRequest{Key: "x", ChargeID: "P", Amount: eur("1.00")}},
-		{"ChargeID", payments.RefundRequest{Key: "x", ProviderKey: "x_refund_0", Amount: eur("1.00")}},
-		{"Amount", payments.RefundRequest{Key: "x", ProviderKey: "x_refund_0", ChargeID: "P"}},
+		{"Key", provider.RefundRequest{ProviderKey: "x", ChargeID: "P", Amount: eur("1.00")}},
+		{"ProviderKey", provider.RefundRequest{Key: "x", ChargeID: "P", Amount: eur("1.00")}},
+		{"ChargeID", provider.RefundRequest{Key: "x", ProviderKey: "x_refund_0", Amount: eur("1.00")}},
+		{"Amount", provider.RefundRequest{Key: "x", ProviderKey: "x_refund_0", ChargeID: "P"}},
 	} {
 		_, err := b.p.Refund(ctx, tc.req)
-		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != tc.param {
+		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != tc.param {
 			t.Fatalf("refund %s: %+v", tc.param, ie)
 		}
 	}
-	_, err := b.p.Lookup(ctx, payments.LookupRequest{Key: "x"})
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "ProviderKey" {
+	_, err := b.p.Lookup(ctx, provider.LookupRequest{Key: "x"})
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "ProviderKey" {
 		t.Fatalf("lookup: %+v", ie)
 	}
 	// The fake's own validation (an unknown card) is final too.
 	_, err = b.p.Charge(ctx, chargeReq("order-unknown-card", "pm_card_unknown"))
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "invalid_payment_method" || payments.SafeToRetry(err) {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "invalid_payment_method" || payments.SafeToRetry(err) {
 		t.Fatalf("%+v", ie)
 	}
 	// Nothing reached the fake for the refused requests.
@@ -592,7 +593,7 @@ func TestBadInputs(t *testing.T) {
 		t.Fatalf("counts %+v", c)
 	}
 	p := must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: "m", ReturnURL: "https://r.example"}))(t)
-	if _, err := p.Lookup(ctx, payments.LookupRequest{Key: "x", ProviderKey: "x"}); !errors.Is(err, adyen.ErrNoNotificationSource) {
+	if _, err := p.Lookup(ctx, provider.LookupRequest{Key: "x", ProviderKey: "x"}); !errors.Is(err, adyen.ErrNoNotificationSource) {
 		t.Fatalf("lookup without a source: %v", err)
 	}
 	if _, err := p.VerifyWebhook(ctx, nil, []byte(`{}`)); !errors.Is(err, adyen.ErrNoHMACKey) {
@@ -613,7 +614,7 @@ func TestLongReferences(t *testing.T) {
 	if len(ik) != 64 || ik != adyen.IdempotencyKey(req.ProviderKey) || !strings.HasPrefix(ik, req.ProviderKey[:11]+"_") {
 		t.Fatalf("IdempotencyKey %q", ik)
 	}
-	other := payments.ProviderKey(key, "charge", 1, 80)
+	other := provider.DeriveKey(key, "charge", 1, 80)
 	if adyen.IdempotencyKey(other) == ik {
 		t.Fatal("attempt 1 derives the same Idempotency-Key as attempt 0")
 	}
@@ -644,9 +645,9 @@ func TestRefund(t *testing.T) {
 	ctx := context.Background()
 	charge := must(b.p.Charge(ctx, chargeReq("order-r", adyentest.PaymentMethodVisa)))(t)
 
-	r1 := payments.RefundRequest{Key: "order-r", ProviderKey: payments.ProviderKey("order-r", "refund", 0, 80), ChargeID: charge.ProviderID, Amount: eur("15.00")}
+	r1 := provider.RefundRequest{Key: "order-r", ProviderKey: provider.DeriveKey("order-r", "refund", 0, 80), ChargeID: charge.ProviderID, Amount: eur("15.00")}
 	res := must(b.p.Refund(ctx, r1))(t)
-	if res.Status != payments.RefundPending || res.ProviderID == "" || res.ProviderID == charge.ProviderID || !res.Amount.Equal(r1.Amount) || res.Replayed {
+	if res.Status != provider.RefundPending || res.ProviderID == "" || res.ProviderID == charge.ProviderID || !res.Amount.Equal(r1.Amount) || res.Replayed {
 		t.Fatalf("refund: %+v", res)
 	}
 	again := must(b.p.Refund(ctx, r1))(t)
@@ -654,9 +655,9 @@ func TestRefund(t *testing.T) {
 		t.Fatalf("replayed refund: %+v, first %+v", again, res)
 	}
 	// More than what is left: received, then REFUND success=false.
-	r2 := payments.RefundRequest{Key: "order-r2", ProviderKey: payments.ProviderKey("order-r2", "refund", 0, 80), ChargeID: charge.ProviderID, Amount: eur("10.00")}
+	r2 := provider.RefundRequest{Key: "order-r2", ProviderKey: provider.DeriveKey("order-r2", "refund", 0, 80), ChargeID: charge.ProviderID, Amount: eur("10.00")}
 	res2 := must(b.p.Refund(ctx, r2))(t)
-	if res2.Status != payments.RefundPending {
+	if res2.Status != provider.RefundPending {
 		t.Fatalf("%+v", res2)
 	}
 	if c := b.srv.Counts(r1.ProviderKey); c.Refunds != 1 {
@@ -664,19 +665,19 @@ func TestRefund(t *testing.T) {
 	}
 	b.wait(t)
 	ok := b.inbox.byReference(r1.ProviderKey)
-	if len(ok) != 1 || ok[0].Kind != payments.EventRefundSucceeded || ok[0].ChargeID != charge.ProviderID ||
+	if len(ok) != 1 || ok[0].Kind != provider.EventRefundSucceeded || ok[0].ChargeID != charge.ProviderID ||
 		ok[0].ProviderID != res.ProviderID || !ok[0].Amount.Equal(eur("15.00")) || ok[0].ID != res.ProviderID+":REFUND:true" {
 		t.Fatalf("REFUND events: %+v", ok)
 	}
 	bad := b.inbox.byReference(r2.ProviderKey)
-	if len(bad) != 1 || bad[0].Kind != payments.EventRefundFailed || bad[0].DeclineCode == "" || bad[0].ChargeID != charge.ProviderID {
+	if len(bad) != 1 || bad[0].Kind != provider.EventRefundFailed || bad[0].DeclineCode == "" || bad[0].ChargeID != charge.ProviderID {
 		t.Fatalf("REFUND failure events: %+v", bad)
 	}
 	if tot := b.srv.Totals()["EUR"]; tot.Authorised != 2000 || tot.Refunded != 1500 || tot.Net != 500 {
 		t.Fatalf("totals %+v", tot)
 	}
-	_, err := b.p.Refund(ctx, payments.RefundRequest{Key: "x", ProviderKey: "x_refund_0", ChargeID: "NOSUCHPSP0000000", Amount: eur("1.00")})
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "unknown_psp_reference" {
+	_, err := b.p.Refund(ctx, provider.RefundRequest{Key: "x", ProviderKey: "x_refund_0", ChargeID: "NOSUCHPSP0000000", Amount: eur("1.00")})
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "unknown_psp_reference" {
 		t.Fatalf("%+v", ie)
 	}
 }
@@ -689,14 +690,14 @@ func TestLookupDuplicates(t *testing.T) {
 	ctx := context.Background()
 	req := chargeReq("order-dup", adyentest.PaymentMethodVisa)
 	res := must(b.p.Charge(ctx, req))(t)
-	got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
 	if len(got.Charges) != 1 || got.Charges[0].ProviderID != res.ProviderID {
 		t.Fatalf("lookup: %+v", got)
 	}
 	if n := len(b.inbox.byReference(req.ProviderKey)); n != 3 {
 		t.Fatalf("%d deliveries of the AUTHORISATION, want 3", n)
 	}
-	none := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "x", ProviderKey: "nothing_charge_0"}))(t)
+	none := must(b.p.Lookup(ctx, provider.LookupRequest{Key: "x", ProviderKey: "nothing_charge_0"}))(t)
 	if len(none.Charges) != 0 || none.Charges == nil {
 		t.Fatalf("lookup of nothing: %+v", none)
 	}
@@ -734,13 +735,13 @@ func TestVerifyWebhookRotationAndTampering(t *testing.T) {
 
 	evs := must(verifier(t, oldKey, newKey).VerifyWebhook(ctx, nil, body))(t)
 	ev := evs[0]
-	if len(evs) != 1 || ev.ID != "PSP_REFUND_00001:REFUND:true" || ev.Type != "REFUND" || ev.Kind != payments.EventRefundSucceeded ||
+	if len(evs) != 1 || ev.ID != "PSP_REFUND_00001:REFUND:true" || ev.Type != "REFUND" || ev.Kind != provider.EventRefundSucceeded ||
 		ev.Reference != "order-r_refund_0" || ev.ProviderID != "PSP_REFUND_00001" || ev.ChargeID != "PSP_PAYMENT_0001" ||
 		!ev.Amount.Equal(eur("15.00")) || !strings.Contains(string(ev.Body), `"pspReference":"PSP_REFUND_00001"`) {
 		t.Fatalf("event %+v", ev)
 	}
 	must(verifier(t, newKey).VerifyWebhook(ctx, nil, body))(t)
-	if _, err := verifier(t, oldKey).VerifyWebhook(ctx, nil, body); !errors.Is(err, payments.ErrWebhookSignature) {
+	if _, err := verifier(t, oldKey).VerifyWebhook(ctx, nil, body); !errors.Is(err, provider.ErrWebhookSignature) {
 		t.Fatalf("wrong key: %v", err)
 	}
 
@@ -761,14 +762,14 @@ func TestVerifyWebhookRotationAndTampering(t *testing.T) {
 		}
 		edit(&n.NotificationItems[0].NotificationRequestItem)
 		tampered := must(json.Marshal(n))(t)
-		if _, err := p.VerifyWebhook(ctx, nil, tampered); !errors.Is(err, payments.ErrWebhookSignature) {
+		if _, err := p.VerifyWebhook(ctx, nil, tampered); !errors.Is(err, provider.ErrWebhookSignature) {
 			t.Fatalf("tampered %s accepted: %v", field, err)
 		}
 	}
 
 	unsigned := refundItem()
 	noSig := must(json.Marshal(adyentest.Notification{Live: "false", NotificationItems: []adyentest.NotificationEntry{{NotificationRequestItem: unsigned}}}))(t)
-	if _, err := p.VerifyWebhook(ctx, nil, noSig); !errors.Is(err, payments.ErrWebhookSignature) {
+	if _, err := p.VerifyWebhook(ctx, nil, noSig); !errors.Is(err, provider.ErrWebhookSignature) {
 		t.Fatalf("unsigned: %v", err)
 	}
 	// One bad item refuses the whole batch.
@@ -778,7 +779,7 @@ func TestVerifyWebhookRotationAndTampering(t *testing.T) {
 	bad.PSPReference = "PSP_REFUND_00002"
 	bad.AdditionalData = map[string]string{"hmacSignature": good.AdditionalData["hmacSignature"]}
 	batch := must(json.Marshal(adyentest.Notification{Live: "false", NotificationItems: []adyentest.NotificationEntry{{NotificationRequestItem: good}, {NotificationRequestItem: bad}}}))(t)
-	if _, err := p.VerifyWebhook(ctx, nil, batch); !errors.Is(err, payments.ErrWebhookSignature) || !strings.Contains(err.Error(), "notificationItems[1]") {
+	if _, err := p.VerifyWebhook(ctx, nil, batch); !errors.Is(err, provider.ErrWebhookSignature) || !strings.Contains(err.Error(), "notificationItems[1]") {
 		t.Fatalf("batch with a bad item: %v", err)
 	}
 }
@@ -798,14 +799,14 @@ func TestVerifyWebhookMalformed(t *testing.T) {
 		"bad success":      `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"P","eventCode":"REFUND","success":"maybe"}}]}`,
 		"bad amount value": `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"P","eventCode":"REFUND","success":"true","amount":{"currency":"EUR","value":"10"}}}]}`,
 	} {
-		if _, err := p.VerifyWebhook(context.Background(), nil, []byte(body)); !errors.Is(err, payments.ErrWebhookMalformed) {
+		if _, err := p.VerifyWebhook(context.Background(), nil, []byte(body)); !errors.Is(err, provider.ErrWebhookMalformed) {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
 	// A signed item in a currency money does not know.
 	it := refundItem()
 	it.Amount.Currency = "XXZ"
-	if _, err := p.VerifyWebhook(context.Background(), nil, signedDelivery(t, it, newKey)); !errors.Is(err, payments.ErrWebhookMalformed) ||
+	if _, err := p.VerifyWebhook(context.Background(), nil, signedDelivery(t, it, newKey)); !errors.Is(err, provider.ErrWebhookMalformed) ||
 		!strings.Contains(err.Error(), "amount.currency") {
 		t.Fatalf("unknown currency: %v", err)
 	}
@@ -816,24 +817,24 @@ func TestWebhookEventKinds(t *testing.T) {
 	p := verifier(t, newKey)
 	for _, tc := range []struct {
 		code, success string
-		want          payments.EventKind
+		want          provider.EventKind
 	}{
-		{"AUTHORISATION", "true", payments.EventChargeSucceeded},
-		{"AUTHORISATION", "false", payments.EventChargeFailed},
-		{"REFUND", "true", payments.EventRefundSucceeded},
-		{"REFUND", "false", payments.EventRefundFailed},
-		{"REFUND_FAILED", "true", payments.EventRefundReversed},
-		{"REFUNDED_REVERSED", "true", payments.EventRefundReversed},
-		{"CAPTURE", "true", payments.EventCaptureSucceeded},
-		{"CAPTURE", "false", payments.EventCaptureFailed},
-		{"CAPTURE_FAILED", "true", payments.EventCaptureFailed},
-		{"TECHNICAL_CANCEL", "true", payments.EventCancelled},
-		{"TECHNICAL_CANCEL", "false", payments.EventCancelFailed},
-		{"CANCELLATION", "true", payments.EventCancelled},
-		{"CANCELLATION", "false", payments.EventCancelFailed},
-		{"CANCEL_OR_REFUND", "true", payments.EventCancelled},
-		{"CANCEL_OR_REFUND", "false", payments.EventCancelFailed},
-		{"REPORT_AVAILABLE", "true", payments.EventIgnored},
+		{"AUTHORISATION", "true", provider.EventChargeSucceeded},
+		{"AUTHORISATION", "false", provider.EventChargeFailed},
+		{"REFUND", "true", provider.EventRefundSucceeded},
+		{"REFUND", "false", provider.EventRefundFailed},
+		{"REFUND_FAILED", "true", provider.EventRefundReversed},
+		{"REFUNDED_REVERSED", "true", provider.EventRefundReversed},
+		{"CAPTURE", "true", provider.EventCaptureSucceeded},
+		{"CAPTURE", "false", provider.EventCaptureFailed},
+		{"CAPTURE_FAILED", "true", provider.EventCaptureFailed},
+		{"TECHNICAL_CANCEL", "true", provider.EventCancelled},
+		{"TECHNICAL_CANCEL", "false", provider.EventCancelFailed},
+		{"CANCELLATION", "true", provider.EventCancelled},
+		{"CANCELLATION", "false", provider.EventCancelFailed},
+		{"CANCEL_OR_REFUND", "true", provider.EventCancelled},
+		{"CANCEL_OR_REFUND", "false", provider.EventCancelFailed},
+		{"REPORT_AVAILABLE", "true", provider.EventIgnored},
 	} {
 		it := refundItem()
 		it.EventCode, it.Success, it.Reason = tc.code, tc.success, "some reason"
@@ -878,7 +879,7 @@ func TestConformance(t *testing.T) {
 			Succeeds:       adyentest.PaymentMethodVisa,
 			Declines:       adyentest.PaymentMethodDeclined,
 			Charges: func(key string) int {
-				return b.srv.Counts(payments.ProviderKey(key, "charge", 0, payments.MaxReferenceLen(b.p))).Payments
+				return b.srv.Counts(provider.DeriveKey(key, "charge", 0, provider.MaxReferenceLen(b.p))).Payments
 			},
 			LoseNextResponse: func() {
 				b.srv.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments"})

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 )
@@ -26,9 +28,9 @@ func setupManual(t *testing.T) bundle {
 }
 
 // onlyEvent returns the one event of type typ under reference, failing t otherwise.
-func onlyEvent(t *testing.T, b bundle, reference, typ string) payments.WebhookEvent {
+func onlyEvent(t *testing.T, b bundle, reference, typ string) provider.WebhookEvent {
 	t.Helper()
-	var found []payments.WebhookEvent
+	var found []provider.WebhookEvent
 	for _, ev := range b.inbox.byReference(reference) {
 		if ev.Type == typ {
 			found = append(found, ev)
@@ -49,7 +51,7 @@ func wantTotal(t *testing.T, b bundle, want adyentest.Total) {
 
 // Automatic capture (Adyen's default): a payment whose response AND AUTHORISATION
 // notification were lost is captured. The technical cancel by reference cannot undo it: its
-// TECHNICAL_CANCEL fails (payments.EventCancelFailed, with Adyen's reason and the payment it
+// TECHNICAL_CANCEL fails (provider.EventCancelFailed, with Adyen's reason and the payment it
 // found), the money stays captured, and Lookup does not call the charge failed. The reversal
 // of the payment it named refunds it (CANCEL_OR_REFUND, action refund).
 func TestTechnicalCancelOfACapturedPaymentFails(t *testing.T) {
@@ -66,16 +68,16 @@ func TestTechnicalCancelOfACapturedPaymentFails(t *testing.T) {
 	b.wait(t)
 	b.inbox.drop.Store(false)
 	wantTotal(t, b, adyentest.Total{Authorised: 2000, Captured: 2000, Net: 2000, NetAmount: "20.00"})
-	if got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 || got.Consistent {
+	if got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 || got.Consistent {
 		t.Fatalf("lookup without the AUTHORISATION: %+v, want nothing known, not consistent", got)
 	}
 
-	if err := b.p.Void(ctx, payments.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey}); err != nil {
+	if err := b.p.Void(ctx, provider.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey}); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t)
 	failed := onlyEvent(t, b, req.ProviderKey, "TECHNICAL_CANCEL")
-	if failed.Kind != payments.EventCancelFailed || failed.DeclineCode != adyentest.ReasonCancelCaptured || len(failed.ChargeID) != 16 {
+	if failed.Kind != provider.EventCancelFailed || failed.DeclineCode != adyentest.ReasonCancelCaptured || len(failed.ChargeID) != 16 {
 		t.Fatalf("technical cancel of a captured payment: %+v, want cancel_failed naming the payment with Adyen's reason", failed)
 	}
 	// The fake did not pretend: the payment is still captured.
@@ -83,17 +85,17 @@ func TestTechnicalCancelOfACapturedPaymentFails(t *testing.T) {
 	if c := b.srv.Counts(req.ProviderKey); c != (adyentest.Counts{Payments: 1, Cancels: 1}) {
 		t.Fatalf("counts %+v", c)
 	}
-	if got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 {
+	if got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 {
 		t.Fatalf("lookup after a failed technical cancel: %+v, want no charge claimed either way", got)
 	}
 
 	// The failed cancel named the payment: a reversal refunds it, whatever its capture state.
-	void := payments.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey, ProviderID: failed.ChargeID}
+	void := provider.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey, ProviderID: failed.ChargeID}
 	must(0, b.p.Void(ctx, void))(t)
 	must(0, b.p.Void(ctx, void))(t) // a retry replays: one reversal
 	b.wait(t)
 	refunded := onlyEvent(t, b, req.ProviderKey, "CANCEL_OR_REFUND")
-	if refunded.Kind != payments.EventCancelled || refunded.DeclineCode != "refunded" || refunded.ChargeID != failed.ChargeID ||
+	if refunded.Kind != provider.EventCancelled || refunded.DeclineCode != "refunded" || refunded.ChargeID != failed.ChargeID ||
 		!refunded.Amount.Equal(req.Amount) {
 		t.Fatalf("reversal of a captured payment: %+v, want cancelled (refunded) naming %s", refunded, failed.ChargeID)
 	}
@@ -101,14 +103,14 @@ func TestTechnicalCancelOfACapturedPaymentFails(t *testing.T) {
 	if c := b.srv.Counts(req.ProviderKey); c.Reversals != 1 {
 		t.Fatalf("counts %+v, want one reversal", c)
 	}
-	got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
 	if len(got.Charges) != 0 {
 		t.Fatalf("lookup: %+v", got)
 	}
 }
 
 // Manual capture: an authorisation whose response was lost holds the funds without moving
-// them; the technical cancel by reference voids it (payments.EventCancelled) and Lookup reads
+// them; the technical cancel by reference voids it (provider.EventCancelled) and Lookup reads
 // the charge failed.
 func TestTechnicalCancelOfAnUncapturedAuthorisation(t *testing.T) {
 	t.Parallel()
@@ -120,28 +122,28 @@ func TestTechnicalCancelOfAnUncapturedAuthorisation(t *testing.T) {
 		t.Fatalf("lost response: %v", err)
 	}
 	wantTotal(t, b, adyentest.Total{Authorised: 2000, NetAmount: "0.00"})
-	got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
-	if len(got.Charges) != 1 || got.Charges[0].Status != payments.ChargePending {
+	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargePending {
 		t.Fatalf("lookup of an uncaptured authorisation: %+v, want pending (nothing moved yet)", got)
 	}
 	psp := got.Charges[0].ProviderID
 
-	must(0, b.p.Void(ctx, payments.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	must(0, b.p.Void(ctx, provider.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
 	b.wait(t)
 	cancelled := onlyEvent(t, b, req.ProviderKey, "TECHNICAL_CANCEL")
-	if cancelled.Kind != payments.EventCancelled || cancelled.ChargeID != psp || cancelled.DeclineCode != "cancelled" {
+	if cancelled.Kind != provider.EventCancelled || cancelled.ChargeID != psp || cancelled.DeclineCode != "cancelled" {
 		t.Fatalf("technical cancel: %+v", cancelled)
 	}
 	wantTotal(t, b, adyentest.Total{NetAmount: "0.00"})
-	got = must(b.p.Lookup(ctx, payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
-	if len(got.Charges) != 1 || got.Charges[0].Status != payments.ChargeFailed || got.Charges[0].ProviderID != psp {
+	got = must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargeFailed || got.Charges[0].ProviderID != psp {
 		t.Fatalf("lookup of a cancelled authorisation: %+v", got)
 	}
 	// A technical cancel of a reference nothing has fails too; it proves nothing.
-	none := payments.ProviderKey("order-none", "charge", 0, adyen.MaxReferenceLen)
-	must(0, b.p.Void(ctx, payments.VoidRequest{Key: "order-none", ProviderKey: none}))(t)
+	none := provider.DeriveKey("order-none", "charge", 0, adyen.MaxReferenceLen)
+	must(0, b.p.Void(ctx, provider.VoidRequest{Key: "order-none", ProviderKey: none}))(t)
 	b.wait(t)
-	if ev := onlyEvent(t, b, none, "TECHNICAL_CANCEL"); ev.Kind != payments.EventCancelFailed || ev.ChargeID != "" ||
+	if ev := onlyEvent(t, b, none, "TECHNICAL_CANCEL"); ev.Kind != provider.EventCancelFailed || ev.ChargeID != "" ||
 		ev.DeclineCode != adyentest.ReasonNoPayment {
 		t.Fatalf("technical cancel of nothing: %+v", ev)
 	}
@@ -165,10 +167,10 @@ func TestReversalOfAnUncapturedAuthorisationCancels(t *testing.T) {
 	if c := b.srv.Counts(req.ProviderKey); c != (adyentest.Counts{Payments: 1}) {
 		t.Fatalf("counts %+v: the capture must not be sent when the payment could not be recorded", c)
 	}
-	must(0, b.p.Void(ctx, payments.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey, ProviderID: recorded}))(t)
+	must(0, b.p.Void(ctx, provider.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey, ProviderID: recorded}))(t)
 	b.wait(t)
 	ev := onlyEvent(t, b, req.ProviderKey, "CANCEL_OR_REFUND")
-	if ev.Kind != payments.EventCancelled || ev.DeclineCode != "cancelled" || ev.ChargeID != recorded {
+	if ev.Kind != provider.EventCancelled || ev.DeclineCode != "cancelled" || ev.ChargeID != recorded {
 		t.Fatalf("reversal of an authorisation: %+v", ev)
 	}
 	wantTotal(t, b, adyentest.Total{NetAmount: "0.00"})
@@ -178,7 +180,7 @@ func TestReversalOfAnUncapturedAuthorisationCancels(t *testing.T) {
 	}
 	b.wait(t)
 	again := onlyEvent(t, b, "again", "CANCEL_OR_REFUND")
-	if again.Kind != payments.EventCancelFailed || again.DeclineCode == "" || again.ChargeID != recorded {
+	if again.Kind != provider.EventCancelFailed || again.DeclineCode == "" || again.ChargeID != recorded {
 		t.Fatalf("second reversal: %+v", again)
 	}
 }
@@ -195,22 +197,22 @@ func TestManualCaptureFlow(t *testing.T) {
 	var recorded []string
 	req.Progress = func(_ context.Context, id string) error { recorded = append(recorded, id); return nil }
 	res := must(b.p.Charge(ctx, req))(t)
-	if res.Status != payments.ChargePending || len(res.ProviderID) != 16 || len(recorded) != 1 || recorded[0] != res.ProviderID {
+	if res.Status != provider.ChargePending || len(res.ProviderID) != 16 || len(recorded) != 1 || recorded[0] != res.ProviderID {
 		t.Fatalf("manual charge: %+v, recorded %v; want pending, recorded before the capture", res, recorded)
 	}
 	if c := b.srv.Counts(req.ProviderKey); c != (adyentest.Counts{Payments: 1, Captures: 1}) {
 		t.Fatalf("counts %+v", c)
 	}
 	b.wait(t)
-	if ev := onlyEvent(t, b, req.ProviderKey, "AUTHORISATION"); ev.Kind != payments.EventChargePending {
+	if ev := onlyEvent(t, b, req.ProviderKey, "AUTHORISATION"); ev.Kind != provider.EventChargePending {
 		t.Fatalf("AUTHORISATION under manual capture: %+v, want charge_pending (no money moved)", ev)
 	}
 	capt := onlyEvent(t, b, req.ProviderKey, "CAPTURE")
-	if capt.Kind != payments.EventCaptureSucceeded || capt.ChargeID != res.ProviderID || !capt.Amount.Equal(req.Amount) {
+	if capt.Kind != provider.EventCaptureSucceeded || capt.ChargeID != res.ProviderID || !capt.Amount.Equal(req.Amount) {
 		t.Fatalf("CAPTURE: %+v", capt)
 	}
-	got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
-	if len(got.Charges) != 1 || got.Charges[0].Status != payments.ChargeSucceeded {
+	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargeSucceeded {
 		t.Fatalf("lookup after the CAPTURE: %+v", got)
 	}
 
@@ -226,7 +228,7 @@ func TestManualCaptureFlow(t *testing.T) {
 	lost.ProviderID = known
 	lost.Progress = func(context.Context, string) error { t.Error("Progress called on a resumed charge"); return nil }
 	again := must(b.p.Charge(ctx, lost))(t)
-	if again.Status != payments.ChargePending || again.ProviderID != known {
+	if again.Status != provider.ChargePending || again.ProviderID != known {
 		t.Fatalf("resumed charge: %+v, want pending on %s", again, known)
 	}
 	if c := b.srv.Counts(lost.ProviderKey); c != (adyentest.Counts{Payments: 1, Captures: 1}) {
@@ -237,7 +239,7 @@ func TestManualCaptureFlow(t *testing.T) {
 	}
 	wantTotal(t, b, adyentest.Total{Authorised: 4000, Captured: 4000, Net: 4000, NetAmount: "40.00"})
 	b.wait(t)
-	if ev := onlyEvent(t, b, lost.ProviderKey, "CAPTURE"); ev.Kind != payments.EventCaptureSucceeded || ev.ChargeID != known {
+	if ev := onlyEvent(t, b, lost.ProviderKey, "CAPTURE"); ev.Kind != provider.EventCaptureSucceeded || ev.ChargeID != known {
 		t.Fatalf("CAPTURE: %+v", ev)
 	}
 }
@@ -257,15 +259,15 @@ func TestRefusedCaptureStaysPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Progress, req.ProviderID = nil, res.ProviderID
-	if again := must(b.p.Charge(ctx, req))(t); again.Status != payments.ChargePending {
+	if again := must(b.p.Charge(ctx, req))(t); again.Status != provider.ChargePending {
 		t.Fatalf("resumed charge: %+v", again)
 	}
 	b.wait(t)
-	if ev := onlyEvent(t, b, req.ProviderKey, "CAPTURE"); ev.Kind != payments.EventCaptureFailed || ev.DeclineCode == "" {
+	if ev := onlyEvent(t, b, req.ProviderKey, "CAPTURE"); ev.Kind != provider.EventCaptureFailed || ev.DeclineCode == "" {
 		t.Fatalf("CAPTURE: %+v", ev)
 	}
-	got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
-	if len(got.Charges) != 1 || got.Charges[0].Status != payments.ChargePending {
+	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargePending {
 		t.Fatalf("lookup after a refused capture: %+v, want pending", got)
 	}
 }
@@ -282,7 +284,7 @@ func TestRefundNeedsACapture(t *testing.T) {
 	r := refundReq("order-norefund-r", res.ProviderID, eur("5.00"))
 	must(b.p.Refund(ctx, r))(t)
 	b.wait(t)
-	if ev := onlyEvent(t, b, r.ProviderKey, "REFUND"); ev.Kind != payments.EventRefundFailed || ev.DeclineCode != adyentest.ReasonRefundNotCaptured {
+	if ev := onlyEvent(t, b, r.ProviderKey, "REFUND"); ev.Kind != provider.EventRefundFailed || ev.DeclineCode != adyentest.ReasonRefundNotCaptured {
 		t.Fatalf("refund of an uncaptured payment: %+v", ev)
 	}
 }
@@ -311,13 +313,13 @@ func TestWebhookCaptureModesAndReversals(t *testing.T) {
 		HMACKeys: []string{newKey}, CaptureMode: adyen.CaptureManual}))(t)
 	auth := adyentest.NotificationItem{Amount: adyentest.Amount{Currency: "EUR", Value: 2000}, EventCode: "AUTHORISATION",
 		MerchantAccountCode: merchant, MerchantReference: "order_charge_0", PSPReference: "PSP_PAYMENT_0001", Success: "true"}
-	for p, want := range map[*adyen.Provider]payments.EventKind{auto: payments.EventChargeSucceeded, man: payments.EventChargePending} {
+	for p, want := range map[*adyen.Provider]provider.EventKind{auto: provider.EventChargeSucceeded, man: provider.EventChargePending} {
 		if ev := must(p.VerifyWebhook(ctx, nil, signedItems(t, newKey, auth)))(t)[0]; ev.Kind != want {
 			t.Fatalf("AUTHORISATION success: %s, want %s", ev.Kind, want)
 		}
 	}
 	auth.Success, auth.Reason = "false", "Refused"
-	if ev := must(man.VerifyWebhook(ctx, nil, signedItems(t, newKey, auth)))(t)[0]; ev.Kind != payments.EventChargeFailed {
+	if ev := must(man.VerifyWebhook(ctx, nil, signedItems(t, newKey, auth)))(t)[0]; ev.Kind != provider.EventChargeFailed {
 		t.Fatalf("AUTHORISATION failure under manual capture: %+v", ev)
 	}
 
@@ -328,12 +330,12 @@ func TestWebhookCaptureModesAndReversals(t *testing.T) {
 		it := rev
 		it.AdditionalData = map[string]string{adyentest.ModificationAction: action}
 		ev := must(auto.VerifyWebhook(ctx, nil, signedItems(t, newKey, it)))(t)[0]
-		if ev.Kind != payments.EventCancelled || ev.DeclineCode != decline || ev.ChargeID != "PSP_PAYMENT_0001" || ev.ProviderID != "PSP_REVERSAL_001" {
+		if ev.Kind != provider.EventCancelled || ev.DeclineCode != decline || ev.ChargeID != "PSP_PAYMENT_0001" || ev.ProviderID != "PSP_REVERSAL_001" {
 			t.Fatalf("CANCEL_OR_REFUND %s: %+v", action, ev)
 		}
 	}
 	rev.Success, rev.Reason = "false", "Payment already refunded"
-	if ev := must(auto.VerifyWebhook(ctx, nil, signedItems(t, newKey, rev)))(t)[0]; ev.Kind != payments.EventCancelFailed ||
+	if ev := must(auto.VerifyWebhook(ctx, nil, signedItems(t, newKey, rev)))(t)[0]; ev.Kind != provider.EventCancelFailed ||
 		ev.DeclineCode != "Payment already refunded" || ev.ChargeID != "PSP_PAYMENT_0001" {
 		t.Fatalf("CANCEL_OR_REFUND failure: %+v", ev)
 	}
@@ -350,14 +352,14 @@ func TestCaptureDelayWindow(t *testing.T) {
 	late := chargeReq("order-late", adyentest.PaymentMethodVisa)
 	must(b.p.Charge(ctx, early))(t)
 	must(b.p.Charge(ctx, late))(t)
-	must(0, b.p.Void(ctx, payments.VoidRequest{Key: early.Key, ProviderKey: early.ProviderKey}))(t)
+	must(0, b.p.Void(ctx, provider.VoidRequest{Key: early.Key, ProviderKey: early.ProviderKey}))(t)
 	clock.Advance(2 * time.Hour)
-	must(0, b.p.Void(ctx, payments.VoidRequest{Key: late.Key, ProviderKey: late.ProviderKey}))(t)
+	must(0, b.p.Void(ctx, provider.VoidRequest{Key: late.Key, ProviderKey: late.ProviderKey}))(t)
 	b.wait(t)
-	if ev := onlyEvent(t, b, early.ProviderKey, "TECHNICAL_CANCEL"); ev.Kind != payments.EventCancelled {
+	if ev := onlyEvent(t, b, early.ProviderKey, "TECHNICAL_CANCEL"); ev.Kind != provider.EventCancelled {
 		t.Fatalf("cancel within the capture delay: %+v", ev)
 	}
-	if ev := onlyEvent(t, b, late.ProviderKey, "TECHNICAL_CANCEL"); ev.Kind != payments.EventCancelFailed {
+	if ev := onlyEvent(t, b, late.ProviderKey, "TECHNICAL_CANCEL"); ev.Kind != provider.EventCancelFailed {
 		t.Fatalf("cancel after the capture delay: %+v", ev)
 	}
 	wantTotal(t, b, adyentest.Total{Authorised: 2000, Captured: 2000, Net: 2000, NetAmount: "20.00"})

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // DefaultBaseURL is Adyen's Checkout API v71 test endpoint. Live endpoints are per merchant:
@@ -31,7 +31,7 @@ const MinRetention = 7 * 24 * time.Hour
 // NotificationSource returns the verified notifications received for a reference (Adyen's
 // merchantReference): in production, a query of the webhook inbox; in tests, the events a
 // receiver stored. The order does not matter; duplicates are allowed.
-type NotificationSource func(ctx context.Context, reference string) ([]payments.WebhookEvent, error)
+type NotificationSource func(ctx context.Context, reference string) ([]provider.WebhookEvent, error)
 
 // Config configures a [Provider] or a [Client]. A nil *Config means all defaults, which fails
 // validation because APIKey and MerchantAccount are required.

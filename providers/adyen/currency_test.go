@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 )
@@ -50,7 +51,7 @@ func TestCurrencyRoundTrips(t *testing.T) {
 			t.Fatalf("%s: %v", tc.cur, err)
 		}
 		res := must(b.p.Charge(ctx, req))(t)
-		if res.Status != payments.ChargeSucceeded || !res.Amount.Equal(req.Amount) {
+		if res.Status != provider.ChargeSucceeded || !res.Amount.Equal(req.Amount) {
 			t.Fatalf("%s charge: %+v", tc.cur, res)
 		}
 		b.wait(t)
@@ -76,7 +77,7 @@ func TestCurrencyRoundTrips(t *testing.T) {
 			t.Fatalf("%s refund: %+v", tc.cur, rr)
 		}
 		b.wait(t)
-		if ev := onlyEvent(t, b, r.ProviderKey, "REFUND"); ev.Kind != payments.EventRefundSucceeded || !ev.Amount.Equal(req.Amount) {
+		if ev := onlyEvent(t, b, r.ProviderKey, "REFUND"); ev.Kind != provider.EventRefundSucceeded || !ev.Amount.Equal(req.Amount) {
 			t.Fatalf("%s REFUND: %+v", tc.cur, ev)
 		}
 		if got := b.srv.Totals()[string(tc.cur)]; got.Net != 0 || got.Refunded != tc.value {
@@ -99,7 +100,7 @@ func TestUnrepresentableAmountsRefused(t *testing.T) {
 		req := chargeReq("order-bad-"+string(amount.Currency()), adyentest.PaymentMethodVisa)
 		req.Amount = amount
 		for name, err := range map[string]error{"ValidateCharge": b.p.ValidateCharge(req), "Charge": second(b.p.Charge(ctx, req))} {
-			ie := errAs[*payments.InvalidRequestError](t, err)
+			ie := errAs[*provider.InvalidRequestError](t, err)
 			if ie.Param != "Amount" || !strings.Contains(ie.Message, "Adyen cannot represent") || payments.SafeToRetry(err) {
 				t.Fatalf("%s of %s: %+v", name, amount, ie)
 			}
@@ -109,7 +110,7 @@ func TestUnrepresentableAmountsRefused(t *testing.T) {
 		}
 		r := refundReq("refund-bad-"+string(amount.Currency()), ok.ProviderID, amount)
 		for name, err := range map[string]error{"ValidateRefund": b.p.ValidateRefund(r), "Refund": second(b.p.Refund(ctx, r))} {
-			if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "Amount" {
+			if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "Amount" {
 				t.Fatalf("%s of %s: %+v", name, amount, ie)
 			}
 		}
@@ -117,9 +118,9 @@ func TestUnrepresentableAmountsRefused(t *testing.T) {
 			t.Fatalf("refund of %s reached the fake: %+v", amount, c)
 		}
 	}
-	var p payments.Provider = b.p
-	if _, ok := p.(payments.Validator); !ok {
-		t.Fatal("the adapter is not a payments.Validator")
+	var p provider.Provider = b.p
+	if _, ok := p.(provider.Validator); !ok {
+		t.Fatal("the adapter is not a provider.Validator")
 	}
 }
 

@@ -1,5 +1,5 @@
-// Package adyen is payonce's Adyen adapter: a [payments.Provider], [payments.Validator],
-// [payments.Voider] and [payments.WebhookVerifier] over Adyen's Checkout API v71, through a
+// Package adyen is payonce's Adyen adapter: a [provider.Provider], [provider.Validator],
+// [provider.Voider] and [provider.WebhookVerifier] over Adyen's Checkout API v71, through a
 // small typed REST [Client] (the official Go library is not available to this module): POST
 // /payments, /payments/{pspReference}/refunds, /captures and /reversals, and /cancels.
 //
@@ -60,11 +60,11 @@
 //
 //   - [CaptureAutomatic] (Adyen's default, and a capture delay too): Adyen captures by itself,
 //     Authorised means the money moved, and the AUTHORISATION notification is
-//     payments.EventChargeSucceeded.
+//     provider.EventChargeSucceeded.
 //   - [CaptureManual]: Authorised only reserves the funds. [Provider.Charge] reports the
 //     pspReference through ChargeRequest.Progress, then captures (POST
 //     /payments/{pspReference}/captures, whose answer is only "received"): the charge is
-//     ChargePending, the AUTHORISATION notification payments.EventChargePending, and the
+//     ChargePending, the AUTHORISATION notification provider.EventChargePending, and the
 //     CAPTURE notification settles it (EventCaptureSucceeded or EventCaptureFailed, ChargeID
 //     the payment). A retry with ChargeRequest.ProviderID resumes at the capture, whose
 //     Idempotency-Key makes a lost capture response a replay.
@@ -81,7 +81,7 @@
 //	Cancelled                                    ChargeFailed
 //	Error, any other code                        *UnknownOutcomeError (never guessed)
 //
-//	HTTP answer                                  payments error            final?
+//	HTTP answer                                  provider error            final?
 //	409 or 422 errorCode "704"                   *InProgressError          retry later, same key
 //	Transient-Error: true (any status)           *UnknownOutcomeError      retry, same key
 //	422 idempotency_key_reused (adyentest only)  *KeyMismatchError         a bug: report
@@ -120,14 +120,14 @@
 //
 // # Voids
 //
-// [Provider.Void] ([payments.Voider]) makes an attempt void. With the payment's pspReference it
+// [Provider.Void] ([provider.Voider]) makes an attempt void. With the payment's pspReference it
 // sends a reversal (POST /payments/{pspReference}/reversals: Adyen cancels the payment if it is
 // not captured and refunds it in full if it is; CANCEL_OR_REFUND notification). Without it,
 // the technical cancel by reference (POST /cancels; TECHNICAL_CANCEL), which only cancels an
 // authorisation that is not captured yet: under automatic capture, a payment that was made is
-// captured, and the technical cancel fails. A successful void is payments.EventCancelled
+// captured, and the technical cancel fails. A successful void is provider.EventCancelled
 // (DeclineCode "cancelled", or "refunded" for a reversal that refunded); a failed one is
-// payments.EventCancelFailed with Adyen's reason, and proves nothing about the payment's
+// provider.EventCancelFailed with Adyen's reason, and proves nothing about the payment's
 // absence.
 //
 // # Lookup
@@ -141,13 +141,13 @@
 // fails on a captured payment, and its TECHNICAL_CANCEL then names the payment it found
 // (ChargeID), which a reversal can undo.
 //
-// Lookup cannot tell what Adyen refunded of a charge (payments.LookupRequest.WithRefunds):
+// Lookup cannot tell what Adyen refunded of a charge (provider.LookupRequest.WithRefunds):
 // RefundsKnown stays false. A REFUND notification carries the refund's own reference as
 // merchantReference (the payment's pspReference is its originalReference), so the events
 // stored under the payment's reference hold none, and the Checkout API has no read of a
 // payment's refunds.
 //
-// [Provider.LookupRefund] ([payments.RefundLooker]) tells what became of a refund attempt from
+// [Provider.LookupRefund] ([provider.RefundLooker]) tells what became of a refund attempt from
 // the notifications stored under the refund's own reference: REFUND success true is succeeded;
 // REFUND success false, or REFUND_FAILED (even after a success), is failed. It is never
 // Consistent either: no notification yet proves nothing.
@@ -157,7 +157,7 @@
 // The adapter never retries, and neither does Adyen on its side: payonce retries with the same
 // reference and so the same Idempotency-Key, which Adyen deduplicates for the dedup window.
 // Adyen's webhook deliveries are retried by Adyen until acknowledged with 2xx, and may come
-// more than once: dedupe on [payments.WebhookEvent].ID ("pspReference:eventCode:success").
+// more than once: dedupe on [provider.WebhookEvent].ID ("pspReference:eventCode:success").
 // net/http resends a keyed POST on a fresh connection when a reused keep-alive connection fails
 // before the response: harmless (same key), but it can hide a lost response in tests, which
 // therefore disable keep-alives.
@@ -165,5 +165,5 @@
 // # Webhooks
 //
 // [Provider.VerifyWebhook] verifies each item's HMAC signature against every Config.HMACKeys
-// entry (rotation) and maps event codes to [payments.EventKind]; see its documentation.
+// entry (rotation) and maps event codes to [provider.EventKind]; see its documentation.
 package adyen

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // ErrorCodeInProgress is Adyen's errorCode for a request whose Idempotency-Key is still being
@@ -21,27 +21,27 @@ func classify(err error) error {
 	var te *TransportError
 	if errors.As(err, &te) {
 		if !te.Sent {
-			return &payments.NotSentError{Provider: providerName, Err: err}
+			return &provider.NotSentError{Provider: providerName, Err: err}
 		}
-		return &payments.UnknownOutcomeError{Provider: providerName, Status: te.StatusCode, Err: err}
+		return &provider.UnknownOutcomeError{Provider: providerName, Status: te.StatusCode, Err: err}
 	}
 	var ae *APIError
 	if !errors.As(err, &ae) {
-		return &payments.UnknownOutcomeError{Provider: providerName, Err: err}
+		return &provider.UnknownOutcomeError{Provider: providerName, Err: err}
 	}
 	status := ae.StatusCode
 	switch {
 	case ae.ErrorCode == ErrorCodeInProgress && (status == http.StatusConflict || status == http.StatusUnprocessableEntity):
-		return &payments.InProgressError{Provider: providerName}
+		return &provider.InProgressError{Provider: providerName}
 	case ae.Transient:
 		// Adyen did not keep this answer for the key and says the same key may be retried.
 		// The request did reach Adyen, so "not sent" would be a claim we cannot prove (and
 		// NotSentError may be read as "nothing exists there"); unknown is as retryable and
 		// never assumed failed.
-		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+		return &provider.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	case status == http.StatusUnprocessableEntity && ae.ErrorCode == errorCodeKeyMismatch:
 		// Only the code: a message may quote the key.
-		return &payments.KeyMismatchError{Provider: providerName,
+		return &provider.KeyMismatchError{Provider: providerName,
 			Message: "errorCode " + ae.ErrorCode + ": the Idempotency-Key was first used with another request"}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		// 401 (errorCode 000, 00_401): "Invalid API credentials were used in
@@ -56,12 +56,12 @@ func classify(err error) error {
 		if code == "" {
 			code = http.StatusText(status)
 		}
-		return &payments.CredentialsError{Provider: providerName, Status: status, Code: code,
+		return &provider.CredentialsError{Provider: providerName, Status: status, Code: code,
 			Setting: "Config.APIKey/Config.MerchantAccount", Message: ae.Message}
 	case status == http.StatusTooManyRequests, status >= 500:
 		// A non-transient 5xx is final for the key at Adyen: a retry replays it, and only the
 		// AUTHORISATION webhook (Lookup) or a technical cancel resolves the outcome.
-		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+		return &provider.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	case status >= 400:
 		// Adyen answers a known Idempotency-Key with the first response, a
 		// non-transient error included, but marks no replay (the echoed
@@ -73,8 +73,8 @@ func classify(err error) error {
 		if code == "" {
 			code = http.StatusText(status)
 		}
-		return &payments.InvalidRequestError{Provider: providerName, Code: code, Message: ae.Message}
+		return &provider.InvalidRequestError{Provider: providerName, Code: code, Message: ae.Message}
 	default:
-		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+		return &provider.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	}
 }

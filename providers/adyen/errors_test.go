@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 )
 
@@ -28,8 +30,8 @@ func TestRefusalsOfCredentials(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := stub(t, tc.status, nil, tc.body).Charge(context.Background(), chargeReq("order-creds", "pm_x"))
-			ce := errAs[*payments.CredentialsError](t, err)
-			if ce.Code != tc.code || ce.Status != tc.status || errors.Is(err, payments.ErrInvalidRequest) || payments.SafeToRetry(err) ||
+			ce := errAs[*provider.CredentialsError](t, err)
+			if ce.Code != tc.code || ce.Status != tc.status || errors.Is(err, provider.ErrInvalidRequest) || payments.SafeToRetry(err) ||
 				!strings.Contains(err.Error(), "check the API key") {
 				t.Fatalf("%v, want a refusal of our credentials", err)
 			}
@@ -37,7 +39,7 @@ func TestRefusalsOfCredentials(t *testing.T) {
 	}
 	_, err := stub(t, 404, nil, `{"status":404,"errorCode":"000","message":"Not found","errorType":"validation"}`).
 		Charge(context.Background(), chargeReq("order-404", "pm_x"))
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Replayed {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Replayed {
 		t.Fatalf("%+v: Adyen marks no replay", ie)
 	}
 }
@@ -48,7 +50,7 @@ func TestRolledAPIKey(t *testing.T) {
 	t.Parallel()
 	rolled := setup(t, &adyentest.Config{APIKey: "AQE_the_new_key"})
 	_, err := rolled.p.Charge(context.Background(), chargeReq("order-rolled", adyentest.PaymentMethodVisa))
-	if ce := errAs[*payments.CredentialsError](t, err); ce.Status != 401 {
+	if ce := errAs[*provider.CredentialsError](t, err); ce.Status != 401 {
 		t.Fatalf("%+v", ce)
 	}
 	wantPayments(t, rolled, chargeReq("order-rolled", "").ProviderKey, 0)
@@ -64,7 +66,7 @@ func TestKeyMismatchHoldsNoKey(t *testing.T) {
 	must(b.p.Charge(ctx, req))(t)
 	req.Amount = eur("21.00")
 	_, err := b.p.Charge(ctx, req)
-	km := errAs[*payments.KeyMismatchError](t, err)
+	km := errAs[*provider.KeyMismatchError](t, err)
 	for _, text := range []string{err.Error(), km.Message} {
 		if strings.Contains(text, req.Key) || strings.Contains(text, req.ProviderKey) || strings.Contains(text, "order-7f3a9c") {
 			t.Fatalf("the error holds the key: %q", text)

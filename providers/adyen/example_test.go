@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 )
@@ -30,9 +31,9 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	req := payments.ChargeRequest{
+	req := provider.ChargeRequest{
 		Key:           "order-42",
-		ProviderKey:   payments.ProviderKey("order-42", "charge", 0, payments.MaxReferenceLen(p)),
+		ProviderKey:   provider.DeriveKey("order-42", "charge", 0, provider.MaxReferenceLen(p)),
 		Amount:        money.MustParse("20.00", money.EUR),
 		PaymentMethod: adyentest.PaymentMethodVisa,
 		Shopper:       "usr_7fQ9x", // payments fills it from ChargeParams.Shopper or the Scope

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 	"github.com/payonce/payonce/providers/internal/testkit"
@@ -40,14 +40,14 @@ func fuzzItems(f *testing.F) []adyentest.NotificationItem {
 	}
 	declined := chargeReq("fz-2", adyentest.PaymentMethodDeclined)
 	_, _ = p.Charge(ctx, declined) // a refusal: its item is what we want
-	if _, err := p.Refund(ctx, payments.RefundRequest{Key: "fz-1-r", ProviderKey: "fz-1-r", ChargeID: ch.ProviderID, Amount: testkit.EUR("3.00")}); err != nil {
+	if _, err := p.Refund(ctx, provider.RefundRequest{Key: "fz-1-r", ProviderKey: "fz-1-r", ChargeID: ch.ProviderID, Amount: testkit.EUR("3.00")}); err != nil {
 		f.Fatal(err)
 	}
 	// A reversal of the captured payment, and a technical cancel of the refused one.
-	if err := p.Void(ctx, payments.VoidRequest{Key: "fz-1", ProviderKey: charged.ProviderKey, ProviderID: ch.ProviderID}); err != nil {
+	if err := p.Void(ctx, provider.VoidRequest{Key: "fz-1", ProviderKey: charged.ProviderKey, ProviderID: ch.ProviderID}); err != nil {
 		f.Fatal(err)
 	}
-	if err := p.Void(ctx, payments.VoidRequest{Key: "fz-2", ProviderKey: declined.ProviderKey}); err != nil {
+	if err := p.Void(ctx, provider.VoidRequest{Key: "fz-2", ProviderKey: declined.ProviderKey}); err != nil {
 		f.Fatal(err)
 	}
 	var items []adyentest.NotificationItem
@@ -81,31 +81,31 @@ func fuzzVerifier(tb testing.TB, keys ...string) *adyen.Provider {
 	return p
 }
 
-var knownKinds = map[payments.EventKind]bool{
-	payments.EventChargeSucceeded: true, payments.EventChargeFailed: true, payments.EventChargePending: true,
-	payments.EventRefundSucceeded: true, payments.EventRefundFailed: true, payments.EventRefundReversed: true, payments.EventCaptureSucceeded: true,
-	payments.EventCaptureFailed: true, payments.EventCancelled: true, payments.EventCancelFailed: true,
-	payments.EventIgnored: true,
+var knownKinds = map[provider.EventKind]bool{
+	provider.EventChargeSucceeded: true, provider.EventChargeFailed: true, provider.EventChargePending: true,
+	provider.EventRefundSucceeded: true, provider.EventRefundFailed: true, provider.EventRefundReversed: true, provider.EventCaptureSucceeded: true,
+	provider.EventCaptureFailed: true, provider.EventCancelled: true, provider.EventCancelFailed: true,
+	provider.EventIgnored: true,
 }
 
 // verifyTwice verifies body twice and fails t unless both answers are the
 // same, and unless the error (if any) is exactly one of a signature error
 // and a malformed body, with no events.
-func verifyTwice(t *testing.T, p *adyen.Provider, body []byte) ([]payments.WebhookEvent, error) {
+func verifyTwice(t *testing.T, p *adyen.Provider, body []byte) ([]provider.WebhookEvent, error) {
 	t.Helper()
 	evs, err := p.VerifyWebhook(context.Background(), nil, body)
 	evs2, err2 := p.VerifyWebhook(context.Background(), nil, body)
 	if !reflect.DeepEqual(evs, evs2) || (err == nil) != (err2 == nil) || (err != nil && err.Error() != err2.Error()) {
 		t.Fatalf("not deterministic: %v, %v then %v, %v", evs, err, evs2, err2)
 	}
-	if err != nil && (evs != nil || errors.Is(err, payments.ErrWebhookSignature) == errors.Is(err, payments.ErrWebhookMalformed)) {
+	if err != nil && (evs != nil || errors.Is(err, provider.ErrWebhookSignature) == errors.Is(err, provider.ErrWebhookMalformed)) {
 		t.Fatalf("refusal %v with events %v: want a signature error or a malformed body, and no events", err, evs)
 	}
 	return evs, err
 }
 
 // checkEvents fails t unless evs are one well-formed event per item of body.
-func checkEvents(t *testing.T, evs []payments.WebhookEvent, body []byte) {
+func checkEvents(t *testing.T, evs []provider.WebhookEvent, body []byte) {
 	t.Helper()
 	var n struct {
 		NotificationItems []json.RawMessage `json:"notificationItems"`
@@ -118,7 +118,7 @@ func checkEvents(t *testing.T, evs []payments.WebhookEvent, body []byte) {
 			ev.ProviderID == "" || ev.Type == "" || !knownKinds[ev.Kind] || !json.Valid(ev.Body) {
 			t.Fatalf("event %+v (Body %s)", ev, ev.Body)
 		}
-		if ev.Kind == payments.EventCancelFailed && ev.DeclineCode == "" {
+		if ev.Kind == provider.EventCancelFailed && ev.DeclineCode == "" {
 			t.Fatalf("a failed cancellation without a reason: %+v", ev)
 		}
 	}
@@ -220,7 +220,7 @@ func FuzzVerifyWebhookSignedItem(f *testing.F) {
 
 		evs, err := verifyTwice(t, p, fuzzDelivery(t, it))
 		switch {
-		case err != nil && !errors.Is(err, payments.ErrWebhookMalformed):
+		case err != nil && !errors.Is(err, provider.ErrWebhookMalformed):
 			t.Fatalf("a signed item refused: %v", err)
 		case err != nil && wellFormed(it) && (currency == "" || currency == "EUR" && value >= 0 && value < 1e15):
 			t.Fatalf("a signed, well formed item with a readable amount refused: %v", err)
@@ -232,7 +232,7 @@ func FuzzVerifyWebhookSignedItem(f *testing.F) {
 				t.Fatalf("events %+v from %+v", evs, it)
 			}
 			switch ev.Kind {
-			case payments.EventChargeSucceeded, payments.EventChargePending, payments.EventRefundSucceeded, payments.EventCaptureSucceeded:
+			case provider.EventChargeSucceeded, provider.EventChargePending, provider.EventRefundSucceeded, provider.EventCaptureSucceeded:
 				if ev.DeclineCode != "" || it.Success != "true" {
 					t.Fatalf("a success from %q with decline code %q", it.Success, ev.DeclineCode)
 				}
@@ -273,12 +273,12 @@ func FuzzVerifyWebhookSignedItem(f *testing.F) {
 		switch {
 		case err == nil:
 			t.Fatalf("a tampered item accepted: %+v signed as %+v (events %+v)", tampered, it, evs)
-		case wellFormed(tampered) && !errors.Is(err, payments.ErrWebhookSignature):
+		case wellFormed(tampered) && !errors.Is(err, provider.ErrWebhookSignature):
 			t.Fatalf("a well formed tampered item refused as other than a signature error: %v", err)
 		}
 		// A signed item next to the tampered one does not make the delivery pass.
 		if wellFormed(it) && wellFormed(tampered) {
-			if _, err := verifyTwice(t, p, fuzzDelivery(t, it, tampered)); !errors.Is(err, payments.ErrWebhookSignature) {
+			if _, err := verifyTwice(t, p, fuzzDelivery(t, it, tampered)); !errors.Is(err, provider.ErrWebhookSignature) {
 				t.Fatalf("a delivery with a tampered second item: %v", err)
 			}
 		}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 )
 
@@ -20,12 +20,12 @@ func TestLookupWithRefundsIsUnknown(t *testing.T) {
 	ch := must(b.p.Charge(ctx, req))(t)
 	var refundRefs []string
 	for i, amount := range []string{"5.00", "3.00", "15.00"} { // the third exceeds what is left: it fails
-		ref := payments.ProviderKey("order-lr", "refund", i, 80)
+		ref := provider.DeriveKey("order-lr", "refund", i, 80)
 		refundRefs = append(refundRefs, ref)
-		must(b.p.Refund(ctx, payments.RefundRequest{Key: "order-lr", ProviderKey: ref, ChargeID: ch.ProviderID, Amount: eur(amount)}))(t)
+		must(b.p.Refund(ctx, provider.RefundRequest{Key: "order-lr", ProviderKey: ref, ChargeID: ch.ProviderID, Amount: eur(amount)}))(t)
 	}
 	b.wait(t)
-	for i, want := range []payments.EventKind{payments.EventRefundSucceeded, payments.EventRefundSucceeded, payments.EventRefundFailed} {
+	for i, want := range []provider.EventKind{provider.EventRefundSucceeded, provider.EventRefundSucceeded, provider.EventRefundFailed} {
 		evs := b.inbox.byReference(refundRefs[i])
 		if len(evs) != 1 || evs[0].Kind != want || evs[0].ChargeID != ch.ProviderID {
 			t.Fatalf("refund %d: events %+v, want one %s of %s", i, evs, want, ch.ProviderID)
@@ -36,8 +36,8 @@ func TestLookupWithRefundsIsUnknown(t *testing.T) {
 	}
 
 	for _, with := range []bool{true, false} {
-		got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, WithRefunds: with}))(t)
-		if len(got.Charges) != 1 || got.Charges[0].ProviderID != ch.ProviderID || got.Charges[0].Status != payments.ChargeSucceeded {
+		got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, WithRefunds: with}))(t)
+		if len(got.Charges) != 1 || got.Charges[0].ProviderID != ch.ProviderID || got.Charges[0].Status != provider.ChargeSucceeded {
 			t.Fatalf("WithRefunds %v: %+v", with, got)
 		}
 		if c := got.Charges[0]; c.RefundsKnown || c.Refunded != (money.Money{}) {

@@ -9,13 +9,14 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 	"github.com/payonce/payonce/providers/internal/testkit"
 )
 
-func refundReq(key, chargeID string, amount money.Money) payments.RefundRequest {
-	return payments.RefundRequest{Key: key, ProviderKey: payments.ProviderKey(key, "refund", 0, adyen.MaxReferenceLen),
+func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
+	return provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, "refund", 0, adyen.MaxReferenceLen),
 		ChargeID: chargeID, Amount: amount}
 }
 
@@ -24,7 +25,7 @@ var lookupOf = testkit.LookupOf
 
 // onlyRefund fails t unless got holds exactly one refund, id (any when id is ""), in status st
 // for amount, and is not Consistent (notifications may still come).
-func onlyRefund(t *testing.T, got payments.RefundLookupResult, id string, st payments.RefundStatus, amount money.Money) payments.RefundResult {
+func onlyRefund(t *testing.T, got provider.RefundLookupResult, id string, st provider.RefundStatus, amount money.Money) provider.RefundResult {
 	t.Helper()
 	if got.Consistent || len(got.Refunds) != 1 {
 		t.Fatalf("found %+v, want one refund, not consistent", got)
@@ -56,17 +57,17 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 		t.Fatalf("the fake holds %+v for the lost refund's reference, want 1 refund", c)
 	}
 
-	got := onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(lost)))(t), "", payments.RefundSucceeded, eur("5.00"))
+	got := onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(lost)))(t), "", provider.RefundSucceeded, eur("5.00"))
 	if got.ProviderID == other.ProviderID || got.ProviderID == ch.ProviderID {
 		t.Fatalf("found %s: the other refund %s or the payment", got.ProviderID, other.ProviderID)
 	}
 	byID := lookupOf(lost)
 	byID.ProviderID = got.ProviderID
-	onlyRefund(t, must(b.p.LookupRefund(ctx, byID))(t), got.ProviderID, payments.RefundSucceeded, eur("5.00"))
-	onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(otherReq)))(t), other.ProviderID, payments.RefundSucceeded, eur("3.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctx, byID))(t), got.ProviderID, provider.RefundSucceeded, eur("5.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(otherReq)))(t), other.ProviderID, provider.RefundSucceeded, eur("3.00"))
 
 	// Filters that do not match: another refund id, another payment.
-	for _, lr := range []payments.RefundLookupRequest{
+	for _, lr := range []provider.RefundLookupRequest{
 		{ProviderKey: lost.ProviderKey, ProviderID: other.ProviderID},
 		{ProviderKey: lost.ProviderKey, ChargeID: "PSPOTHERPAYMENT0"},
 	} {
@@ -97,10 +98,10 @@ func TestLookupRefundFailed(t *testing.T) {
 	ch := must(b.p.Charge(ctx, chargeReq("order-lrf-failed", adyentest.PaymentMethodVisa)))(t)
 	req := refundReq("order-lrf-failed", ch.ProviderID, eur("25.00"))
 	re := must(b.p.Refund(ctx, req))(t)
-	if re.Status != payments.RefundPending {
+	if re.Status != provider.RefundPending {
 		t.Fatalf("refund %+v, want pending", re)
 	}
-	onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(req)))(t), re.ProviderID, payments.RefundFailed, eur("25.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(req)))(t), re.ProviderID, provider.RefundFailed, eur("25.00"))
 	if tot := b.srv.Totals()["EUR"]; tot.Refunded != 0 {
 		t.Fatalf("the fake's totals %+v, want nothing refunded", tot)
 	}
@@ -111,17 +112,17 @@ func TestLookupRefundFailed(t *testing.T) {
 func TestLookupRefundEvents(t *testing.T) {
 	t.Parallel()
 	const ref, payment = "order-ev_refund_0", "PSPPAYMENT000001"
-	refund := func(psp, code string, ok bool, amount string) payments.WebhookEvent {
-		ev := payments.WebhookEvent{Type: code, Reference: ref, ProviderID: psp, ChargeID: payment, Kind: payments.EventRefundFailed}
+	refund := func(psp, code string, ok bool, amount string) provider.WebhookEvent {
+		ev := provider.WebhookEvent{Type: code, Reference: ref, ProviderID: psp, ChargeID: payment, Kind: provider.EventRefundFailed}
 		if ok {
-			ev.Kind = payments.EventRefundSucceeded
+			ev.Kind = provider.EventRefundSucceeded
 		}
 		if amount != "" {
 			ev.Amount = eur(amount)
 		}
 		return ev
 	}
-	events := []payments.WebhookEvent{
+	events := []provider.WebhookEvent{
 		refund("PSPREFUNDOK00001", "REFUND", true, "2.00"),
 		refund("PSPREFUNDOK00001", "REFUND", true, "2.00"), // a duplicate delivery
 		refund("PSPREFUNDLATE001", "REFUND", true, "3.00"),
@@ -129,14 +130,14 @@ func TestLookupRefundEvents(t *testing.T) {
 		refund("PSPREFUNDLATE001", "REFUND", true, "3.00"),     // a late duplicate of the success
 		refund("PSPREFUNDNOK0001", "REFUND_FAILED", false, ""), // a failure first, amount unknown
 		refund("PSPREFUNDNOK0001", "REFUND", true, "4.00"),
-		{Type: "AUTHORISATION", Kind: payments.EventChargeSucceeded, Reference: ref, ProviderID: "PSPAUTH000000001", Amount: eur("9.00")},
-		{Type: "CAPTURE", Kind: payments.EventCaptureSucceeded, Reference: ref, ProviderID: "PSPCAPTURE000001", ChargeID: payment, Amount: eur("9.00")},
-		{Type: "REFUND", Kind: payments.EventRefundSucceeded, Reference: "another", ProviderID: "PSPANOTHER000001", ChargeID: payment, Amount: eur("1.00")},
-		{Type: "REFUND", Kind: payments.EventRefundSucceeded, Reference: ref, ProviderID: "PSPOTHERPAY00001", ChargeID: "PSPPAYMENT000002", Amount: eur("1.00")},
+		{Type: "AUTHORISATION", Kind: provider.EventChargeSucceeded, Reference: ref, ProviderID: "PSPAUTH000000001", Amount: eur("9.00")},
+		{Type: "CAPTURE", Kind: provider.EventCaptureSucceeded, Reference: ref, ProviderID: "PSPCAPTURE000001", ChargeID: payment, Amount: eur("9.00")},
+		{Type: "REFUND", Kind: provider.EventRefundSucceeded, Reference: "another", ProviderID: "PSPANOTHER000001", ChargeID: payment, Amount: eur("1.00")},
+		{Type: "REFUND", Kind: provider.EventRefundSucceeded, Reference: ref, ProviderID: "PSPOTHERPAY00001", ChargeID: "PSPPAYMENT000002", Amount: eur("1.00")},
 	}
 	var asked []string
 	p := must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: "m", ReturnURL: "https://r.example",
-		Notifications: func(_ context.Context, reference string) ([]payments.WebhookEvent, error) {
+		Notifications: func(_ context.Context, reference string) ([]provider.WebhookEvent, error) {
 			asked = append(asked, reference)
 			if reference == "broken" {
 				return nil, errors.New("inbox down")
@@ -145,11 +146,11 @@ func TestLookupRefundEvents(t *testing.T) {
 		}}))(t)
 	ctx := context.Background()
 
-	got := must(p.LookupRefund(ctx, payments.RefundLookupRequest{ProviderKey: ref, ChargeID: payment}))(t)
-	want := []payments.RefundResult{
-		{ProviderID: "PSPREFUNDOK00001", Status: payments.RefundSucceeded, Amount: eur("2.00")},
-		{ProviderID: "PSPREFUNDLATE001", Status: payments.RefundFailed, Amount: eur("3.00")},
-		{ProviderID: "PSPREFUNDNOK0001", Status: payments.RefundFailed, Amount: eur("4.00")},
+	got := must(p.LookupRefund(ctx, provider.RefundLookupRequest{ProviderKey: ref, ChargeID: payment}))(t)
+	want := []provider.RefundResult{
+		{ProviderID: "PSPREFUNDOK00001", Status: provider.RefundSucceeded, Amount: eur("2.00")},
+		{ProviderID: "PSPREFUNDLATE001", Status: provider.RefundFailed, Amount: eur("3.00")},
+		{ProviderID: "PSPREFUNDNOK0001", Status: provider.RefundFailed, Amount: eur("4.00")},
 	}
 	if got.Consistent || len(got.Refunds) != len(want) {
 		t.Fatalf("found %+v, want %+v, not consistent", got, want)
@@ -160,7 +161,7 @@ func TestLookupRefundEvents(t *testing.T) {
 		}
 	}
 	// Without ChargeID the other payment's refund under the same reference counts too.
-	if got := must(p.LookupRefund(ctx, payments.RefundLookupRequest{ProviderKey: ref}))(t); len(got.Refunds) != 4 {
+	if got := must(p.LookupRefund(ctx, provider.RefundLookupRequest{ProviderKey: ref}))(t); len(got.Refunds) != 4 {
 		t.Fatalf("found %+v, want 4 refunds", got)
 	}
 	if strings.Join(asked, ",") != ref+","+ref {
@@ -168,14 +169,14 @@ func TestLookupRefundEvents(t *testing.T) {
 	}
 
 	// The error names the reference by its hash: it holds the key.
-	_, err := p.LookupRefund(ctx, payments.RefundLookupRequest{ProviderKey: "broken"})
+	_, err := p.LookupRefund(ctx, provider.RefundLookupRequest{ProviderKey: "broken"})
 	if err == nil || !strings.Contains(err.Error(), "inbox down") || strings.Contains(err.Error(), "broken") ||
 		!strings.Contains(err.Error(), idempotency.ShortHash("broken")) {
 		t.Fatalf("a failing source: %v", err)
 	}
 	for _, pk := range []string{"", strings.Repeat("r", 81)} {
-		_, err := p.LookupRefund(ctx, payments.RefundLookupRequest{Key: "k", ProviderKey: pk})
-		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "ProviderKey" {
+		_, err := p.LookupRefund(ctx, provider.RefundLookupRequest{Key: "k", ProviderKey: pk})
+		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "ProviderKey" {
 			t.Fatalf("ProviderKey %q: %+v", pk, ie)
 		}
 	}
@@ -184,7 +185,7 @@ func TestLookupRefundEvents(t *testing.T) {
 	}
 
 	bare := must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: "m", ReturnURL: "https://r.example"}))(t)
-	if _, err := bare.LookupRefund(ctx, payments.RefundLookupRequest{ProviderKey: ref}); !errors.Is(err, adyen.ErrNoNotificationSource) {
+	if _, err := bare.LookupRefund(ctx, provider.RefundLookupRequest{ProviderKey: ref}); !errors.Is(err, adyen.ErrNoNotificationSource) {
 		t.Fatalf("without a source: %v", err)
 	}
 }

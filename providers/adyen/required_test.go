@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 	"github.com/payonce/payonce/providers/internal/testkit"
@@ -84,17 +86,17 @@ func TestRequestsCarryWhatAdyenRequires(t *testing.T) {
 			req := chargeReq("order-required", adyentest.PaymentMethodVisa)
 			req.Shopper = "usr_7fQ9x"
 			res, err := b.p.Charge(ctx, req)
-			if err != nil || res.Status != payments.ChargePending {
+			if err != nil || res.Status != provider.ChargePending {
 				t.Fatalf("charge: %+v %v", res, err)
 			}
-			if _, err := b.p.Refund(ctx, payments.RefundRequest{Key: "refund-required", ProviderKey: "refund-required_refund_0",
+			if _, err := b.p.Refund(ctx, provider.RefundRequest{Key: "refund-required", ProviderKey: "refund-required_refund_0",
 				ChargeID: res.ProviderID, Amount: eur("5.00")}); err != nil {
 				t.Fatalf("refund: %v", err)
 			}
-			if err := b.p.Void(ctx, payments.VoidRequest{ProviderKey: req.ProviderKey, ProviderID: res.ProviderID}); err != nil {
+			if err := b.p.Void(ctx, provider.VoidRequest{ProviderKey: req.ProviderKey, ProviderID: res.ProviderID}); err != nil {
 				t.Fatalf("reversal: %v", err)
 			}
-			if err := b.p.Void(ctx, payments.VoidRequest{ProviderKey: req.ProviderKey}); err != nil {
+			if err := b.p.Void(ctx, provider.VoidRequest{ProviderKey: req.ProviderKey}); err != nil {
 				t.Fatalf("technical cancel: %v", err)
 			}
 
@@ -142,7 +144,7 @@ func TestShopperRefusedBeforeSending(t *testing.T) {
 			_, err := b.p.Charge(context.Background(), req)
 			return err
 		}()} {
-			ie := errAs[*payments.InvalidRequestError](t, err)
+			ie := errAs[*provider.InvalidRequestError](t, err)
 			if ie.Param != "Shopper" || !strings.Contains(ie.Message, "ChargeParams.Shopper") || payments.SafeToRetry(err) {
 				t.Fatalf("%s with Shopper %q: %+v", name, shopper, ie)
 			}

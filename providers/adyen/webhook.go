@@ -14,7 +14,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // ErrNoHMACKey is returned by [Provider.VerifyWebhook] without Config.HMACKeys: the delivery
@@ -105,50 +105,50 @@ func (it *notificationItem) signingString() string {
 //	                                        captured payment cannot be cancelled)
 //	anything else                         EventIgnored
 //
-// Errors: wrapping [payments.ErrWebhookSignature] when an item's signature is missing or
-// matches no key; wrapping [payments.ErrWebhookMalformed] when the body is not a delivery of
+// Errors: wrapping [provider.ErrWebhookSignature] when an item's signature is missing or
+// matches no key; wrapping [provider.ErrWebhookMalformed] when the body is not a delivery of
 // well-formed items; [ErrNoHMACKey].
-func (p *Provider) VerifyWebhook(ctx context.Context, header http.Header, body []byte) ([]payments.WebhookEvent, error) {
+func (p *Provider) VerifyWebhook(ctx context.Context, header http.Header, body []byte) ([]provider.WebhookEvent, error) {
 	if len(p.hmacKeys) == 0 {
 		return nil, ErrNoHMACKey
 	}
 	var n notification
 	if err := json.Unmarshal(body, &n); err != nil {
-		return nil, fmt.Errorf("adyen: %w: %v", payments.ErrWebhookMalformed, err)
+		return nil, fmt.Errorf("adyen: %w: %v", provider.ErrWebhookMalformed, err)
 	}
 	if len(n.NotificationItems) == 0 {
-		return nil, fmt.Errorf("adyen: %w: no notificationItems", payments.ErrWebhookMalformed)
+		return nil, fmt.Errorf("adyen: %w: no notificationItems", provider.ErrWebhookMalformed)
 	}
 	items := make([]notificationItem, len(n.NotificationItems))
 	for i, wrapped := range n.NotificationItems {
 		if len(wrapped.Item) == 0 || bytes.Equal(wrapped.Item, []byte("null")) {
-			return nil, fmt.Errorf("adyen: %w: notificationItems[%d] has no NotificationRequestItem", payments.ErrWebhookMalformed, i)
+			return nil, fmt.Errorf("adyen: %w: notificationItems[%d] has no NotificationRequestItem", provider.ErrWebhookMalformed, i)
 		}
 		it := &items[i]
 		if err := json.Unmarshal(wrapped.Item, it); err != nil {
-			return nil, fmt.Errorf("adyen: %w: notificationItems[%d]: %v", payments.ErrWebhookMalformed, i, err)
+			return nil, fmt.Errorf("adyen: %w: notificationItems[%d]: %v", provider.ErrWebhookMalformed, i, err)
 		}
 		switch {
 		case it.PSPReference == "":
-			return nil, fmt.Errorf("adyen: %w: notificationItems[%d] has no pspReference", payments.ErrWebhookMalformed, i)
+			return nil, fmt.Errorf("adyen: %w: notificationItems[%d] has no pspReference", provider.ErrWebhookMalformed, i)
 		case it.EventCode == "":
-			return nil, fmt.Errorf("adyen: %w: notificationItems[%d] has no eventCode", payments.ErrWebhookMalformed, i)
+			return nil, fmt.Errorf("adyen: %w: notificationItems[%d] has no eventCode", provider.ErrWebhookMalformed, i)
 		case !it.Success.set:
-			return nil, fmt.Errorf("adyen: %w: notificationItems[%d] has no success", payments.ErrWebhookMalformed, i)
+			return nil, fmt.Errorf("adyen: %w: notificationItems[%d] has no success", provider.ErrWebhookMalformed, i)
 		}
 	}
 	// Signatures before anything else is interpreted: an unsigned item tells nothing.
 	for i := range items {
 		if !p.signed(&items[i]) {
-			return nil, fmt.Errorf("adyen: %w: notificationItems[%d] (pspReference %s, %s)", payments.ErrWebhookSignature, i,
+			return nil, fmt.Errorf("adyen: %w: notificationItems[%d] (pspReference %s, %s)", provider.ErrWebhookSignature, i,
 				items[i].PSPReference, items[i].EventCode)
 		}
 	}
-	events := make([]payments.WebhookEvent, len(items))
+	events := make([]provider.WebhookEvent, len(items))
 	for i := range items {
 		ev, err := p.event(&items[i], n.NotificationItems[i].Item)
 		if err != nil {
-			return nil, fmt.Errorf("adyen: %w: notificationItems[%d]: %v", payments.ErrWebhookMalformed, i, err)
+			return nil, fmt.Errorf("adyen: %w: notificationItems[%d]: %v", provider.ErrWebhookMalformed, i, err)
 		}
 		events[i] = ev
 	}
@@ -173,7 +173,7 @@ func (p *Provider) signed(it *notificationItem) bool {
 	return ok
 }
 
-// Decline codes of a payments.EventCancelled: what the void did.
+// Decline codes of a provider.EventCancelled: what the void did.
 const (
 	declineCancelled = "cancelled" // an uncaptured authorisation was cancelled
 	declineRefunded  = "refunded"  // a captured payment was refunded in full (CANCEL_OR_REFUND)
@@ -184,8 +184,8 @@ const (
 // CANCEL_OR_REFUND example of Adyen's webhook specification carries it).
 const modificationAction = "modification.action"
 
-func (p *Provider) event(it *notificationItem, raw json.RawMessage) (payments.WebhookEvent, error) {
-	ev := payments.WebhookEvent{
+func (p *Provider) event(it *notificationItem, raw json.RawMessage) (provider.WebhookEvent, error) {
+	ev := provider.WebhookEvent{
 		ID:        it.PSPReference + ":" + it.EventCode + ":" + it.Success.text,
 		Type:      it.EventCode,
 		Reference: it.MerchantReference,
@@ -208,29 +208,29 @@ func (p *Provider) event(it *notificationItem, raw json.RawMessage) (payments.We
 	}
 	switch it.EventCode {
 	case "AUTHORISATION":
-		authorised := payments.EventChargeSucceeded
+		authorised := provider.EventChargeSucceeded
 		if p.cfg.CaptureMode == CaptureManual {
-			authorised = payments.EventChargePending // reserved, not moved: the CAPTURE decides
+			authorised = provider.EventChargePending // reserved, not moved: the CAPTURE decides
 		}
-		ev.Kind = pick(ok, authorised, payments.EventChargeFailed)
+		ev.Kind = pick(ok, authorised, provider.EventChargeFailed)
 	case "REFUND":
-		ev.Kind = pick(ok, payments.EventRefundSucceeded, payments.EventRefundFailed)
+		ev.Kind = pick(ok, provider.EventRefundSucceeded, provider.EventRefundFailed)
 	case "REFUND_FAILED", "REFUNDED_REVERSED":
 		// The card scheme rejected the refund, or the refunded amount was
 		// returned (https://docs.adyen.com/api-explorer/Webhooks/1/post/REFUND_FAILED,
 		// .../REFUNDED_REVERSED): whatever success says, the refund did not reach the shopper.
-		ev.Kind, ev.DeclineCode = payments.EventRefundReversed, it.Reason
+		ev.Kind, ev.DeclineCode = provider.EventRefundReversed, it.Reason
 	case "CAPTURE":
-		ev.Kind = pick(ok, payments.EventCaptureSucceeded, payments.EventCaptureFailed)
+		ev.Kind = pick(ok, provider.EventCaptureSucceeded, provider.EventCaptureFailed)
 	case "CAPTURE_FAILED":
-		ev.Kind, ev.DeclineCode = payments.EventCaptureFailed, it.Reason
+		ev.Kind, ev.DeclineCode = provider.EventCaptureFailed, it.Reason
 	case "TECHNICAL_CANCEL", "CANCELLATION":
-		ev.Kind = pick(ok, payments.EventCancelled, payments.EventCancelFailed)
+		ev.Kind = pick(ok, provider.EventCancelled, provider.EventCancelFailed)
 		if ok {
 			ev.DeclineCode = declineCancelled
 		}
 	case "CANCEL_OR_REFUND":
-		ev.Kind = pick(ok, payments.EventCancelled, payments.EventCancelFailed)
+		ev.Kind = pick(ok, provider.EventCancelled, provider.EventCancelFailed)
 		if ok {
 			switch act := it.AdditionalData[modificationAction]; act {
 			case "cancel":
@@ -244,22 +244,22 @@ func (p *Provider) event(it *notificationItem, raw json.RawMessage) (payments.We
 			}
 		}
 	default:
-		ev.Kind = payments.EventIgnored
+		ev.Kind = provider.EventIgnored
 	}
-	if ev.Kind == payments.EventCancelFailed && ev.DeclineCode == "" {
+	if ev.Kind == provider.EventCancelFailed && ev.DeclineCode == "" {
 		ev.DeclineCode = "not_cancelled" // Adyen gave no reason; the failure still needs one for review
 	}
 	return ev, nil
 }
 
-func pick(ok bool, yes, no payments.EventKind) payments.EventKind {
+func pick(ok bool, yes, no provider.EventKind) provider.EventKind {
 	if ok {
 		return yes
 	}
 	return no
 }
 
-var _ payments.WebhookAcknowledger = (*Provider)(nil)
+var _ provider.WebhookAcknowledger = (*Provider)(nil)
 
 // WebhookAck is the body Adyen's documentation asks an endpoint to answer a
 // delivery with, once it has stored it: "[accepted]".
@@ -267,7 +267,7 @@ func (p *Provider) WebhookAck() (contentType string, body []byte) {
 	return "text/plain", []byte("[accepted]")
 }
 
-var _ payments.Voider = (*Provider)(nil)
+var _ provider.Voider = (*Provider)(nil)
 
 // Void makes the attempt req void at Adyen, with a deterministic Idempotency-Key; the outcome
 // comes by notification.
@@ -277,29 +277,29 @@ var _ payments.Voider = (*Provider)(nil)
 //     authorisation and refunds a captured payment in full
 //     (https://docs.adyen.com/online-payments/reversal). Its reference is req.ProviderKey, so
 //     that the CANCEL_OR_REFUND notification names the payment's reference; its key
-//     [payments.ProviderKey](req.ProviderKey, "reversal", 0, 64).
+//     [provider.DeriveKey](req.ProviderKey, "reversal", 0, 64).
 //   - Without it: the technical cancel by reference, POST /cancels {paymentReference:
 //     req.ProviderKey}. It only cancels an authorisation that is not captured yet
 //     (https://docs.adyen.com/api-explorer/Checkout/71/post/cancels): under automatic capture
 //     (Adyen's default) a payment that was made is already captured, and the TECHNICAL_CANCEL
-//     then fails. Its reference is [payments.ProviderKey](req.ProviderKey, "cancel", 0, 80).
+//     then fails. Its reference is [provider.DeriveKey](req.ProviderKey, "cancel", 0, 80).
 //
-// [Provider.VerifyWebhook] maps the outcome: success to payments.EventCancelled (ChargeID the
-// payment, DeclineCode "cancelled" or "refunded"), failure to payments.EventCancelFailed
+// [Provider.VerifyWebhook] maps the outcome: success to provider.EventCancelled (ChargeID the
+// payment, DeclineCode "cancelled" or "refunded"), failure to provider.EventCancelFailed
 // (DeclineCode Adyen's reason), which proves nothing about a payment's absence: a captured
 // payment cannot be cancelled by reference, and a request still in flight may create one
-// later. Errors: *[payments.InvalidRequestError] for a ProviderKey that is empty or over 80
+// later. Errors: *[provider.InvalidRequestError] for a ProviderKey that is empty or over 80
 // characters; otherwise as [Provider.Charge]'s transport and API errors.
-func (p *Provider) Void(ctx context.Context, req payments.VoidRequest) error {
+func (p *Provider) Void(ctx context.Context, req provider.VoidRequest) error {
 	if n := utf8.RuneCountInString(req.ProviderKey); n == 0 || n > MaxReferenceLen {
-		return &payments.InvalidRequestError{Provider: providerName, Code: "invalid_reference", Param: "ProviderKey",
+		return &provider.InvalidRequestError{Provider: providerName, Code: "invalid_reference", Param: "ProviderKey",
 			Message: fmt.Sprintf("ProviderKey must be 1 to %d characters, got %d", MaxReferenceLen, n)}
 	}
 	var err error
 	if req.ProviderID != "" {
 		_, err = p.c.Reversal(ctx, req.ProviderID, req.ProviderKey, reversalKey(req.ProviderKey))
 	} else {
-		ref := payments.ProviderKey(req.ProviderKey, "cancel", 0, MaxReferenceLen)
+		ref := provider.DeriveKey(req.ProviderKey, "cancel", 0, MaxReferenceLen)
 		_, err = p.c.Cancel(ctx, req.ProviderKey, ref, IdempotencyKey(ref))
 	}
 	if err != nil {
@@ -311,5 +311,5 @@ func (p *Provider) Void(ctx context.Context, req payments.VoidRequest) error {
 // reversalKey is the Idempotency-Key of the reversal of the payment whose reference is
 // reference.
 func reversalKey(reference string) string {
-	return payments.ProviderKey(reference, "reversal", 0, MaxIdempotencyKeyLen)
+	return provider.DeriveKey(reference, "reversal", 0, MaxIdempotencyKeyLen)
 }

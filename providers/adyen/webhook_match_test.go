@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 )
@@ -36,7 +36,7 @@ func TestVerifyWebhookNeverMatchesOnUnsignedMetadata(t *testing.T) {
 	if ev.Key != "" {
 		t.Fatalf("event Key %q comes from unsigned metadata: payments would settle that intent with it", ev.Key)
 	}
-	if ev.Kind != payments.EventChargeSucceeded || ev.Reference != "someone-elses-order" || ev.ProviderID != "PSP_OTHER_000001" {
+	if ev.Kind != provider.EventChargeSucceeded || ev.Reference != "someone-elses-order" || ev.ProviderID != "PSP_OTHER_000001" {
 		t.Fatalf("signed fields not carried: %+v", ev)
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 	"github.com/payonce/payonce/providers/paypal"
@@ -179,8 +179,8 @@ const MaxAttempts = 32
 // PaymentIntents carrying it in their metadata (Stripe), payments with an
 // attempt's reference (Adyen), captures of orders with an attempt's
 // custom_id (PayPal).
-func (s *Set) Charges(provider, key string) int {
-	return s.count(provider, key, payments.StepCharge,
+func (s *Set) Charges(provName, key string) int {
+	return s.count(provName, key, provider.StepCharge,
 		func(v string) int { return s.Stripe.CountsByMetadata(paystripe.MetadataKey, v).PaymentIntents },
 		func(ref string) int { return s.Adyen.Counts(ref).Payments },
 		func(ref string) int { return s.PayPal.CountsByCustomID(ref).Captures })
@@ -188,18 +188,18 @@ func (s *Set) Charges(provider, key string) int {
 
 // count sums, for provider, what stripe counts of the objects carrying key
 // in their metadata, or what adyen or paypal count for each attempt's
-// reference of step (payments.ProviderKey) up to MaxAttempts.
-func (s *Set) count(provider, key, step string, stripe, adyenRef, paypalRef func(string) int) int {
-	if provider == "stripe" {
+// reference of step (provider.DeriveKey) up to MaxAttempts.
+func (s *Set) count(provName, key, step string, stripe, adyenRef, paypalRef func(string) int) int {
+	if provName == "stripe" {
 		return stripe(key)
 	}
 	n := 0
 	for attempt := range MaxAttempts {
-		switch provider {
+		switch provName {
 		case "adyen":
-			n += adyenRef(payments.ProviderKey(key, step, attempt, adyen.MaxReferenceLen))
+			n += adyenRef(provider.DeriveKey(key, step, attempt, adyen.MaxReferenceLen))
 		case "paypal":
-			n += paypalRef(payments.ProviderKey(key, step, attempt, paypal.MaxProviderKeyLen))
+			n += paypalRef(provider.DeriveKey(key, step, attempt, paypal.MaxProviderKeyLen))
 		}
 	}
 	return n
@@ -288,8 +288,8 @@ func (s *Set) WaitDeliveries(ctx context.Context) error {
 // references, as [Set.Charges] counts charges: refunds carrying it in
 // their metadata (Stripe), modifications with an attempt's reference
 // (Adyen), refunds with an attempt's custom_id (PayPal).
-func (s *Set) Refunds(provider, key string) int {
-	return s.count(provider, key, payments.StepRefund,
+func (s *Set) Refunds(provName, key string) int {
+	return s.count(provName, key, provider.StepRefund,
 		func(v string) int { return s.Stripe.CountsByMetadata(paystripe.MetadataKey, v).Refunds },
 		func(ref string) int { return s.Adyen.Counts(ref).Refunds },
 		func(ref string) int { return s.PayPal.CountsByCustomID(ref).Refunds })
@@ -299,8 +299,8 @@ func (s *Set) Refunds(provider, key string) int {
 // provider's fake: succeeded PaymentIntents (Stripe), payments authorised
 // and not cancelled (Adyen), captures not declined (PayPal), the objects
 // each fake's totals sum.
-func (s *Set) Charged(provider, key string) int {
-	return s.count(provider, key, payments.StepCharge,
+func (s *Set) Charged(provName, key string) int {
+	return s.count(provName, key, provider.StepCharge,
 		func(v string) int { return s.Stripe.SucceededByMetadata(paystripe.MetadataKey, v) },
 		s.Adyen.Charged, s.PayPal.CapturedByCustomID)
 }

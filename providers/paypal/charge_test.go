@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -16,8 +18,8 @@ import (
 func TestProvider(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	if b.p.Name() != "paypal" || b.p.DedupWindow() != 45*24*time.Hour || payments.MaxReferenceLen(b.p) != 127 {
-		t.Fatalf("Name %q DedupWindow %v MaxReferenceLen %d", b.p.Name(), b.p.DedupWindow(), payments.MaxReferenceLen(b.p))
+	if b.p.Name() != "paypal" || b.p.DedupWindow() != 45*24*time.Hour || provider.MaxReferenceLen(b.p) != 127 {
+		t.Fatalf("Name %q DedupWindow %v MaxReferenceLen %d", b.p.Name(), b.p.DedupWindow(), provider.MaxReferenceLen(b.p))
 	}
 	if id := paypal.RequestID("k_charge_0", paypal.StepCreate); id != paypal.RequestID("k_charge_0", paypal.StepCreate) ||
 		id == paypal.RequestID("k_charge_0", paypal.StepCapture) || len(id) != 36 {
@@ -52,8 +54,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	long := ok
 	long.OrderRetention = 72 * time.Hour
 	p := must(paypal.New(&long))(t)
-	if p.DedupWindow() != 45*24*time.Hour || p.StepDedupWindow(payments.StepCharge) != 72*time.Hour {
-		t.Fatalf("DedupWindow %v, charge step %v", p.DedupWindow(), p.StepDedupWindow(payments.StepCharge))
+	if p.DedupWindow() != 45*24*time.Hour || p.StepDedupWindow(provider.StepCharge) != 72*time.Hour {
+		t.Fatalf("DedupWindow %v, charge step %v", p.DedupWindow(), p.StepDedupWindow(provider.StepCharge))
 	}
 }
 
@@ -63,20 +65,20 @@ func TestNewRefusesBadConfig(t *testing.T) {
 func TestStepDedupWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	var w payments.StepWindower = b.p
-	if got := w.StepDedupWindow(payments.StepCharge); got != 6*time.Hour {
+	var w provider.StepWindower = b.p
+	if got := w.StepDedupWindow(provider.StepCharge); got != 6*time.Hour {
 		t.Fatalf("charge step window %v, want 6h", got)
 	}
-	if got := w.StepDedupWindow(payments.StepRefund); got != 45*24*time.Hour {
+	if got := w.StepDedupWindow(provider.StepRefund); got != 45*24*time.Hour {
 		t.Fatalf("refund step window %v, want 45 days", got)
 	}
 	if got := w.StepDedupWindow("other"); got != 0 {
 		t.Fatalf("unknown step window %v, want 0 (DedupWindow)", got)
 	}
-	if got := payments.DedupWindowOf(b.p, payments.StepCharge); got != 6*time.Hour {
+	if got := provider.DedupWindowOf(b.p, provider.StepCharge); got != 6*time.Hour {
 		t.Fatalf("DedupWindowOf charge %v", got)
 	}
-	if got := payments.DedupWindowOf(b.p, payments.StepRefund); got != b.p.DedupWindow() || got != 45*24*time.Hour {
+	if got := provider.DedupWindowOf(b.p, provider.StepRefund); got != b.p.DedupWindow() || got != 45*24*time.Hour {
 		t.Fatalf("DedupWindowOf refund %v, DedupWindow %v", got, b.p.DedupWindow())
 	}
 	if paypal.OrderRetention != 6*time.Hour || paypal.RefundRetention != 45*24*time.Hour {
@@ -94,7 +96,7 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 	req := chargeReq("order-1", paypaltest.PaymentMethodVisa)
 
 	res := must(b.p.Charge(ctx, req))(t)
-	if !strings.HasPrefix(res.ProviderID, "ORDFAKE") || res.Status != payments.ChargeSucceeded || !res.Amount.Equal(req.Amount) || res.Replayed {
+	if !strings.HasPrefix(res.ProviderID, "ORDFAKE") || res.Status != provider.ChargeSucceeded || !res.Amount.Equal(req.Amount) || res.Replayed {
 		t.Fatalf("first charge: %+v", res)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
@@ -107,11 +109,11 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 
 	b.clock.Advance(6*time.Hour - time.Minute) // still inside PayPal's window
 	again := must(b.p.Charge(ctx, req))(t)
-	if again.ProviderID != res.ProviderID || again.Status != payments.ChargeSucceeded || !again.Replayed {
+	if again.ProviderID != res.ProviderID || again.Status != provider.ChargeSucceeded || !again.Replayed {
 		t.Fatalf("replay: %+v, first %+v", again, res)
 	}
 	resumed := must(b.p.Charge(ctx, withProviderID(req, res.ProviderID)))(t)
-	if resumed.ProviderID != res.ProviderID || !resumed.Replayed || resumed.Status != payments.ChargeSucceeded {
+	if resumed.ProviderID != res.ProviderID || !resumed.Replayed || resumed.Status != provider.ChargeSucceeded {
 		t.Fatalf("resume from the order id: %+v", resumed)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
@@ -150,7 +152,7 @@ func TestRequestIDForgottenAfterSixHoursChargesAgain(t *testing.T) {
 
 	b.clock.Advance(6*time.Hour + time.Second)
 	second := must(b.p.Charge(ctxT(t), req))(t)
-	if second.ProviderID == first.ProviderID || second.Replayed || second.Status != payments.ChargeSucceeded {
+	if second.ProviderID == first.ProviderID || second.Replayed || second.Status != provider.ChargeSucceeded {
 		t.Fatalf("after 6h: %+v, first %+v: want a second, new order", second, first)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 2, Captures: 2})
@@ -163,7 +165,7 @@ func TestRequestIDForgottenAfterSixHoursChargesAgain(t *testing.T) {
 
 	// Past the window, Lookup searches Transaction Search for the ProviderKey: both orders.
 	b.clock.Advance(4 * time.Hour)
-	found := must(b.p.Lookup(ctxT(t), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey,
+	found := must(b.p.Lookup(ctxT(t), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey,
 		From: t0.Add(-10 * time.Minute), To: t0.Add(6*time.Hour + time.Minute)}))(t)
 	if len(found.Charges) != 2 || !found.Consistent {
 		t.Fatalf("lookup: %+v, want both orders", found)
@@ -174,7 +176,7 @@ func TestRequestIDForgottenAfterSixHoursChargesAgain(t *testing.T) {
 	}
 }
 
-func withProviderID(r payments.ChargeRequest, id string) payments.ChargeRequest {
+func withProviderID(r provider.ChargeRequest, id string) provider.ChargeRequest {
 	r.ProviderID = id
 	return r
 }
@@ -202,11 +204,11 @@ func TestChargeDeclined(t *testing.T) {
 			req := chargeReq("declined-"+tc.code, tc.pm)
 			for i := range 2 {
 				res, err := b.p.Charge(ctxT(t), req)
-				de := errAs[*payments.DeclineError](t, err)
+				de := errAs[*provider.DeclineError](t, err)
 				if de.DeclineCode != tc.code || de.Code != "DECLINED" || payments.SafeToRetry(err) {
 					t.Fatalf("attempt %d: %+v", i, de)
 				}
-				if res.Status != payments.ChargeFailed || res.ProviderID == "" || res.Replayed != (i == 1) {
+				if res.Status != provider.ChargeFailed || res.ProviderID == "" || res.Replayed != (i == 1) {
 					t.Fatalf("attempt %d: %+v", i, res)
 				}
 			}
@@ -228,7 +230,7 @@ func TestChargeRequiresAction(t *testing.T) {
 	b := setup(t, nil)
 	req := chargeReq("order-3ds", paypaltest.PaymentMethodAuthenticationRequired)
 	res := must(b.p.Charge(ctxT(t), req))(t)
-	if res.Status != payments.ChargeRequiresAction || res.ProviderID == "" {
+	if res.Status != provider.ChargeRequiresAction || res.ProviderID == "" {
 		t.Fatalf("%+v", res)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1})
@@ -236,11 +238,11 @@ func TestChargeRequiresAction(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := must(b.p.Charge(ctxT(t), withProviderID(req, res.ProviderID)))(t)
-	if done.Status != payments.ChargeSucceeded || done.ProviderID != res.ProviderID {
+	if done.Status != provider.ChargeSucceeded || done.ProviderID != res.ProviderID {
 		t.Fatalf("after the payer acted: %+v", done)
 	}
 	again := must(b.p.Charge(ctxT(t), withProviderID(req, res.ProviderID)))(t)
-	if again.Status != payments.ChargeSucceeded || !again.Replayed {
+	if again.Status != provider.ChargeSucceeded || !again.Replayed {
 		t.Fatalf("again: %+v", again)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
@@ -265,7 +267,7 @@ func TestLostCreateResponse(t *testing.T) {
 			}
 			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
 			res := must(b.p.Charge(ctxT(t), req))(t)
-			if res.Status != payments.ChargeSucceeded || !res.Replayed {
+			if res.Status != provider.ChargeSucceeded || !res.Replayed {
 				t.Fatalf("%+v", res)
 			}
 			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
@@ -290,12 +292,12 @@ func TestLostCaptureResponse(t *testing.T) {
 			}
 			b.srv.Inject(paypaltest.Fault{Kind: kind, Method: "POST", Path: "/v2/checkout/orders/*/capture"})
 			_, err := b.p.Charge(ctxT(t), withProviderID(req, order.ProviderID))
-			if ue := errAs[*payments.UnknownOutcomeError](t, err); !payments.SafeToRetry(err) || (kind == paypaltest.FailAfter) != (ue.Status == 500) {
+			if ue := errAs[*provider.UnknownOutcomeError](t, err); !payments.SafeToRetry(err) || (kind == paypaltest.FailAfter) != (ue.Status == 500) {
 				t.Fatalf("err = %+v", ue)
 			}
 			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
 			res := must(b.p.Charge(ctxT(t), req))(t) // without the order id: the create replays
-			if res.Status != payments.ChargeSucceeded || !res.Replayed || res.ProviderID != order.ProviderID {
+			if res.Status != provider.ChargeSucceeded || !res.Replayed || res.ProviderID != order.ProviderID {
 				t.Fatalf("%+v", res)
 			}
 			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
@@ -322,7 +324,7 @@ func TestAlreadyCapturedReadsTheOrder(t *testing.T) {
 		return err
 	}
 	res := must(b.p.Charge(ctxT(t), req))(t)
-	if res.Status != payments.ChargeSucceeded || !res.Replayed || res.ProviderID != order.ProviderID {
+	if res.Status != provider.ChargeSucceeded || !res.Replayed || res.ProviderID != order.ProviderID {
 		t.Fatalf("%+v", res)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
@@ -368,7 +370,7 @@ func TestProgressErrorIsUnknownAndResumes(t *testing.T) {
 	b.clock.Advance(7 * time.Hour)
 	req.Progress = nil
 	res = must(b.p.Charge(ctxT(t), withProviderID(req, orderID)))(t)
-	if res.Status != payments.ChargeSucceeded || res.ProviderID != orderID || !res.Replayed {
+	if res.Status != provider.ChargeSucceeded || res.ProviderID != orderID || !res.Replayed {
 		t.Fatalf("%+v", res)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
@@ -384,7 +386,7 @@ func TestSameProviderKeyOtherAmountIsAMismatch(t *testing.T) {
 	must(b.p.Charge(ctxT(t), req))(t)
 	req.Amount = eur("21.00")
 	_, err := b.p.Charge(ctxT(t), req)
-	errAs[*payments.KeyMismatchError](t, err)
+	errAs[*provider.KeyMismatchError](t, err)
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
 }
 
@@ -408,7 +410,7 @@ func TestInFlightCreate(t *testing.T) {
 	_, err := b.p.Charge(ctxT(t), req)
 	b.srv.EndLatency()
 	wg.Wait()
-	if !errors.Is(err, payments.ErrInProgress) || first != nil {
+	if !errors.Is(err, provider.ErrInProgress) || first != nil {
 		t.Fatalf("duplicate: %v, first: %v", err, first)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})

@@ -53,14 +53,14 @@ type Config struct {
 
 	// OrderRetention is how long PayPal keeps the request ids of the Orders v2 calls (the create
 	// and the capture of an order) for this account: the charge step's window
-	// ([Provider.StepDedupWindow] of [payments.StepCharge]). [Provider.Lookup] trusts a create
+	// ([Provider.StepDedupWindow] of [provider.StepCharge]). [Provider.Lookup] trusts a create
 	// replay as proof of absence only inside it, and payments re-sends a charge's request ids
 	// only inside it, so set the 72-hour extension only once PayPal confirmed it. Default and
 	// minimum: [OrderRetention] (6h).
 	OrderRetention time.Duration
 
 	// RefundRetention is how long PayPal keeps the request id of a refund of a capture: the
-	// refund step's window ([Provider.StepDedupWindow] of [payments.StepRefund]) and, being the
+	// refund step's window ([Provider.StepDedupWindow] of [provider.StepRefund]) and, being the
 	// longest, [Provider.DedupWindow]. Default and minimum: [RefundRetention] (45 days): a
 	// shorter value would understate how long PayPal replays a refund's request id.
 	RefundRetention time.Duration

@@ -58,7 +58,7 @@ func checkCurrency(param string, m money.Money) error {
 
 // AmountOf is m as PayPal's Amount, its value written with PayPal's decimal places for the
 // currency: "10.50" EUR, "1500" JPY, "10" HUF (where m.AmountString(), ISO 4217, gives "10.00",
-// which PayPal refuses). Errors: an *[payments.InvalidRequestError] naming "Amount" for a
+// which PayPal refuses). Errors: an *[provider.InvalidRequestError] naming "Amount" for a
 // currency PayPal does not support or a value PayPal cannot represent (10.50 HUF).
 func AmountOf(m money.Money) (Amount, error) {
 	if err := checkCurrency("Amount", m); err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -36,7 +37,7 @@ func TestAmountOf(t *testing.T) {
 		money.MustParse("1.000", money.KWD), money.MustParse("1000", money.KRW), money.MustParse("10.00", "RUB")} {
 		if _, err := paypal.AmountOf(m); err == nil {
 			t.Fatalf("%s accepted", m)
-		} else if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "Amount" {
+		} else if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "Amount" {
 			t.Fatalf("%s: %+v", m, ie)
 		}
 	}
@@ -57,7 +58,7 @@ func TestZeroDecimalCurrencyRoundTrip(t *testing.T) {
 			req := chargeReq("zero-dec-"+string(cur), paypaltest.PaymentMethodVisa)
 			req.Amount = money.MustParse("10", cur)
 			res := must(b.p.Charge(ctxT(t), req))(t)
-			if res.Status != payments.ChargeSucceeded || !res.Amount.Equal(req.Amount) {
+			if res.Status != provider.ChargeSucceeded || !res.Amount.Equal(req.Amount) {
 				t.Fatalf("%+v", res)
 			}
 			o := must(b.p.Client().GetOrder(ctxT(t), res.ProviderID))(t)
@@ -65,7 +66,7 @@ func TestZeroDecimalCurrencyRoundTrip(t *testing.T) {
 				t.Fatalf("order amount %q, want \"10\"", v)
 			}
 			re := must(b.p.Refund(ctxT(t), refundReq("zero-dec-r-"+string(cur), res.ProviderID, money.MustParse("4", cur))))(t)
-			if re.Status != payments.RefundSucceeded || !re.Amount.Equal(money.MustParse("4", cur)) {
+			if re.Status != provider.RefundSucceeded || !re.Amount.Equal(money.MustParse("4", cur)) {
 				t.Fatalf("refund %+v", re)
 			}
 			if got := b.srv.Totals()[string(cur)]; got.Captured != 1000 || got.Refunded != 400 { // ISO minor units
@@ -81,7 +82,7 @@ func TestZeroDecimalCurrencyRoundTrip(t *testing.T) {
 func TestCurrencyRefusedBeforeSending(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	charged := must(b.p.Charge(ctxT(t), func() payments.ChargeRequest {
+	charged := must(b.p.Charge(ctxT(t), func() provider.ChargeRequest {
 		r := chargeReq("huf-ok", paypaltest.PaymentMethodVisa)
 		r.Amount = money.MustParse("100", "HUF")
 		return r
@@ -92,17 +93,17 @@ func TestCurrencyRefusedBeforeSending(t *testing.T) {
 		money.MustParse("1.500", money.KWD), money.MustParse("1000", money.KRW), money.MustParse("10.00", "RUB")} {
 		req := chargeReq("refused-"+string(m.Currency()), paypaltest.PaymentMethodVisa)
 		req.Amount = m
-		if ie := errAs[*payments.InvalidRequestError](t, b.p.ValidateCharge(req)); ie.Param != "Amount" || payments.SafeToRetry(ie) {
+		if ie := errAs[*provider.InvalidRequestError](t, b.p.ValidateCharge(req)); ie.Param != "Amount" || payments.SafeToRetry(ie) {
 			t.Fatalf("ValidateCharge %s: %+v", m, ie)
 		}
 		_, err := b.p.Charge(ctxT(t), req)
-		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "Amount" {
+		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "Amount" {
 			t.Fatalf("Charge %s: %+v", m, ie)
 		}
 		wantCounts(t, b, req.ProviderKey, paypaltest.Counts{})
 	}
 	_, err := b.p.Refund(ctxT(t), refundReq("huf-half", charged.ProviderID, money.MustParse("0.50", "HUF")))
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "Amount" {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "Amount" {
 		t.Fatalf("Refund: %+v", ie)
 	}
 	if got := b.sent.all(); len(got) != before {

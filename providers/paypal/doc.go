@@ -1,6 +1,6 @@
-// Package paypal is payonce's PayPal adapter: a [payments.Provider] (also a
-// [payments.StepWindower], [payments.Validator] and [payments.RefundLooker]),
-// [payments.WebhookVerifier] and [payments.Totaler] over Orders v2, Payments v2 and Transaction
+// Package paypal is payonce's PayPal adapter: a [provider.Provider] (also a
+// [provider.StepWindower], [provider.Validator] and [provider.RefundLooker]),
+// [provider.WebhookVerifier] and [provider.Totaler] over Orders v2, Payments v2 and Transaction
 // Search, on a small typed REST client ([Client]) of its own.
 //
 //	p, err := paypal.New(&paypal.Config{
@@ -9,9 +9,9 @@
 //		BaseURL:   paypal.LiveBaseURL,
 //		WebhookID: os.Getenv("PAYPAL_WEBHOOK_ID"),
 //	})
-//	res, err := p.Charge(ctx, payments.ChargeRequest{
+//	res, err := p.Charge(ctx, provider.ChargeRequest{
 //		Key:           "order-42",
-//		ProviderKey:   payments.ProviderKey("order-42", "charge", 0, paypal.MaxProviderKeyLen),
+//		ProviderKey:   provider.DeriveKey("order-42", "charge", 0, paypal.MaxProviderKeyLen),
 //		Amount:        money.MustParse("20.00", money.EUR),
 //		PaymentMethod: vaultID, // a saved card
 //		Progress:      recordOrderID, // the order id, before anything else can be lost
@@ -31,12 +31,12 @@
 //     and the amount as a decimal string with PayPal's decimal places for the currency,
 //     payment_source card.vault_id}. The money moves here: the order comes back COMPLETED with
 //     purchase_units[].payments.captures[], whose status decides the result (COMPLETED
-//     succeeded, PENDING pending, DECLINED or FAILED a *[payments.DeclineError] whose
+//     succeeded, PENDING pending, DECLINED or FAILED a *[provider.DeclineError] whose
 //     DeclineCode is the processor's response code: "A completed order can indicate a payment
 //     was authorized, an authorized payment was captured, or a payment was declined",
 //     https://developer.paypal.com/api/orders/v2/definitions/order_status/). When the card needs
 //     3-D Secure the order is PAYER_ACTION_REQUIRED, nothing is captured, and the charge is
-//     reported [payments.ChargeRequiresAction]. ChargeRequest.Progress receives the order id
+//     reported [provider.ChargeRequiresAction]. ChargeRequest.Progress receives the order id
 //     as soon as the create answered, whatever its status, so that the caller records it: a
 //     read of the order then settles a lost answer at any age. If Progress fails, Charge stops
 //     with an unknown outcome (the order may be captured already) and the retry resumes.
@@ -62,8 +62,8 @@
 // retry of a charge inside the window returns the same, captured order, and no second capture
 // happens. PayPal does so whatever the parameters, so the adapter checks that a returned order
 // carries this ProviderKey and amount, and a returned refund this custom_id and amount
-// (*[payments.KeyMismatchError] otherwise). A request id still executing is refused 409
-// PREVIOUS_REQUEST_IN_PROGRESS: *[payments.InProgressError].
+// (*[provider.KeyMismatchError] otherwise). A request id still executing is refused 409
+// PREVIOUS_REQUEST_IN_PROGRESS: *[provider.InProgressError].
 //
 // # Retention
 //
@@ -74,8 +74,8 @@
 // request id of a refund of a capture (Payments v2) 45 days ("The server stores keys for 45
 // days", https://developer.paypal.com/api/payments/v2/#captures_refund): Config.OrderRetention
 // and Config.RefundRetention; New refuses values below these. The Provider is a
-// [payments.StepWindower]: [Provider.StepDedupWindow] is OrderRetention for
-// [payments.StepCharge] and RefundRetention for [payments.StepRefund]; [Provider.DedupWindow] is
+// [provider.StepWindower]: [Provider.StepDedupWindow] is OrderRetention for
+// [provider.StepCharge] and RefundRetention for [provider.StepRefund]; [Provider.DedupWindow] is
 // the longest, 45 days, how long payonce must keep the local key.
 //
 // After 6 hours a create with the same request id is a NEW request: PayPal makes a second order
@@ -108,7 +108,7 @@
 //
 // # Errors
 //
-//	PayPal answer                                          payments error          final?
+//	PayPal answer                                          provider error          final?
 //	capture DECLINED / FAILED, 422 INSTRUMENT_DECLINED     *DeclineError           yes
 //	422 DECIMALS_NOT_SUPPORTED, CURRENCY_NOT_SUPPORTED     *InvalidRequestError    yes (refused before sending)
 //	409 PREVIOUS_REQUEST_IN_PROGRESS                       *InProgressError        retry later, same ids
@@ -125,7 +125,7 @@
 //
 // Requests refused before sending (missing Key, ProviderKey over 127 bytes, non-positive
 // amount, a currency or a precision PayPal does not take, ...) are
-// *[payments.InvalidRequestError] naming the field in Param.
+// *[provider.InvalidRequestError] naming the field in Param.
 //
 // # Lookup
 //
@@ -138,11 +138,11 @@
 // documents that transactions take up to 3 hours to appear there, so an empty answer is
 // consistent (proof of absence) only for a period that ended more than 3 hours ago. Without
 // LookupRequest.From and To it cannot tell, and says so with an error matching
-// [payments.ErrCannotTell] (the reconciler flags the intent for review). With
+// [provider.ErrCannotTell] (the reconciler flags the intent for review). With
 // LookupRequest.WithRefunds the charge also reports the sum of the order's COMPLETED refunds as
 // Refunded, with RefundsKnown.
 //
-// [Provider.LookupRefund] ([payments.RefundLooker]) finds a refund attempt whose outcome was
+// [Provider.LookupRefund] ([provider.RefundLooker]) finds a refund attempt whose outcome was
 // lost: it reads the refund by id when known, else reads the order and keeps the refunds whose
 // custom_id is the attempt's ProviderKey. Both reads are consistent: an empty answer proves that
 // no refund was made with it.
@@ -160,5 +160,5 @@
 // # Webhooks
 //
 // [Provider.VerifyWebhook] asks PayPal to verify a delivery (verify-webhook-signature) and maps
-// PAYMENT.CAPTURE.* events to payments' event kinds; see its documentation.
+// PAYMENT.CAPTURE.* events to [provider.EventKind] values; see its documentation.
 package paypal

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // declineIssues are 422 issues by which PayPal refuses a payment itself (rather than the
@@ -25,7 +25,7 @@ func classify(err error) error {
 		tokErr *TokenError
 		trErr  *TransportError
 		apiErr *APIError
-		inv    *payments.InvalidRequestError
+		inv    *provider.InvalidRequestError
 	)
 	switch {
 	case err == nil:
@@ -39,21 +39,21 @@ func classify(err error) error {
 			return credentials(apiErr, "PayPal refused the app credentials: ")
 		}
 		if errors.As(tokErr.Err, &apiErr) && apiErr.Status >= 400 && apiErr.Status < 500 && apiErr.Status != http.StatusTooManyRequests {
-			return &payments.InvalidRequestError{Provider: providerName, Code: apiErr.Name, Param: "Config.ClientID/Config.Secret",
+			return &provider.InvalidRequestError{Provider: providerName, Code: apiErr.Name, Param: "Config.ClientID/Config.Secret",
 				Message: "PayPal refused the token request: " + apiErr.Error()}
 		}
 		// No token, so the request itself never left.
-		return &payments.NotSentError{Provider: providerName, Err: err}
+		return &provider.NotSentError{Provider: providerName, Err: err}
 	case errors.As(err, &trErr):
 		if !trErr.Sent {
-			return &payments.NotSentError{Provider: providerName, Err: err}
+			return &provider.NotSentError{Provider: providerName, Err: err}
 		}
-		return &payments.UnknownOutcomeError{Provider: providerName, Status: trErr.Status, Err: err}
+		return &provider.UnknownOutcomeError{Provider: providerName, Status: trErr.Status, Err: err}
 	case errors.As(err, &apiErr):
 		switch s := apiErr.Status; {
 		case s == http.StatusConflict:
 			// PREVIOUS_REQUEST_IN_PROGRESS: the same request id is executing.
-			return &payments.InProgressError{Provider: providerName}
+			return &provider.InProgressError{Provider: providerName}
 		case s == http.StatusUnauthorized || s == http.StatusForbidden:
 			// 401 AUTHENTICATION_FAILURE, still refused after one token
 			// refresh; 403 NOT_AUTHORIZED, "Authorization failed due to
@@ -69,19 +69,19 @@ func classify(err error) error {
 			return credentials(apiErr, what)
 		case s == http.StatusTooManyRequests || s >= 500:
 			// Not documented to leave nothing executed: unknown, retry with the same request id.
-			return &payments.UnknownOutcomeError{Provider: providerName, Status: s, Err: err}
+			return &provider.UnknownOutcomeError{Provider: providerName, Status: s, Err: err}
 		case declineIssues[apiErr.Issue()]:
-			return &payments.DeclineError{Provider: providerName, Code: apiErr.Issue(), DeclineCode: apiErr.Issue(), Message: apiErr.Error()}
+			return &provider.DeclineError{Provider: providerName, Code: apiErr.Issue(), DeclineCode: apiErr.Issue(), Message: apiErr.Error()}
 		case s >= 400:
 			// PayPal marks no replayed error (a request id is answered with
 			// the latest state of what it made,
 			// https://developer.paypal.com/api/rest/reference/idempotency/),
 			// so a refusal is never proof about an earlier send of a
 			// resumed attempt (Replayed stays false).
-			return &payments.InvalidRequestError{Provider: providerName, Code: apiErr.Issue(), Param: apiErr.field(), Message: apiErr.Error()}
+			return &provider.InvalidRequestError{Provider: providerName, Code: apiErr.Issue(), Param: apiErr.field(), Message: apiErr.Error()}
 		}
 	}
-	return &payments.UnknownOutcomeError{Provider: providerName, Err: err}
+	return &provider.UnknownOutcomeError{Provider: providerName, Err: err}
 }
 
 // credentials is PayPal's refusal of the app's credentials or rights.
@@ -90,20 +90,20 @@ func credentials(apiErr *APIError, what string) error {
 	if code == "" {
 		code = apiErr.Name
 	}
-	return &payments.CredentialsError{Provider: providerName, Status: apiErr.Status, Code: code,
+	return &provider.CredentialsError{Provider: providerName, Status: apiErr.Status, Code: code,
 		Setting: "Config.ClientID/Config.Secret", Message: what + apiErr.Error()}
 }
 
 // invalid is a request refused before sending it.
 func invalid(param, msg string) error {
-	return &payments.InvalidRequestError{Provider: providerName, Code: "payonce_invalid_parameter", Param: param,
+	return &provider.InvalidRequestError{Provider: providerName, Code: "payonce_invalid_parameter", Param: param,
 		Message: param + " " + msg + " (refused before sending)"}
 }
 
 // CannotTellError is [Provider.Lookup]'s answer when no lookup can say what an attempt did: it
 // has no order id, and the request does not bound when the order may have been created
 // (LookupRequest.From or To is zero), or the period is older than Transaction Search reaches.
-// Looking again will not help: it matches [payments.ErrCannotTell], and the reconciler flags the
+// Looking again will not help: it matches [provider.ErrCannotTell], and the reconciler flags the
 // intent for review (a person with PayPal's dashboard can tell) instead of rescheduling it.
 type CannotTellError struct {
 	// From and To are the LookupRequest's bounds, zero when not given.
@@ -118,5 +118,5 @@ func (e *CannotTellError) Error() string {
 	return fmt.Sprintf("paypal: cannot tell what this attempt did (PayPal keeps an order's request id %v): %s", e.Window, e.Reason)
 }
 
-// Is reports [payments.ErrCannotTell].
-func (e *CannotTellError) Is(target error) bool { return target == payments.ErrCannotTell }
+// Is reports [provider.ErrCannotTell].
+func (e *CannotTellError) Is(target error) bool { return target == provider.ErrCannotTell }

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
 
@@ -18,7 +18,7 @@ func TestKeyMismatchHoldsNoKey(t *testing.T) {
 	other := chargeReq("usr_secret_charge_order-9b2d41", paypaltest.PaymentMethodVisa)
 	other.ProviderID = res.ProviderID
 	_, err := b.p.Charge(ctxT(t), other)
-	km := errAs[*payments.KeyMismatchError](t, err)
+	km := errAs[*provider.KeyMismatchError](t, err)
 	for _, text := range []string{err.Error(), km.Message} {
 		for _, k := range []string{first.Key, first.ProviderKey, other.Key, other.ProviderKey, "order-7f3a9c", "order-9b2d41"} {
 			if strings.Contains(text, k) {

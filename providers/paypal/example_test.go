@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -29,9 +30,9 @@ func Example() {
 		panic(err)
 	}
 
-	req := payments.ChargeRequest{
+	req := provider.ChargeRequest{
 		Key:           "order-42",
-		ProviderKey:   payments.ProviderKey("order-42", "charge", 0, paypal.MaxProviderKeyLen),
+		ProviderKey:   provider.DeriveKey("order-42", "charge", 0, paypal.MaxProviderKeyLen),
 		Amount:        money.MustParse("20.00", money.EUR),
 		PaymentMethod: paypaltest.PaymentMethodVisa,
 		Progress: func(ctx context.Context, orderID string) error {

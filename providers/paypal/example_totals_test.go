@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -27,14 +27,14 @@ func ExampleProvider_Totals() {
 	}
 	ctx := context.Background()
 
-	ch, err := p.Charge(ctx, payments.ChargeRequest{Key: "order-7",
-		ProviderKey: payments.ProviderKey("order-7", "charge", 1, paypal.MaxProviderKeyLen),
+	ch, err := p.Charge(ctx, provider.ChargeRequest{Key: "order-7",
+		ProviderKey: provider.DeriveKey("order-7", "charge", 1, paypal.MaxProviderKeyLen),
 		Amount:      money.MustParse("50.00", money.EUR), PaymentMethod: paypaltest.PaymentMethodVisa})
 	if err != nil {
 		panic(err)
 	}
-	if _, err := p.Refund(ctx, payments.RefundRequest{Key: "order-7-refund", ChargeID: ch.ProviderID,
-		ProviderKey: payments.ProviderKey("order-7-refund", "refund", 1, paypal.MaxProviderKeyLen),
+	if _, err := p.Refund(ctx, provider.RefundRequest{Key: "order-7-refund", ChargeID: ch.ProviderID,
+		ProviderKey: provider.DeriveKey("order-7-refund", "refund", 1, paypal.MaxProviderKeyLen),
 		Amount:      money.MustParse("12.50", money.EUR)}); err != nil {
 		panic(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -85,7 +85,7 @@ func fuzzSetup(f *testing.F) (*paypal.Provider, *inProcess, []fuzzDelivery) {
 	wait()
 	_, _ = p.Charge(ctx, chargeReq("fz-2", paypaltest.PaymentMethodDeclined)) // a decline: its event is what we want
 	wait()
-	if _, err := p.Refund(ctx, payments.RefundRequest{Key: "fz-1-r", ProviderKey: "fz-1-r", ChargeID: ch.ProviderID, Amount: eur("3.00")}); err != nil {
+	if _, err := p.Refund(ctx, provider.RefundRequest{Key: "fz-1-r", ProviderKey: "fz-1-r", ChargeID: ch.ProviderID, Amount: eur("3.00")}); err != nil {
 		f.Fatal(err)
 	}
 	wait()
@@ -105,9 +105,9 @@ func fuzzSetup(f *testing.F) (*paypal.Provider, *inProcess, []fuzzDelivery) {
 var webhookHeaders = []string{paypal.HeaderAuthAlgo, paypal.HeaderCertURL, paypal.HeaderTransmissionID,
 	paypal.HeaderTransmissionSig, paypal.HeaderTransmissionTime}
 
-var knownKinds = map[payments.EventKind]bool{
-	payments.EventChargeSucceeded: true, payments.EventChargeFailed: true, payments.EventChargePending: true,
-	payments.EventRefundSucceeded: true, payments.EventIgnored: true,
+var knownKinds = map[provider.EventKind]bool{
+	provider.EventChargeSucceeded: true, provider.EventChargeFailed: true, provider.EventChargePending: true,
+	provider.EventRefundSucceeded: true, provider.EventIgnored: true,
 }
 
 func compactJSON(b []byte) []byte {
@@ -163,7 +163,7 @@ func FuzzVerifyWebhook(f *testing.F) {
 		if !reflect.DeepEqual(evs, evs2) || (err == nil) != (err2 == nil) || (err != nil && err.Error() != err2.Error()) {
 			t.Fatalf("not deterministic: %v, %v then %v, %v", evs, err, evs2, err2)
 		}
-		signature, malformed := errors.Is(err, payments.ErrWebhookSignature), errors.Is(err, payments.ErrWebhookMalformed)
+		signature, malformed := errors.Is(err, provider.ErrWebhookSignature), errors.Is(err, provider.ErrWebhookMalformed)
 		if err != nil && (evs != nil || signature == malformed) {
 			t.Fatalf("refusal %v with events %v: want a signature error or a malformed body, and no events", err, evs)
 		}

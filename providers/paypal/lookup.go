@@ -10,7 +10,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // Lookup reports the charge PayPal holds for a key, for the reconciler and for payments past
@@ -18,7 +18,7 @@ import (
 //
 //   - With req.ProviderID (the order id, recorded through ChargeRequest.Progress) it reads that
 //     order, at any age (GET /v2/checkout/orders/{id}): a capture is reported with its status,
-//     an order waiting for the payer as [payments.ChargeRequiresAction]; an order never
+//     an order waiting for the payer as [provider.ChargeRequiresAction]; an order never
 //     captured, or an unknown order id (404), is no charge: no money moved, and nothing but
 //     this flow would capture it. Consistent.
 //   - Without it, inside the create's request id window (req.From set, and now before req.From
@@ -28,7 +28,7 @@ import (
 //     "payonce_lookup"), which PayPal cannot capture: when PayPal does not know the request id
 //     it creates that probe (201), which no payer approves and nothing captures, and the answer
 //     is no charge. Consistent. A probe also takes the request id: an original create still on
-//     its way would get the probe back and fail with a *[payments.KeyMismatchError] instead of
+//     its way would get the probe back and fail with a *[provider.KeyMismatchError] instead of
 //     charging.
 //   - Past that window, PayPal has forgotten the request id (a replay would be a new request),
 //     so it searches Transaction Search (GET /v1/reporting/transactions, every page, in
@@ -49,31 +49,31 @@ import (
 // After a create replay that is one more GET of the order, since a replay is not documented to
 // show the refunds. Without req.WithRefunds RefundsKnown stays false.
 //
-// Errors: an error matching [payments.ErrCannotTell] (a *[CannotTellError]) when no lookup can
+// Errors: an error matching [provider.ErrCannotTell] (a *[CannotTellError]) when no lookup can
 // tell: without req.ProviderID, req.From or req.To is zero, or the period is older than
 // Transaction Search's three years; the reconciler flags such an intent for review instead of
-// looking again. *[payments.InvalidRequestError], *[payments.NotSentError],
-// *[payments.UnknownOutcomeError] (an outage: look again later), *[payments.InProgressError]
-// (the create is executing), *[payments.KeyMismatchError] (the order carries another
+// looking again. *[provider.InvalidRequestError], *[provider.NotSentError],
+// *[provider.UnknownOutcomeError] (an outage: look again later), *[provider.InProgressError]
+// (the create is executing), *[provider.KeyMismatchError] (the order carries another
 // custom_id).
-func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
+func (p *Provider) Lookup(ctx context.Context, req provider.LookupRequest) (provider.LookupResult, error) {
 	if req.ProviderKey != "" && len(req.ProviderKey) > MaxProviderKeyLen {
-		return payments.LookupResult{}, invalid("ProviderKey", fmt.Sprintf("is %d bytes, custom_id allows %d", len(req.ProviderKey), MaxProviderKeyLen))
+		return provider.LookupResult{}, invalid("ProviderKey", fmt.Sprintf("is %d bytes, custom_id allows %d", len(req.ProviderKey), MaxProviderKeyLen))
 	}
 	if req.ProviderID != "" {
 		return p.lookupOrder(ctx, req)
 	}
 	if req.ProviderKey == "" {
-		return payments.LookupResult{}, invalid("ProviderKey", "is required without ProviderID")
+		return provider.LookupResult{}, invalid("ProviderKey", "is required without ProviderID")
 	}
 	window := p.c.cfg.OrderRetention
 	switch {
 	case req.From.IsZero() || req.To.IsZero():
-		return payments.LookupResult{}, &CannotTellError{From: req.From, To: req.To, Window: window,
+		return provider.LookupResult{}, &CannotTellError{From: req.From, To: req.To, Window: window,
 			Reason: "without an order id, LookupRequest.From and To must bound when the order may have been created: " +
 				"to replay the create's request id inside PayPal's window, or to search Transaction Search past it"}
 	case req.To.Before(req.From):
-		return payments.LookupResult{}, invalid("To", "must not be before From")
+		return provider.LookupResult{}, invalid("To", "must not be before From")
 	}
 	now := p.c.cfg.Clock()
 	if now.Before(req.From.Add(window - lookupClockMargin)) {
@@ -83,32 +83,32 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 }
 
 // lookupOrder reads the order req.ProviderID.
-func (p *Provider) lookupOrder(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
+func (p *Provider) lookupOrder(ctx context.Context, req provider.LookupRequest) (provider.LookupResult, error) {
 	if err := checkID("ProviderID", req.ProviderID); err != nil {
-		return payments.LookupResult{}, err
+		return provider.LookupResult{}, err
 	}
 	o, err := p.c.GetOrder(ctx, req.ProviderID)
 	var apiErr *APIError
 	if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
-		return payments.LookupResult{Charges: []payments.ChargeResult{}, Consistent: true}, nil
+		return provider.LookupResult{Charges: []provider.ChargeResult{}, Consistent: true}, nil
 	}
 	if err != nil {
-		return payments.LookupResult{}, classify(err)
+		return provider.LookupResult{}, classify(err)
 	}
 	if err := checkOrder(o, orDefault(req.ProviderKey, customID(o)), money.Money{}); err != nil {
-		return payments.LookupResult{}, err
+		return provider.LookupResult{}, err
 	}
 	charges := chargesOf(o)
 	if req.WithRefunds {
 		if err := addRefunds(o, charges); err != nil {
-			return payments.LookupResult{}, err
+			return provider.LookupResult{}, err
 		}
 	}
-	return payments.LookupResult{Charges: charges, Consistent: true}, nil
+	return provider.LookupResult{Charges: charges, Consistent: true}, nil
 }
 
 // lookupByReplay replays the create's request id with a probe order, inside PayPal's window.
-func (p *Provider) lookupByReplay(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
+func (p *Provider) lookupByReplay(ctx context.Context, req provider.LookupRequest) (provider.LookupResult, error) {
 	res, err := p.c.CreateOrder(ctx, RequestID(req.ProviderKey, StepCreate), OrderRequest{
 		Intent: "CAPTURE",
 		PurchaseUnits: []PurchaseUnit{{
@@ -119,26 +119,26 @@ func (p *Provider) lookupByReplay(ctx context.Context, req payments.LookupReques
 		}},
 	})
 	if err != nil {
-		return payments.LookupResult{}, classify(err)
+		return provider.LookupResult{}, classify(err)
 	}
 	if !res.Replayed {
 		// PayPal did not know the request id: no order was created with it.
-		return payments.LookupResult{Charges: []payments.ChargeResult{}, Consistent: true}, nil
+		return provider.LookupResult{Charges: []provider.ChargeResult{}, Consistent: true}, nil
 	}
 	if err := checkOrder(res.Order, req.ProviderKey, money.Money{}); err != nil {
-		return payments.LookupResult{}, err
+		return provider.LookupResult{}, err
 	}
 	charges := chargesOf(res.Order)
 	if req.WithRefunds && len(charges) > 0 {
 		o, err := p.c.GetOrder(ctx, res.Order.ID)
 		if err != nil {
-			return payments.LookupResult{}, classify(err)
+			return provider.LookupResult{}, classify(err)
 		}
 		if err := addRefunds(o, charges); err != nil {
-			return payments.LookupResult{}, err
+			return provider.LookupResult{}, err
 		}
 	}
-	return payments.LookupResult{Charges: charges, Consistent: true}, nil
+	return provider.LookupResult{Charges: charges, Consistent: true}, nil
 }
 
 // MaxSearchAge is how far back Transaction Search reaches: "This call lists transaction for the
@@ -148,9 +148,9 @@ const MaxSearchAge = 3 * 365 * 24 * time.Hour
 
 // lookupBySearch finds, past the create's window, the orders whose captures Transaction Search
 // lists with req.ProviderKey as custom_field or invoice_id in [req.From, req.To].
-func (p *Provider) lookupBySearch(ctx context.Context, req payments.LookupRequest, now time.Time) (payments.LookupResult, error) {
+func (p *Provider) lookupBySearch(ctx context.Context, req provider.LookupRequest, now time.Time) (provider.LookupResult, error) {
 	if req.From.Before(now.Add(-MaxSearchAge)) {
-		return payments.LookupResult{}, &CannotTellError{From: req.From, To: req.To, Window: p.c.cfg.OrderRetention,
+		return provider.LookupResult{}, &CannotTellError{From: req.From, To: req.To, Window: p.c.cfg.OrderRetention,
 			Reason: "the period is older than the three years Transaction Search covers, and there is no order id to read"}
 	}
 	// Whole seconds, widened: PayPal's dates are in seconds.
@@ -169,7 +169,7 @@ func (p *Provider) lookupBySearch(ctx context.Context, req payments.LookupReques
 		for page := 1; ; page++ {
 			res, err := p.c.SearchTransactions(ctx, TransactionSearchRequest{StartDate: chunk, EndDate: chunkEnd, Page: page, PageSize: p.searchPageSize()})
 			if err != nil {
-				return payments.LookupResult{}, classify(err)
+				return provider.LookupResult{}, classify(err)
 			}
 			for _, d := range res.TransactionDetails {
 				tx := &d.TransactionInfo
@@ -177,7 +177,7 @@ func (p *Provider) lookupBySearch(ctx context.Context, req payments.LookupReques
 					continue
 				}
 				if tx.TransactionID == "" {
-					return payments.LookupResult{}, &payments.UnknownOutcomeError{Provider: providerName,
+					return provider.LookupResult{}, &provider.UnknownOutcomeError{Provider: providerName,
 						Err: fmt.Errorf("Transaction Search lists a payment for this attempt's custom_id (key %s) without a transaction id",
 							idempotency.ShortHash(req.ProviderKey))}
 				}
@@ -196,20 +196,20 @@ func (p *Provider) lookupBySearch(ctx context.Context, req payments.LookupReques
 		chunk = chunkEnd
 	}
 
-	out := payments.LookupResult{Charges: []payments.ChargeResult{},
+	out := provider.LookupResult{Charges: []provider.ChargeResult{},
 		Consistent: now.After(req.To.Add(SearchLag + lookupClockMargin))}
 	orders := map[string]bool{}
 	for _, id := range captureIDs {
 		cp, err := p.c.GetCapture(ctx, id)
 		if err != nil {
-			return payments.LookupResult{}, classify(err)
+			return provider.LookupResult{}, classify(err)
 		}
 		orderID := ""
 		if cp.SupplementaryData != nil {
 			orderID = cp.SupplementaryData.RelatedIDs.OrderID
 		}
 		if orderID == "" {
-			return payments.LookupResult{}, &payments.UnknownOutcomeError{Provider: providerName,
+			return provider.LookupResult{}, &provider.UnknownOutcomeError{Provider: providerName,
 				Err: fmt.Errorf("capture %s carries this attempt's custom_id (key %s) but names no order", id, idempotency.ShortHash(req.ProviderKey))}
 		}
 		if orders[orderID] {
@@ -218,17 +218,17 @@ func (p *Provider) lookupBySearch(ctx context.Context, req payments.LookupReques
 		orders[orderID] = true
 		o, err := p.c.GetOrder(ctx, orderID)
 		if err != nil {
-			return payments.LookupResult{}, classify(err)
+			return provider.LookupResult{}, classify(err)
 		}
 		if o.ID != orderID || (len(o.PurchaseUnits) > 0 && customID(o) != req.ProviderKey && o.PurchaseUnits[0].InvoiceID != req.ProviderKey) {
-			return payments.LookupResult{}, &payments.KeyMismatchError{Provider: providerName,
+			return provider.LookupResult{}, &provider.KeyMismatchError{Provider: providerName,
 				Message: fmt.Sprintf("Transaction Search lists capture %s for this attempt (key %s), but its order %s carries it neither as custom_id nor invoice_id",
 					id, idempotency.ShortHash(req.ProviderKey), o.ID)}
 		}
 		charges := chargesOf(o)
 		if req.WithRefunds {
 			if err := addRefunds(o, charges); err != nil {
-				return payments.LookupResult{}, err
+				return provider.LookupResult{}, err
 			}
 		}
 		out.Charges = append(out.Charges, charges...)
@@ -246,7 +246,7 @@ func isPaymentReceived(tx *TransactionInfo) bool {
 // an order once) from the order's refunds: the sum of those COMPLETED. An order answered
 // without purchase units (a minimal representation), or a charge whose currency is unknown,
 // leaves RefundsKnown false: nothing can be told.
-func addRefunds(o *Order, charges []payments.ChargeResult) error {
+func addRefunds(o *Order, charges []provider.ChargeResult) error {
 	if len(o.PurchaseUnits) == 0 {
 		return nil
 	}
@@ -269,7 +269,7 @@ func addRefunds(o *Order, charges []payments.ChargeResult) error {
 					total, err = total.Add(m) // another currency is an error too
 				}
 				if err != nil {
-					return &payments.UnknownOutcomeError{Provider: providerName,
+					return &provider.UnknownOutcomeError{Provider: providerName,
 						Err: fmt.Errorf("refund %s of order %s: amount %s %s: %w", re.ID, o.ID, re.Amount.Value, re.Amount.CurrencyCode, err)}
 				}
 			}
@@ -294,17 +294,17 @@ func customID(o *Order) string {
 }
 
 // chargesOf is what an order holds as charges: its capture, or an order waiting for the payer.
-func chargesOf(o *Order) []payments.ChargeResult {
+func chargesOf(o *Order) []provider.ChargeResult {
 	if _, ok := o.capture(); ok {
 		res, _ := fromCapture(o, money.Money{}, false) // a decline is a charge in status failed
-		return []payments.ChargeResult{res}
+		return []provider.ChargeResult{res}
 	}
 	if o.Status == "PAYER_ACTION_REQUIRED" {
-		res := payments.ChargeResult{ProviderID: o.ID, Status: payments.ChargeRequiresAction}
+		res := provider.ChargeResult{ProviderID: o.ID, Status: provider.ChargeRequiresAction}
 		if len(o.PurchaseUnits) > 0 && o.PurchaseUnits[0].Amount != nil {
 			res.Amount, _ = o.PurchaseUnits[0].Amount.Money()
 		}
-		return []payments.ChargeResult{res}
+		return []provider.ChargeResult{res}
 	}
-	return []payments.ChargeResult{}
+	return []provider.ChargeResult{}
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -65,7 +65,7 @@ func TestLookupWithRefunds(t *testing.T) {
 		t.Fatalf("the fake's totals %+v, want 8.00 refunded", got)
 	}
 	p, rc := countedProvider(t, b)
-	window := payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0.Add(-time.Minute), To: t0.Add(time.Minute)}
+	window := provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0.Add(-time.Minute), To: t0.Add(time.Minute)}
 	byID := window
 	byID.ProviderID = ch.ProviderID
 
@@ -75,7 +75,7 @@ func TestLookupWithRefunds(t *testing.T) {
 	)
 	for _, tc := range []struct {
 		name  string
-		req   payments.LookupRequest
+		req   provider.LookupRequest
 		with  bool
 		calls map[string]int
 	}{
@@ -87,7 +87,7 @@ func TestLookupWithRefunds(t *testing.T) {
 		lr := tc.req
 		lr.WithRefunds = tc.with
 		got := must(p.Lookup(ctxT(t), lr))(t)
-		if len(got.Charges) != 1 || got.Charges[0].ProviderID != ch.ProviderID || got.Charges[0].Status != payments.ChargeSucceeded {
+		if len(got.Charges) != 1 || got.Charges[0].ProviderID != ch.ProviderID || got.Charges[0].Status != provider.ChargeSucceeded {
 			t.Fatalf("%s: %+v", tc.name, got)
 		}
 		c := got.Charges[0]
@@ -113,7 +113,7 @@ func TestLookupWithRefundsNone(t *testing.T) {
 	declined, _ := b.p.Charge(ctxT(t), chargeReq("lrn-declined", paypaltest.PaymentMethodDeclined))
 	action := must(b.p.Charge(ctxT(t), chargeReq("lrn-3ds", paypaltest.PaymentMethodAuthenticationRequired)))(t)
 	for _, id := range []string{ok.ProviderID, declined.ProviderID, action.ProviderID} {
-		got := must(b.p.Lookup(ctxT(t), payments.LookupRequest{ProviderID: id, WithRefunds: true}))(t)
+		got := must(b.p.Lookup(ctxT(t), provider.LookupRequest{ProviderID: id, WithRefunds: true}))(t)
 		if len(got.Charges) != 1 || !got.Charges[0].RefundsKnown || !got.Charges[0].Refunded.Equal(eur("0.00")) {
 			t.Fatalf("%s: %+v, want 0.00 EUR refunded, known", id, got)
 		}
@@ -136,7 +136,7 @@ func TestFakeFailRefund(t *testing.T) {
 		t.Fatal("failing an unknown refund: no error")
 	}
 	// The whole capture is refundable again.
-	if res := must(b.p.Refund(ctxT(t), refundReq("fr-2", ch.ProviderID, eur("20.00"))))(t); res.Status != payments.RefundSucceeded {
+	if res := must(b.p.Refund(ctxT(t), refundReq("fr-2", ch.ProviderID, eur("20.00"))))(t); res.Status != provider.RefundSucceeded {
 		t.Fatalf("%+v", res)
 	}
 	if got := b.srv.Totals()["EUR"]; got != (paypaltest.Total{Captured: 2000, Refunded: 2000}) {

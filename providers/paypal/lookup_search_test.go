@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -29,13 +30,13 @@ func TestLookupPastTheWindowFindsTheCharge(t *testing.T) {
 
 	b.clock.Advance(7 * time.Hour)
 	creates := b.sent.count("POST", "/v2/checkout/orders")
-	lr := payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0.Add(-10 * time.Minute), To: t0.Add(5 * time.Minute), WithRefunds: true}
+	lr := provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0.Add(-10 * time.Minute), To: t0.Add(5 * time.Minute), WithRefunds: true}
 	got := must(b.p.Lookup(ctxT(t), lr))(t)
 	if len(got.Charges) != 1 || !got.Consistent {
 		t.Fatalf("%+v, want the charge, consistent", got)
 	}
 	c := got.Charges[0]
-	if c.ProviderID != ch.ProviderID || c.Status != payments.ChargeSucceeded || !c.Amount.Equal(req.Amount) ||
+	if c.ProviderID != ch.ProviderID || c.Status != provider.ChargeSucceeded || !c.Amount.Equal(req.Amount) ||
 		!c.RefundsKnown || !c.Refunded.Equal(eur("5.00")) {
 		t.Fatalf("charge %+v, want order %s succeeded with 5.00 EUR refunded", c, ch.ProviderID)
 	}
@@ -45,7 +46,7 @@ func TestLookupPastTheWindowFindsTheCharge(t *testing.T) {
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
 
-	// The reconciler's and payments' requests go through the same path (payments.ErrCannotTell
+	// The reconciler's and payments' requests go through the same path (provider.ErrCannotTell
 	// is never the answer when the period is bounded).
 	proof, err := payments.LookupBeyondWindow(ctxT(t), b.p, payments.Examined{Key: req.Key, Kind: payments.KindCharge,
 		Provider: "paypal", ProviderKey: req.ProviderKey, Amount: req.Amount, SentAt: t0}, 6*time.Hour)
@@ -60,8 +61,8 @@ func TestLookupPastTheWindowAbsent(t *testing.T) {
 	t.Parallel()
 	b := lagged(t)
 	must(b.p.Charge(ctxT(t), chargeReq("search-other", paypaltest.PaymentMethodVisa)))(t) // noise
-	absent := payments.ProviderKey("search-absent", payments.StepCharge, 0, paypal.MaxProviderKeyLen)
-	lr := payments.LookupRequest{Key: "search-absent", ProviderKey: absent, From: t0.Add(-10 * time.Minute), To: t0.Add(-5 * time.Minute)}
+	absent := provider.DeriveKey("search-absent", provider.StepCharge, 0, paypal.MaxProviderKeyLen)
+	lr := provider.LookupRequest{Key: "search-absent", ProviderKey: absent, From: t0.Add(-10 * time.Minute), To: t0.Add(-5 * time.Minute)}
 
 	b.clock.Advance(6 * time.Hour) // past the window, the period ended 6h05 ago: consistent
 	if got := must(b.p.Lookup(ctxT(t), lr))(t); len(got.Charges) != 0 || !got.Consistent {
@@ -89,7 +90,7 @@ func TestLookupPastTheWindowBeforeTheLag(t *testing.T) {
 	ch := must(b.p.Charge(ctxT(t), req))(t)
 
 	b.clock.Advance(20 * time.Minute) // past From + 6h
-	lr := payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0, To: b.clock.Now().Add(5 * time.Minute)}
+	lr := provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0, To: b.clock.Now().Add(5 * time.Minute)}
 	got := must(b.p.Lookup(ctxT(t), lr))(t)
 	if len(got.Charges) != 0 || got.Consistent {
 		t.Fatalf("before the lag: %+v, want none and not consistent (not proof of absence)", got)
@@ -112,7 +113,7 @@ func TestLookupPastTheWindowBeforeTheLag(t *testing.T) {
 func TestLookupPastTheWindowByInvoiceID(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	pk := payments.ProviderKey("search-invoice", payments.StepCharge, 0, paypal.MaxProviderKeyLen)
+	pk := provider.DeriveKey("search-invoice", provider.StepCharge, 0, paypal.MaxProviderKeyLen)
 	res, err := b.p.Client().CreateOrder(ctxT(t), "rid-invoice", paypal.OrderRequest{Intent: "CAPTURE",
 		PurchaseUnits: []paypal.PurchaseUnit{{CustomID: "someone-else", InvoiceID: pk, Amount: &paypal.Amount{CurrencyCode: "EUR", Value: "3.00"}}},
 		PaymentSource: &paypal.PaymentSource{Card: &paypal.CardSource{VaultID: paypaltest.PaymentMethodVisa}}})
@@ -120,7 +121,7 @@ func TestLookupPastTheWindowByInvoiceID(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.clock.Advance(10 * time.Hour)
-	got := must(b.p.Lookup(ctxT(t), payments.LookupRequest{Key: "search-invoice", ProviderKey: pk, From: t0, To: t0.Add(time.Minute)}))(t)
+	got := must(b.p.Lookup(ctxT(t), provider.LookupRequest{Key: "search-invoice", ProviderKey: pk, From: t0, To: t0.Add(time.Minute)}))(t)
 	if len(got.Charges) != 1 || got.Charges[0].ProviderID != res.Order.ID || !got.Charges[0].Amount.Equal(eur("3.00")) || !got.Consistent {
 		t.Fatalf("%+v, want order %s", got, res.Order.ID)
 	}
@@ -138,7 +139,7 @@ func TestLookupPastTheWindowLongPeriod(t *testing.T) {
 	req := chargeReq("search-long", paypaltest.PaymentMethodVisa)
 	ch := must(b.p.Charge(ctxT(t), req))(t)
 	b.clock.Advance(2 * 24 * time.Hour)
-	got := must(b.p.Lookup(ctxT(t), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0, To: t0.Add(41 * 24 * time.Hour)}))(t)
+	got := must(b.p.Lookup(ctxT(t), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0, To: t0.Add(41 * 24 * time.Hour)}))(t)
 	if len(got.Charges) != 1 || got.Charges[0].ProviderID != ch.ProviderID || !got.Consistent {
 		t.Fatalf("%+v", got)
 	}
@@ -148,14 +149,14 @@ func TestLookupPastTheWindowLongPeriod(t *testing.T) {
 }
 
 // Without bounds, or for a period Transaction Search no longer covers, no lookup can tell: an
-// error matching payments.ErrCannotTell (the reconciler flags the intent for review), not an
+// error matching provider.ErrCannotTell (the reconciler flags the intent for review), not an
 // outage to retry forever.
 func TestLookupCannotTell(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	pk := payments.ProviderKey("cannot-tell", payments.StepCharge, 0, paypal.MaxProviderKeyLen)
+	pk := provider.DeriveKey("cannot-tell", provider.StepCharge, 0, paypal.MaxProviderKeyLen)
 	b.clock.Advance(4 * 365 * 24 * time.Hour)
-	for name, lr := range map[string]payments.LookupRequest{
+	for name, lr := range map[string]provider.LookupRequest{
 		"no From":       {Key: "cannot-tell", ProviderKey: pk, To: t0},
 		"no To":         {Key: "cannot-tell", ProviderKey: pk, From: t0},
 		"neither":       {Key: "cannot-tell", ProviderKey: pk},
@@ -164,7 +165,7 @@ func TestLookupCannotTell(t *testing.T) {
 	} {
 		_, err := b.p.Lookup(ctxT(t), lr)
 		var ct *paypal.CannotTellError
-		if !errors.As(err, &ct) || !errors.Is(err, payments.ErrCannotTell) || payments.SafeToRetry(err) || ct.Reason == "" {
+		if !errors.As(err, &ct) || !errors.Is(err, provider.ErrCannotTell) || payments.SafeToRetry(err) || ct.Reason == "" {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -176,9 +177,9 @@ func TestLookupCannotTell(t *testing.T) {
 	if err != nil || proof.Status != payments.IntentNeedsReview {
 		t.Fatalf("LookupBeyondWindow: %+v %v, want review", proof, err)
 	}
-	if _, err := b.p.Lookup(ctxT(t), payments.LookupRequest{Key: "k", ProviderKey: pk, From: t0, To: t0.Add(-time.Second)}); err == nil {
+	if _, err := b.p.Lookup(ctxT(t), provider.LookupRequest{Key: "k", ProviderKey: pk, From: t0, To: t0.Add(-time.Second)}); err == nil {
 		t.Fatal("To before From accepted")
-	} else if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "To" {
+	} else if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "To" {
 		t.Fatalf("%+v", ie)
 	}
 }

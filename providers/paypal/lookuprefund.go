@@ -5,10 +5,10 @@ import (
 	"fmt"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
-var _ payments.RefundLooker = (*Provider)(nil)
+var _ provider.RefundLooker = (*Provider)(nil)
 
 // LookupRefund returns the refunds PayPal holds for the refund attempt req, for the reconciler:
 // those whose custom_id is req.ProviderKey, as [Provider.Refund] sent it. req.Key is not used
@@ -16,8 +16,8 @@ var _ payments.RefundLooker = (*Provider)(nil)
 //
 //   - With req.ProviderID (the refund's id, when an earlier answer or a webhook told it), it
 //     reads that refund (GET /v2/payments/refunds/{id}). A refund carrying another custom_id is
-//     a *[payments.KeyMismatchError]: the id was recorded for another action. An id PayPal does
-//     not know is PayPal's 404, an *[payments.InvalidRequestError]: PayPal gave that id, so the
+//     a *[provider.KeyMismatchError]: the id was recorded for another action. An id PayPal does
+//     not know is PayPal's 404, an *[provider.InvalidRequestError]: PayPal gave that id, so the
 //     account is not the one that made it.
 //   - Without it, req.ChargeID (the order id, a Charge's ProviderID) is required: it reads the
 //     order (GET /v2/checkout/orders/{id}), whose purchase_units[].payments.refunds list every
@@ -27,52 +27,52 @@ var _ payments.RefundLooker = (*Provider)(nil)
 //
 // Both reads are consistent, so the result is always Consistent: an empty one proves that no
 // refund was made with the ProviderKey. It normally holds 0 or 1 refund. COMPLETED is
-// [payments.RefundSucceeded]; FAILED and CANCELLED [payments.RefundFailed]; PENDING, and
-// statuses this adapter does not know, [payments.RefundPending]. Replayed is false.
+// [provider.RefundSucceeded]; FAILED and CANCELLED [provider.RefundFailed]; PENDING, and
+// statuses this adapter does not know, [provider.RefundPending]. Replayed is false.
 //
-// Errors: *[payments.InvalidRequestError] (also for requests refused before sending: no
+// Errors: *[provider.InvalidRequestError] (also for requests refused before sending: no
 // ProviderKey, neither ChargeID nor ProviderID, an id that is not a PayPal id; and for an
-// unknown order), *[payments.KeyMismatchError], *[payments.NotSentError],
-// *[payments.UnknownOutcomeError] (a read: retrying is harmless; also for a refund whose amount
+// unknown order), *[provider.KeyMismatchError], *[provider.NotSentError],
+// *[provider.UnknownOutcomeError] (a read: retrying is harmless; also for a refund whose amount
 // cannot be read).
-func (p *Provider) LookupRefund(ctx context.Context, req payments.RefundLookupRequest) (payments.RefundLookupResult, error) {
+func (p *Provider) LookupRefund(ctx context.Context, req provider.RefundLookupRequest) (provider.RefundLookupResult, error) {
 	switch {
 	case req.ProviderKey == "":
-		return payments.RefundLookupResult{}, invalid("ProviderKey", "is required: PayPal's refunds are found by their custom_id")
+		return provider.RefundLookupResult{}, invalid("ProviderKey", "is required: PayPal's refunds are found by their custom_id")
 	case len(req.ProviderKey) > MaxProviderKeyLen:
-		return payments.RefundLookupResult{}, invalid("ProviderKey", fmt.Sprintf("is %d bytes, custom_id allows %d", len(req.ProviderKey), MaxProviderKeyLen))
+		return provider.RefundLookupResult{}, invalid("ProviderKey", fmt.Sprintf("is %d bytes, custom_id allows %d", len(req.ProviderKey), MaxProviderKeyLen))
 	}
-	res := payments.RefundLookupResult{Refunds: []payments.RefundResult{}, Consistent: true}
+	res := provider.RefundLookupResult{Refunds: []provider.RefundResult{}, Consistent: true}
 	if req.ProviderID != "" {
 		if err := checkID("ProviderID", req.ProviderID); err != nil {
-			return payments.RefundLookupResult{}, err
+			return provider.RefundLookupResult{}, err
 		}
 		re, err := p.c.GetRefund(ctx, req.ProviderID)
 		if err != nil {
-			return payments.RefundLookupResult{}, classify(err)
+			return provider.RefundLookupResult{}, classify(err)
 		}
 		if re.CustomID != req.ProviderKey {
-			return payments.RefundLookupResult{}, &payments.KeyMismatchError{Provider: providerName,
+			return provider.RefundLookupResult{}, &provider.KeyMismatchError{Provider: providerName,
 				Message: fmt.Sprintf("refund %s carries the custom_id of key %s, not this ProviderKey's (key %s)", re.ID,
 					idempotency.ShortHash(re.CustomID), idempotency.ShortHash(req.ProviderKey))}
 		}
 		r, err := refundResult(re)
 		if err != nil {
-			return payments.RefundLookupResult{}, err
+			return provider.RefundLookupResult{}, err
 		}
 		res.Refunds = append(res.Refunds, r)
 		return res, nil
 	}
 
 	if req.ChargeID == "" {
-		return payments.RefundLookupResult{}, invalid("ChargeID", "is required without ProviderID: the refunds are read from the order")
+		return provider.RefundLookupResult{}, invalid("ChargeID", "is required without ProviderID: the refunds are read from the order")
 	}
 	if err := checkID("ChargeID", req.ChargeID); err != nil {
-		return payments.RefundLookupResult{}, err
+		return provider.RefundLookupResult{}, err
 	}
 	o, err := p.c.GetOrder(ctx, req.ChargeID)
 	if err != nil {
-		return payments.RefundLookupResult{}, classify(err)
+		return provider.RefundLookupResult{}, classify(err)
 	}
 	seen := map[string]bool{}
 	for _, pu := range o.PurchaseUnits {
@@ -87,7 +87,7 @@ func (p *Provider) LookupRefund(ctx context.Context, req payments.RefundLookupRe
 			seen[re.ID] = true
 			if re.CustomID == "" && re.ID != "" {
 				if re, err = p.c.GetRefund(ctx, re.ID); err != nil {
-					return payments.RefundLookupResult{}, classify(err)
+					return provider.RefundLookupResult{}, classify(err)
 				}
 			}
 			if re.CustomID != req.ProviderKey {
@@ -95,7 +95,7 @@ func (p *Provider) LookupRefund(ctx context.Context, req payments.RefundLookupRe
 			}
 			r, err := refundResult(re)
 			if err != nil {
-				return payments.RefundLookupResult{}, err
+				return provider.RefundLookupResult{}, err
 			}
 			res.Refunds = append(res.Refunds, r)
 		}
@@ -104,23 +104,23 @@ func (p *Provider) LookupRefund(ctx context.Context, req payments.RefundLookupRe
 }
 
 // refundResult is a refund read back from PayPal.
-func refundResult(re *Refund) (payments.RefundResult, error) {
+func refundResult(re *Refund) (provider.RefundResult, error) {
 	m, err := re.Amount.Money()
 	if err != nil {
-		return payments.RefundResult{}, &payments.UnknownOutcomeError{Provider: providerName,
+		return provider.RefundResult{}, &provider.UnknownOutcomeError{Provider: providerName,
 			Err: fmt.Errorf("refund %s: amount %s %s: %w", re.ID, re.Amount.Value, re.Amount.CurrencyCode, err)}
 	}
-	return payments.RefundResult{ProviderID: re.ID, Status: refundStatus(re.Status), Amount: m}, nil
+	return provider.RefundResult{ProviderID: re.ID, Status: refundStatus(re.Status), Amount: m}, nil
 }
 
 // refundStatus maps a refund's status, as [Provider.Refund] does.
-func refundStatus(s string) payments.RefundStatus {
+func refundStatus(s string) provider.RefundStatus {
 	switch s {
 	case "COMPLETED":
-		return payments.RefundSucceeded
+		return provider.RefundSucceeded
 	case "FAILED", "CANCELLED":
-		return payments.RefundFailed
+		return provider.RefundFailed
 	default: // PENDING
-		return payments.RefundPending
+		return provider.RefundPending
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
@@ -46,7 +48,7 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 		t.Fatalf("lookup %+v, want only the lost refund (not %s)", got, other.ProviderID)
 	}
 	id := got.Refunds[0].ProviderID
-	onlyRefund(t, got, id, payments.RefundSucceeded, eur("5.00"))
+	onlyRefund(t, got, id, provider.RefundSucceeded, eur("5.00"))
 	if reqs := rc.take(); !mapsEqual(reqs, map[string]int{"GET /v2/checkout/orders/" + ch.ProviderID: 1}) {
 		t.Fatalf("requests %v, want one read of the order", reqs)
 	}
@@ -57,13 +59,13 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 
 	byID := lookupOf(lost)
 	byID.ProviderID = id
-	onlyRefund(t, must(p.LookupRefund(ctxT(t), byID))(t), id, payments.RefundSucceeded, eur("5.00"))
+	onlyRefund(t, must(p.LookupRefund(ctxT(t), byID))(t), id, provider.RefundSucceeded, eur("5.00"))
 	if reqs := rc.take(); !mapsEqual(reqs, map[string]int{"GET /v2/payments/refunds/" + id: 1}) {
 		t.Fatalf("requests %v, want one read of the refund", reqs)
 	}
 
 	onlyRefund(t, must(p.LookupRefund(ctxT(t), lookupOf(refundReq("lrf-other", ch.ProviderID, eur("3.00")))))(t),
-		other.ProviderID, payments.RefundSucceeded, eur("3.00"))
+		other.ProviderID, provider.RefundSucceeded, eur("3.00"))
 
 	never := refundReq("lrf-never", ch.ProviderID, eur("1.00"))
 	none := must(p.LookupRefund(ctxT(t), lookupOf(never)))(t)
@@ -91,15 +93,15 @@ func TestLookupRefundFailed(t *testing.T) {
 	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf-failed", paypaltest.PaymentMethodVisa)))(t)
 	req := refundReq("lrf-failed-refund", ch.ProviderID, eur("7.00"))
 	re := must(b.p.Refund(ctxT(t), req))(t)
-	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), lookupOf(req)))(t), re.ProviderID, payments.RefundSucceeded, eur("7.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), lookupOf(req)))(t), re.ProviderID, provider.RefundSucceeded, eur("7.00"))
 
 	if err := b.srv.FailRefund(re.ProviderID); err != nil {
 		t.Fatal(err)
 	}
-	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), lookupOf(req)))(t), re.ProviderID, payments.RefundFailed, eur("7.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), lookupOf(req)))(t), re.ProviderID, provider.RefundFailed, eur("7.00"))
 	byID := lookupOf(req)
 	byID.ProviderID, byID.ChargeID = re.ProviderID, ""
-	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), byID))(t), re.ProviderID, payments.RefundFailed, eur("7.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), byID))(t), re.ProviderID, provider.RefundFailed, eur("7.00"))
 }
 
 // stripRefundCustomIDs removes custom_id from the refunds of the orders PayPal answers, as a
@@ -147,7 +149,7 @@ func TestLookupRefundReadsRefundsWithoutCustomID(t *testing.T) {
 		BaseURL: b.srv.URL(), HTTPClient: &http.Client{Timeout: time.Minute, Transport: rc},
 		WebhookID: paypaltest.DefaultWebhookID, Clock: b.clock.Now}))(t)
 	got := must(p.LookupRefund(ctxT(t), lookupOf(refundReq("lrf-strip-mine", ch.ProviderID, eur("4.00")))))(t)
-	onlyRefund(t, got, mine.ProviderID, payments.RefundSucceeded, eur("4.00"))
+	onlyRefund(t, got, mine.ProviderID, provider.RefundSucceeded, eur("4.00"))
 	reqs := rc.take()
 	refundReads := 0
 	for k, n := range reqs {
@@ -173,16 +175,16 @@ func TestLookupRefundRefused(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, param string
-		req         payments.RefundLookupRequest
+		req         provider.RefundLookupRequest
 	}{
-		{"no ProviderKey", "ProviderKey", payments.RefundLookupRequest{Key: req.Key, ChargeID: ch.ProviderID}},
-		{"ProviderKey too long", "ProviderKey", payments.RefundLookupRequest{ProviderKey: strings.Repeat("k", 128), ChargeID: ch.ProviderID}},
-		{"no ChargeID", "ChargeID", payments.RefundLookupRequest{ProviderKey: req.ProviderKey}},
-		{"bad ChargeID", "ChargeID", payments.RefundLookupRequest{ProviderKey: req.ProviderKey, ChargeID: "../x"}},
-		{"bad ProviderID", "ProviderID", payments.RefundLookupRequest{ProviderKey: req.ProviderKey, ProviderID: "a b"}},
+		{"no ProviderKey", "ProviderKey", provider.RefundLookupRequest{Key: req.Key, ChargeID: ch.ProviderID}},
+		{"ProviderKey too long", "ProviderKey", provider.RefundLookupRequest{ProviderKey: strings.Repeat("k", 128), ChargeID: ch.ProviderID}},
+		{"no ChargeID", "ChargeID", provider.RefundLookupRequest{ProviderKey: req.ProviderKey}},
+		{"bad ChargeID", "ChargeID", provider.RefundLookupRequest{ProviderKey: req.ProviderKey, ChargeID: "../x"}},
+		{"bad ProviderID", "ProviderID", provider.RefundLookupRequest{ProviderKey: req.ProviderKey, ProviderID: "a b"}},
 	} {
 		_, err := p.LookupRefund(ctxT(t), tc.req)
-		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != tc.param {
+		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != tc.param {
 			t.Fatalf("%s: %+v, want Param %s", tc.name, ie, tc.param)
 		}
 	}
@@ -190,21 +192,21 @@ func TestLookupRefundRefused(t *testing.T) {
 		t.Fatalf("requests %v for refused lookups, want none", reqs)
 	}
 
-	_, err := p.LookupRefund(ctxT(t), payments.RefundLookupRequest{ProviderKey: "another", ProviderID: re.ProviderID})
-	errAs[*payments.KeyMismatchError](t, err)
-	for _, lr := range []payments.RefundLookupRequest{
+	_, err := p.LookupRefund(ctxT(t), provider.RefundLookupRequest{ProviderKey: "another", ProviderID: re.ProviderID})
+	errAs[*provider.KeyMismatchError](t, err)
+	for _, lr := range []provider.RefundLookupRequest{
 		{ProviderKey: req.ProviderKey, ProviderID: "REFUNKNOWN"},
 		{ProviderKey: req.ProviderKey, ChargeID: "ORDUNKNOWN"},
 	} {
 		_, err = p.LookupRefund(ctxT(t), lr)
-		if errAs[*payments.InvalidRequestError](t, err); payments.SafeToRetry(err) {
+		if errAs[*provider.InvalidRequestError](t, err); payments.SafeToRetry(err) {
 			t.Fatalf("%+v: %v is retryable", lr, err)
 		}
 	}
 
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.FailBefore, Method: "GET", Path: "/v2/checkout/orders/*"})
 	_, err = p.LookupRefund(ctxT(t), lookupOf(req))
-	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 }

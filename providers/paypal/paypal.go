@@ -10,7 +10,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 const providerName = "paypal"
@@ -50,8 +50,8 @@ func RequestID(providerKey, step string) string {
 	return uuid.NewSHA1(Namespace, []byte(providerKey+"_"+step)).String()
 }
 
-// Provider is the PayPal adapter of [payments.Provider], [payments.WebhookVerifier] and
-// [payments.Totaler]. It holds no globals; it is safe for concurrent use.
+// Provider is the PayPal adapter of [provider.Provider], [provider.WebhookVerifier] and
+// [provider.Totaler]. It holds no globals; it is safe for concurrent use.
 type Provider struct {
 	c *Client
 
@@ -59,11 +59,11 @@ type Provider struct {
 }
 
 var (
-	_ payments.Provider         = (*Provider)(nil)
-	_ payments.ReferenceLimiter = (*Provider)(nil)
-	_ payments.StepWindower     = (*Provider)(nil)
-	_ payments.Validator        = (*Provider)(nil)
-	_ payments.WebhookVerifier  = (*Provider)(nil)
+	_ provider.Provider         = (*Provider)(nil)
+	_ provider.ReferenceLimiter = (*Provider)(nil)
+	_ provider.StepWindower     = (*Provider)(nil)
+	_ provider.Validator        = (*Provider)(nil)
+	_ provider.WebhookVerifier  = (*Provider)(nil)
 )
 
 // New returns a Provider for cfg. Errors: *[ConfigError] naming the bad field, including
@@ -90,17 +90,17 @@ func (p *Provider) DedupWindow() time.Duration {
 }
 
 // StepDedupWindow returns how long PayPal replays the request ids of a step
-// ([payments.StepWindower]): for [payments.StepCharge], Config.OrderRetention (6 hours: the
-// charge's create and capture are both Orders v2 calls); for [payments.StepRefund],
+// ([provider.StepWindower]): for [provider.StepCharge], Config.OrderRetention (6 hours: the
+// charge's create and capture are both Orders v2 calls); for [provider.StepRefund],
 // Config.RefundRetention (45 days: a refund of a capture is a Payments v2 call); 0 (meaning
 // DedupWindow) for any other step. Past the charge step's window a retry must not re-send the
 // charge's request ids: PayPal would take the create for a new one, and with a payment source
 // charge the card again.
 func (p *Provider) StepDedupWindow(step string) time.Duration {
 	switch step {
-	case payments.StepCharge:
+	case provider.StepCharge:
 		return p.c.cfg.OrderRetention
-	case payments.StepRefund:
+	case provider.StepRefund:
 		return p.c.cfg.RefundRetention
 	}
 	return 0
@@ -110,12 +110,12 @@ func (p *Provider) StepDedupWindow(step string) time.Duration {
 // ProviderKey under it.
 func (p *Provider) MaxReferenceLen() int { return MaxProviderKeyLen }
 
-// ValidateCharge refuses, before anything is recorded or sent ([payments.Validator]), a charge
+// ValidateCharge refuses, before anything is recorded or sent ([provider.Validator]), a charge
 // PayPal would refuse: no Key or ProviderKey, a ProviderKey over 127 bytes, a non-positive
 // amount, a currency PayPal does not support or an amount with more decimal places than PayPal
 // takes for its currency (10.50 HUF; see [Currencies]), no PaymentMethod, a Description over
-// 127 bytes. Errors: *[payments.InvalidRequestError] naming the field in Param.
-func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
+// 127 bytes. Errors: *[provider.InvalidRequestError] naming the field in Param.
+func (p *Provider) ValidateCharge(req provider.ChargeRequest) error {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
 		return err
 	}
@@ -140,24 +140,24 @@ func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
 // req.Metadata are not sent (PayPal orders have no metadata; the ProviderKey travels as
 // custom_id); req.Description becomes the purchase unit's description.
 //
-// Results: a completed capture is [payments.ChargeSucceeded]; a pending one
-// [payments.ChargePending]; an order waiting for the payer (3-D Secure)
-// [payments.ChargeRequiresAction], not captured. Replayed is true when PayPal answered from its
+// Results: a completed capture is [provider.ChargeSucceeded]; a pending one
+// [provider.ChargePending]; an order waiting for the payer (3-D Secure)
+// [provider.ChargeRequiresAction], not captured. Replayed is true when PayPal answered from its
 // request id (200 instead of 201) or when the order was read from req.ProviderID.
 //
-// Errors: *[payments.DeclineError] (capture DECLINED or FAILED, DeclineCode the processor's
-// response code; the result names the order), *[payments.InvalidRequestError] (also for
-// requests refused before sending, see [Provider.ValidateCharge]), *[payments.NotSentError],
-// *[payments.UnknownOutcomeError] (also when req.Progress fails: the order exists, and may be
-// captured already), *[payments.InProgressError], *[payments.KeyMismatchError] (the order PayPal
+// Errors: *[provider.DeclineError] (capture DECLINED or FAILED, DeclineCode the processor's
+// response code; the result names the order), *[provider.InvalidRequestError] (also for
+// requests refused before sending, see [Provider.ValidateCharge]), *[provider.NotSentError],
+// *[provider.UnknownOutcomeError] (also when req.Progress fails: the order exists, and may be
+// captured already), *[provider.InProgressError], *[provider.KeyMismatchError] (the order PayPal
 // returned for the request id or req.ProviderID carries another custom_id or amount).
-func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (payments.ChargeResult, error) {
+func (p *Provider) Charge(ctx context.Context, req provider.ChargeRequest) (provider.ChargeResult, error) {
 	if err := p.ValidateCharge(req); err != nil {
-		return payments.ChargeResult{}, err
+		return provider.ChargeResult{}, err
 	}
 	amount, err := AmountOf(req.Amount)
 	if err != nil {
-		return payments.ChargeResult{}, err
+		return provider.ChargeResult{}, err
 	}
 
 	var order *Order
@@ -174,30 +174,30 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 			PaymentSource: &PaymentSource{Card: &CardSource{VaultID: req.PaymentMethod}},
 		})
 		if err != nil {
-			return payments.ChargeResult{}, classify(err)
+			return provider.ChargeResult{}, classify(err)
 		}
 		order, replayed = res.Order, res.Replayed
 		if err := checkOrder(order, req.ProviderKey, req.Amount); err != nil {
-			return payments.ChargeResult{}, err
+			return provider.ChargeResult{}, err
 		}
 		if req.Progress != nil {
 			// Recorded whatever the order's state: a read of the order settles a lost answer at
 			// any age, where the create's request id is forgotten after 6 hours.
 			if err := req.Progress(ctx, order.ID); err != nil {
-				return pending(order.ID, req.Amount), &payments.UnknownOutcomeError{Provider: providerName,
+				return pending(order.ID, req.Amount), &provider.UnknownOutcomeError{Provider: providerName,
 					Err: fmt.Errorf("recording order %s (%s): %w", order.ID, order.Status, err)}
 			}
 		}
 	} else {
 		if err := checkID("ProviderID", req.ProviderID); err != nil {
-			return payments.ChargeResult{}, err
+			return provider.ChargeResult{}, err
 		}
 		o, err := p.c.GetOrder(ctx, req.ProviderID)
 		if err != nil {
-			return payments.ChargeResult{}, classify(err)
+			return provider.ChargeResult{}, classify(err)
 		}
 		if err := checkOrder(o, req.ProviderKey, req.Amount); err != nil {
-			return payments.ChargeResult{}, err
+			return provider.ChargeResult{}, err
 		}
 		order, replayed = o, true
 	}
@@ -216,13 +216,13 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 	case "APPROVED":
 		// Approved and not captured yet: the explicit capture below.
 	case "PAYER_ACTION_REQUIRED", "CREATED", "SAVED":
-		return payments.ChargeResult{ProviderID: order.ID, Status: payments.ChargeRequiresAction, Amount: req.Amount, Replayed: replayed}, nil
+		return provider.ChargeResult{ProviderID: order.ID, Status: provider.ChargeRequiresAction, Amount: req.Amount, Replayed: replayed}, nil
 	case "VOIDED":
-		return payments.ChargeResult{ProviderID: order.ID, Status: payments.ChargeFailed, Amount: req.Amount, Replayed: replayed},
-			&payments.DeclineError{Provider: providerName, Code: "ORDER_VOIDED", DeclineCode: "ORDER_VOIDED", Message: "the order was voided"}
+		return provider.ChargeResult{ProviderID: order.ID, Status: provider.ChargeFailed, Amount: req.Amount, Replayed: replayed},
+			&provider.DeclineError{Provider: providerName, Code: "ORDER_VOIDED", DeclineCode: "ORDER_VOIDED", Message: "the order was voided"}
 	default:
 		// A status this adapter does not know: do not capture on a guess.
-		return pending(order.ID, req.Amount), &payments.UnknownOutcomeError{Provider: providerName,
+		return pending(order.ID, req.Amount), &provider.UnknownOutcomeError{Provider: providerName,
 			Err: fmt.Errorf("order %s has status %q", order.ID, order.Status)}
 	}
 
@@ -243,29 +243,29 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 	return fromCapture(res.Order, req.Amount, res.Replayed)
 }
 
-func pending(orderID string, amount money.Money) payments.ChargeResult {
-	return payments.ChargeResult{ProviderID: orderID, Status: payments.ChargePending, Amount: amount}
+func pending(orderID string, amount money.Money) provider.ChargeResult {
+	return provider.ChargeResult{ProviderID: orderID, Status: provider.ChargePending, Amount: amount}
 }
 
 // checkOrder verifies that the order PayPal returned is the one this key made: PayPal answers a
 // known request id with its order whatever the parameters, so a mismatch is enforced here.
 func checkOrder(o *Order, providerKey string, amount money.Money) error {
 	if o.ID == "" {
-		return &payments.UnknownOutcomeError{Provider: providerName, Err: errors.New("PayPal answered an order without an id")}
+		return &provider.UnknownOutcomeError{Provider: providerName, Err: errors.New("PayPal answered an order without an id")}
 	}
 	if len(o.PurchaseUnits) == 0 {
 		return nil // a minimal representation: nothing to compare
 	}
 	pu := o.PurchaseUnits[0]
 	if pu.CustomID != providerKey {
-		return &payments.KeyMismatchError{Provider: providerName,
+		return &provider.KeyMismatchError{Provider: providerName,
 			Message: fmt.Sprintf("order %s carries the custom_id of key %s, not this ProviderKey's (key %s)", o.ID,
 				idempotency.ShortHash(pu.CustomID), idempotency.ShortHash(providerKey))}
 	}
 	if !amount.IsZero() && pu.Amount != nil {
 		got, err := pu.Amount.Money()
 		if err != nil || !got.Equal(amount) {
-			return &payments.KeyMismatchError{Provider: providerName,
+			return &provider.KeyMismatchError{Provider: providerName,
 				Message: fmt.Sprintf("order %s is for %s %s, this charge for %s", o.ID, pu.Amount.Value, pu.Amount.CurrencyCode, amount)}
 		}
 	}
@@ -273,25 +273,25 @@ func checkOrder(o *Order, providerKey string, amount money.Money) error {
 }
 
 // fromCapture reads the charge from a captured order.
-func fromCapture(o *Order, requested money.Money, replayed bool) (payments.ChargeResult, error) {
+func fromCapture(o *Order, requested money.Money, replayed bool) (provider.ChargeResult, error) {
 	cp, ok := o.capture()
 	if !ok {
-		return pending(o.ID, requested), &payments.UnknownOutcomeError{Provider: providerName,
+		return pending(o.ID, requested), &provider.UnknownOutcomeError{Provider: providerName,
 			Err: fmt.Errorf("order %s is %s but shows no capture", o.ID, o.Status)}
 	}
-	res := payments.ChargeResult{ProviderID: o.ID, Amount: requested, Replayed: replayed}
+	res := provider.ChargeResult{ProviderID: o.ID, Amount: requested, Replayed: replayed}
 	if m, err := cp.Amount.Money(); err == nil {
 		res.Amount = m
 	}
 	switch cp.Status {
 	case "COMPLETED", "PARTIALLY_REFUNDED", "REFUNDED":
-		res.Status = payments.ChargeSucceeded
+		res.Status = provider.ChargeSucceeded
 	case "DECLINED", "FAILED":
-		res.Status = payments.ChargeFailed
-		return res, &payments.DeclineError{Provider: providerName, Code: cp.Status, DeclineCode: declineCode(cp),
+		res.Status = provider.ChargeFailed
+		return res, &provider.DeclineError{Provider: providerName, Code: cp.Status, DeclineCode: declineCode(cp),
 			Message: fmt.Sprintf("capture %s of order %s is %s", cp.ID, o.ID, cp.Status)}
 	default: // PENDING, and statuses this adapter does not know
-		res.Status = payments.ChargePending
+		res.Status = provider.ChargePending
 	}
 	return res, nil
 }
@@ -310,58 +310,58 @@ func declineCode(cp *Capture) string {
 // Refund refunds req.Amount of the order req.ChargeID (a Charge's ProviderID): it reads the
 // order to find its capture, then refunds the capture with custom_id req.ProviderKey and
 // PayPal-Request-Id [RequestID](req.ProviderKey, [StepRefund]), which PayPal keeps 45 days.
-// COMPLETED is [payments.RefundSucceeded], PENDING [payments.RefundPending], FAILED and
-// CANCELLED [payments.RefundFailed].
+// COMPLETED is [provider.RefundSucceeded], PENDING [provider.RefundPending], FAILED and
+// CANCELLED [provider.RefundFailed].
 //
 // Errors: as [Provider.Charge]; an amount PayPal cannot take (a currency it does not support,
 // more decimal places than it takes: 10.50 HUF) is refused before anything is sent; more than
 // what is left of the capture (422 REFUND_AMOUNT_EXCEEDED, CAPTURE_FULLY_REFUNDED), an order
-// without a completed capture, or another currency is an *[payments.InvalidRequestError], final
+// without a completed capture, or another currency is an *[provider.InvalidRequestError], final
 // for the key.
-func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (payments.RefundResult, error) {
+func (p *Provider) Refund(ctx context.Context, req provider.RefundRequest) (provider.RefundResult, error) {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
-		return payments.RefundResult{}, err
+		return provider.RefundResult{}, err
 	}
 	if err := checkAmount(req.Amount); err != nil {
-		return payments.RefundResult{}, err
+		return provider.RefundResult{}, err
 	}
 	if err := checkID("ChargeID", req.ChargeID); err != nil {
-		return payments.RefundResult{}, err
+		return provider.RefundResult{}, err
 	}
 	amount, err := AmountOf(req.Amount)
 	if err != nil {
-		return payments.RefundResult{}, err
+		return provider.RefundResult{}, err
 	}
 	o, err := p.c.GetOrder(ctx, req.ChargeID)
 	if err != nil {
-		return payments.RefundResult{}, classify(err)
+		return provider.RefundResult{}, classify(err)
 	}
 	cp, ok := o.capture()
 	if !ok {
-		return payments.RefundResult{}, invalid("ChargeID", fmt.Sprintf("order %s (%s) has no capture to refund", o.ID, o.Status))
+		return provider.RefundResult{}, invalid("ChargeID", fmt.Sprintf("order %s (%s) has no capture to refund", o.ID, o.Status))
 	}
 	switch cp.Status {
 	case "COMPLETED", "PARTIALLY_REFUNDED", "REFUNDED": // REFUNDED: a retry may be a replay
 	default:
-		return payments.RefundResult{}, invalid("ChargeID", fmt.Sprintf("capture %s of order %s is %s, not refundable", cp.ID, o.ID, cp.Status))
+		return provider.RefundResult{}, invalid("ChargeID", fmt.Sprintf("capture %s of order %s is %s, not refundable", cp.ID, o.ID, cp.Status))
 	}
 	if cp.Amount.CurrencyCode != string(req.Amount.Currency()) {
-		return payments.RefundResult{}, invalid("Amount", fmt.Sprintf("is in %s, the capture in %s", req.Amount.Currency(), cp.Amount.CurrencyCode))
+		return provider.RefundResult{}, invalid("Amount", fmt.Sprintf("is in %s, the capture in %s", req.Amount.Currency(), cp.Amount.CurrencyCode))
 	}
 	res, err := p.c.RefundCapture(ctx, cp.ID, RequestID(req.ProviderKey, StepRefund), RefundCaptureRequest{
 		Amount:   &amount,
 		CustomID: req.ProviderKey,
 	})
 	if err != nil {
-		return payments.RefundResult{}, classify(err)
+		return provider.RefundResult{}, classify(err)
 	}
 	re := res.Refund
-	out := payments.RefundResult{ProviderID: re.ID, Amount: req.Amount, Replayed: res.Replayed}
+	out := provider.RefundResult{ProviderID: re.ID, Amount: req.Amount, Replayed: res.Replayed}
 	if m, err := re.Amount.Money(); err == nil {
 		out.Amount = m
 	}
 	if (re.CustomID != "" && re.CustomID != req.ProviderKey) || !out.Amount.Equal(req.Amount) {
-		return payments.RefundResult{}, &payments.KeyMismatchError{Provider: providerName,
+		return provider.RefundResult{}, &provider.KeyMismatchError{Provider: providerName,
 			Message: fmt.Sprintf("refund %s carries the custom_id of key %s and %s; this refund is key %s for %s", re.ID,
 				idempotency.ShortHash(re.CustomID), out.Amount, idempotency.ShortHash(req.ProviderKey), req.Amount)}
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
@@ -137,10 +137,10 @@ func setupWithSink(t *testing.T, cfg *paypaltest.Config) (bundle, *sink) {
 
 func eur(s string) money.Money { return testkit.EUR(s) }
 
-func chargeReq(key, pm string) payments.ChargeRequest {
-	return payments.ChargeRequest{
+func chargeReq(key, pm string) provider.ChargeRequest {
+	return provider.ChargeRequest{
 		Key:           key,
-		ProviderKey:   payments.ProviderKey(key, "charge", 0, paypal.MaxProviderKeyLen),
+		ProviderKey:   provider.DeriveKey(key, "charge", 0, paypal.MaxProviderKeyLen),
 		Amount:        eur("20.00"),
 		PaymentMethod: pm,
 		Description:   "order " + key,
@@ -187,7 +187,7 @@ func TestConformance(t *testing.T) {
 			Succeeds: paypaltest.PaymentMethodVisa,
 			Declines: paypaltest.PaymentMethodDeclined,
 			Charges: func(key string) int {
-				return b.srv.CountsByCustomID(payments.ProviderKey(key, "charge", 0, payments.MaxReferenceLen(b.p))).Captures
+				return b.srv.CountsByCustomID(provider.DeriveKey(key, "charge", 0, provider.MaxReferenceLen(b.p))).Captures
 			},
 			LoseNextResponse: func() {
 				// The create captures (single-step): losing its answer loses the charge's.

@@ -11,12 +11,13 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
 
-func refundReq(key, chargeID string, amount money.Money) payments.RefundRequest {
-	return payments.RefundRequest{Key: key, ProviderKey: payments.ProviderKey(key, "refund", 0, paypal.MaxProviderKeyLen),
+func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
+	return provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, "refund", 0, paypal.MaxProviderKeyLen),
 		ChargeID: chargeID, Amount: amount}
 }
 
@@ -27,7 +28,7 @@ func TestRefund(t *testing.T) {
 
 	r1 := refundReq("refund-1", ch.ProviderID, eur("5.00"))
 	res := must(b.p.Refund(ctxT(t), r1))(t)
-	if res.Status != payments.RefundSucceeded || !res.Amount.Equal(eur("5.00")) || res.Replayed || !strings.HasPrefix(res.ProviderID, "REFFAKE") {
+	if res.Status != provider.RefundSucceeded || !res.Amount.Equal(eur("5.00")) || res.Replayed || !strings.HasPrefix(res.ProviderID, "REFFAKE") {
 		t.Fatalf("%+v", res)
 	}
 	again := must(b.p.Refund(ctxT(t), r1))(t)
@@ -44,13 +45,13 @@ func TestRefund(t *testing.T) {
 		t.Fatalf("lost refund: %v", err)
 	}
 	// The capture is fully refunded now; the replay still answers.
-	if res := must(b.p.Refund(ctxT(t), r2))(t); !res.Replayed || res.Status != payments.RefundSucceeded {
+	if res := must(b.p.Refund(ctxT(t), r2))(t); !res.Replayed || res.Status != provider.RefundSucceeded {
 		t.Fatalf("%+v", res)
 	}
 	wantCounts(t, b, r2.ProviderKey, paypaltest.Counts{Refunds: 1})
 
 	_, err = b.p.Refund(ctxT(t), refundReq("refund-3", ch.ProviderID, eur("0.01")))
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "CAPTURE_FULLY_REFUNDED" || payments.SafeToRetry(err) {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "CAPTURE_FULLY_REFUNDED" || payments.SafeToRetry(err) {
 		t.Fatalf("%+v", ie)
 	}
 	if got := b.srv.Totals()["EUR"]; got != (paypaltest.Total{Captured: 2000, Refunded: 2000}) {
@@ -65,7 +66,7 @@ func TestOverRefund(t *testing.T) {
 	must(b.p.Refund(ctxT(t), refundReq("over-1", ch.ProviderID, eur("15.00"))))(t)
 	r := refundReq("over-2", ch.ProviderID, eur("5.01"))
 	_, err := b.p.Refund(ctxT(t), r)
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "REFUND_AMOUNT_EXCEEDED" {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "REFUND_AMOUNT_EXCEEDED" {
 		t.Fatalf("%+v", ie)
 	}
 	wantCounts(t, b, r.ProviderKey, paypaltest.Counts{})
@@ -73,7 +74,7 @@ func TestOverRefund(t *testing.T) {
 		t.Fatalf("totals %+v", got)
 	}
 	_, err = b.p.Refund(ctxT(t), refundReq("over-3", ch.ProviderID, money.MustParse("1.00", money.USD)))
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "Amount" {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "Amount" {
 		t.Fatalf("%+v", ie)
 	}
 }
@@ -83,11 +84,11 @@ func TestRefundOfUncapturedOrUnknownOrder(t *testing.T) {
 	b := setup(t, nil)
 	ch := must(b.p.Charge(ctxT(t), chargeReq("3ds", paypaltest.PaymentMethodAuthenticationRequired)))(t)
 	_, err := b.p.Refund(ctxT(t), refundReq("r", ch.ProviderID, eur("1.00")))
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "ChargeID" {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "ChargeID" {
 		t.Fatalf("%+v", ie)
 	}
 	_, err = b.p.Refund(ctxT(t), refundReq("r", "ORDUNKNOWN", eur("1.00")))
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "INVALID_RESOURCE_ID" {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "INVALID_RESOURCE_ID" {
 		t.Fatalf("%+v", ie)
 	}
 }
@@ -97,14 +98,14 @@ func TestLookup(t *testing.T) {
 	b := setup(t, nil)
 	req := chargeReq("lookup", paypaltest.PaymentMethodVisa)
 	ch := must(b.p.Charge(ctxT(t), req))(t)
-	window := payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0.Add(-time.Minute), To: t0.Add(time.Minute)}
+	window := provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0.Add(-time.Minute), To: t0.Add(time.Minute)}
 
 	byID := window
 	byID.ProviderID = ch.ProviderID
-	for _, lr := range []payments.LookupRequest{byID, window} {
+	for _, lr := range []provider.LookupRequest{byID, window} {
 		got := must(b.p.Lookup(ctxT(t), lr))(t)
 		if !got.Consistent || len(got.Charges) != 1 || got.Charges[0].ProviderID != ch.ProviderID ||
-			got.Charges[0].Status != payments.ChargeSucceeded || !got.Charges[0].Amount.Equal(req.Amount) {
+			got.Charges[0].Status != provider.ChargeSucceeded || !got.Charges[0].Amount.Equal(req.Amount) {
 			t.Fatalf("lookup %+v: %+v", lr, got)
 		}
 	}
@@ -112,7 +113,7 @@ func TestLookup(t *testing.T) {
 
 	// An unknown order id, and a key PayPal never saw: no charges. The second leaves a probe
 	// order that moves no money.
-	none := must(b.p.Lookup(ctxT(t), payments.LookupRequest{ProviderID: "ORDUNKNOWN"}))(t)
+	none := must(b.p.Lookup(ctxT(t), provider.LookupRequest{ProviderID: "ORDUNKNOWN"}))(t)
 	if len(none.Charges) != 0 || !none.Consistent {
 		t.Fatalf("%+v", none)
 	}
@@ -132,18 +133,18 @@ func TestLookup(t *testing.T) {
 	late := req
 	late.Key, late.ProviderKey = absent.Key, absent.ProviderKey
 	_, err := b.p.Charge(ctxT(t), late)
-	errAs[*payments.KeyMismatchError](t, err)
+	errAs[*provider.KeyMismatchError](t, err)
 	wantCounts(t, b, absent.ProviderKey, paypaltest.Counts{Orders: 1})
 
 	// Without a bound, no lookup can tell: an error the reconciler flags for review, never an
 	// outage to look at again.
-	for _, lr := range []payments.LookupRequest{
+	for _, lr := range []provider.LookupRequest{
 		{Key: req.Key, ProviderKey: req.ProviderKey, To: window.To},
 		{Key: req.Key, ProviderKey: req.ProviderKey, From: window.From},
 	} {
 		_, err := b.p.Lookup(ctxT(t), lr)
 		var ct *paypal.CannotTellError
-		if !errors.As(err, &ct) || !errors.Is(err, payments.ErrCannotTell) || payments.OutcomeUnknown(err) || payments.SafeToRetry(err) {
+		if !errors.As(err, &ct) || !errors.Is(err, provider.ErrCannotTell) || payments.OutcomeUnknown(err) || payments.SafeToRetry(err) {
 			t.Fatalf("%+v: %v", lr, err)
 		}
 	}
@@ -169,9 +170,9 @@ func TestLookupStates(t *testing.T) {
 	a := must(b.p.Charge(ctxT(t), action))(t)
 	for _, tc := range []struct {
 		id   string
-		want payments.ChargeStatus
-	}{{d.ProviderID, payments.ChargeFailed}, {a.ProviderID, payments.ChargeRequiresAction}} {
-		got := must(b.p.Lookup(ctxT(t), payments.LookupRequest{ProviderID: tc.id}))(t)
+		want provider.ChargeStatus
+	}{{d.ProviderID, provider.ChargeFailed}, {a.ProviderID, provider.ChargeRequiresAction}} {
+		got := must(b.p.Lookup(ctxT(t), provider.LookupRequest{ProviderID: tc.id}))(t)
 		if len(got.Charges) != 1 || got.Charges[0].Status != tc.want {
 			t.Fatalf("%s: %+v", tc.id, got)
 		}
@@ -182,12 +183,12 @@ func TestLookupStates(t *testing.T) {
 	if err := b.srv.CompletePayerAction(orderID); err != nil {
 		t.Fatal(err)
 	}
-	got := must(b.p.Lookup(ctxT(t), payments.LookupRequest{ProviderID: orderID, ProviderKey: req.ProviderKey}))(t)
+	got := must(b.p.Lookup(ctxT(t), provider.LookupRequest{ProviderID: orderID, ProviderKey: req.ProviderKey}))(t)
 	if len(got.Charges) != 0 {
 		t.Fatalf("%+v", got)
 	}
-	_, err := b.p.Lookup(ctxT(t), payments.LookupRequest{ProviderID: orderID, ProviderKey: "other"})
-	errAs[*payments.KeyMismatchError](t, err)
+	_, err := b.p.Lookup(ctxT(t), provider.LookupRequest{ProviderID: orderID, ProviderKey: "other"})
+	errAs[*provider.KeyMismatchError](t, err)
 }
 
 func TestWebhooks(t *testing.T) {
@@ -206,7 +207,7 @@ func TestWebhooks(t *testing.T) {
 	if len(ds) != 6 {
 		t.Fatalf("%d deliveries, want 3 events twice", len(ds))
 	}
-	var evs []payments.WebhookEvent
+	var evs []provider.WebhookEvent
 	for _, d := range ds {
 		got, err := b.p.VerifyWebhook(ctx, d.header, d.body)
 		if err != nil || len(got) != 1 {
@@ -218,15 +219,15 @@ func TestWebhooks(t *testing.T) {
 		t.Fatal("a duplicate must keep the event id and get a new transmission")
 	}
 	c, r, d := evs[0], evs[2], evs[4]
-	if c.Kind != payments.EventChargeSucceeded || c.Type != "PAYMENT.CAPTURE.COMPLETED" || c.Reference != req.ProviderKey ||
+	if c.Kind != provider.EventChargeSucceeded || c.Type != "PAYMENT.CAPTURE.COMPLETED" || c.Reference != req.ProviderKey ||
 		c.ProviderID != ch.ProviderID || !c.Amount.Equal(req.Amount) || len(c.Body) == 0 {
 		t.Fatalf("capture event %+v", c)
 	}
-	if r.Kind != payments.EventRefundSucceeded || r.Reference != payments.ProviderKey("wh-refund", "refund", 0, 127) ||
+	if r.Kind != provider.EventRefundSucceeded || r.Reference != provider.DeriveKey("wh-refund", "refund", 0, 127) ||
 		!strings.HasPrefix(r.ProviderID, "REFFAKE") || !r.Amount.Equal(eur("2.50")) {
 		t.Fatalf("refund event %+v", r)
 	}
-	if d.Kind != payments.EventChargeFailed || d.DeclineCode != paypaltest.ResponseCodeInsufficientFunds || d.ProviderID != dch.ProviderID {
+	if d.Kind != provider.EventChargeFailed || d.DeclineCode != paypaltest.ResponseCodeInsufficientFunds || d.ProviderID != dch.ProviderID {
 		t.Fatalf("decline event %+v", d)
 	}
 
@@ -241,7 +242,7 @@ func TestWebhooks(t *testing.T) {
 		h := good.header.Clone()
 		body := mutate(h)
 		_, err := b.p.VerifyWebhook(ctx, h, body)
-		if !errors.Is(err, payments.ErrWebhookSignature) {
+		if !errors.Is(err, provider.ErrWebhookSignature) {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -249,13 +250,13 @@ func TestWebhooks(t *testing.T) {
 		h := good.header.Clone()
 		h.Del(hdr)
 		_, err := b.p.VerifyWebhook(ctx, h, good.body)
-		if !errors.Is(err, payments.ErrWebhookSignature) || !strings.Contains(err.Error(), hdr) {
+		if !errors.Is(err, provider.ErrWebhookSignature) || !strings.Contains(err.Error(), hdr) {
 			t.Fatalf("without %s: %v", hdr, err)
 		}
 	}
 	for _, body := range []string{`{"id":`, `{"summary":"no id"}`, `[]`} {
 		_, err := b.p.VerifyWebhook(ctx, good.header, []byte(body))
-		if !errors.Is(err, payments.ErrWebhookMalformed) {
+		if !errors.Is(err, provider.ErrWebhookMalformed) {
 			t.Fatalf("%s: %v", body, err)
 		}
 	}
@@ -263,14 +264,14 @@ func TestWebhooks(t *testing.T) {
 	// The verification API failing: a plain error, so the delivery is answered 5xx.
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.FailBefore, Path: "/v1/notifications/verify-webhook-signature"})
 	_, err := b.p.VerifyWebhook(ctx, good.header, good.body)
-	if err == nil || errors.Is(err, payments.ErrWebhookSignature) || errors.Is(err, payments.ErrWebhookMalformed) {
+	if err == nil || errors.Is(err, provider.ErrWebhookSignature) || errors.Is(err, provider.ErrWebhookMalformed) {
 		t.Fatalf("verification API down: %v", err)
 	}
 
 	// Another subscription's id: FAILURE.
 	other := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret,
 		BaseURL: b.srv.URL(), WebhookID: "WH-OTHER", Clock: b.clock.Now}))(t)
-	if _, err := other.VerifyWebhook(ctx, good.header, good.body); !errors.Is(err, payments.ErrWebhookSignature) {
+	if _, err := other.VerifyWebhook(ctx, good.header, good.body); !errors.Is(err, provider.ErrWebhookSignature) {
 		t.Fatalf("other webhook id: %v", err)
 	}
 	noID := must(paypal.New(&paypal.Config{ClientID: "id", Secret: "s", BaseURL: b.srv.URL()}))(t)
@@ -297,17 +298,17 @@ func TestWebhookEventMapping(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		typ  string
-		kind payments.EventKind
+		kind provider.EventKind
 	}{
-		{"PAYMENT.CAPTURE.PENDING", payments.EventChargePending},
-		{"PAYMENT.CAPTURE.DENIED", payments.EventChargeFailed},
-		{"CHECKOUT.ORDER.APPROVED", payments.EventIgnored},
+		{"PAYMENT.CAPTURE.PENDING", provider.EventChargePending},
+		{"PAYMENT.CAPTURE.DENIED", provider.EventChargeFailed},
+		{"CHECKOUT.ORDER.APPROVED", provider.EventIgnored},
 	} {
 		body := `{"id":"WH-1","event_type":"` + tc.typ + `","resource":{"id":"CAP1","status":"X","custom_id":"k",` +
 			`"amount":{"currency_code":"EUR","value":"1.50"},"supplementary_data":{"related_ids":{"order_id":"ORD1"}}}}`
 		got := must(p.VerifyWebhook(ctxT(t), h, []byte(body)))(t)
 		e := got[0]
-		if e.Kind != tc.kind || e.ID != "WH-1" || (tc.kind != payments.EventIgnored && (e.ProviderID != "ORD1" || e.Reference != "k" || !e.Amount.Equal(eur("1.50")))) {
+		if e.Kind != tc.kind || e.ID != "WH-1" || (tc.kind != provider.EventIgnored && (e.ProviderID != "ORD1" || e.Reference != "k" || !e.Amount.Equal(eur("1.50")))) {
 			t.Fatalf("%s: %+v", tc.typ, e)
 		}
 	}
@@ -319,34 +320,34 @@ func TestBadInputsAreNamed(t *testing.T) {
 	ok := chargeReq("bad", paypaltest.PaymentMethodVisa)
 	for _, tc := range []struct {
 		param  string
-		modify func(r *payments.ChargeRequest)
+		modify func(r *provider.ChargeRequest)
 	}{
-		{"Key", func(r *payments.ChargeRequest) { r.Key = "" }},
-		{"ProviderKey", func(r *payments.ChargeRequest) { r.ProviderKey = "" }},
-		{"ProviderKey", func(r *payments.ChargeRequest) { r.ProviderKey = strings.Repeat("k", 128) }},
-		{"Amount", func(r *payments.ChargeRequest) { r.Amount = money.Money{} }},
-		{"Amount", func(r *payments.ChargeRequest) { r.Amount = eur("-1.00") }},
-		{"PaymentMethod", func(r *payments.ChargeRequest) { r.PaymentMethod = "" }},
-		{"Description", func(r *payments.ChargeRequest) { r.Description = strings.Repeat("d", 128) }},
-		{"ProviderID", func(r *payments.ChargeRequest) { r.ProviderID = "../orders" }},
+		{"Key", func(r *provider.ChargeRequest) { r.Key = "" }},
+		{"ProviderKey", func(r *provider.ChargeRequest) { r.ProviderKey = "" }},
+		{"ProviderKey", func(r *provider.ChargeRequest) { r.ProviderKey = strings.Repeat("k", 128) }},
+		{"Amount", func(r *provider.ChargeRequest) { r.Amount = money.Money{} }},
+		{"Amount", func(r *provider.ChargeRequest) { r.Amount = eur("-1.00") }},
+		{"PaymentMethod", func(r *provider.ChargeRequest) { r.PaymentMethod = "" }},
+		{"Description", func(r *provider.ChargeRequest) { r.Description = strings.Repeat("d", 128) }},
+		{"ProviderID", func(r *provider.ChargeRequest) { r.ProviderID = "../orders" }},
 	} {
 		r := ok
 		tc.modify(&r)
 		_, err := b.p.Charge(ctxT(t), r)
-		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != tc.param || !strings.Contains(ie.Message, tc.param) {
+		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != tc.param || !strings.Contains(ie.Message, tc.param) {
 			t.Fatalf("%s: %+v", tc.param, ie)
 		}
 	}
 	_, err := b.p.Charge(ctxT(t), chargeReq("bad-pm", "pm_card_unknown"))
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "PAYMENT_SOURCE_CANNOT_BE_USED" {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "PAYMENT_SOURCE_CANNOT_BE_USED" {
 		t.Fatalf("%+v", ie)
 	}
-	_, err = b.p.Refund(ctxT(t), payments.RefundRequest{Key: "k", ProviderKey: "k", Amount: eur("1.00")})
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "ChargeID" {
+	_, err = b.p.Refund(ctxT(t), provider.RefundRequest{Key: "k", ProviderKey: "k", Amount: eur("1.00")})
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "ChargeID" {
 		t.Fatalf("%+v", ie)
 	}
-	_, err = b.p.Lookup(ctxT(t), payments.LookupRequest{Key: "k"})
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "ProviderKey" {
+	_, err = b.p.Lookup(ctxT(t), provider.LookupRequest{Key: "k"})
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "ProviderKey" {
 		t.Fatalf("%+v", ie)
 	}
 	if n := b.srv.CountsByCustomID(ok.ProviderKey); n != (paypaltest.Counts{}) {

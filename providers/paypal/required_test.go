@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -97,12 +97,12 @@ func TestRequestsCarryWhatPayPalRequires(t *testing.T) {
 
 	req := chargeReq("order-required", paypaltest.PaymentMethodVisa)
 	ch := must(p.Charge(ctxT(t), req))(t)
-	if ch.Status != payments.ChargeSucceeded {
+	if ch.Status != provider.ChargeSucceeded {
 		t.Fatalf("charge: %+v", ch)
 	}
 	must(p.Refund(ctxT(t), refundReq("order-required-r", ch.ProviderID, eur("5.00"))))(t)
 	clock.Advance(7 * time.Hour) // past the create's window: the lookup searches
-	must(p.Lookup(ctxT(t), payments.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0.Add(-time.Minute), To: t0.Add(time.Minute)}))(t)
+	must(p.Lookup(ctxT(t), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey, From: t0.Add(-time.Minute), To: t0.Add(time.Minute)}))(t)
 	ctx := ctxT(t)
 	if err := srv.WaitDeliveries(ctx); err != nil {
 		t.Fatal(err)

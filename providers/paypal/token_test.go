@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
@@ -82,7 +84,7 @@ func TestConcurrentFirstCallsShareOneToken(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := b.p.Lookup(ctxT(t), payments.LookupRequest{ProviderID: fmt.Sprintf("ORDNONE%d", i)})
+			_, err := b.p.Lookup(ctxT(t), provider.LookupRequest{ProviderID: fmt.Sprintf("ORDNONE%d", i)})
 			if err != nil {
 				t.Error(err)
 			}
@@ -111,9 +113,9 @@ func TestPersistent401IsRefusedCredentials(t *testing.T) {
 	defer ts.Close()
 	p := stubProvider(t, ts.URL)
 	_, err := p.Charge(ctxT(t), chargeReq("401", "pm_card_visa"))
-	ce := errAs[*payments.CredentialsError](t, err)
+	ce := errAs[*provider.CredentialsError](t, err)
 	if ce.Code != "AUTHENTICATION_FAILURE" || !strings.Contains(ce.Setting, "Config.ClientID") || payments.SafeToRetry(err) ||
-		errors.Is(err, payments.ErrInvalidRequest) {
+		errors.Is(err, provider.ErrInvalidRequest) {
 		t.Fatalf("%+v", ce)
 	}
 	if tokens.Load() != 2 || calls.Load() != 2 {
@@ -127,7 +129,7 @@ func TestWrongCredentials(t *testing.T) {
 	defer srv.Close()
 	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: "wrong", BaseURL: srv.URL()}))(t)
 	_, err := p.Charge(ctxT(t), chargeReq("creds", paypaltest.PaymentMethodVisa))
-	ce := errAs[*payments.CredentialsError](t, err)
+	ce := errAs[*provider.CredentialsError](t, err)
 	if ce.Code != "invalid_client" || !strings.Contains(ce.Setting, "Config.Secret") || !strings.Contains(err.Error(), "check the API key") {
 		t.Fatalf("%+v", ce)
 	}
@@ -150,31 +152,31 @@ func TestStatusMapping(t *testing.T) {
 	}{
 		{"in progress", http.StatusConflict,
 			`{"name":"RESOURCE_CONFLICT","details":[{"issue":"PREVIOUS_REQUEST_IN_PROGRESS"}]}`,
-			func(t *testing.T, err error) { errAs[*payments.InProgressError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.InProgressError](t, err) }},
 		{"rate limited", http.StatusTooManyRequests, `{"name":"RATE_LIMIT_REACHED"}`,
 			func(t *testing.T, err error) {
-				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 429 {
+				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 429 {
 					t.Fatalf("%+v", ue)
 				}
 			}},
 		{"service unavailable", http.StatusServiceUnavailable, `{"name":"SERVICE_UNAVAILABLE"}`,
 			func(t *testing.T, err error) {
-				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 503 {
+				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 503 {
 					t.Fatalf("%+v", ue)
 				}
 			}},
 		{"proxy error page", http.StatusBadGateway, `<html>bad gateway</html>`,
-			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
 		{"garbled success", http.StatusCreated, `{"id":`,
-			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
 		// 403 NOT_AUTHORIZED, "Authorization failed due to insufficient
 		// permissions": a configuration error, never a refusal of the payment.
 		{"not authorized", http.StatusForbidden,
 			`{"name":"NOT_AUTHORIZED","message":"Authorization failed due to insufficient permissions.","debug_id":"d1",` +
 				`"details":[{"issue":"PERMISSION_DENIED"}]}`,
 			func(t *testing.T, err error) {
-				ce := errAs[*payments.CredentialsError](t, err)
-				if ce.Status != 403 || ce.Code != "PERMISSION_DENIED" || errors.Is(err, payments.ErrInvalidRequest) || payments.SafeToRetry(err) ||
+				ce := errAs[*provider.CredentialsError](t, err)
+				if ce.Status != 403 || ce.Code != "PERMISSION_DENIED" || errors.Is(err, provider.ErrInvalidRequest) || payments.SafeToRetry(err) ||
 					!strings.Contains(err.Error(), "check the API key") {
 					t.Fatalf("%v", err)
 				}
@@ -183,21 +185,21 @@ func TestStatusMapping(t *testing.T) {
 		{"not found", http.StatusNotFound,
 			`{"name":"RESOURCE_NOT_FOUND","message":"The specified resource does not exist.","details":[{"issue":"INVALID_RESOURCE_ID"}]}`,
 			func(t *testing.T, err error) {
-				if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "INVALID_RESOURCE_ID" || ie.Replayed {
+				if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "INVALID_RESOURCE_ID" || ie.Replayed {
 					t.Fatalf("%+v", ie)
 				}
 			}},
 		{"instrument declined", http.StatusUnprocessableEntity,
 			`{"name":"UNPROCESSABLE_ENTITY","details":[{"issue":"INSTRUMENT_DECLINED"}]}`,
 			func(t *testing.T, err error) {
-				if de := errAs[*payments.DeclineError](t, err); de.DeclineCode != "INSTRUMENT_DECLINED" {
+				if de := errAs[*provider.DeclineError](t, err); de.DeclineCode != "INSTRUMENT_DECLINED" {
 					t.Fatalf("%+v", de)
 				}
 			}},
 		{"validation", http.StatusBadRequest,
 			`{"name":"INVALID_REQUEST","details":[{"field":"/purchase_units/0/amount/value","issue":"DECIMAL_PRECISION"}]}`,
 			func(t *testing.T, err error) {
-				if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "DECIMAL_PRECISION" || ie.Param != "/purchase_units/0/amount/value" {
+				if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "DECIMAL_PRECISION" || ie.Param != "/purchase_units/0/amount/value" {
 					t.Fatalf("%+v", ie)
 				}
 			}},
@@ -225,7 +227,7 @@ func TestNotSent(t *testing.T) {
 	url := ts.URL
 	ts.Close() // nothing listens there now
 	_, err := stubProvider(t, url).Charge(ctxT(t), chargeReq("nowhere", "pm_card_visa"))
-	if !errAs[*payments.NotSentError](t, err).Is(payments.ErrNotSent) || !payments.SafeToRetry(err) {
+	if !errAs[*provider.NotSentError](t, err).Is(provider.ErrNotSent) || !payments.SafeToRetry(err) {
 		t.Fatal(err)
 	}
 
@@ -236,7 +238,7 @@ func TestNotSent(t *testing.T) {
 	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret, BaseURL: srv.URL()}))(t)
 	req := chargeReq("token-500", paypaltest.PaymentMethodVisa)
 	_, err = p.Charge(ctxT(t), req)
-	errAs[*payments.NotSentError](t, err)
+	errAs[*provider.NotSentError](t, err)
 	if c := srv.CountsByCustomID(req.ProviderKey); c.Orders != 0 {
 		t.Fatalf("%+v", c)
 	}
@@ -246,7 +248,7 @@ func TestHangIsUnknownAfterTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	req := chargeReq("hang", paypaltest.PaymentMethodVisa)
-	must(b.p.Lookup(ctxT(t), payments.LookupRequest{ProviderID: "ORDWARM"}))(t) // a token first
+	must(b.p.Lookup(ctxT(t), provider.LookupRequest{ProviderID: "ORDWARM"}))(t) // a token first
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Hang, Path: "/v2/checkout/orders"})
 	// The deadline passes once the fake holds the request, never before it was written.
 	_, err := b.p.Charge(testkit.DeadlineWhenHeld(t, b.srv.WaitHeld), req)
@@ -254,14 +256,14 @@ func TestHangIsUnknownAfterTimeout(t *testing.T) {
 		t.Fatalf("err = %v, want unknown (the request was written)", err)
 	}
 	// The fake frees the request id once it notices the client left: until then, in progress.
-	var res payments.ChargeResult
+	var res provider.ChargeResult
 	for deadline := time.Now().Add(testkit.Patience); ; time.Sleep(10 * time.Millisecond) {
 		res, err = b.p.Charge(ctxT(t), req)
-		if !errors.Is(err, payments.ErrInProgress) || time.Now().After(deadline) {
+		if !errors.Is(err, provider.ErrInProgress) || time.Now().After(deadline) {
 			break
 		}
 	}
-	if err != nil || res.Status != payments.ChargeSucceeded {
+	if err != nil || res.Status != provider.ChargeSucceeded {
 		t.Fatalf("%+v %v", res, err)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})

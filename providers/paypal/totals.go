@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // Transaction Search limits.
@@ -42,7 +42,7 @@ const (
 // searchTimeLayout is how Transaction Search writes dates: "2025-03-01T12:00:00+0000".
 const searchTimeLayout = "2006-01-02T15:04:05-0700"
 
-var _ payments.Totaler = (*Provider)(nil)
+var _ provider.Totaler = (*Provider)(nil)
 
 // TransactionSearchRequest is the query of GET /v1/reporting/transactions.
 type TransactionSearchRequest struct {
@@ -181,14 +181,14 @@ func (c *Client) SearchTransactions(ctx context.Context, req TransactionSearchRe
 // Transactions are in the currency the payment was received in; an account that converts
 // received payments shows the conversion as further transactions (T02nn), which are ignored.
 //
-// Errors: *[payments.InvalidRequestError] naming from or to when a bound is zero or to is not
+// Errors: *[provider.InvalidRequestError] naming from or to when a bound is zero or to is not
 // after from (refused before sending); the errors of the other calls, classified alike:
-// *[payments.InvalidRequestError] (a 400 names its parameter; an app without the Transaction
-// Search permission gets 403), *[payments.NotSentError], *[payments.UnknownOutcomeError] (a
+// *[provider.InvalidRequestError] (a 400 names its parameter; an app without the Transaction
+// Search permission gets 403), *[provider.NotSentError], *[provider.UnknownOutcomeError] (a
 // read: retrying is harmless). A counted transaction in a currency money does not know, with
 // an amount or a date that does not parse, or a sum out of range, is an
-// *[payments.UnknownOutcomeError]: the totals are unknown, never silently short.
-func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Currency]payments.Totals, error) {
+// *[provider.UnknownOutcomeError]: the totals are unknown, never silently short.
+func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Currency]provider.Totals, error) {
 	switch {
 	case from.IsZero():
 		return nil, invalid("from", "is required (a zero time)")
@@ -199,7 +199,7 @@ func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Cu
 			from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano)))
 	}
 	start, end := time.Unix(from.Unix(), 0).UTC(), time.Unix(to.Unix(), 0).UTC()
-	totals := map[money.Currency]payments.Totals{}
+	totals := map[money.Currency]provider.Totals{}
 	seen := map[string]bool{}
 	for chunk := start; chunk.Before(end); {
 		chunkEnd := chunk.Add(MaxSearchRange)
@@ -215,7 +215,7 @@ func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Cu
 }
 
 // addSearch reads every page of the transactions initiated in [start, end) into totals.
-func (p *Provider) addSearch(ctx context.Context, totals map[money.Currency]payments.Totals, seen map[string]bool, start, end time.Time) error {
+func (p *Provider) addSearch(ctx context.Context, totals map[money.Currency]provider.Totals, seen map[string]bool, start, end time.Time) error {
 	for page := 1; ; page++ {
 		res, err := p.c.SearchTransactions(ctx, TransactionSearchRequest{StartDate: start, EndDate: end, Page: page, PageSize: p.searchPageSize()})
 		if err != nil {
@@ -223,7 +223,7 @@ func (p *Provider) addSearch(ctx context.Context, totals map[money.Currency]paym
 		}
 		for _, d := range res.TransactionDetails {
 			if err := addTransaction(totals, seen, &d.TransactionInfo, start, end); err != nil {
-				return &payments.UnknownOutcomeError{Provider: providerName, Err: err}
+				return &provider.UnknownOutcomeError{Provider: providerName, Err: err}
 			}
 		}
 		if page >= res.TotalPages || len(res.TransactionDetails) == 0 {
@@ -241,7 +241,7 @@ func (p *Provider) searchPageSize() int {
 
 // addTransaction adds tx to totals if it counts (see [Provider.Totals]) and was initiated in
 // [start, end).
-func addTransaction(totals map[money.Currency]payments.Totals, seen map[string]bool, tx *TransactionInfo, start, end time.Time) error {
+func addTransaction(totals map[money.Currency]provider.Totals, seen map[string]bool, tx *TransactionInfo, start, end time.Time) error {
 	charged := strings.HasPrefix(tx.EventCode, "T00") && len(tx.EventCode) == 5
 	if tx.Status != TransactionSuccess || (!charged && tx.EventCode != EventCodePaymentRefund) {
 		return nil
@@ -266,7 +266,7 @@ func addTransaction(totals map[money.Currency]payments.Totals, seen map[string]b
 	if charged && !amount.IsPositive() {
 		return nil // a payment the account sent
 	}
-	if err := payments.AddMovement(totals, amount, charged); err != nil {
+	if err := provider.AddMovement(totals, amount, charged); err != nil {
 		return fmt.Errorf("summing transaction %s (%s): %w", tx.TransactionID, tx.EventCode, err)
 	}
 	return nil

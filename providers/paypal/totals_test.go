@@ -12,6 +12,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -21,25 +22,25 @@ const searchEndpoint = "GET /v1/reporting/transactions"
 func usd(s string) money.Money { return money.MustParse(s, money.USD) }
 
 // chargeOf captures amount with the test Visa under key.
-func chargeOf(t *testing.T, p *paypal.Provider, key string, amount money.Money) payments.ChargeResult {
+func chargeOf(t *testing.T, p *paypal.Provider, key string, amount money.Money) provider.ChargeResult {
 	t.Helper()
 	req := chargeReq(key, paypaltest.PaymentMethodVisa)
 	req.Amount = amount
 	ch := must(p.Charge(ctxT(t), req))(t)
-	if ch.Status != payments.ChargeSucceeded {
+	if ch.Status != provider.ChargeSucceeded {
 		t.Fatalf("charge %s: %+v", key, ch)
 	}
 	return ch
 }
 
-func totalsOf(t *testing.T, p *paypal.Provider, from, to time.Time) map[money.Currency]payments.Totals {
+func totalsOf(t *testing.T, p *paypal.Provider, from, to time.Time) map[money.Currency]provider.Totals {
 	t.Helper()
 	return must(p.Totals(ctxT(t), from, to))(t)
 }
 
 // wantTotals fails t unless got is exactly want (every currency, both sums, as Money of the
 // currency).
-func wantTotals(t *testing.T, got, want map[money.Currency]payments.Totals) {
+func wantTotals(t *testing.T, got, want map[money.Currency]provider.Totals) {
 	t.Helper()
 	ok := got != nil && len(got) == len(want)
 	for cur, w := range want {
@@ -62,10 +63,10 @@ func TestTotals(t *testing.T) {
 	ch1 := chargeOf(t, p, "order-1", eur("20.00"))
 	ch2 := chargeOf(t, p, "order-2", eur("20.00"))
 	chargeOf(t, p, "order-3", usd("15.00"))
-	if _, err := p.Charge(ctxT(t), chargeReq("order-4", paypaltest.PaymentMethodDeclined)); !errors.Is(err, payments.ErrDeclined) {
+	if _, err := p.Charge(ctxT(t), chargeReq("order-4", paypaltest.PaymentMethodDeclined)); !errors.Is(err, provider.ErrDeclined) {
 		t.Fatalf("declined card: %v", err)
 	}
-	if ch := must(p.Charge(ctxT(t), chargeReq("order-5", paypaltest.PaymentMethodAuthenticationRequired)))(t); ch.Status != payments.ChargeRequiresAction {
+	if ch := must(p.Charge(ctxT(t), chargeReq("order-5", paypaltest.PaymentMethodAuthenticationRequired)))(t); ch.Status != provider.ChargeRequiresAction {
 		t.Fatalf("3-D Secure card: %+v", ch)
 	}
 	must(p.Refund(ctxT(t), refundReq("order-1-refund", ch1.ProviderID, eur("5.00"))))(t)
@@ -77,7 +78,7 @@ func TestTotals(t *testing.T) {
 	rc.take()
 
 	got := totalsOf(t, p, t0.Add(-time.Hour), t0.Add(time.Hour))
-	wantTotals(t, got, map[money.Currency]payments.Totals{
+	wantTotals(t, got, map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("40.00"), Refunded: eur("5.00")},
 		money.USD: {Charged: usd("15.00"), Refunded: usd("0")},
 	})
@@ -112,31 +113,31 @@ func TestTotalsWindow(t *testing.T) {
 	chargeOf(t, b.p, "late", usd("1.00")) // t0+2h
 	h := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
 
-	wantTotals(t, totalsOf(t, b.p, h(0), h(1)), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, b.p, h(0), h(1)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("20.00"), Refunded: eur("0")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(1), h(2)), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, b.p, h(1), h(2)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("10.00"), Refunded: eur("4.00")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(1).Add(time.Minute), h(2)), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, b.p, h(1).Add(time.Minute), h(2)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("0"), Refunded: eur("4.00")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(2), h(3)), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, b.p, h(2), h(3)), map[money.Currency]provider.Totals{
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(0), h(3)), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, b.p, h(0), h(3)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("30.00"), Refunded: eur("4.00")},
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
 	// Bounds to the second: from is in, to is out, fractions of seconds dropped.
-	wantTotals(t, totalsOf(t, b.p, h(1).Add(time.Second), h(2)), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, b.p, h(1).Add(time.Second), h(2)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("0"), Refunded: eur("4.00")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(2).Add(-time.Minute), h(2).Add(999*time.Millisecond)), map[money.Currency]payments.Totals{})
-	wantTotals(t, totalsOf(t, b.p, h(2).Add(-time.Second), h(2).Add(time.Second+time.Millisecond)), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, b.p, h(2).Add(-time.Minute), h(2).Add(999*time.Millisecond)), map[money.Currency]provider.Totals{})
+	wantTotals(t, totalsOf(t, b.p, h(2).Add(-time.Second), h(2).Add(time.Second+time.Millisecond)), map[money.Currency]provider.Totals{
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(3), h(4)), map[money.Currency]payments.Totals{})
+	wantTotals(t, totalsOf(t, b.p, h(3), h(4)), map[money.Currency]provider.Totals{})
 }
 
 // Every page is read: 7 captures and 3 refunds on pages of 2 are 5 requests; at the default
@@ -152,7 +153,7 @@ func TestTotalsPages(t *testing.T) {
 		}
 		b.clock.Advance(time.Second)
 	}
-	want := map[money.Currency]payments.Totals{money.EUR: {Charged: eur("7.00"), Refunded: eur("0.75")}}
+	want := map[money.Currency]provider.Totals{money.EUR: {Charged: eur("7.00"), Refunded: eur("0.75")}}
 	rc.take()
 	wantTotals(t, totalsOf(t, p, t0, t0.Add(time.Hour)), want)
 	if n := rc.take(); !mapsEqual(n, map[string]int{searchEndpoint: 1}) {
@@ -180,14 +181,14 @@ func TestTotalsLongWindow(t *testing.T) {
 	must(p.Refund(ctxT(t), refundReq("day-65-refund", ch.ProviderID, usd("4.00"))))(t)
 	rc.take()
 
-	wantTotals(t, totalsOf(t, p, t0, t0.Add(70*day)), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, p, t0, t0.Add(70*day)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("3.00"), Refunded: eur("0")},
 		money.USD: {Charged: usd("4.00"), Refunded: usd("4.00")},
 	})
 	if n := rc.take(); !mapsEqual(n, map[string]int{searchEndpoint: 3}) {
 		t.Fatalf("requests %v, want 3 (31 + 31 + 8 days)", n)
 	}
-	wantTotals(t, totalsOf(t, p, t0, t0.Add(31*day)), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, p, t0, t0.Add(31*day)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("1.00"), Refunded: eur("0")},
 	})
 	if n := rc.take(); !mapsEqual(n, map[string]int{searchEndpoint: 1}) {
@@ -205,11 +206,11 @@ func TestTotalsLag(t *testing.T) {
 	chargeOf(t, b.p, "recent", eur("7.00")) // t0+2h
 	b.clock.Advance(time.Hour)              // now t0+3h: "old" is indexed, "recent" not yet
 	from, to := t0.Add(-time.Hour), b.clock.Now()
-	wantTotals(t, totalsOf(t, b.p, from, to), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, b.p, from, to), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("5.00"), Refunded: eur("0")},
 	})
 	b.clock.Advance(2 * time.Hour) // t0+5h: "recent" is 3 hours old
-	wantTotals(t, totalsOf(t, b.p, from, to), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, b.p, from, to), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("12.00"), Refunded: eur("0")},
 	})
 }
@@ -231,12 +232,12 @@ func TestTotalsBadWindow(t *testing.T) {
 		{"reversed", t0, t0.Add(-time.Hour), "to"},
 	} {
 		_, err := p.Totals(ctxT(t), tc.from, tc.to)
-		inv := errAs[*payments.InvalidRequestError](t, err)
+		inv := errAs[*provider.InvalidRequestError](t, err)
 		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || payments.SafeToRetry(err) {
 			t.Fatalf("%s: %+v, want a final InvalidRequestError on %s", tc.name, inv, tc.param)
 		}
 	}
-	wantTotals(t, totalsOf(t, p, t0.Add(100*time.Millisecond), t0.Add(900*time.Millisecond)), map[money.Currency]payments.Totals{})
+	wantTotals(t, totalsOf(t, p, t0.Add(100*time.Millisecond), t0.Add(900*time.Millisecond)), map[money.Currency]provider.Totals{})
 	if n := rc.take(); len(n) != 0 {
 		t.Fatalf("requests sent: %v", n)
 	}
@@ -253,10 +254,10 @@ func TestTotalsPageFailure(t *testing.T) {
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: time.Millisecond, Path: "/v1/reporting/transactions"})
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.FailBefore, Path: "/v1/reporting/transactions"})
 	_, err := b.p.Totals(ctxT(t), t0, t0.Add(time.Hour))
-	if u := errAs[*payments.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !payments.SafeToRetry(err) {
+	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !payments.SafeToRetry(err) {
 		t.Fatalf("a 500 on page 2: %+v", u)
 	}
-	wantTotals(t, totalsOf(t, b.p, t0, t0.Add(time.Hour)), map[money.Currency]payments.Totals{
+	wantTotals(t, totalsOf(t, b.p, t0, t0.Add(time.Hour)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("3.00"), Refunded: eur("0")},
 	})
 }
@@ -324,7 +325,7 @@ func TestTotalsReadsOnlySuccessfulPaymentsAndRefunds(t *testing.T) {
 	}}
 	p := stub.start(t)
 	got := totalsOf(t, p, t0, t0.Add(time.Hour))
-	wantTotals(t, got, map[money.Currency]payments.Totals{
+	wantTotals(t, got, map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("12.50"), Refunded: eur("3.00")},
 		money.JPY: {Charged: money.MustParse("1000", money.JPY), Refunded: money.MustParse("0", money.JPY)},
 	})
@@ -352,13 +353,13 @@ func TestTotalsUnreadableTransaction(t *testing.T) {
 			t.Parallel()
 			p := (&searchStub{pages: []string{tx("0", "T0006", "S", at, "1.00", "EUR") + "," + bad}}).start(t)
 			_, err := p.Totals(ctxT(t), t0, t0.Add(time.Hour))
-			if u := errAs[*payments.UnknownOutcomeError](t, err); !strings.Contains(u.Error(), "transaction A") {
+			if u := errAs[*provider.UnknownOutcomeError](t, err); !strings.Contains(u.Error(), "transaction A") {
 				t.Fatalf("%v", u)
 			}
 		})
 	}
 	p := (&searchStub{pages: []string{tx("A", "T0006", "D", at, "1", "XXZ") + "," + tx("B", "T9999", "S", "?", "?", "?")}}).start(t)
-	wantTotals(t, totalsOf(t, p, t0, t0.Add(time.Hour)), map[money.Currency]payments.Totals{})
+	wantTotals(t, totalsOf(t, p, t0, t0.Add(time.Hour)), map[money.Currency]provider.Totals{})
 }
 
 // The Client's SearchTransactions: one page as PayPal answers it; PayPal's 400 for a range over
@@ -387,7 +388,7 @@ func TestSearchTransactions(t *testing.T) {
 	if apiErr.Status != http.StatusBadRequest || !apiErr.HasIssue("INVALID_DATE_RANGE") {
 		t.Fatalf("%v", apiErr)
 	}
-	if inv := errAs[*payments.InvalidRequestError](t, b.p.Classify(err)); inv.Param != "end_date" {
+	if inv := errAs[*provider.InvalidRequestError](t, b.p.Classify(err)); inv.Param != "end_date" {
 		t.Fatalf("%+v", inv)
 	}
 
@@ -398,7 +399,7 @@ func TestSearchTransactions(t *testing.T) {
 		"PageSize":  {StartDate: t0, EndDate: t0, PageSize: paypal.MaxSearchPageSize + 1},
 	} {
 		_, err := c.SearchTransactions(ctxT(t), req)
-		if inv := errAs[*payments.InvalidRequestError](t, err); inv.Param != param {
+		if inv := errAs[*provider.InvalidRequestError](t, err); inv.Param != param {
 			t.Fatalf("%s: %+v", param, inv)
 		}
 	}

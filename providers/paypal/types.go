@@ -38,7 +38,7 @@ type PaymentSource struct {
 
 // CardSource is a card payment source.
 type CardSource struct {
-	// VaultID is a saved card's id (payments.ChargeRequest.PaymentMethod).
+	// VaultID is a saved card's id (provider.ChargeRequest.PaymentMethod).
 	VaultID string `json:"vault_id,omitempty"`
 }
 

@@ -7,7 +7,7 @@ import (
 	"net/http"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // The headers of a PayPal webhook delivery that verify-webhook-signature needs.
@@ -42,11 +42,11 @@ type webhookEvent struct {
 // the id [Provider.Charge] reports; a refund event does not name the order, so its ChargeID is
 // empty. PayPal redelivers up to 25 times over 3 days: dedupe on ID, the event id.
 //
-// Errors: wrapping [payments.ErrWebhookSignature] when a PAYPAL-* header is missing or PayPal
-// answers FAILURE; wrapping [payments.ErrWebhookMalformed] when the body is not an event; a
+// Errors: wrapping [provider.ErrWebhookSignature] when a PAYPAL-* header is missing or PayPal
+// answers FAILURE; wrapping [provider.ErrWebhookMalformed] when the body is not an event; a
 // *[ConfigError] without Config.WebhookID; anything else (the verification API unreachable or
 // failing) is a plain error: answer the delivery 5xx so that PayPal sends it again.
-func (p *Provider) VerifyWebhook(ctx context.Context, header http.Header, body []byte) ([]payments.WebhookEvent, error) {
+func (p *Provider) VerifyWebhook(ctx context.Context, header http.Header, body []byte) ([]provider.WebhookEvent, error) {
 	if p.c.cfg.WebhookID == "" {
 		return nil, &ConfigError{Field: "WebhookID", Reason: "is required to verify webhooks"}
 	}
@@ -59,15 +59,15 @@ func (p *Provider) VerifyWebhook(ctx context.Context, header http.Header, body [
 		{HeaderTransmissionSig, &req.TransmissionSig}, {HeaderTransmissionTime, &req.TransmissionTime},
 	} {
 		if *h.dst = header.Get(h.name); *h.dst == "" {
-			return nil, fmt.Errorf("%w: header %s is missing", payments.ErrWebhookSignature, h.name)
+			return nil, fmt.Errorf("%w: header %s is missing", provider.ErrWebhookSignature, h.name)
 		}
 	}
 	var ev webhookEvent
 	if err := json.Unmarshal(body, &ev); err != nil {
-		return nil, fmt.Errorf("%w: %v", payments.ErrWebhookMalformed, err)
+		return nil, fmt.Errorf("%w: %v", provider.ErrWebhookMalformed, err)
 	}
 	if ev.ID == "" || ev.EventType == "" {
-		return nil, fmt.Errorf("%w: event without id or event_type", payments.ErrWebhookMalformed)
+		return nil, fmt.Errorf("%w: event without id or event_type", provider.ErrWebhookMalformed)
 	}
 	req.WebhookEvent = json.RawMessage(body)
 	status, err := p.c.VerifyWebhookSignature(ctx, req)
@@ -76,13 +76,13 @@ func (p *Provider) VerifyWebhook(ctx context.Context, header http.Header, body [
 	}
 	if status != VerificationSuccess {
 		return nil, fmt.Errorf("%w: PayPal answered verification_status %s for transmission %s",
-			payments.ErrWebhookSignature, status, req.TransmissionID)
+			provider.ErrWebhookSignature, status, req.TransmissionID)
 	}
-	return []payments.WebhookEvent{toEvent(ev, body)}, nil
+	return []provider.WebhookEvent{toEvent(ev, body)}, nil
 }
 
-func toEvent(ev webhookEvent, body []byte) payments.WebhookEvent {
-	out := payments.WebhookEvent{ID: ev.ID, Type: ev.EventType, Kind: payments.EventIgnored, Body: body}
+func toEvent(ev webhookEvent, body []byte) provider.WebhookEvent {
+	out := provider.WebhookEvent{ID: ev.ID, Type: ev.EventType, Kind: provider.EventIgnored, Body: body}
 	r := ev.Resource
 	if r == nil {
 		return out
@@ -97,14 +97,14 @@ func toEvent(ev webhookEvent, body []byte) payments.WebhookEvent {
 	}
 	switch ev.EventType {
 	case "PAYMENT.CAPTURE.COMPLETED":
-		out.Kind = payments.EventChargeSucceeded
+		out.Kind = provider.EventChargeSucceeded
 	case "PAYMENT.CAPTURE.DECLINED", "PAYMENT.CAPTURE.DENIED":
-		out.Kind = payments.EventChargeFailed
+		out.Kind = provider.EventChargeFailed
 		out.DeclineCode = declineCode(r)
 	case "PAYMENT.CAPTURE.PENDING":
-		out.Kind = payments.EventChargePending
+		out.Kind = provider.EventChargePending
 	case "PAYMENT.CAPTURE.REFUNDED":
-		out.Kind = payments.EventRefundSucceeded
+		out.Kind = provider.EventRefundSucceeded
 		out.Reference, out.ProviderID, out.Amount = r.CustomID, r.ID, amount
 		return out
 	default:

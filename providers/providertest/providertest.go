@@ -1,4 +1,4 @@
-// Package providertest is the conformance suite every payments.Provider
+// Package providertest is the conformance suite every provider.Provider
 // adapter passes against its provider's stateful fake:
 //
 //	func TestConformance(t *testing.T) {
@@ -9,7 +9,8 @@
 // provider object, a decline that is final for its key, a lost response
 // whose retry resolves to the same object (exactly one at the provider), an
 // in-flight duplicate refused as in progress, a lookup that finds what was
-// created and reports absence, and webhook verification.
+// created and reports absence, and webhook verification. It imports only
+// package payments/provider, as adapters do.
 package providertest
 
 import (
@@ -21,12 +22,12 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // Harness is one adapter over a fresh fake.
 type Harness struct {
-	Provider payments.Provider
+	Provider provider.Provider
 	// Succeeds and Declines are payment methods the fake accepts and
 	// declines.
 	Succeeds, Declines string
@@ -78,7 +79,7 @@ var seq struct {
 }
 
 // req builds a charge of 49.99 EUR for a fresh local key.
-func req(t *testing.T, h Harness, method string) payments.ChargeRequest {
+func req(t *testing.T, h Harness, method string) provider.ChargeRequest {
 	t.Helper()
 	seq.Lock()
 	seq.n++
@@ -89,7 +90,7 @@ func req(t *testing.T, h Harness, method string) payments.ChargeRequest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return payments.ChargeRequest{Key: key, ProviderKey: payments.ProviderKey(key, "charge", 0, payments.MaxReferenceLen(h.Provider)),
+	return provider.ChargeRequest{Key: key, ProviderKey: provider.DeriveKey(key, "charge", 0, provider.MaxReferenceLen(h.Provider)),
 		Amount: amount, Recipient: "acct_conf", PaymentMethod: method, Description: "conformance",
 		Shopper: "usr_conf"} // as payments fills it (the Scope by default): Adyen requires one with a stored card
 }
@@ -105,7 +106,7 @@ func ctxT(t *testing.T) context.Context {
 func testSuccess(t *testing.T, h Harness) {
 	r := req(t, h, h.Succeeds)
 	res, err := h.Provider.Charge(ctxT(t), r)
-	if err != nil || res.Status != payments.ChargeSucceeded || res.ProviderID == "" || res.Replayed {
+	if err != nil || res.Status != provider.ChargeSucceeded || res.ProviderID == "" || res.Replayed {
 		t.Fatalf("charge: %+v %v", res, err)
 	}
 	if !res.Amount.Equal(r.Amount) {
@@ -135,8 +136,8 @@ func testDecline(t *testing.T, h Harness) {
 	r := req(t, h, h.Declines)
 	for i := 0; i < 2; i++ {
 		_, err := h.Provider.Charge(ctxT(t), r)
-		var d *payments.DeclineError
-		if !errors.As(err, &d) || d.DeclineCode == "" || payments.SafeToRetry(err) {
+		var d *provider.DeclineError
+		if !errors.As(err, &d) || d.DeclineCode == "" || safeToRetry(err) {
 			t.Fatalf("attempt %d: err = %v, want a final DeclineError with its code", i, err)
 		}
 	}
@@ -146,14 +147,14 @@ func testLostResponse(t *testing.T, h Harness) {
 	r := req(t, h, h.Succeeds)
 	h.LoseNextResponse()
 	_, err := h.Provider.Charge(ctxT(t), r)
-	if !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) {
+	if !errors.Is(err, provider.ErrOutcomeUnknown) || !safeToRetry(err) {
 		t.Fatalf("lost response: err = %v, want an unknown outcome, safe to retry", err)
 	}
 	if n := h.Charges(r.Key); n != 1 {
 		t.Fatalf("the provider committed %d charges, want 1 (the response was lost after the commit)", n)
 	}
 	res, err := h.Provider.Charge(ctxT(t), r)
-	if err != nil || res.Status != payments.ChargeSucceeded {
+	if err != nil || res.Status != provider.ChargeSucceeded {
 		t.Fatalf("retry after a lost response: %+v %v", res, err)
 	}
 	if n := h.Charges(r.Key); n != 1 {
@@ -174,7 +175,7 @@ func testInFlight(t *testing.T, h Harness) {
 		t.Fatalf("the first charge was never held: %v", err)
 	}
 	_, err := h.Provider.Charge(ctxT(t), r)
-	if !errors.Is(err, payments.ErrInProgress) || !payments.SafeToRetry(err) {
+	if !errors.Is(err, provider.ErrInProgress) || !safeToRetry(err) {
 		t.Fatalf("duplicate while the first is in flight: err = %v, want in progress", err)
 	}
 	release()
@@ -193,11 +194,11 @@ func testLookup(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	found, err := h.Provider.Lookup(ctxT(t), payments.LookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ProviderID: res.ProviderID, From: from, To: time.Now().Add(time.Hour)})
+	found, err := h.Provider.Lookup(ctxT(t), provider.LookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ProviderID: res.ProviderID, From: from, To: time.Now().Add(time.Hour)})
 	if err != nil || len(found.Charges) != 1 || found.Charges[0].ProviderID != res.ProviderID {
 		t.Fatalf("lookup of %s: %+v %v", res.ProviderID, found, err)
 	}
-	none, err := h.Provider.Lookup(ctxT(t), payments.LookupRequest{Key: r.Key + "_absent", ProviderKey: r.ProviderKey + "_absent", From: from, To: time.Now().Add(time.Hour)})
+	none, err := h.Provider.Lookup(ctxT(t), provider.LookupRequest{Key: r.Key + "_absent", ProviderKey: r.ProviderKey + "_absent", From: from, To: time.Now().Add(time.Hour)})
 	if err != nil || len(none.Charges) != 0 {
 		t.Fatalf("lookup of an unknown key: %+v %v, want none", none, err)
 	}
@@ -211,4 +212,11 @@ func testWebhook(t *testing.T, h Harness) {
 	if bad == nil {
 		t.Fatal("a wrongly signed event was accepted")
 	}
+}
+
+// safeToRetry is what the error answers for itself (payments.SafeToRetry
+// asks each error first): an adapter's outcome errors carry their class.
+func safeToRetry(err error) bool {
+	var r interface{ SafeToRetry() bool }
+	return errors.As(err, &r) && r.SafeToRetry()
 }

@@ -9,7 +9,7 @@ import (
 
 	stripego "github.com/stripe/stripe-go/v79"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // clockFresh is how long a reading of Stripe's clock is reused before
@@ -27,10 +27,10 @@ type clockReading struct {
 	before, after time.Time
 }
 
-var _ payments.ClockReader = (*Provider)(nil)
+var _ provider.ClockReader = (*Provider)(nil)
 
 // ReadClock returns Stripe's clock now and how far from it the answer may
-// be, for [payments.ClockReader]: payments measures the skew between its
+// be, for [provider.ClockReader]: payments measures the skew between its
 // database's clock and Stripe's with it, to bound the creation window of
 // a lookup ([payments.Client.LookupAttempt]). It reads the Date header of
 // Stripe's answers (whole seconds): the List pages [Provider.Lookup]
@@ -39,7 +39,7 @@ var _ payments.ClockReader = (*Provider)(nil)
 // lookup's), at most a minute old. The error bound is half a second (the header's
 // resolution) plus half of that answer's round trip.
 //
-// Errors: *[payments.NotSentError], *[payments.UnknownOutcomeError]
+// Errors: *[provider.NotSentError], *[provider.UnknownOutcomeError]
 // (nothing was read: an outage, or an answer without a Date header).
 func (p *Provider) ReadClock(ctx context.Context) (time.Time, time.Duration, error) {
 	if now, within, ok := p.clock.estimate(); ok {
@@ -57,7 +57,7 @@ func (p *Provider) ReadClock(ctx context.Context) (time.Time, time.Duration, err
 		return time.Time{}, 0, classify(err, &sent)
 	}
 	if !p.clock.record(it.PaymentIntentList().LastResponse, before, after) {
-		return time.Time{}, 0, &payments.UnknownOutcomeError{Provider: providerName, Err: errNoDate}
+		return time.Time{}, 0, &provider.UnknownOutcomeError{Provider: providerName, Err: errNoDate}
 	}
 	now, within, _ := p.clock.estimate()
 	return now, within, nil

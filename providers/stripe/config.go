@@ -3,7 +3,7 @@ package stripe
 import (
 	"fmt"
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"net/http"
 	"net/url"
 	"slices"
@@ -79,12 +79,12 @@ type Config struct {
 	// (https://docs.stripe.com/api/payment_intents/create). A saved card
 	// is one: cards are saved by attaching them to a Customer. When
 	// payments.ChargeParams.Shopper carries the Stripe Customer, use
-	// func(r payments.ChargeRequest) string { return r.Shopper }; else map
+	// func(r provider.ChargeRequest) string { return r.Shopper }; else map
 	// r.Shopper (the charge's Scope by default) to it. An empty answer
 	// sends no customer. Default: nil, no customer: right only for
 	// PaymentMethods attached to none (collected for this one payment, or
 	// Stripe's test PaymentMethods such as pm_card_visa).
-	Customer func(payments.ChargeRequest) string
+	Customer func(provider.ChargeRequest) string
 }
 
 // ConfigError reports an invalid [Config] field.

@@ -72,7 +72,7 @@ var maxAmount = decimal.NewFromInt(math.MaxInt64)
 // 1.230 KWD is 1230, and 5000 ISK is 500000 (ISK is written with two
 // decimals that are always 00).
 //
-// Errors: an *[payments.InvalidRequestError] naming Amount, refused before
+// Errors: an *[provider.InvalidRequestError] naming Amount, refused before
 // anything is sent, when Stripe cannot represent m: more decimal places
 // than Stripe's exponent (10.50 MGA: zero-decimal at Stripe), a
 // three-decimal amount (BHD, JOD, KWD, OMR, TND) whose last digit is not 0

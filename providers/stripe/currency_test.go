@@ -13,6 +13,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -62,7 +63,7 @@ func TestToAmountRefusesWhatStripeCannotRepresent(t *testing.T) {
 		{},                  // no currency
 	} {
 		_, err := paystripe.ToAmount(m)
-		ie := errAs[*payments.InvalidRequestError](t, err)
+		ie := errAs[*provider.InvalidRequestError](t, err)
 		if ie.Param != "Amount" || payments.SafeToRetry(err) {
 			t.Fatalf("ToAmount(%s): %+v", m, ie)
 		}
@@ -105,14 +106,14 @@ func TestAmountsInStripeUnits(t *testing.T) {
 			req := chargeReq(key, stripetest.PaymentMethodVisa)
 			req.Amount = tc.m
 			ch := must(b.p.Charge(ctx, req))(t)
-			if !ch.Amount.Equal(tc.m) || ch.Status != payments.ChargeSucceeded {
+			if !ch.Amount.Equal(tc.m) || ch.Status != provider.ChargeSucceeded {
 				t.Fatalf("charge: %+v", ch)
 			}
 			got := b.srv.Totals()[cur].Succeeded
 			if got != tc.sent || stripetest.FormatAmount(got, cur) != tc.fakes {
 				t.Fatalf("the fake received %d (%s), want %d (%s)", got, stripetest.FormatAmount(got, cur), tc.sent, tc.fakes)
 			}
-			found := must(b.p.Lookup(ctx, payments.LookupRequest{Key: key, From: from, WithRefunds: true}))(t)
+			found := must(b.p.Lookup(ctx, provider.LookupRequest{Key: key, From: from, WithRefunds: true}))(t)
 			if len(found.Charges) != 1 || !found.Charges[0].Amount.Equal(tc.m) || !found.Charges[0].Refunded.IsZero() {
 				t.Fatalf("lookup: %+v", found)
 			}
@@ -120,18 +121,18 @@ func TestAmountsInStripeUnits(t *testing.T) {
 	}
 
 	// A partial ISK refund: 1000 ISK is sent as 100000.
-	isk := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "order-isk", From: from}))(t).Charges[0]
-	re := must(b.p.Refund(ctx, payments.RefundRequest{Key: "order-isk-refund",
-		ProviderKey: payments.ProviderKey("order-isk-refund", "refund", 1, paystripe.MaxProviderKeyLen),
+	isk := must(b.p.Lookup(ctx, provider.LookupRequest{Key: "order-isk", From: from}))(t).Charges[0]
+	re := must(b.p.Refund(ctx, provider.RefundRequest{Key: "order-isk-refund",
+		ProviderKey: provider.DeriveKey("order-isk-refund", "refund", 1, paystripe.MaxProviderKeyLen),
 		ChargeID:    isk.ProviderID, Amount: amt("1000", "ISK")}))(t)
 	if !re.Amount.Equal(amt("1000", "ISK")) || b.srv.Totals()["isk"].Refunded != 100000 {
 		t.Fatalf("refund %+v, the fake holds %+v", re, b.srv.Totals()["isk"])
 	}
-	refunds := must(b.p.LookupRefund(ctx, payments.RefundLookupRequest{Key: "order-isk-refund", ChargeID: isk.ProviderID}))(t)
+	refunds := must(b.p.LookupRefund(ctx, provider.RefundLookupRequest{Key: "order-isk-refund", ChargeID: isk.ProviderID}))(t)
 	if len(refunds.Refunds) != 1 || !refunds.Refunds[0].Amount.Equal(amt("1000", "ISK")) {
 		t.Fatalf("refund lookup: %+v", refunds)
 	}
-	withRefunds := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "order-isk", From: from, WithRefunds: true}))(t)
+	withRefunds := must(b.p.Lookup(ctx, provider.LookupRequest{Key: "order-isk", From: from, WithRefunds: true}))(t)
 	if !withRefunds.Charges[0].Refunded.Equal(amt("1000", "ISK")) {
 		t.Fatalf("lookup with refunds: %+v", withRefunds.Charges[0])
 	}
@@ -179,7 +180,7 @@ func TestUnrepresentableAmountsRefusedBeforeSending(t *testing.T) {
 			"ValidateCharge": b.p.ValidateCharge(req),
 			"Charge":         second(b.p.Charge(ctx, req)),
 		} {
-			ie := errAs[*payments.InvalidRequestError](t, err)
+			ie := errAs[*provider.InvalidRequestError](t, err)
 			if ie.Param != "Amount" || !strings.Contains(ie.Message, m.String()) || payments.SafeToRetry(err) {
 				t.Fatalf("%s %s: %+v", name, m, ie)
 			}
@@ -196,10 +197,10 @@ func TestUnrepresentableAmountsRefusedBeforeSending(t *testing.T) {
 		t.Fatalf("ValidateCharge sent something: %+v", b.srv.Totals())
 	}
 	ch := must(b.p.Charge(ctx, req))(t)
-	refundKey := payments.ProviderKey("order-kwd-refund", "refund", 1, paystripe.MaxProviderKeyLen)
-	_, err := b.p.Refund(ctx, payments.RefundRequest{Key: "order-kwd-refund", ProviderKey: refundKey,
+	refundKey := provider.DeriveKey("order-kwd-refund", "refund", 1, paystripe.MaxProviderKeyLen)
+	_, err := b.p.Refund(ctx, provider.RefundRequest{Key: "order-kwd-refund", ProviderKey: refundKey,
 		ChargeID: ch.ProviderID, Amount: amt("0.615", money.KWD)})
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "Amount" {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "Amount" {
 		t.Fatalf("refund of 0.615 KWD: %+v", ie)
 	}
 	wantCount(t, b, refundKey, 0, 0)
@@ -235,8 +236,8 @@ func TestChargeKeyInUseIsInProgressWhateverItsType(t *testing.T) {
 			p := must(paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: hs.URL,
 				HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
 			_, err := p.Charge(context.Background(), chargeReq("order-409", stripetest.PaymentMethodVisa))
-			errAs[*payments.InProgressError](t, err)
-			if !payments.SafeToRetry(err) || errors.Is(err, payments.ErrInvalidRequest) || calls.Load() != 1 {
+			errAs[*provider.InProgressError](t, err)
+			if !payments.SafeToRetry(err) || errors.Is(err, provider.ErrInvalidRequest) || calls.Load() != 1 {
 				t.Fatalf("%v (calls %d): want a retryable in-progress error, sent once", err, calls.Load())
 			}
 		})
@@ -261,7 +262,7 @@ func TestChargeCollisionThenReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := b.p.Charge(context.Background(), req)
-	if !errors.As(err, new(*payments.InProgressError)) {
+	if !errors.As(err, new(*provider.InProgressError)) {
 		t.Fatalf("the collision: %v, want in progress", err)
 	}
 	b.srv.EndLatency()
@@ -269,7 +270,7 @@ func TestChargeCollisionThenReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := must(b.p.Charge(context.Background(), req))(t)
-	if !again.Replayed || again.Status != payments.ChargeSucceeded {
+	if !again.Replayed || again.Status != provider.ChargeSucceeded {
 		t.Fatalf("after the collision: %+v", again)
 	}
 	wantCount(t, b, req.ProviderKey, 1, 0)

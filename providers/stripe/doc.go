@@ -1,6 +1,6 @@
-// Package stripe is payonce's Stripe adapter: a [payments.Provider] over
+// Package stripe is payonce's Stripe adapter: a [provider.Provider] over
 // PaymentIntents and Refunds of Stripe API v1, through stripe-go v79, plus
-// a [payments.Totaler] over Balance Transactions and webhook signature
+// a [provider.Totaler] over Balance Transactions and webhook signature
 // verification.
 //
 // The package shares its name with stripe-go's; alias one of them. payonce
@@ -9,9 +9,9 @@
 //	import paystripe "github.com/payonce/payonce/providers/stripe"
 //
 //	p, err := paystripe.New(&paystripe.Config{SecretKey: os.Getenv("STRIPE_SECRET_KEY")})
-//	res, err := p.Charge(ctx, payments.ChargeRequest{
+//	res, err := p.Charge(ctx, provider.ChargeRequest{
 //		Key:           "order-42",
-//		ProviderKey:   payments.ProviderKey("order-42", "charge", 1, paystripe.MaxProviderKeyLen),
+//		ProviderKey:   provider.DeriveKey("order-42", "charge", 1, paystripe.MaxProviderKeyLen),
 //		Amount:        money.MustParse("20.00", money.EUR),
 //		PaymentMethod: "pm_card_visa",
 //	})
@@ -39,9 +39,9 @@
 // ISK is 500000). HUF and TWD are two-decimal for charges and refunds
 // (Stripe's whole-unit rule for them is for payouts). An amount Stripe
 // cannot represent is refused before sending, by [Provider.ValidateCharge]
-// ([payments.Validator]: payments refuses it before recording anything),
+// ([provider.Validator]: payments refuses it before recording anything),
 // [Provider.Charge] and [Provider.Refund], with an
-// *[payments.InvalidRequestError] naming Amount. Lookups, totals and
+// *[provider.InvalidRequestError] naming Amount. Lookups, totals and
 // webhook events read Stripe's amounts back with the same table.
 //
 // # Lookup
@@ -59,7 +59,7 @@
 // more request per charge) and reports the succeeded ones' sum as
 // Refunded, with RefundsKnown.
 //
-// [Provider.LookupRefund] ([payments.RefundLooker]) finds a refund attempt
+// [Provider.LookupRefund] ([provider.RefundLooker]) finds a refund attempt
 // whose outcome was lost: it reads the refund by id when known, else lists
 // the PaymentIntent's refunds and keeps those carrying the refund's key in
 // their metadata. Both are consistent reads: an empty answer proves that
@@ -90,7 +90,7 @@
 // stripe-go's *stripe.Error and transport errors become payments' outcome
 // classes:
 //
-//	Stripe answer                                   payments error            final?
+//	Stripe answer                                   provider error            final?
 //	card_error (402)                                *DeclineError             yes, replayed for the key
 //	409, or code idempotency_key_in_use (any type)  *InProgressError          retry later, same key
 //	idempotency_error (400, other parameters)       *KeyMismatchError         a bug: report
@@ -123,24 +123,24 @@
 //
 // Requests the adapter refuses before sending (bad metadata, missing
 // fields, amounts Stripe cannot represent) are
-// *[payments.InvalidRequestError] naming the field in Param.
+// *[provider.InvalidRequestError] naming the field in Param.
 //
 // # Webhooks
 //
-// [Provider.VerifyWebhook] implements [payments.WebhookVerifier]: it checks
+// [Provider.VerifyWebhook] implements [provider.WebhookVerifier]: it checks
 // a delivery's Stripe-Signature header against Config.WebhookSecrets (all
 // of them, for a rotation) within Config.WebhookTolerance and maps the
-// event to a [payments.WebhookEvent] (charge succeeded, failed or pending;
+// event to a [provider.WebhookEvent] (charge succeeded, failed or pending;
 // refund succeeded or failed; everything else ignored). A bad signature is
-// [payments.ErrWebhookSignature], an unreadable body
-// [payments.ErrWebhookMalformed]:
+// [provider.ErrWebhookSignature], an unreadable body
+// [provider.ErrWebhookMalformed]:
 //
 //	func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
 //		if err != nil { ... }
 //		events, err := h.stripe.VerifyWebhook(r.Context(), r.Header, body)
 //		switch {
-//		case errors.Is(err, payments.ErrWebhookSignature), errors.Is(err, payments.ErrWebhookMalformed):
+//		case errors.Is(err, provider.ErrWebhookSignature), errors.Is(err, provider.ErrWebhookMalformed):
 //			http.Error(w, "refused", http.StatusBadRequest)
 //		case err != nil:
 //			http.Error(w, "try again", http.StatusInternalServerError)

@@ -10,7 +10,7 @@ import (
 
 	stripego "github.com/stripe/stripe-go/v79"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // sentTracker records whether any attempt of a call (stripe-go's retries,
@@ -44,9 +44,9 @@ func classify(err error, sent *sentTracker) error {
 		// No Stripe error object: a transport error (dial, TLS, reset,
 		// timeout, context end) or an undecodable response.
 		if !sent.wrote.Load() {
-			return &payments.NotSentError{Provider: providerName, Err: err}
+			return &provider.NotSentError{Provider: providerName, Err: err}
 		}
-		return &payments.UnknownOutcomeError{Provider: providerName, Err: err}
+		return &provider.UnknownOutcomeError{Provider: providerName, Err: err}
 	}
 	status := se.HTTPStatusCode
 	switch {
@@ -60,11 +60,11 @@ func classify(err error, sent *sentTracker) error {
 		// a collision (https://docs.stripe.com/api/idempotent_requests): the
 		// same key, later, gets the first request's answer. So the code or
 		// the 409 decides, whatever the type: never a permanent refusal.
-		return &payments.InProgressError{Provider: providerName}
+		return &provider.InProgressError{Provider: providerName}
 	case se.Type == stripego.ErrorTypeIdempotency:
 		// Stripe's message quotes the Idempotency-Key, which holds payonce's
 		// key: only which comparison failed is kept.
-		return &payments.KeyMismatchError{Provider: providerName, Message: keyMismatch(se)}
+		return &provider.KeyMismatchError{Provider: providerName, Message: keyMismatch(se)}
 	case status == http.StatusUnauthorized || status == http.StatusForbidden ||
 		se.Type == errorTypeAuthentication || se.Type == errorTypePermission:
 		// 401 "No valid API key provided", 403 "The API key doesn't have
@@ -72,21 +72,21 @@ func classify(err error, sent *sentTracker) error {
 		// refused before anything executed, so nothing is cached for the key
 		// (https://docs.stripe.com/api/idempotent_requests: only requests whose
 		// execution began are). A configuration error, never an outcome.
-		return &payments.CredentialsError{Provider: providerName, Status: status, Code: credentialsCode(se),
+		return &provider.CredentialsError{Provider: providerName, Status: status, Code: credentialsCode(se),
 			Setting: "Config.SecretKey", Message: se.Msg}
 	case se.Type == stripego.ErrorTypeCard:
-		return &payments.DeclineError{Provider: providerName, Code: string(se.Code),
+		return &provider.DeclineError{Provider: providerName, Code: string(se.Code),
 			DeclineCode: string(se.DeclineCode), Message: se.Msg}
 	case status == http.StatusTooManyRequests:
 		// Stripe's rate limiter (and lock_timeout) refuse with 429 and ask
 		// for a retry, but nothing documents that a 429 never executed
 		// anything: unknown, which is as retryable as not-sent with the
 		// same key, and never assumed failed.
-		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+		return &provider.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	case status >= 500:
 		// Stripe caches a 500 produced after execution started: the same
 		// key replays it, so only the reconciler can resolve it then.
-		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+		return &provider.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	case status >= 400:
 		// invalid_request_error: a permanent input error. Stripe saves the
 		// answer of a request whose execution began and replays it, marked
@@ -99,10 +99,10 @@ func classify(err error, sent *sentTracker) error {
 		if code == "" {
 			code = http.StatusText(status)
 		}
-		return &payments.InvalidRequestError{Provider: providerName, Code: code, Param: se.Param, Message: se.Msg,
+		return &provider.InvalidRequestError{Provider: providerName, Code: code, Param: se.Param, Message: se.Msg,
 			Replayed: replayed(se.LastResponse)}
 	default:
-		return &payments.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
+		return &provider.UnknownOutcomeError{Provider: providerName, Status: status, Err: err}
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
@@ -19,26 +19,26 @@ func TestRefusalSaysWhetherReplayed(t *testing.T) {
 	b := setup(t, nil)
 	ctx := context.Background()
 	ch := must(b.p.Charge(ctx, chargeReq("order-replayed", stripetest.PaymentMethodVisa)))(t)
-	full := payments.RefundRequest{Key: "refund-all", ProviderKey: "refund-all_refund_0", ChargeID: ch.ProviderID, Amount: eur("20.00")}
+	full := provider.RefundRequest{Key: "refund-all", ProviderKey: "refund-all_refund_0", ChargeID: ch.ProviderID, Amount: eur("20.00")}
 	must(b.p.Refund(ctx, full))(t)
 
 	// Executed and refused (nothing left to refund): cached for the key.
-	late := payments.RefundRequest{Key: "refund-late", ProviderKey: "refund-late_refund_0", ChargeID: ch.ProviderID, Amount: eur("5.00")}
+	late := provider.RefundRequest{Key: "refund-late", ProviderKey: "refund-late_refund_0", ChargeID: ch.ProviderID, Amount: eur("5.00")}
 	_, err := b.p.Refund(ctx, late)
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "charge_already_refunded" || ie.Replayed {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "charge_already_refunded" || ie.Replayed {
 		t.Fatalf("first refusal: %+v, want charge_already_refunded, not replayed", ie)
 	}
 	_, err = b.p.Refund(ctx, late)
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "charge_already_refunded" || !ie.Replayed {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "charge_already_refunded" || !ie.Replayed {
 		t.Fatalf("the same key again: %+v, want Stripe's replay of its refusal", ie)
 	}
 
 	// Refused before executing (no such PaymentIntent): never cached, so
 	// never marked.
-	missing := payments.RefundRequest{Key: "refund-missing", ProviderKey: "refund-missing_refund_0", ChargeID: "pi_missing", Amount: eur("5.00")}
+	missing := provider.RefundRequest{Key: "refund-missing", ProviderKey: "refund-missing_refund_0", ChargeID: "pi_missing", Amount: eur("5.00")}
 	for i := range 2 {
 		_, err = b.p.Refund(ctx, missing)
-		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Replayed {
+		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Replayed {
 			t.Fatalf("refusal %d of a refund of no PaymentIntent: %+v, want it not replayed", i, ie)
 		}
 	}
@@ -54,8 +54,8 @@ func TestKeyMismatchHoldsNoKey(t *testing.T) {
 	must(b.p.Charge(ctx, req))(t)
 	req.Description = "another description"
 	_, err := b.p.Charge(ctx, req)
-	km := errAs[*payments.KeyMismatchError](t, err)
-	if !errors.Is(err, payments.ErrKeyMismatch) || !strings.Contains(km.Message, "same parameters") {
+	km := errAs[*provider.KeyMismatchError](t, err)
+	if !errors.Is(err, provider.ErrKeyMismatch) || !strings.Contains(km.Message, "same parameters") {
 		t.Fatalf("%v, want a key mismatch on the parameters", err)
 	}
 	for _, text := range []string{err.Error(), km.Message} {

@@ -13,10 +13,10 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
-var _ payments.WebhookVerifier = (*Provider)(nil)
+var _ provider.WebhookVerifier = (*Provider)(nil)
 
 // VerifyWebhook authenticates one webhook delivery (its Stripe-Signature
 // header and its body, exactly as received) against Config.WebhookSecrets,
@@ -49,28 +49,28 @@ var _ payments.WebhookVerifier = (*Provider)(nil)
 //
 // Errors: [ErrNoWebhookSecret] without Config.WebhookSecrets (answer 5xx:
 // Stripe redelivers once the endpoint is configured); an error wrapping
-// [payments.ErrWebhookSignature] and stripe-go's error
+// [provider.ErrWebhookSignature] and stripe-go's error
 // ([webhook.ErrNotSigned], [webhook.ErrInvalidHeader],
 // [webhook.ErrNoValidSignature], [webhook.ErrTooOld]) when the signature is
-// missing, wrong or too old; an error wrapping [payments.ErrWebhookMalformed]
+// missing, wrong or too old; an error wrapping [provider.ErrWebhookMalformed]
 // when a correctly signed body is not a Stripe event or its object cannot
 // be read.
-func (p *Provider) VerifyWebhook(ctx context.Context, header http.Header, body []byte) ([]payments.WebhookEvent, error) {
+func (p *Provider) VerifyWebhook(ctx context.Context, header http.Header, body []byte) ([]provider.WebhookEvent, error) {
 	ev, err := VerifyWebhook(body, header.Get("Stripe-Signature"), p.webhookSecrets, p.webhookTolerance)
 	switch {
 	case errors.Is(err, ErrNoWebhookSecret):
 		return nil, err
 	case isSignatureError(err):
-		return nil, fmt.Errorf("%w: %w", payments.ErrWebhookSignature, err)
+		return nil, fmt.Errorf("%w: %w", provider.ErrWebhookSignature, err)
 	case err != nil:
 		// The signature matched: stripe-go could not decode the body.
-		return nil, fmt.Errorf("%w: %w", payments.ErrWebhookMalformed, err)
+		return nil, fmt.Errorf("%w: %w", provider.ErrWebhookMalformed, err)
 	}
 	e, err := webhookEvent(ev, body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: stripe: event %q (%s): %w", payments.ErrWebhookMalformed, ev.ID, ev.Type, err)
+		return nil, fmt.Errorf("%w: stripe: event %q (%s): %w", provider.ErrWebhookMalformed, ev.ID, ev.Type, err)
 	}
-	return []payments.WebhookEvent{e}, nil
+	return []provider.WebhookEvent{e}, nil
 }
 
 func isSignatureError(err error) bool {
@@ -79,11 +79,11 @@ func isSignatureError(err error) bool {
 }
 
 // webhookEvent maps a verified event; see [Provider.VerifyWebhook].
-func webhookEvent(ev stripego.Event, body []byte) (payments.WebhookEvent, error) {
+func webhookEvent(ev stripego.Event, body []byte) (provider.WebhookEvent, error) {
 	if ev.ID == "" || ev.Type == "" || (ev.Object != "" && ev.Object != "event") {
-		return payments.WebhookEvent{}, fmt.Errorf("not a Stripe event (object %q, id %q, type %q)", ev.Object, ev.ID, ev.Type)
+		return provider.WebhookEvent{}, fmt.Errorf("not a Stripe event (object %q, id %q, type %q)", ev.Object, ev.ID, ev.Type)
 	}
-	out := payments.WebhookEvent{ID: ev.ID, Type: string(ev.Type), Kind: payments.EventIgnored, Body: slices.Clone(body)}
+	out := provider.WebhookEvent{ID: ev.ID, Type: string(ev.Type), Kind: provider.EventIgnored, Body: slices.Clone(body)}
 	if ev.Data == nil {
 		return out, errors.New("data.object is missing")
 	}
@@ -100,11 +100,11 @@ func webhookEvent(ev stripego.Event, body []byte) (payments.WebhookEvent, error)
 		}
 		switch ev.Type {
 		case "payment_intent.succeeded":
-			out.Kind = payments.EventChargeSucceeded
+			out.Kind = provider.EventChargeSucceeded
 		case "payment_intent.processing":
-			out.Kind = payments.EventChargePending
+			out.Kind = provider.EventChargePending
 		default:
-			out.Kind = payments.EventChargeFailed
+			out.Kind = provider.EventChargeFailed
 			if e := pi.LastPaymentError; e != nil {
 				out.DeclineCode = string(e.DeclineCode)
 				if out.DeclineCode == "" {
@@ -118,7 +118,7 @@ func webhookEvent(ev stripego.Event, body []byte) (payments.WebhookEvent, error)
 		if err := decodeObject(ev, "charge", &ch); err != nil {
 			return out, err
 		}
-		out.Kind = payments.EventRefundSucceeded
+		out.Kind = provider.EventRefundSucceeded
 		out.Key = ch.Metadata[MetadataKey]
 		if ch.PaymentIntent != nil {
 			out.ProviderID, out.ChargeID = ch.PaymentIntent.ID, ch.PaymentIntent.ID
@@ -155,11 +155,11 @@ func webhookEvent(ev stripego.Event, body []byte) (payments.WebhookEvent, error)
 			// failure_balance_transaction gives the amount back to the
 			// balance (https://docs.stripe.com/refunds, failed refunds;
 			// https://docs.stripe.com/api/refunds/object).
-			out.Kind = payments.EventRefundReversed
+			out.Kind = provider.EventRefundReversed
 			out.DeclineCode = string(re.FailureReason)
 		case stripego.RefundStatusCanceled:
 			// Only a refund not yet succeeded can be canceled.
-			out.Kind = payments.EventRefundFailed
+			out.Kind = provider.EventRefundFailed
 			out.DeclineCode = string(re.FailureReason)
 		}
 

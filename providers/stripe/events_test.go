@@ -17,7 +17,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -28,7 +28,7 @@ type endpoint struct {
 	p *paystripe.Provider
 
 	mu         sync.Mutex
-	events     []payments.WebhookEvent
+	events     []provider.WebhookEvent
 	errs       []error
 	deliveries []delivered
 }
@@ -76,7 +76,7 @@ func setupEndpoint(t *testing.T, v *paystripe.Provider, cfg stripetest.Config) (
 }
 
 // drain waits for the fake's deliveries and returns what the endpoint got.
-func (e *endpoint) drain(t *testing.T, b bundle) ([]payments.WebhookEvent, []error) {
+func (e *endpoint) drain(t *testing.T, b bundle) ([]provider.WebhookEvent, []error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -107,10 +107,10 @@ func TestVerifyWebhookChargeEvents(t *testing.T) {
 	if len(sent) != 3 || len(events) != 6 {
 		t.Fatalf("fake emitted %d events, endpoint verified %d; want 3 and 6 (each delivered twice)", len(sent), len(events))
 	}
-	want := []payments.WebhookEvent{
-		{Type: "payment_intent.succeeded", Kind: payments.EventChargeSucceeded, Key: "order-ok", ProviderID: ok.ProviderID},
-		{Type: "payment_intent.payment_failed", Kind: payments.EventChargeFailed, Key: "order-generic", ProviderID: generic.ProviderID, DeclineCode: "generic_decline"},
-		{Type: "payment_intent.payment_failed", Kind: payments.EventChargeFailed, Key: "order-funds", ProviderID: funds.ProviderID, DeclineCode: "insufficient_funds"},
+	want := []provider.WebhookEvent{
+		{Type: "payment_intent.succeeded", Kind: provider.EventChargeSucceeded, Key: "order-ok", ProviderID: ok.ProviderID},
+		{Type: "payment_intent.payment_failed", Kind: provider.EventChargeFailed, Key: "order-generic", ProviderID: generic.ProviderID, DeclineCode: "generic_decline"},
+		{Type: "payment_intent.payment_failed", Kind: provider.EventChargeFailed, Key: "order-funds", ProviderID: funds.ProviderID, DeclineCode: "insufficient_funds"},
 	}
 	for i, w := range want {
 		w.ID, w.Amount, w.Body = sent[i].ID, eur("20.00"), sent[i].Payload
@@ -129,7 +129,7 @@ func TestVerifyWebhookRefundEvents(t *testing.T) {
 	ch := must(b.p.Charge(ctx, chargeReq("order-rf", stripetest.PaymentMethodVisa)))(t)
 	for i, amount := range []string{"5.00", "15.00"} {
 		key := fmt.Sprintf("order-rf-refund-%d", i)
-		must(b.p.Refund(ctx, payments.RefundRequest{Key: key, ProviderKey: payments.ProviderKey(key, "refund", 0, paystripe.MaxProviderKeyLen),
+		must(b.p.Refund(ctx, provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, "refund", 0, paystripe.MaxProviderKeyLen),
 			ChargeID: ch.ProviderID, Amount: eur(amount)}))(t)
 	}
 
@@ -141,7 +141,7 @@ func TestVerifyWebhookRefundEvents(t *testing.T) {
 	for i, amount := range []string{"5.00", "15.00"} {
 		// The refund's delta, not the charge's cumulative amount_refunded;
 		// the key is the charge's, carried by the charge object.
-		w := payments.WebhookEvent{ID: sent[i+1].ID, Type: "charge.refunded", Kind: payments.EventRefundSucceeded, Key: "order-rf",
+		w := provider.WebhookEvent{ID: sent[i+1].ID, Type: "charge.refunded", Kind: provider.EventRefundSucceeded, Key: "order-rf",
 			ProviderID: ch.ProviderID, ChargeID: ch.ProviderID, Amount: eur(amount), Body: sent[i+1].Payload}
 		if !sameEvent(events[i+1], w) {
 			t.Fatalf("refund %d:\n got %s\nwant %s", i, show(events[i+1]), show(w))
@@ -159,7 +159,7 @@ func TestVerifyWebhookRefusesWrongSecret(t *testing.T) {
 		t.Fatalf("events %v, errors %v: want every delivery refused", events, errs)
 	}
 	for _, err := range errs {
-		if !errors.Is(err, payments.ErrWebhookSignature) || !errors.Is(err, webhook.ErrNoValidSignature) || errors.Is(err, payments.ErrWebhookMalformed) {
+		if !errors.Is(err, provider.ErrWebhookSignature) || !errors.Is(err, webhook.ErrNoValidSignature) || errors.Is(err, provider.ErrWebhookMalformed) {
 			t.Fatalf("wrong secret: %v", err)
 		}
 	}
@@ -181,7 +181,7 @@ func TestVerifyWebhookOldTimestamp(t *testing.T) {
 		t.Fatalf("events %v, errors %v: want refused", events, errs)
 	}
 	for _, err := range errs {
-		if !errors.Is(err, payments.ErrWebhookSignature) || !errors.Is(err, webhook.ErrTooOld) {
+		if !errors.Is(err, provider.ErrWebhookSignature) || !errors.Is(err, webhook.ErrTooOld) {
 			t.Fatalf("old signature: %v", err)
 		}
 	}
@@ -189,7 +189,7 @@ func TestVerifyWebhookOldTimestamp(t *testing.T) {
 	d := ep.deliveries[0]
 	ep.mu.Unlock()
 	got := must(verifier(t, []string{"whsec_t"}, time.Hour).VerifyWebhook(context.Background(), d.header, d.body))(t)
-	if len(got) != 1 || got[0].Kind != payments.EventChargeSucceeded || got[0].ProviderID != ch.ProviderID {
+	if len(got) != 1 || got[0].Kind != provider.EventChargeSucceeded || got[0].ProviderID != ch.ProviderID {
 		t.Fatalf("with an hour's tolerance: %+v", got)
 	}
 }
@@ -225,19 +225,19 @@ func TestVerifyWebhookRefusesBadSignatures(t *testing.T) {
 		{"signed by another", header(stripetest.Sign(d.body, "whsec_other", time.Now())), d.body, webhook.ErrNoValidSignature},
 	} {
 		events, err := v.VerifyWebhook(context.Background(), tc.header, tc.body)
-		if events != nil || !errors.Is(err, payments.ErrWebhookSignature) || !errors.Is(err, tc.cause) || errors.Is(err, payments.ErrWebhookMalformed) {
+		if events != nil || !errors.Is(err, provider.ErrWebhookSignature) || !errors.Is(err, tc.cause) || errors.Is(err, provider.ErrWebhookMalformed) {
 			t.Fatalf("%s: %v, %v; want ErrWebhookSignature and %v", tc.name, events, err, tc.cause)
 		}
 	}
 
 	_, err := verifier(t, nil, 0).VerifyWebhook(context.Background(), d.header, d.body)
-	if !errors.Is(err, paystripe.ErrNoWebhookSecret) || errors.Is(err, payments.ErrWebhookSignature) {
+	if !errors.Is(err, paystripe.ErrNoWebhookSecret) || errors.Is(err, provider.ErrWebhookSignature) {
 		t.Fatalf("without secrets: %v", err)
 	}
 }
 
 // signed verifies body as if Stripe had delivered it now.
-func signed(t *testing.T, body string) ([]payments.WebhookEvent, error) {
+func signed(t *testing.T, body string) ([]provider.WebhookEvent, error) {
 	t.Helper()
 	h := http.Header{"Stripe-Signature": {stripetest.Sign([]byte(body), "whsec_hand", time.Now())}}
 	return verifier(t, []string{"whsec_hand"}, 0).VerifyWebhook(context.Background(), h, []byte(body))
@@ -256,7 +256,7 @@ func TestVerifyWebhookMalformed(t *testing.T) {
 		{"bad previous amount", `{"id":"evt_1","object":"event","type":"charge.refunded","data":{"object":{"object":"charge","id":"ch_1","amount_refunded":100,"currency":"eur"},"previous_attributes":{"amount_refunded":500}}}`, "previous_attributes"},
 	} {
 		events, err := signed(t, tc.body)
-		if events != nil || !errors.Is(err, payments.ErrWebhookMalformed) || errors.Is(err, payments.ErrWebhookSignature) ||
+		if events != nil || !errors.Is(err, provider.ErrWebhookMalformed) || errors.Is(err, provider.ErrWebhookSignature) ||
 			!strings.Contains(err.Error(), tc.says) {
 			t.Fatalf("%s: %v, %v; want ErrWebhookMalformed saying %q", tc.name, events, err, tc.says)
 		}
@@ -278,30 +278,30 @@ func TestVerifyWebhookMapping(t *testing.T) {
 	jpy := money.MustParse("500", money.JPY)
 	for _, tc := range []struct {
 		typ, object, previous string
-		want                  payments.WebhookEvent
+		want                  provider.WebhookEvent
 	}{
 		{"payment_intent.processing", pi("processing", ""), "",
-			payments.WebhookEvent{Kind: payments.EventChargePending, Key: "k-pi", ProviderID: "pi_1", Amount: usd("12.34")}},
+			provider.WebhookEvent{Kind: provider.EventChargePending, Key: "k-pi", ProviderID: "pi_1", Amount: usd("12.34")}},
 		{"payment_intent.payment_failed", pi("requires_payment_method", `,"last_payment_error":{"type":"card_error","code":"expired_card"}`), "",
-			payments.WebhookEvent{Kind: payments.EventChargeFailed, Key: "k-pi", ProviderID: "pi_1", Amount: usd("12.34"), DeclineCode: "expired_card"}},
+			provider.WebhookEvent{Kind: provider.EventChargeFailed, Key: "k-pi", ProviderID: "pi_1", Amount: usd("12.34"), DeclineCode: "expired_card"}},
 		{"payment_intent.canceled", pi("canceled", ""), "",
-			payments.WebhookEvent{Kind: payments.EventIgnored, Key: "k-pi"}},
+			provider.WebhookEvent{Kind: provider.EventIgnored, Key: "k-pi"}},
 		{"refund.updated", refund("failed", `,"failure_reason":"expired_or_canceled_card"`), "",
-			payments.WebhookEvent{Kind: payments.EventRefundReversed, Key: "k-re", ProviderID: "re_1", ChargeID: "pi_9", Amount: jpy, DeclineCode: "expired_or_canceled_card"}},
+			provider.WebhookEvent{Kind: provider.EventRefundReversed, Key: "k-re", ProviderID: "re_1", ChargeID: "pi_9", Amount: jpy, DeclineCode: "expired_or_canceled_card"}},
 		{"refund.failed", refund("failed", ""), "",
-			payments.WebhookEvent{Kind: payments.EventRefundReversed, Key: "k-re", ProviderID: "re_1", ChargeID: "pi_9", Amount: jpy}},
+			provider.WebhookEvent{Kind: provider.EventRefundReversed, Key: "k-re", ProviderID: "re_1", ChargeID: "pi_9", Amount: jpy}},
 		{"charge.refund.updated", refund("canceled", ""), "",
-			payments.WebhookEvent{Kind: payments.EventRefundFailed, Key: "k-re", ProviderID: "re_1", ChargeID: "pi_9", Amount: jpy}},
+			provider.WebhookEvent{Kind: provider.EventRefundFailed, Key: "k-re", ProviderID: "re_1", ChargeID: "pi_9", Amount: jpy}},
 		{"refund.updated", refund("succeeded", ""), "",
-			payments.WebhookEvent{Kind: payments.EventIgnored, Key: "k-re", ProviderID: "re_1", ChargeID: "pi_9", Amount: jpy}},
+			provider.WebhookEvent{Kind: provider.EventIgnored, Key: "k-re", ProviderID: "re_1", ChargeID: "pi_9", Amount: jpy}},
 		{"charge.refunded", `{"object":"charge","id":"ch_1","amount":2000,"amount_refunded":700,"currency":"usd","payment_intent":"pi_2","metadata":{"payonce_key":"k-ch"}}`, "",
-			payments.WebhookEvent{Kind: payments.EventRefundSucceeded, Key: "k-ch", ProviderID: "pi_2", ChargeID: "pi_2", Amount: usd("7.00")}},
+			provider.WebhookEvent{Kind: provider.EventRefundSucceeded, Key: "k-ch", ProviderID: "pi_2", ChargeID: "pi_2", Amount: usd("7.00")}},
 		{"charge.refunded", `{"object":"charge","id":"ch_1","amount":2000,"amount_refunded":700,"currency":"usd","payment_intent":"pi_2","metadata":{}}`, `{"amount_refunded":200}`,
-			payments.WebhookEvent{Kind: payments.EventRefundSucceeded, ProviderID: "pi_2", ChargeID: "pi_2", Amount: usd("5.00")}},
+			provider.WebhookEvent{Kind: provider.EventRefundSucceeded, ProviderID: "pi_2", ChargeID: "pi_2", Amount: usd("5.00")}},
 		{"customer.created", `{"object":"customer","id":"cus_1","metadata":{"payonce_key":"k-cus"}}`, "",
-			payments.WebhookEvent{Kind: payments.EventIgnored, Key: "k-cus"}},
+			provider.WebhookEvent{Kind: provider.EventIgnored, Key: "k-cus"}},
 		{"payment_intent.created", `{"object":"payment_intent","id":"pi_3"}`, "",
-			payments.WebhookEvent{Kind: payments.EventIgnored}},
+			provider.WebhookEvent{Kind: provider.EventIgnored}},
 	} {
 		body := `{"id":"evt_hand","object":"event","api_version":"2020-08-27","type":"` + tc.typ + `","data":{"object":` + tc.object
 		if tc.previous != "" {
@@ -317,13 +317,13 @@ func TestVerifyWebhookMapping(t *testing.T) {
 	}
 }
 
-func sameEvent(a, b payments.WebhookEvent) bool {
+func sameEvent(a, b provider.WebhookEvent) bool {
 	return a.ID == b.ID && a.Type == b.Type && a.Kind == b.Kind && a.Reference == b.Reference && a.Key == b.Key &&
 		a.ProviderID == b.ProviderID && a.ChargeID == b.ChargeID && a.Amount.Equal(b.Amount) &&
 		a.DeclineCode == b.DeclineCode && bytes.Equal(a.Body, b.Body)
 }
 
-func show(e payments.WebhookEvent) string {
+func show(e provider.WebhookEvent) string {
 	return fmt.Sprintf("{ID:%s Type:%s Kind:%s Key:%s ProviderID:%s ChargeID:%s Amount:%v DeclineCode:%s Body:%d bytes}",
 		e.ID, e.Type, e.Kind, e.Key, e.ProviderID, e.ChargeID, e.Amount, e.DeclineCode, len(e.Body))
 }

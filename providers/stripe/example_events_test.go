@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -45,9 +45,9 @@ func ExampleProvider_VerifyWebhook() {
 	if err != nil {
 		panic(err)
 	}
-	_, err = charger.Charge(context.Background(), payments.ChargeRequest{
+	_, err = charger.Charge(context.Background(), provider.ChargeRequest{
 		Key:           "order-7",
-		ProviderKey:   payments.ProviderKey("order-7", "charge", 1, paystripe.MaxProviderKeyLen),
+		ProviderKey:   provider.DeriveKey("order-7", "charge", 1, paystripe.MaxProviderKeyLen),
 		Amount:        money.MustParse("12.50", money.EUR),
 		PaymentMethod: stripetest.PaymentMethodVisa,
 	})
@@ -63,7 +63,7 @@ func ExampleProvider_VerifyWebhook() {
 	ev := srv.Events()[0]
 	header := http.Header{"Stripe-Signature": {stripetest.Sign(ev.Payload, "whsec_new", time.Now())}}
 	_, err = p.VerifyWebhook(context.Background(), header, append(ev.Payload, ' '))
-	fmt.Println("altered body refused:", errors.Is(err, payments.ErrWebhookSignature))
+	fmt.Println("altered body refused:", errors.Is(err, provider.ErrWebhookSignature))
 	// Output:
 	// payment_intent.succeeded charge_succeeded order-7 12.50 EUR
 	// altered body refused: true
@@ -81,9 +81,9 @@ func ExampleProvider_Lookup() {
 		panic(err)
 	}
 	ctx := context.Background()
-	_, err = p.Charge(ctx, payments.ChargeRequest{
+	_, err = p.Charge(ctx, provider.ChargeRequest{
 		Key:           "order-9",
-		ProviderKey:   payments.ProviderKey("order-9", "charge", 1, paystripe.MaxProviderKeyLen),
+		ProviderKey:   provider.DeriveKey("order-9", "charge", 1, paystripe.MaxProviderKeyLen),
 		Amount:        money.MustParse("3.00", money.EUR),
 		PaymentMethod: stripetest.PaymentMethodVisa,
 	})
@@ -91,17 +91,17 @@ func ExampleProvider_Lookup() {
 		panic(err)
 	}
 
-	show := func(what string, req payments.LookupRequest) {
+	show := func(what string, req provider.LookupRequest) {
 		res, err := p.Lookup(ctx, req)
 		if err != nil {
 			panic(err)
 		}
 		fmt.Printf("%s: %d found, consistent %v\n", what, len(res.Charges), res.Consistent)
 	}
-	show("search at once", payments.LookupRequest{Key: "order-9"})
-	show("list of the window", payments.LookupRequest{Key: "order-9", From: clock.Now().Add(-time.Minute), To: clock.Now()})
+	show("search at once", provider.LookupRequest{Key: "order-9"})
+	show("list of the window", provider.LookupRequest{Key: "order-9", From: clock.Now().Add(-time.Minute), To: clock.Now()})
 	clock.Advance(time.Minute)
-	show("search a minute later", payments.LookupRequest{Key: "order-9"})
+	show("search a minute later", provider.LookupRequest{Key: "order-9"})
 	// Output:
 	// search at once: 0 found, consistent false
 	// list of the window: 1 found, consistent true

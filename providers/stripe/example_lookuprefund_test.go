@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -23,21 +24,21 @@ func ExampleProvider_LookupRefund() {
 		panic(err)
 	}
 	ctx := context.Background()
-	ch, err := p.Charge(ctx, payments.ChargeRequest{Key: "order-42",
-		ProviderKey: payments.ProviderKey("order-42", "charge", 0, paystripe.MaxProviderKeyLen),
+	ch, err := p.Charge(ctx, provider.ChargeRequest{Key: "order-42",
+		ProviderKey: provider.DeriveKey("order-42", "charge", 0, paystripe.MaxProviderKeyLen),
 		Amount:      money.MustParse("20.00", money.EUR), PaymentMethod: stripetest.PaymentMethodVisa})
 	if err != nil {
 		panic(err)
 	}
 
-	refund := payments.RefundRequest{Key: "order-42-refund",
-		ProviderKey: payments.ProviderKey("order-42-refund", "refund", 0, paystripe.MaxProviderKeyLen),
+	refund := provider.RefundRequest{Key: "order-42-refund",
+		ProviderKey: provider.DeriveKey("order-42-refund", "refund", 0, paystripe.MaxProviderKeyLen),
 		ChargeID:    ch.ProviderID, Amount: money.MustParse("5.00", money.EUR)}
 	srv.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/refunds"})
 	_, err = p.Refund(ctx, refund)
 	fmt.Println("outcome unknown:", payments.OutcomeUnknown(err))
 
-	found, err := p.LookupRefund(ctx, payments.RefundLookupRequest{Key: refund.Key, ProviderKey: refund.ProviderKey, ChargeID: ch.ProviderID})
+	found, err := p.LookupRefund(ctx, provider.RefundLookupRequest{Key: refund.Key, ProviderKey: refund.ProviderKey, ChargeID: ch.ProviderID})
 	if err != nil {
 		panic(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -29,9 +30,9 @@ func Example() {
 		panic(err)
 	}
 
-	req := payments.ChargeRequest{
+	req := provider.ChargeRequest{
 		Key:           "order-42",
-		ProviderKey:   payments.ProviderKey("order-42", "charge", 1, paystripe.MaxProviderKeyLen),
+		ProviderKey:   provider.DeriveKey("order-42", "charge", 1, paystripe.MaxProviderKeyLen),
 		Amount:        money.MustParse("20.00", money.EUR),
 		PaymentMethod: stripetest.PaymentMethodVisa,
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -25,16 +25,16 @@ func ExampleProvider_Totals() {
 	}
 	ctx := context.Background()
 
-	ch, err := p.Charge(ctx, payments.ChargeRequest{Key: "order-7",
-		ProviderKey: payments.ProviderKey("order-7", "charge", 1, paystripe.MaxProviderKeyLen),
+	ch, err := p.Charge(ctx, provider.ChargeRequest{Key: "order-7",
+		ProviderKey: provider.DeriveKey("order-7", "charge", 1, paystripe.MaxProviderKeyLen),
 		Amount:      money.MustParse("50.00", money.EUR), PaymentMethod: stripetest.PaymentMethodVisa})
 	if err != nil {
 		panic(err)
 	}
 	for i, amount := range []string{"10.00", "5.00"} {
 		key := fmt.Sprint("order-7-refund-", i)
-		re, err := p.Refund(ctx, payments.RefundRequest{Key: key, ChargeID: ch.ProviderID,
-			ProviderKey: payments.ProviderKey(key, "refund", 1, paystripe.MaxProviderKeyLen),
+		re, err := p.Refund(ctx, provider.RefundRequest{Key: key, ChargeID: ch.ProviderID,
+			ProviderKey: provider.DeriveKey(key, "refund", 1, paystripe.MaxProviderKeyLen),
 			Amount:      money.MustParse(amount, money.EUR)})
 		if err != nil {
 			panic(err)

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -40,16 +40,16 @@ func fuzzDeliveries(f *testing.F) [][]byte {
 		f.Fatal(err)
 	}
 	ctx := context.Background()
-	ch, err := p.Charge(ctx, payments.ChargeRequest{Key: "fz-1", ProviderKey: "fz-1_charge", Amount: testkit.EUR("20.00"),
+	ch, err := p.Charge(ctx, provider.ChargeRequest{Key: "fz-1", ProviderKey: "fz-1_charge", Amount: testkit.EUR("20.00"),
 		PaymentMethod: stripetest.PaymentMethodVisa, Description: "order fz-1", Metadata: map[string]string{"order": "fz-1"}})
 	if err != nil {
 		f.Fatal(err)
 	}
-	_, _ = p.Charge(ctx, payments.ChargeRequest{Key: "fz-2", ProviderKey: "fz-2_charge", Amount: testkit.EUR("5.00"),
+	_, _ = p.Charge(ctx, provider.ChargeRequest{Key: "fz-2", ProviderKey: "fz-2_charge", Amount: testkit.EUR("5.00"),
 		PaymentMethod: stripetest.PaymentMethodInsufficientFunds}) // a decline: its event is what we want
 	for i, amount := range []string{"3.00", "4.50"} {
 		key := "fz-1-refund-" + strconv.Itoa(i)
-		if _, err := p.Refund(ctx, payments.RefundRequest{Key: key, ProviderKey: key, ChargeID: ch.ProviderID, Amount: testkit.EUR(amount)}); err != nil {
+		if _, err := p.Refund(ctx, provider.RefundRequest{Key: key, ProviderKey: key, ChargeID: ch.ProviderID, Amount: testkit.EUR(amount)}); err != nil {
 			f.Fatal(err)
 		}
 	}
@@ -104,14 +104,14 @@ func fuzzVerifier(f *testing.F) *paystripe.Provider {
 	return p
 }
 
-var knownKinds = map[payments.EventKind]bool{
-	payments.EventChargeSucceeded: true, payments.EventChargeFailed: true, payments.EventChargePending: true,
-	payments.EventRefundSucceeded: true, payments.EventRefundFailed: true, payments.EventRefundReversed: true, payments.EventIgnored: true,
+var knownKinds = map[provider.EventKind]bool{
+	provider.EventChargeSucceeded: true, provider.EventChargeFailed: true, provider.EventChargePending: true,
+	provider.EventRefundSucceeded: true, provider.EventRefundFailed: true, provider.EventRefundReversed: true, provider.EventIgnored: true,
 }
 
 // verifyTwice verifies a delivery twice and fails t unless both answers are
 // the same.
-func verifyTwice(t *testing.T, p *paystripe.Provider, sig string, body []byte) ([]payments.WebhookEvent, error) {
+func verifyTwice(t *testing.T, p *paystripe.Provider, sig string, body []byte) ([]provider.WebhookEvent, error) {
 	t.Helper()
 	h := http.Header{"Stripe-Signature": {sig}}
 	evs, err := p.VerifyWebhook(context.Background(), h, body)
@@ -131,7 +131,7 @@ func FuzzVerifyWebhookSigned(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		evs, err := verifyTwice(t, p, stripetest.Sign(body, fuzzSecret, time.Now()), body)
 		if err != nil {
-			if !errors.Is(err, payments.ErrWebhookMalformed) || errors.Is(err, payments.ErrWebhookSignature) || evs != nil {
+			if !errors.Is(err, provider.ErrWebhookMalformed) || errors.Is(err, provider.ErrWebhookSignature) || evs != nil {
 				t.Fatalf("correctly signed body refused as other than malformed: %v (events %v)", err, evs)
 			}
 			return
@@ -194,7 +194,7 @@ func FuzzVerifyWebhookTampered(f *testing.F) {
 		refused := func(what, sig string, body []byte) {
 			t.Helper()
 			evs, err := verifyTwice(t, p, sig, body)
-			if !errors.Is(err, payments.ErrWebhookSignature) || errors.Is(err, payments.ErrWebhookMalformed) || evs != nil {
+			if !errors.Is(err, provider.ErrWebhookSignature) || errors.Is(err, provider.ErrWebhookMalformed) || evs != nil {
 				t.Fatalf("%s: %q with %q: got %v, %v; want a signature error and no events", what, sig, body, evs, err)
 			}
 		}

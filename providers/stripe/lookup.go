@@ -9,7 +9,7 @@ import (
 	stripego "github.com/stripe/stripe-go/v79"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // Lookup returns the PaymentIntents whose metadata carries req.Key under
@@ -45,7 +45,7 @@ import (
 // inconsistent result is therefore no proof that an attempt left nothing
 // at Stripe: do not start a new attempt on it; ask again with a creation
 // window, or after the lag. (Search is also not offered to accounts in
-// India: there the fallback fails with an *[payments.InvalidRequestError].)
+// India: there the fallback fails with an *[provider.InvalidRequestError].)
 //
 // With req.WithRefunds, each charge found also reports what Stripe refunded
 // of it: Lookup lists the PaymentIntent's refunds (GET /v1/refunds with
@@ -56,14 +56,14 @@ import (
 // req.WithRefunds none is sent and RefundsKnown stays false. Refunds are
 // read from List, which is consistent, whichever API found the charge.
 //
-// Errors: *[payments.InvalidRequestError], *[payments.NotSentError],
-// *[payments.UnknownOutcomeError] (a read: retrying is harmless).
-func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
+// Errors: *[provider.InvalidRequestError], *[provider.NotSentError],
+// *[provider.UnknownOutcomeError] (a read: retrying is harmless).
+func (p *Provider) Lookup(ctx context.Context, req provider.LookupRequest) (provider.LookupResult, error) {
 	if req.Key == "" {
-		return payments.LookupResult{}, invalid("Key", "is required")
+		return provider.LookupResult{}, invalid("Key", "is required")
 	}
 	if !req.From.IsZero() && !req.To.IsZero() && req.To.Before(req.From) {
-		return payments.LookupResult{}, invalid("To", "is before From")
+		return provider.LookupResult{}, invalid("To", "is before From")
 	}
 	res, err := p.find(ctx, req)
 	if err != nil || !req.WithRefunds {
@@ -71,7 +71,7 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 	}
 	for i := range res.Charges {
 		if err := p.addRefunds(ctx, &res.Charges[i]); err != nil {
-			return payments.LookupResult{}, err
+			return provider.LookupResult{}, err
 		}
 	}
 	return res, nil
@@ -79,25 +79,25 @@ func (p *Provider) Lookup(ctx context.Context, req payments.LookupRequest) (paym
 
 // find answers Lookup's question without refunds: List over req's window,
 // or Search.
-func (p *Provider) find(ctx context.Context, req payments.LookupRequest) (payments.LookupResult, error) {
+func (p *Provider) find(ctx context.Context, req provider.LookupRequest) (provider.LookupResult, error) {
 	if req.From.IsZero() {
 		return p.search(ctx, req, nil)
 	}
 	found, complete, err := p.scan(ctx, req)
 	if err != nil {
-		return payments.LookupResult{}, err
+		return provider.LookupResult{}, err
 	}
 	if !complete {
 		return p.search(ctx, req, found)
 	}
-	return payments.LookupResult{Charges: found, Consistent: true}, nil
+	return provider.LookupResult{Charges: found, Consistent: true}, nil
 }
 
 // addRefunds sets ch.Refunded to the sum of the PaymentIntent's succeeded
 // refunds, listed page by page, and ch.RefundsKnown. A charge whose
 // currency money does not know keeps RefundsKnown false (it cannot happen:
 // the currency is the one payonce sent).
-func (p *Provider) addRefunds(ctx context.Context, ch *payments.ChargeResult) error {
+func (p *Provider) addRefunds(ctx context.Context, ch *provider.ChargeResult) error {
 	total, err := money.FromMinor(0, ch.Amount.Currency())
 	if ch.Amount.Currency() == "" || err != nil {
 		return nil
@@ -121,7 +121,7 @@ func (p *Provider) addRefunds(ctx context.Context, ch *payments.ChargeResult) er
 			total, err = total.Add(amount)
 		}
 		if err != nil {
-			return &payments.UnknownOutcomeError{Provider: providerName,
+			return &provider.UnknownOutcomeError{Provider: providerName,
 				Err: fmt.Errorf("refund %s of PaymentIntent %s: %w", re.ID, ch.ProviderID, err)}
 		}
 	}
@@ -135,7 +135,7 @@ func (p *Provider) addRefunds(ctx context.Context, ch *payments.ChargeResult) er
 // scan lists the PaymentIntents created in req's window and returns those
 // carrying req.Key. complete is false when it gave up after
 // Config.LookupScanLimit PaymentIntents; found then holds what it saw.
-func (p *Provider) scan(ctx context.Context, req payments.LookupRequest) (found []payments.ChargeResult, complete bool, err error) {
+func (p *Provider) scan(ctx context.Context, req provider.LookupRequest) (found []provider.ChargeResult, complete bool, err error) {
 	params := &stripego.PaymentIntentListParams{}
 	// One more than the limit tells "exactly the limit" from "more".
 	params.Limit = stripego.Int64(int64(min(lookupPageSize, p.scanLimit+1)))
@@ -146,7 +146,7 @@ func (p *Provider) scan(ctx context.Context, req payments.LookupRequest) (found 
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 
-	found = []payments.ChargeResult{}
+	found = []provider.ChargeResult{}
 	seen := 0
 	// Each page's Date header is a reading of Stripe's clock
 	// (ReadClock).
@@ -178,14 +178,14 @@ func (p *Provider) scan(ctx context.Context, req payments.LookupRequest) (found 
 
 // search asks the Search API for req.Key and returns its exact matches in
 // req's window after the charges already found by a scan.
-func (p *Provider) search(ctx context.Context, req payments.LookupRequest, found []payments.ChargeResult) (payments.LookupResult, error) {
+func (p *Provider) search(ctx context.Context, req provider.LookupRequest, found []provider.ChargeResult) (provider.LookupResult, error) {
 	params := &stripego.PaymentIntentSearchParams{}
 	params.Query = metadataQuery(MetadataKey, req.Key)
 	params.Limit = stripego.Int64(lookupPageSize)
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 
-	res := payments.LookupResult{Charges: append([]payments.ChargeResult{}, found...), Consistent: false}
+	res := provider.LookupResult{Charges: append([]provider.ChargeResult{}, found...), Consistent: false}
 	known := make(map[string]bool, len(found))
 	for _, c := range found {
 		known[c.ProviderID] = true
@@ -200,7 +200,7 @@ func (p *Provider) search(ctx context.Context, req payments.LookupRequest, found
 		res.Charges = append(res.Charges, chargeResult(pi, money.Money{}))
 	}
 	if err := it.Err(); err != nil {
-		return payments.LookupResult{}, classify(err, &sent)
+		return provider.LookupResult{}, classify(err, &sent)
 	}
 	return res, nil
 }
@@ -209,7 +209,7 @@ func (p *Provider) search(ctx context.Context, req payments.LookupRequest, found
 // in whole seconds, so a charge created within to's second is kept.
 func windowEnd(to time.Time) int64 { return to.Add(time.Second - 1).Unix() }
 
-func inWindow(created int64, req payments.LookupRequest) bool {
+func inWindow(created int64, req provider.LookupRequest) bool {
 	return (req.From.IsZero() || created >= req.From.Unix()) && (req.To.IsZero() || created <= windowEnd(req.To))
 }
 

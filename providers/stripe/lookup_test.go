@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/payments"
+
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -73,19 +75,19 @@ func setupLookup(t *testing.T, searchLag time.Duration, scanLimit int) lookupBun
 	return lookupBundle{bundle: bundle{srv: srv, p: p}, clock: clock, requests: rc}
 }
 
-func (b lookupBundle) charge(t *testing.T, key string) payments.ChargeResult {
+func (b lookupBundle) charge(t *testing.T, key string) provider.ChargeResult {
 	t.Helper()
 	res := must(b.p.Charge(context.Background(), chargeReq(key, stripetest.PaymentMethodVisa)))(t)
 	b.requests.want(t, 0, 0)
 	return res
 }
 
-func (b lookupBundle) lookup(t *testing.T, req payments.LookupRequest) payments.LookupResult {
+func (b lookupBundle) lookup(t *testing.T, req provider.LookupRequest) provider.LookupResult {
 	t.Helper()
 	return must(b.p.Lookup(context.Background(), req))(t)
 }
 
-func foundIDs(r payments.LookupResult) []string {
+func foundIDs(r provider.LookupResult) []string {
 	var ids []string
 	for _, c := range r.Charges {
 		ids = append(ids, c.ProviderID)
@@ -101,28 +103,28 @@ func TestLookupWithoutWindowSearches(t *testing.T) {
 	b := setupLookup(t, time.Minute, 0)
 	ch := b.charge(t, "order-s")
 
-	got := b.lookup(t, payments.LookupRequest{Key: "order-s"})
+	got := b.lookup(t, provider.LookupRequest{Key: "order-s"})
 	if got.Consistent || len(got.Charges) != 0 {
 		t.Fatalf("search before the index caught up: %+v", got)
 	}
 	b.requests.want(t, 0, 1)
 
-	got = b.lookup(t, payments.LookupRequest{Key: "order-s", From: t0, To: t0})
+	got = b.lookup(t, provider.LookupRequest{Key: "order-s", From: t0, To: t0})
 	if !got.Consistent || !slices.Equal(foundIDs(got), []string{ch.ProviderID}) {
 		t.Fatalf("list with a window: %+v", got)
 	}
 	b.requests.want(t, 1, 0)
 
 	b.clock.Advance(time.Minute)
-	got = b.lookup(t, payments.LookupRequest{Key: "order-s", ProviderKey: "ignored", ProviderID: "ignored"})
+	got = b.lookup(t, provider.LookupRequest{Key: "order-s", ProviderKey: "ignored", ProviderID: "ignored"})
 	if got.Consistent || !slices.Equal(foundIDs(got), []string{ch.ProviderID}) ||
-		got.Charges[0].Status != payments.ChargeSucceeded || !got.Charges[0].Amount.Equal(eur("20.00")) {
+		got.Charges[0].Status != provider.ChargeSucceeded || !got.Charges[0].Amount.Equal(eur("20.00")) {
 		t.Fatalf("search after the lag: %+v", got)
 	}
 	b.requests.want(t, 0, 1)
 
 	// To alone does not bound a List scan: Search.
-	got = b.lookup(t, payments.LookupRequest{Key: "order-s", To: t0.Add(time.Hour)})
+	got = b.lookup(t, provider.LookupRequest{Key: "order-s", To: t0.Add(time.Hour)})
 	if got.Consistent || len(got.Charges) != 1 {
 		t.Fatalf("search with To only: %+v", got)
 	}
@@ -139,7 +141,7 @@ func TestLookupFallsBackPastScanLimit(t *testing.T) {
 		b.clock.Advance(time.Second)
 		b.charge(t, fmt.Sprintf("other-%d", i))
 	}
-	window := payments.LookupRequest{Key: "order-target", From: t0, To: t0.Add(time.Hour)}
+	window := provider.LookupRequest{Key: "order-target", From: t0, To: t0.Add(time.Hour)}
 
 	got := b.lookup(t, window)
 	if !got.Consistent || !slices.Equal(foundIDs(got), []string{target.ProviderID}) {
@@ -175,7 +177,7 @@ func TestLookupKeepsScanFindings(t *testing.T) {
 	b.charge(t, "old-0")
 	b.charge(t, "old-1")
 	target := b.charge(t, "order-new") // newest: the first the scan sees
-	window := payments.LookupRequest{Key: "order-new", From: t0, To: t0}
+	window := provider.LookupRequest{Key: "order-new", From: t0, To: t0}
 
 	got := b.lookup(t, window)
 	if got.Consistent || !slices.Equal(foundIDs(got), []string{target.ProviderID}) {
@@ -211,7 +213,7 @@ func TestLookupSearchQuery(t *testing.T) {
 		// matching another charge.
 		{`x' OR metadata['payonce_key']:'order-case`, `metadata['payonce_key']:'x\' OR metadata[\'payonce_key\']:\'order-case'`, nil},
 	} {
-		got := b.lookup(t, payments.LookupRequest{Key: tc.key})
+		got := b.lookup(t, provider.LookupRequest{Key: tc.key})
 		if !slices.Equal(foundIDs(got), tc.want) {
 			t.Fatalf("key %q: %+v, want %v", tc.key, got, tc.want)
 		}
@@ -233,8 +235,8 @@ func TestLookupSearchFailure(t *testing.T) {
 	t.Parallel()
 	b := setupLookup(t, 0, 0)
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Path: "/v1/payment_intents/search"})
-	_, err := b.p.Lookup(context.Background(), payments.LookupRequest{Key: "k"})
-	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+	_, err := b.p.Lookup(context.Background(), provider.LookupRequest{Key: "k"})
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 	b.requests.want(t, 0, 1)
@@ -246,7 +248,7 @@ func TestSearchShapeAgainstStripeMock(t *testing.T) {
 	p := stripeMock(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := p.Lookup(ctx, payments.LookupRequest{Key: `usr_mock_o'brien`})
+	_, err := p.Lookup(ctx, provider.LookupRequest{Key: `usr_mock_o'brien`})
 	shapeOK(t, "lookup without a window (GET /v1/payment_intents/search with query, limit)", err)
 }
 
@@ -274,7 +276,7 @@ func TestReadClock(t *testing.T) {
 
 	b := setupLookup(t, 0, 0)
 	start := time.Now()
-	b.lookup(t, payments.LookupRequest{Key: "order-clock", From: t0, To: t0.Add(time.Hour)})
+	b.lookup(t, provider.LookupRequest{Key: "order-clock", From: t0, To: t0.Add(time.Hour)})
 	b.requests.want(t, 1, 0)
 	check(b, start)
 	b.requests.want(t, 0, 0)
@@ -294,7 +296,7 @@ func TestReadClockFailure(t *testing.T) {
 	b := setupLookup(t, 0, 0)
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Method: "GET", Path: "/v1/payment_intents"})
 	_, _, err := b.p.ReadClock(context.Background())
-	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 {
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 {
 		t.Fatalf("%+v", ue)
 	}
 }

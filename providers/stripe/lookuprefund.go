@@ -8,10 +8,10 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
-var _ payments.RefundLooker = (*Provider)(nil)
+var _ provider.RefundLooker = (*Provider)(nil)
 
 // LookupRefund returns the refunds Stripe holds for the refund attempt req,
 // for the reconciler: those whose metadata carries req.Key under
@@ -22,9 +22,9 @@ var _ payments.RefundLooker = (*Provider)(nil)
 //     webhook told it), it reads that refund (GET /v1/refunds/{id}). A
 //     refund that carries another key, or belongs to another PaymentIntent
 //     than req.ChargeID (when set), is refused with an
-//     *[payments.InvalidRequestError] naming ProviderID: the id was recorded
+//     *[provider.InvalidRequestError] naming ProviderID: the id was recorded
 //     for another action. An id Stripe does not know is Stripe's 404,
-//     an *[payments.InvalidRequestError] (resource_missing) as well: Stripe
+//     an *[provider.InvalidRequestError] (resource_missing) as well: Stripe
 //     gave that id, so the account or the mode is not the one that made it.
 //   - Without it, req.ChargeID (the PaymentIntent's id) is required: it
 //     lists the PaymentIntent's refunds (GET /v1/refunds with
@@ -38,25 +38,25 @@ var _ payments.RefundLooker = (*Provider)(nil)
 // succeeded; failed or canceled as failed; pending and requires_action as
 // pending. Replayed is false.
 //
-// Errors: *[payments.InvalidRequestError] (also for requests refused before
-// sending: no Key, neither ChargeID nor ProviderID), *[payments.NotSentError],
-// *[payments.UnknownOutcomeError] (a read: retrying is harmless).
-func (p *Provider) LookupRefund(ctx context.Context, req payments.RefundLookupRequest) (payments.RefundLookupResult, error) {
+// Errors: *[provider.InvalidRequestError] (also for requests refused before
+// sending: no Key, neither ChargeID nor ProviderID), *[provider.NotSentError],
+// *[provider.UnknownOutcomeError] (a read: retrying is harmless).
+func (p *Provider) LookupRefund(ctx context.Context, req provider.RefundLookupRequest) (provider.RefundLookupResult, error) {
 	if req.Key == "" {
-		return payments.RefundLookupResult{}, invalid("Key", "is required: refunds are found by the key in their metadata")
+		return provider.RefundLookupResult{}, invalid("Key", "is required: refunds are found by the key in their metadata")
 	}
 	if req.ProviderID != "" {
 		return p.refundByID(ctx, req)
 	}
 	if req.ChargeID == "" {
-		return payments.RefundLookupResult{}, invalid("ChargeID", "is required without ProviderID: the refunds are listed per PaymentIntent")
+		return provider.RefundLookupResult{}, invalid("ChargeID", "is required without ProviderID: the refunds are listed per PaymentIntent")
 	}
 	params := &stripego.RefundListParams{PaymentIntent: stripego.String(req.ChargeID)}
 	params.Limit = stripego.Int64(lookupPageSize)
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 
-	res := payments.RefundLookupResult{Refunds: []payments.RefundResult{}, Consistent: true}
+	res := provider.RefundLookupResult{Refunds: []provider.RefundResult{}, Consistent: true}
 	it := p.refunds.List(params)
 	for it.Next() {
 		if re := it.Refund(); re.Metadata[MetadataKey] == req.Key {
@@ -64,30 +64,30 @@ func (p *Provider) LookupRefund(ctx context.Context, req payments.RefundLookupRe
 		}
 	}
 	if err := it.Err(); err != nil {
-		return payments.RefundLookupResult{}, classify(err, &sent)
+		return provider.RefundLookupResult{}, classify(err, &sent)
 	}
 	return res, nil
 }
 
 // refundByID reads the refund req.ProviderID and checks that it is req's.
-func (p *Provider) refundByID(ctx context.Context, req payments.RefundLookupRequest) (payments.RefundLookupResult, error) {
+func (p *Provider) refundByID(ctx context.Context, req provider.RefundLookupRequest) (provider.RefundLookupResult, error) {
 	params := &stripego.RefundParams{}
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 	re, err := p.refunds.Get(req.ProviderID, params)
 	if err != nil {
-		return payments.RefundLookupResult{}, classify(err, &sent)
+		return provider.RefundLookupResult{}, classify(err, &sent)
 	}
 	if got := re.Metadata[MetadataKey]; got != req.Key {
-		return payments.RefundLookupResult{}, &payments.InvalidRequestError{Provider: providerName, Code: "payonce_refund_mismatch",
+		return provider.RefundLookupResult{}, &provider.InvalidRequestError{Provider: providerName, Code: "payonce_refund_mismatch",
 			Param: "ProviderID", Message: fmt.Sprintf("refund %s carries the %s of key %s, not this Key's (key %s)", re.ID, MetadataKey,
 				idempotency.ShortHash(got), idempotency.ShortHash(req.Key))}
 	}
 	if pi := refundIntent(re); req.ChargeID != "" && pi != req.ChargeID {
-		return payments.RefundLookupResult{}, &payments.InvalidRequestError{Provider: providerName, Code: "payonce_refund_mismatch",
+		return provider.RefundLookupResult{}, &provider.InvalidRequestError{Provider: providerName, Code: "payonce_refund_mismatch",
 			Param: "ProviderID", Message: fmt.Sprintf("refund %s belongs to PaymentIntent %q, not ChargeID %q", re.ID, pi, req.ChargeID)}
 	}
-	return payments.RefundLookupResult{Refunds: []payments.RefundResult{refundResult(re)}, Consistent: true}, nil
+	return provider.RefundLookupResult{Refunds: []provider.RefundResult{refundResult(re)}, Consistent: true}, nil
 }
 
 func refundIntent(re *stripego.Refund) string {
@@ -99,8 +99,8 @@ func refundIntent(re *stripego.Refund) string {
 
 // refundResult is a refund read back from Stripe. Its currency is the one
 // payonce sent; one money does not know leaves Amount zero.
-func refundResult(re *stripego.Refund) payments.RefundResult {
-	return payments.RefundResult{
+func refundResult(re *stripego.Refund) provider.RefundResult {
+	return provider.RefundResult{
 		ProviderID: re.ID,
 		Status:     refundStatus(re.Status),
 		Amount:     amountOr(re.Amount, string(re.Currency), money.Money{}),

@@ -7,13 +7,14 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
-func refundReq(key, chargeID string, amount money.Money) payments.RefundRequest {
-	return payments.RefundRequest{Key: key, ProviderKey: payments.ProviderKey(key, "refund", 0, paystripe.MaxProviderKeyLen),
+func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
+	return provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, "refund", 0, paystripe.MaxProviderKeyLen),
 		ChargeID: chargeID, Amount: amount}
 }
 
@@ -48,7 +49,7 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 		t.Fatalf("lookup %+v, want only the lost refund (not %s)", got, other.ProviderID)
 	}
 	id := got.Refunds[0].ProviderID
-	onlyRefund(t, got, id, payments.RefundSucceeded, eur("5.00"))
+	onlyRefund(t, got, id, provider.RefundSucceeded, eur("5.00"))
 	if n := b.requests.refundLists(); n != 1 {
 		t.Fatalf("%d refund lists, want 1", n)
 	}
@@ -59,13 +60,13 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 
 	byID := lookupOf(lost)
 	byID.ProviderID = id
-	onlyRefund(t, must(b.p.LookupRefund(ctx, byID))(t), id, payments.RefundSucceeded, eur("5.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctx, byID))(t), id, provider.RefundSucceeded, eur("5.00"))
 	byID.ChargeID = ""
-	onlyRefund(t, must(b.p.LookupRefund(ctx, byID))(t), id, payments.RefundSucceeded, eur("5.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctx, byID))(t), id, provider.RefundSucceeded, eur("5.00"))
 
 	// The other refund is found by its own key only.
 	onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(refundReq("order-lr-refund-other", ch.ProviderID, eur("3.00")))))(t),
-		other.ProviderID, payments.RefundSucceeded, eur("3.00"))
+		other.ProviderID, provider.RefundSucceeded, eur("3.00"))
 
 	never := refundReq("order-lr-refund-never", ch.ProviderID, eur("1.00"))
 	none := must(b.p.LookupRefund(ctx, lookupOf(never)))(t)
@@ -87,15 +88,15 @@ func TestLookupRefundFailed(t *testing.T) {
 	ch := b.charge(t, "order-lf")
 	req := refundReq("order-lf-refund", ch.ProviderID, eur("7.00"))
 	re := b.refund(t, ch.ProviderID, req.Key, req.Amount)
-	onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(req)))(t), re.ProviderID, payments.RefundSucceeded, eur("7.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(req)))(t), re.ProviderID, provider.RefundSucceeded, eur("7.00"))
 
 	if err := b.srv.FailRefund(re.ProviderID); err != nil {
 		t.Fatal(err)
 	}
-	onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(req)))(t), re.ProviderID, payments.RefundFailed, eur("7.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctx, lookupOf(req)))(t), re.ProviderID, provider.RefundFailed, eur("7.00"))
 	byID := lookupOf(req)
 	byID.ProviderID = re.ProviderID
-	onlyRefund(t, must(b.p.LookupRefund(ctx, byID))(t), re.ProviderID, payments.RefundFailed, eur("7.00"))
+	onlyRefund(t, must(b.p.LookupRefund(ctx, byID))(t), re.ProviderID, provider.RefundFailed, eur("7.00"))
 }
 
 // The charge's refunds are listed to their end: the one looked for is on
@@ -110,7 +111,7 @@ func TestLookupRefundPaginates(t *testing.T) {
 	}
 	b.requests.refundLists()
 	got := must(b.p.LookupRefund(context.Background(), lookupOf(refundReq("order-lp-refund-first", ch.ProviderID, eur("0.20")))))(t)
-	onlyRefund(t, got, first.ProviderID, payments.RefundSucceeded, eur("0.20"))
+	onlyRefund(t, got, first.ProviderID, provider.RefundSucceeded, eur("0.20"))
 	if n := b.requests.refundLists(); n != 2 {
 		t.Fatalf("%d refund list pages, want 2", n)
 	}
@@ -130,16 +131,16 @@ func TestLookupRefundRefused(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, param string
-		req         payments.RefundLookupRequest
+		req         provider.RefundLookupRequest
 	}{
-		{"no ChargeID", "ChargeID", payments.RefundLookupRequest{Key: "order-lx-refund", ProviderKey: "pk"}},
-		{"no Key", "Key", payments.RefundLookupRequest{ChargeID: ch.ProviderID, ProviderID: re.ProviderID}},
-		{"another key", "ProviderID", payments.RefundLookupRequest{Key: "order-lx-refund-2", ProviderID: re.ProviderID}},
-		{"another charge", "ProviderID", payments.RefundLookupRequest{Key: "order-lx-refund", ProviderID: re.ProviderID, ChargeID: other.ProviderID}},
-		{"unknown id", "id", payments.RefundLookupRequest{Key: "order-lx-refund", ProviderID: "re_unknown"}},
+		{"no ChargeID", "ChargeID", provider.RefundLookupRequest{Key: "order-lx-refund", ProviderKey: "pk"}},
+		{"no Key", "Key", provider.RefundLookupRequest{ChargeID: ch.ProviderID, ProviderID: re.ProviderID}},
+		{"another key", "ProviderID", provider.RefundLookupRequest{Key: "order-lx-refund-2", ProviderID: re.ProviderID}},
+		{"another charge", "ProviderID", provider.RefundLookupRequest{Key: "order-lx-refund", ProviderID: re.ProviderID, ChargeID: other.ProviderID}},
+		{"unknown id", "id", provider.RefundLookupRequest{Key: "order-lx-refund", ProviderID: "re_unknown"}},
 	} {
 		_, err := b.p.LookupRefund(ctx, tc.req)
-		if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != tc.param || payments.SafeToRetry(err) {
+		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != tc.param || payments.SafeToRetry(err) {
 			t.Fatalf("%s: %+v, want Param %s", tc.name, ie, tc.param)
 		}
 	}
@@ -148,8 +149,8 @@ func TestLookupRefundRefused(t *testing.T) {
 	}
 
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Method: "GET", Path: "/v1/refunds"})
-	_, err := b.p.LookupRefund(ctx, payments.RefundLookupRequest{Key: "order-lx-refund", ChargeID: ch.ProviderID})
-	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+	_, err := b.p.LookupRefund(ctx, provider.RefundLookupRequest{Key: "order-lx-refund", ChargeID: ch.ProviderID})
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -23,15 +24,15 @@ func (c *requestCounter) refundLists() int {
 	return n
 }
 
-func (b lookupBundle) refund(t *testing.T, chargeID, key string, amount money.Money) payments.RefundResult {
+func (b lookupBundle) refund(t *testing.T, chargeID, key string, amount money.Money) provider.RefundResult {
 	t.Helper()
-	return must(b.p.Refund(context.Background(), payments.RefundRequest{Key: key,
-		ProviderKey: payments.ProviderKey(key, "refund", 0, paystripe.MaxProviderKeyLen), ChargeID: chargeID, Amount: amount}))(t)
+	return must(b.p.Refund(context.Background(), provider.RefundRequest{Key: key,
+		ProviderKey: provider.DeriveKey(key, "refund", 0, paystripe.MaxProviderKeyLen), ChargeID: chargeID, Amount: amount}))(t)
 }
 
 // onlyCharge fails t unless the Lookup found exactly one charge, id, and
 // returns it.
-func onlyCharge(t *testing.T, got payments.LookupResult, id string) payments.ChargeResult {
+func onlyCharge(t *testing.T, got provider.LookupResult, id string) provider.ChargeResult {
 	t.Helper()
 	if len(got.Charges) != 1 || got.Charges[0].ProviderID != id {
 		t.Fatalf("lookup found %+v, want only %s", got.Charges, id)
@@ -55,7 +56,7 @@ func TestLookupWithRefunds(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.requests.refundLists()
-	window := payments.LookupRequest{Key: "order-r", From: t0, To: t0}
+	window := provider.LookupRequest{Key: "order-r", From: t0, To: t0}
 
 	with := window
 	with.WithRefunds = true
@@ -80,7 +81,7 @@ func TestLookupWithRefunds(t *testing.T) {
 	}
 
 	// Search finds the charge as well, and its refunds are the same.
-	search := payments.LookupRequest{Key: "order-r", WithRefunds: true}
+	search := provider.LookupRequest{Key: "order-r", WithRefunds: true}
 	res := b.lookup(t, search)
 	if got := onlyCharge(t, res, ch.ProviderID); res.Consistent || !got.RefundsKnown || !got.Refunded.Equal(eur("8.00")) {
 		t.Fatalf("search with refunds: %+v", res)
@@ -98,14 +99,14 @@ func TestLookupWithRefundsNone(t *testing.T) {
 	ch := b.charge(t, "order-n")
 	req := chargeReq("order-d", stripetest.PaymentMethodDeclined)
 	declined, err := b.p.Charge(context.Background(), req)
-	errAs[*payments.DeclineError](t, err)
+	errAs[*provider.DeclineError](t, err)
 	b.requests.refundLists()
 
-	if declined.ProviderID == "" || declined.Status != payments.ChargeFailed {
+	if declined.ProviderID == "" || declined.Status != provider.ChargeFailed {
 		t.Fatalf("declined charge: %+v", declined)
 	}
-	for key, c := range map[string]payments.ChargeResult{"order-n": ch, "order-d": declined} {
-		got := onlyCharge(t, b.lookup(t, payments.LookupRequest{Key: key, From: t0, WithRefunds: true}), c.ProviderID)
+	for key, c := range map[string]provider.ChargeResult{"order-n": ch, "order-d": declined} {
+		got := onlyCharge(t, b.lookup(t, provider.LookupRequest{Key: key, From: t0, WithRefunds: true}), c.ProviderID)
 		if !got.RefundsKnown || !got.Refunded.Equal(eur("0.00")) || got.Refunded.Currency() != money.EUR {
 			t.Fatalf("%s: %+v, want 0.00 EUR refunded and known", key, got)
 		}
@@ -125,7 +126,7 @@ func TestLookupWithRefundsPaginates(t *testing.T) {
 		b.refund(t, ch.ProviderID, fmt.Sprintf("order-p-refund-%d", i), eur("0.10"))
 	}
 	b.requests.refundLists()
-	got := onlyCharge(t, b.lookup(t, payments.LookupRequest{Key: "order-p", From: t0, WithRefunds: true}), ch.ProviderID)
+	got := onlyCharge(t, b.lookup(t, provider.LookupRequest{Key: "order-p", From: t0, WithRefunds: true}), ch.ProviderID)
 	if !got.RefundsKnown || !got.Refunded.Equal(eur("10.10")) {
 		t.Fatalf("%+v, want 10.10 EUR refunded", got)
 	}
@@ -140,8 +141,8 @@ func TestLookupWithRefundsFailure(t *testing.T) {
 	b := setupLookup(t, 0, 0)
 	b.charge(t, "order-f")
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Path: "/v1/refunds"})
-	_, err := b.p.Lookup(context.Background(), payments.LookupRequest{Key: "order-f", From: t0, WithRefunds: true})
-	if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+	_, err := b.p.Lookup(context.Background(), provider.LookupRequest{Key: "order-f", From: t0, WithRefunds: true})
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -64,7 +64,7 @@ func TestRequestsCarryWhatStripeRequires(t *testing.T) {
 	b, rec := setupRecorded(t, nil)
 	ctx := context.Background()
 	ch := must(b.p.Charge(ctx, chargeReq("order-required", stripetest.PaymentMethodVisa)))(t)
-	must(b.p.Refund(ctx, payments.RefundRequest{Key: "refund-required", ProviderKey: "refund-required_refund_1",
+	must(b.p.Refund(ctx, provider.RefundRequest{Key: "refund-required", ProviderKey: "refund-required_refund_1",
 		ChargeID: ch.ProviderID, Amount: eur("5.00")}))(t)
 
 	rec.mu.Lock()
@@ -100,19 +100,19 @@ func TestSavedCardChargeNamesItsCustomer(t *testing.T) {
 	req := chargeReq("order-saved", pm)
 	req.Shopper = "cus_alice"
 	_, err := b.p.Charge(ctx, req)
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Param != "customer" {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "customer" {
 		t.Fatalf("saved card without a customer: %+v", ie)
 	}
 	wantCount(t, b, req.ProviderKey, 0, 0)
 
 	// With it, the PaymentIntent names the Customer and succeeds.
 	b, rec := setupRecorded(t, func(c *paystripe.Config) {
-		c.Customer = func(r payments.ChargeRequest) string { return r.Shopper }
+		c.Customer = func(r provider.ChargeRequest) string { return r.Shopper }
 	})
 	pm = must(b.srv.AttachPaymentMethod("cus_alice", stripetest.PaymentMethodVisa))(t)
 	req = chargeReq("order-saved", pm)
 	req.Shopper = "cus_alice"
-	if res := must(b.p.Charge(ctx, req))(t); res.Status != payments.ChargeSucceeded {
+	if res := must(b.p.Charge(ctx, req))(t); res.Status != provider.ChargeSucceeded {
 		t.Fatalf("charge: %+v", res)
 	}
 	rec.mu.Lock()
@@ -123,7 +123,7 @@ func TestSavedCardChargeNamesItsCustomer(t *testing.T) {
 	}
 	// An empty answer sends no customer: a card attached to none (Stripe's test cards) still works.
 	req = chargeReq("order-unsaved", stripetest.PaymentMethodVisa)
-	if res := must(b.p.Charge(ctx, req))(t); res.Status != payments.ChargeSucceeded {
+	if res := must(b.p.Charge(ctx, req))(t); res.Status != provider.ChargeSucceeded {
 		t.Fatalf("charge without a shopper: %+v", res)
 	}
 }

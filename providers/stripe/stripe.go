@@ -13,7 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v79/refund"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 const (
@@ -39,7 +39,7 @@ const (
 	lookupPageSize = 100
 )
 
-// Provider is the Stripe adapter of [payments.Provider]. It holds no
+// Provider is the Stripe adapter of [provider.Provider]. It holds no
 // globals; it is safe for concurrent use.
 type Provider struct {
 	// The resource clients of stripe-go, not its client.API: that one
@@ -50,11 +50,11 @@ type Provider struct {
 	webhookSecrets      []string
 	webhookTolerance    time.Duration
 	scanLimit           int
-	customer            func(payments.ChargeRequest) string
+	customer            func(provider.ChargeRequest) string
 	clock               clockReading // Stripe's clock, read from its answers' Date header
 }
 
-var _ payments.Provider = (*Provider)(nil)
+var _ provider.Provider = (*Provider)(nil)
 
 // New returns a Provider for cfg. Errors: *[ConfigError] naming the bad
 // field.
@@ -99,28 +99,28 @@ func (p *Provider) DedupWindow() time.Duration { return DedupWindow }
 // some of which redirect, and Stripe would require a return_url.
 //
 // On a decline the result still names the declined PaymentIntent (status
-// [payments.ChargeFailed]) next to the error. Errors (see the package
-// documentation for the mapping): *[payments.DeclineError],
-// *[payments.InvalidRequestError] (also for requests refused before
+// [provider.ChargeFailed]) next to the error. Errors (see the package
+// documentation for the mapping): *[provider.DeclineError],
+// *[provider.InvalidRequestError] (also for requests refused before
 // sending, as [Provider.ValidateCharge] refuses them: bad metadata, empty
 // or too long ProviderKey, an amount that is not positive or that Stripe
-// cannot represent), *[payments.NotSentError],
-// *[payments.UnknownOutcomeError], *[payments.InProgressError],
-// *[payments.KeyMismatchError].
-func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (payments.ChargeResult, error) {
+// cannot represent), *[provider.NotSentError],
+// *[provider.UnknownOutcomeError], *[provider.InProgressError],
+// *[provider.KeyMismatchError].
+func (p *Provider) Charge(ctx context.Context, req provider.ChargeRequest) (provider.ChargeResult, error) {
 	params, err := p.paymentIntentParams(req)
 	if err != nil {
-		return payments.ChargeResult{}, err
+		return provider.ChargeResult{}, err
 	}
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 
 	pi, err := p.paymentIntents.New(params)
 	if err != nil {
-		res := payments.ChargeResult{}
+		res := provider.ChargeResult{}
 		if se, ok := asStripeError(err); ok && se.PaymentIntent != nil && se.Type == stripego.ErrorTypeCard {
 			res = chargeResult(se.PaymentIntent, req.Amount)
-			res.Status = payments.ChargeFailed
+			res.Status = provider.ChargeFailed
 			res.Replayed = replayed(se.LastResponse)
 		}
 		if se, ok := asStripeError(err); ok {
@@ -133,26 +133,26 @@ func (p *Provider) Charge(ctx context.Context, req payments.ChargeRequest) (paym
 	return res, nil
 }
 
-var _ payments.Validator = (*Provider)(nil)
+var _ provider.Validator = (*Provider)(nil)
 
 // ValidateCharge refuses the requests that [Provider.Charge] would refuse
 // before sending them, so that payments refuses them before it records
 // anything: bad metadata, an empty or too long ProviderKey, no payment
 // method, and an amount that is not positive or that Stripe cannot
 // represent in its units ([ToAmount]: 10.50 MGA, 1.235 KWD). It sends
-// nothing. Errors: *[payments.InvalidRequestError] naming the field.
-func (p *Provider) ValidateCharge(req payments.ChargeRequest) error {
+// nothing. Errors: *[provider.InvalidRequestError] naming the field.
+func (p *Provider) ValidateCharge(req provider.ChargeRequest) error {
 	_, err := p.paymentIntentParams(req)
 	return err
 }
 
-var _ payments.RefundValidator = (*Provider)(nil)
+var _ provider.RefundValidator = (*Provider)(nil)
 
 // ValidateRefund refuses the refunds that [Provider.Refund] would refuse
 // before sending them (an amount Stripe cannot represent, bad keys), so
 // that payments refuses them before it records or reserves anything. It
-// sends nothing. Errors: *[payments.InvalidRequestError] naming the field.
-func (p *Provider) ValidateRefund(req payments.RefundRequest) error {
+// sends nothing. Errors: *[provider.InvalidRequestError] naming the field.
+func (p *Provider) ValidateRefund(req provider.RefundRequest) error {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func (p *Provider) ValidateRefund(req payments.RefundRequest) error {
 // without a context. Stripe requires amount and currency
 // (https://docs.stripe.com/api/payment_intents/create), and the Customer
 // of a payment method attached to one.
-func (p *Provider) paymentIntentParams(req payments.ChargeRequest) (*stripego.PaymentIntentParams, error) {
+func (p *Provider) paymentIntentParams(req provider.ChargeRequest) (*stripego.PaymentIntentParams, error) {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
 		return nil, err
 	}
@@ -206,22 +206,22 @@ func (p *Provider) paymentIntentParams(req payments.ChargeRequest) (*stripego.Pa
 // req.ProviderKey as its Idempotency-Key and req.Key in its metadata.
 // req.Amount is sent in Stripe's units ([ToAmount]).
 // Errors: as [Provider.Charge]; refusing more than what is left to refund
-// is an *[payments.InvalidRequestError] (amount_too_large,
+// is an *[provider.InvalidRequestError] (amount_too_large,
 // charge_already_refunded), final for the key.
-func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (payments.RefundResult, error) {
+func (p *Provider) Refund(ctx context.Context, req provider.RefundRequest) (provider.RefundResult, error) {
 	if err := checkKeys(req.Key, req.ProviderKey); err != nil {
-		return payments.RefundResult{}, err
+		return provider.RefundResult{}, err
 	}
 	amount, err := checkAmount(req.Amount)
 	if err != nil {
-		return payments.RefundResult{}, err
+		return provider.RefundResult{}, err
 	}
 	if req.ChargeID == "" {
-		return payments.RefundResult{}, invalid("ChargeID", "is required")
+		return provider.RefundResult{}, invalid("ChargeID", "is required")
 	}
 	md, err := metadata(req.Key, nil)
 	if err != nil {
-		return payments.RefundResult{}, err
+		return provider.RefundResult{}, err
 	}
 	params := &stripego.RefundParams{
 		PaymentIntent: stripego.String(req.ChargeID),
@@ -234,9 +234,9 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 
 	re, err := p.refunds.New(params)
 	if err != nil {
-		return payments.RefundResult{}, classify(err, &sent)
+		return provider.RefundResult{}, classify(err, &sent)
 	}
-	res := payments.RefundResult{
+	res := provider.RefundResult{
 		ProviderID: re.ID,
 		Status:     refundStatus(re.Status),
 		Amount:     amountOr(re.Amount, string(re.Currency), req.Amount),
@@ -246,8 +246,8 @@ func (p *Provider) Refund(ctx context.Context, req payments.RefundRequest) (paym
 	return res, nil
 }
 
-func chargeResult(pi *stripego.PaymentIntent, sent money.Money) payments.ChargeResult {
-	return payments.ChargeResult{
+func chargeResult(pi *stripego.PaymentIntent, sent money.Money) provider.ChargeResult {
+	return provider.ChargeResult{
 		ProviderID: pi.ID,
 		Status:     chargeStatus(pi.Status),
 		Amount:     amountOr(pi.Amount, string(pi.Currency), sent),
@@ -257,27 +257,27 @@ func chargeResult(pi *stripego.PaymentIntent, sent money.Money) payments.ChargeR
 // chargeStatus maps a PaymentIntent's status. requires_confirmation and
 // requires_capture cannot follow a confirmed automatic-capture create;
 // they are reported as pending rather than guessed.
-func chargeStatus(s stripego.PaymentIntentStatus) payments.ChargeStatus {
+func chargeStatus(s stripego.PaymentIntentStatus) provider.ChargeStatus {
 	switch s {
 	case stripego.PaymentIntentStatusSucceeded:
-		return payments.ChargeSucceeded
+		return provider.ChargeSucceeded
 	case stripego.PaymentIntentStatusRequiresAction:
-		return payments.ChargeRequiresAction
+		return provider.ChargeRequiresAction
 	case stripego.PaymentIntentStatusRequiresPaymentMethod, stripego.PaymentIntentStatusCanceled:
-		return payments.ChargeFailed
+		return provider.ChargeFailed
 	default: // processing, requires_confirmation, requires_capture
-		return payments.ChargePending
+		return provider.ChargePending
 	}
 }
 
-func refundStatus(s stripego.RefundStatus) payments.RefundStatus {
+func refundStatus(s stripego.RefundStatus) provider.RefundStatus {
 	switch s {
 	case stripego.RefundStatusSucceeded:
-		return payments.RefundSucceeded
+		return provider.RefundSucceeded
 	case stripego.RefundStatusFailed, stripego.RefundStatusCanceled:
-		return payments.RefundFailed
+		return provider.RefundFailed
 	default: // pending, requires_action
-		return payments.RefundPending
+		return provider.RefundPending
 	}
 }
 
@@ -305,7 +305,7 @@ func requestID(r *stripego.APIResponse) string {
 
 // invalid is a request refused before sending it.
 func invalid(param, msg string) error {
-	return &payments.InvalidRequestError{Provider: providerName, Code: "payonce_invalid_parameter", Param: param,
+	return &provider.InvalidRequestError{Provider: providerName, Code: "payonce_invalid_parameter", Param: param,
 		Message: param + " " + msg + " (refused before sending)"}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/providertest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
@@ -50,10 +51,10 @@ func setup(t *testing.T, cfg *stripetest.Config) bundle {
 
 func eur(s string) money.Money { return testkit.EUR(s) }
 
-func chargeReq(key, pm string) payments.ChargeRequest {
-	return payments.ChargeRequest{
+func chargeReq(key, pm string) provider.ChargeRequest {
+	return provider.ChargeRequest{
 		Key:           key,
-		ProviderKey:   payments.ProviderKey(key, "charge", 1, paystripe.MaxProviderKeyLen),
+		ProviderKey:   provider.DeriveKey(key, "charge", 1, paystripe.MaxProviderKeyLen),
 		Amount:        eur("20.00"),
 		PaymentMethod: pm,
 		Description:   "order " + key,
@@ -92,7 +93,7 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 	req := chargeReq("order-1", stripetest.PaymentMethodVisa)
 
 	res := must(b.p.Charge(ctx, req))(t)
-	if !strings.HasPrefix(res.ProviderID, "pi_") || res.Status != payments.ChargeSucceeded ||
+	if !strings.HasPrefix(res.ProviderID, "pi_") || res.Status != provider.ChargeSucceeded ||
 		!res.Amount.Equal(req.Amount) || res.Replayed {
 		t.Fatalf("first charge: %+v", res)
 	}
@@ -101,7 +102,7 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 	}
 
 	again := must(b.p.Charge(ctx, req))(t)
-	if again.ProviderID != res.ProviderID || again.Status != payments.ChargeSucceeded || !again.Replayed {
+	if again.ProviderID != res.ProviderID || again.Status != provider.ChargeSucceeded || !again.Replayed {
 		t.Fatalf("replay: %+v, first %+v", again, res)
 	}
 	wantCount(t, b, req.ProviderKey, 1, 0)
@@ -120,14 +121,14 @@ func TestChargeDeclined(t *testing.T) {
 			var ids []string
 			for i, wantReplayed := range []bool{false, true} {
 				res, err := b.p.Charge(context.Background(), req)
-				de := errAs[*payments.DeclineError](t, err)
+				de := errAs[*provider.DeclineError](t, err)
 				if de.Code != "card_declined" || de.DeclineCode != tc.declineCode || de.Message == "" || de.Provider != "stripe" {
 					t.Fatalf("attempt %d: %+v", i, de)
 				}
-				if payments.SafeToRetry(err) || !errors.Is(err, payments.ErrDeclined) {
+				if payments.SafeToRetry(err) || !errors.Is(err, provider.ErrDeclined) {
 					t.Fatalf("attempt %d: a decline must be final: %v", i, err)
 				}
-				if res.Status != payments.ChargeFailed || res.ProviderID == "" || res.Replayed != wantReplayed {
+				if res.Status != provider.ChargeFailed || res.ProviderID == "" || res.Replayed != wantReplayed {
 					t.Fatalf("attempt %d: result %+v", i, res)
 				}
 				ids = append(ids, res.ProviderID)
@@ -144,7 +145,7 @@ func TestChargeRequiresAction(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	res := must(b.p.Charge(context.Background(), chargeReq("order-3ds", stripetest.PaymentMethodAuthenticationRequired)))(t)
-	if res.Status != payments.ChargeRequiresAction || res.ProviderID == "" {
+	if res.Status != provider.ChargeRequiresAction || res.ProviderID == "" {
 		t.Fatalf("%+v", res)
 	}
 }
@@ -158,14 +159,14 @@ func TestChargeFailBefore(t *testing.T) {
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Path: "/v1/payment_intents"})
 
 	_, err := b.p.Charge(context.Background(), req)
-	ue := errAs[*payments.UnknownOutcomeError](t, err)
+	ue := errAs[*provider.UnknownOutcomeError](t, err)
 	if ue.Status != 500 || !payments.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 	wantCount(t, b, req.ProviderKey, 0, 0)
 
 	res := must(b.p.Charge(context.Background(), req))(t)
-	if res.Status != payments.ChargeSucceeded || res.Replayed {
+	if res.Status != provider.ChargeSucceeded || res.Replayed {
 		t.Fatalf("retry: %+v", res)
 	}
 	wantCount(t, b, req.ProviderKey, 1, 0)
@@ -180,17 +181,17 @@ func TestChargeResetAfter(t *testing.T) {
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Path: "/v1/payment_intents"})
 
 	_, err := b.p.Charge(context.Background(), req)
-	ue := errAs[*payments.UnknownOutcomeError](t, err)
+	ue := errAs[*provider.UnknownOutcomeError](t, err)
 	if ue.Status != 0 || !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 
 	res := must(b.p.Charge(context.Background(), req))(t)
-	if res.Status != payments.ChargeSucceeded || !res.Replayed {
+	if res.Status != provider.ChargeSucceeded || !res.Replayed {
 		t.Fatalf("retry: %+v", res)
 	}
 	wantCount(t, b, req.ProviderKey, 1, 0)
-	found := must(b.p.Lookup(context.Background(), payments.LookupRequest{Key: req.Key}))(t)
+	found := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key}))(t)
 	if len(found.Charges) != 1 || found.Charges[0].ProviderID != res.ProviderID {
 		t.Fatalf("lookup %+v, replay %+v", found, res)
 	}
@@ -206,13 +207,13 @@ func TestChargeFailAfter(t *testing.T) {
 
 	for i := range 2 {
 		_, err := b.p.Charge(context.Background(), req)
-		if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 500 {
+		if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 {
 			t.Fatalf("attempt %d: %+v", i, ue)
 		}
 	}
 	wantCount(t, b, req.ProviderKey, 1, 0)
-	found := must(b.p.Lookup(context.Background(), payments.LookupRequest{Key: req.Key}))(t)
-	if len(found.Charges) != 1 || found.Charges[0].Status != payments.ChargeSucceeded {
+	found := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key}))(t)
+	if len(found.Charges) != 1 || found.Charges[0].Status != provider.ChargeSucceeded {
 		t.Fatalf("lookup: %+v", found)
 	}
 }
@@ -225,7 +226,7 @@ func TestChargeDeadlineWhileWaiting(t *testing.T) {
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.Hang, Path: "/v1/payment_intents"})
 	// The deadline passes once the fake holds the request, never before it was written.
 	_, err := b.p.Charge(testkit.DeadlineWhenHeld(t, b.srv.WaitHeld), req)
-	errAs[*payments.UnknownOutcomeError](t, err)
+	errAs[*provider.UnknownOutcomeError](t, err)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cause lost: %v", err)
 	}
@@ -243,7 +244,7 @@ func TestChargeConcurrentSameKey(t *testing.T) {
 	var (
 		wg      sync.WaitGroup
 		start   = make(chan struct{})
-		results [n]payments.ChargeResult
+		results [n]provider.ChargeResult
 		errs    [n]error
 		done    = make(chan struct{}, n)
 	)
@@ -266,7 +267,7 @@ func TestChargeConcurrentSameKey(t *testing.T) {
 		switch {
 		case errs[i] == nil && !results[i].Replayed:
 			executed++
-		case errors.As(errs[i], new(*payments.InProgressError)):
+		case errors.As(errs[i], new(*provider.InProgressError)):
 			if !payments.SafeToRetry(errs[i]) {
 				t.Fatalf("in progress must be retryable")
 			}
@@ -288,7 +289,7 @@ func TestChargeKeyMismatch(t *testing.T) {
 	must(b.p.Charge(context.Background(), req))(t)
 	req.Amount = eur("21.00")
 	_, err := b.p.Charge(context.Background(), req)
-	errAs[*payments.KeyMismatchError](t, err)
+	errAs[*provider.KeyMismatchError](t, err)
 	if payments.SafeToRetry(err) {
 		t.Fatalf("a key mismatch is not retryable")
 	}
@@ -309,8 +310,8 @@ func TestChargeNotSent(t *testing.T) {
 		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 	}))(t)
 	_, err = p.Charge(context.Background(), chargeReq("order-ns", stripetest.PaymentMethodVisa))
-	errAs[*payments.NotSentError](t, err)
-	if !errors.Is(err, payments.ErrNotSent) || !payments.SafeToRetry(err) {
+	errAs[*provider.NotSentError](t, err)
+	if !errors.Is(err, provider.ErrNotSent) || !payments.SafeToRetry(err) {
 		t.Fatalf("%v", err)
 	}
 	var op *net.OpError
@@ -326,9 +327,9 @@ func TestChargeBadAPIKey(t *testing.T) {
 	p := must(paystripe.New(&paystripe.Config{SecretKey: "sk_live_nope", BaseURL: srv.URL(),
 		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
 	_, err := p.Charge(context.Background(), chargeReq("order-auth", stripetest.PaymentMethodVisa))
-	ce := errAs[*payments.CredentialsError](t, err)
+	ce := errAs[*provider.CredentialsError](t, err)
 	if ce.Status != http.StatusUnauthorized || ce.Setting != "Config.SecretKey" || payments.SafeToRetry(err) ||
-		errors.Is(err, payments.ErrInvalidRequest) || !strings.Contains(err.Error(), "check the API key") {
+		errors.Is(err, provider.ErrInvalidRequest) || !strings.Contains(err.Error(), "check the API key") {
 		t.Fatalf("a 401: %v, want a configuration error, never a refusal of the payment", err)
 	}
 }
@@ -342,31 +343,31 @@ func TestChargeRefusedBeforeSending(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, param string
-		edit        func(*payments.ChargeRequest)
+		edit        func(*provider.ChargeRequest)
 	}{
-		{"too many keys", "Metadata", func(r *payments.ChargeRequest) { r.Metadata = tooMany }},
-		{"long key", "Metadata[" + strings.Repeat("k", 41) + "]", func(r *payments.ChargeRequest) {
+		{"too many keys", "Metadata", func(r *provider.ChargeRequest) { r.Metadata = tooMany }},
+		{"long key", "Metadata[" + strings.Repeat("k", 41) + "]", func(r *provider.ChargeRequest) {
 			r.Metadata = map[string]string{strings.Repeat("k", 41): "v"}
 		}},
-		{"long value", "Metadata[note]", func(r *payments.ChargeRequest) {
+		{"long value", "Metadata[note]", func(r *provider.ChargeRequest) {
 			r.Metadata = map[string]string{"note": strings.Repeat("v", 501)}
 		}},
-		{"brackets", "Metadata[a[b]]", func(r *payments.ChargeRequest) { r.Metadata = map[string]string{"a[b]": "v"} }},
-		{"reserved key", "Metadata[payonce_key]", func(r *payments.ChargeRequest) {
+		{"brackets", "Metadata[a[b]]", func(r *provider.ChargeRequest) { r.Metadata = map[string]string{"a[b]": "v"} }},
+		{"reserved key", "Metadata[payonce_key]", func(r *provider.ChargeRequest) {
 			r.Metadata = map[string]string{paystripe.MetadataKey: "other"}
 		}},
-		{"no provider key", "ProviderKey", func(r *payments.ChargeRequest) { r.ProviderKey = "" }},
-		{"long provider key", "ProviderKey", func(r *payments.ChargeRequest) { r.ProviderKey = strings.Repeat("k", 256) }},
-		{"no key", "Key", func(r *payments.ChargeRequest) { r.Key = "" }},
-		{"zero amount", "Amount", func(r *payments.ChargeRequest) { r.Amount = eur("0") }},
-		{"no amount", "Amount", func(r *payments.ChargeRequest) { r.Amount = money.Money{} }},
-		{"no payment method", "PaymentMethod", func(r *payments.ChargeRequest) { r.PaymentMethod = "" }},
+		{"no provider key", "ProviderKey", func(r *provider.ChargeRequest) { r.ProviderKey = "" }},
+		{"long provider key", "ProviderKey", func(r *provider.ChargeRequest) { r.ProviderKey = strings.Repeat("k", 256) }},
+		{"no key", "Key", func(r *provider.ChargeRequest) { r.Key = "" }},
+		{"zero amount", "Amount", func(r *provider.ChargeRequest) { r.Amount = eur("0") }},
+		{"no amount", "Amount", func(r *provider.ChargeRequest) { r.Amount = money.Money{} }},
+		{"no payment method", "PaymentMethod", func(r *provider.ChargeRequest) { r.PaymentMethod = "" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := chargeReq("order-bad", stripetest.PaymentMethodVisa)
 			tc.edit(&req)
 			_, err := b.p.Charge(context.Background(), req)
-			ie := errAs[*payments.InvalidRequestError](t, err)
+			ie := errAs[*provider.InvalidRequestError](t, err)
 			if ie.Param != tc.param {
 				t.Fatalf("Param %q, want %q (%v)", ie.Param, tc.param, ie)
 			}
@@ -404,17 +405,17 @@ func TestRefund(t *testing.T) {
 	b := setup(t, nil)
 	ctx := context.Background()
 	ch := must(b.p.Charge(ctx, chargeReq("order-r", stripetest.PaymentMethodVisa)))(t)
-	refund := func(step string, amount money.Money) (payments.RefundResult, error) {
-		return b.p.Refund(ctx, payments.RefundRequest{
+	refund := func(step string, amount money.Money) (provider.RefundResult, error) {
+		return b.p.Refund(ctx, provider.RefundRequest{
 			Key:         "order-r",
-			ProviderKey: payments.ProviderKey("order-r", step, 1, paystripe.MaxProviderKeyLen),
+			ProviderKey: provider.DeriveKey("order-r", step, 1, paystripe.MaxProviderKeyLen),
 			ChargeID:    ch.ProviderID,
 			Amount:      amount,
 		})
 	}
 
 	first := must(refund("refund1", eur("5.00")))(t)
-	if !strings.HasPrefix(first.ProviderID, "re_") || first.Status != payments.RefundSucceeded ||
+	if !strings.HasPrefix(first.ProviderID, "re_") || first.Status != provider.RefundSucceeded ||
 		!first.Amount.Equal(eur("5.00")) || first.Replayed {
 		t.Fatalf("refund: %+v", first)
 	}
@@ -422,23 +423,23 @@ func TestRefund(t *testing.T) {
 	if again.ProviderID != first.ProviderID || !again.Replayed {
 		t.Fatalf("replay: %+v", again)
 	}
-	wantCount(t, b, payments.ProviderKey("order-r", "refund1", 1, paystripe.MaxProviderKeyLen), 0, 1)
+	wantCount(t, b, provider.DeriveKey("order-r", "refund1", 1, paystripe.MaxProviderKeyLen), 0, 1)
 
 	_, err := refund("refund2", eur("20.00"))
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "amount_too_large" || ie.Param != "amount" {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "amount_too_large" || ie.Param != "amount" {
 		t.Fatalf("over-refund: %+v", ie)
 	}
 	must(refund("refund3", eur("15.00")))(t)
 	_, err = refund("refund4", eur("1.00"))
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "charge_already_refunded" {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "charge_already_refunded" {
 		t.Fatalf("refund of a refunded charge: %+v", ie)
 	}
 	if c := b.srv.CountsByMetadata(paystripe.MetadataKey, "order-r"); c.Refunds != 2 {
 		t.Fatalf("refunds carrying the key: %+v", c)
 	}
 
-	_, err = b.p.Refund(ctx, payments.RefundRequest{Key: "x", ProviderKey: "x_refund_1", ChargeID: "pi_missing", Amount: eur("1.00")})
-	if ie := errAs[*payments.InvalidRequestError](t, err); ie.Code != "resource_missing" {
+	_, err = b.p.Refund(ctx, provider.RefundRequest{Key: "x", ProviderKey: "x_refund_1", ChargeID: "pi_missing", Amount: eur("1.00")})
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "resource_missing" {
 		t.Fatalf("unknown charge: %+v", ie)
 	}
 }
@@ -458,26 +459,26 @@ func TestLookup(t *testing.T) {
 	declined, _ := b.p.Charge(ctx, chargeReq("order-lookup-declined", stripetest.PaymentMethodDeclined))
 
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	found := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "order-lookup", From: start.Add(-time.Minute), To: start.Add(time.Hour)}))(t)
+	found := must(b.p.Lookup(ctx, provider.LookupRequest{Key: "order-lookup", From: start.Add(-time.Minute), To: start.Add(time.Hour)}))(t)
 	if !found.Consistent || len(found.Charges) != 1 || found.Charges[0].ProviderID != target.ProviderID ||
-		found.Charges[0].Status != payments.ChargeSucceeded || !found.Charges[0].Amount.Equal(eur("20.00")) {
+		found.Charges[0].Status != provider.ChargeSucceeded || !found.Charges[0].Amount.Equal(eur("20.00")) {
 		t.Fatalf("lookup: %+v", found)
 	}
-	got := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "order-lookup-declined", From: start, To: start.Add(time.Hour)}))(t)
-	if len(got.Charges) != 1 || got.Charges[0].ProviderID != declined.ProviderID || got.Charges[0].Status != payments.ChargeFailed {
+	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: "order-lookup-declined", From: start, To: start.Add(time.Hour)}))(t)
+	if len(got.Charges) != 1 || got.Charges[0].ProviderID != declined.ProviderID || got.Charges[0].Status != provider.ChargeFailed {
 		t.Fatalf("lookup of a decline: %+v", got)
 	}
-	none := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "order-unknown", From: start, To: start.Add(time.Hour)}))(t)
+	none := must(b.p.Lookup(ctx, provider.LookupRequest{Key: "order-unknown", From: start, To: start.Add(time.Hour)}))(t)
 	if len(none.Charges) != 0 {
 		t.Fatalf("unknown key: %+v", none)
 	}
 	// Outside the window.
-	late := must(b.p.Lookup(ctx, payments.LookupRequest{Key: "order-lookup", From: start.Add(30 * time.Second), To: start.Add(time.Hour)}))(t)
+	late := must(b.p.Lookup(ctx, provider.LookupRequest{Key: "order-lookup", From: start.Add(30 * time.Second), To: start.Add(time.Hour)}))(t)
 	if len(late.Charges) != 0 {
 		t.Fatalf("window ignored: %+v", late)
 	}
-	_, err := b.p.Lookup(ctx, payments.LookupRequest{Key: "k", From: start, To: start.Add(-time.Second)})
-	errAs[*payments.InvalidRequestError](t, err)
+	_, err := b.p.Lookup(ctx, provider.LookupRequest{Key: "k", From: start, To: start.Add(-time.Second)})
+	errAs[*provider.InvalidRequestError](t, err)
 }
 
 // webhookSink receives the fake's deliveries.
@@ -497,7 +498,7 @@ func (s *webhookSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // firstDelivery charges through b (whose fake delivers to sink) and
 // returns the first webhook delivered and its signature.
-func firstDelivery(t *testing.T, b bundle, sink *webhookSink) (ch payments.ChargeResult, payload []byte, sig string) {
+func firstDelivery(t *testing.T, b bundle, sink *webhookSink) (ch provider.ChargeResult, payload []byte, sig string) {
 	t.Helper()
 	ch = must(b.p.Charge(context.Background(), chargeReq("order-wh", stripetest.PaymentMethodVisa)))(t)
 	if err := b.srv.WaitDeliveries(testkit.Ctx(t)); err != nil {
@@ -589,28 +590,28 @@ func TestChargeStatusMapping(t *testing.T) {
 		{"rate limited", http.StatusTooManyRequests,
 			`{"error":{"type":"invalid_request_error","code":"rate_limit","message":"Too many requests"}}`,
 			func(t *testing.T, err error) {
-				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 429 || !payments.SafeToRetry(err) {
+				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 429 || !payments.SafeToRetry(err) {
 					t.Fatalf("%+v", ue)
 				}
 			}},
 		{"forbidden", http.StatusForbidden,
 			`{"error":{"type":"invalid_request_error","message":"The provided key does not have access"}}`,
 			func(t *testing.T, err error) {
-				if ce := errAs[*payments.CredentialsError](t, err); ce.Status != 403 || payments.SafeToRetry(err) {
+				if ce := errAs[*provider.CredentialsError](t, err); ce.Status != 403 || payments.SafeToRetry(err) {
 					t.Fatalf("%+v", ce)
 				}
 			}},
 		{"service unavailable", http.StatusServiceUnavailable,
 			`{"error":{"type":"api_error","message":"try later"}}`,
 			func(t *testing.T, err error) {
-				if ue := errAs[*payments.UnknownOutcomeError](t, err); ue.Status != 503 {
+				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 503 {
 					t.Fatalf("%+v", ue)
 				}
 			}},
 		{"proxy error page", http.StatusBadGateway, `<html>bad gateway</html>`,
-			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
 		{"garbled success", http.StatusOK, `{"id":`,
-			func(t *testing.T, err error) { errAs[*payments.UnknownOutcomeError](t, err) }},
+			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

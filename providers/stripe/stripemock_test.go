@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 )
 
@@ -41,11 +41,11 @@ func stripeMock(t *testing.T) *paystripe.Provider {
 // statuses) is not this test's business.
 func shapeOK(t *testing.T, what string, err error) {
 	t.Helper()
-	var inv *payments.InvalidRequestError
+	var inv *provider.InvalidRequestError
 	if errors.As(err, &inv) {
 		t.Fatalf("%s: Stripe's OpenAPI spec refuses the request: %v", what, err)
 	}
-	if err != nil && !errors.Is(err, payments.ErrDeclined) {
+	if err != nil && !errors.Is(err, provider.ErrDeclined) {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
@@ -67,7 +67,7 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 	// A saved card's charge names its Customer (Config.Customer).
 	withCustomer, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_123", BaseURL: os.Getenv("STRIPE_MOCK_URL"),
 		HTTPClient: &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}},
-		Customer:   func(r payments.ChargeRequest) string { return r.Shopper }})
+		Customer:   func(r provider.ChargeRequest) string { return r.Shopper }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,22 +76,22 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 	_, err = withCustomer.Charge(ctx, rc)
 	shapeOK(t, "charge with a customer", err)
 
-	_, err = p.Refund(ctx, payments.RefundRequest{Key: "usr_mock_refund_r1",
-		ProviderKey: payments.ProviderKey("usr_mock_refund_r1", "refund", 0, paystripe.MaxProviderKeyLen),
+	_, err = p.Refund(ctx, provider.RefundRequest{Key: "usr_mock_refund_r1",
+		ProviderKey: provider.DeriveKey("usr_mock_refund_r1", "refund", 0, paystripe.MaxProviderKeyLen),
 		ChargeID:    res.ProviderID, Amount: eur("5.00")})
 	shapeOK(t, "refund (POST /v1/refunds with payment_intent, amount, metadata)", err)
 
 	now := time.Now()
-	_, err = p.Lookup(ctx, payments.LookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, From: now.Add(-time.Hour), To: now})
+	_, err = p.Lookup(ctx, provider.LookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, From: now.Add(-time.Hour), To: now})
 	shapeOK(t, "lookup (GET /v1/payment_intents with created[gte|lte], limit)", err)
 
-	_, err = p.Lookup(ctx, payments.LookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, From: now.Add(-time.Hour), To: now, WithRefunds: true})
+	_, err = p.Lookup(ctx, provider.LookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, From: now.Add(-time.Hour), To: now, WithRefunds: true})
 	shapeOK(t, "lookup with refunds", err)
 	// stripe-mock's canned PaymentIntents carry no payonce key, so the
 	// Lookup above finds none and lists no refunds: the refund list of a
 	// found charge is sent directly. Its canned refund is 1.00 USD,
 	// succeeded.
-	ch, err := p.RefundsOf(ctx, payments.ChargeResult{ProviderID: res.ProviderID, Status: payments.ChargeSucceeded,
+	ch, err := p.RefundsOf(ctx, provider.ChargeResult{ProviderID: res.ProviderID, Status: provider.ChargeSucceeded,
 		Amount: money.MustParse("20.00", money.USD)})
 	shapeOK(t, "refund list of a lookup with refunds (GET /v1/refunds with payment_intent, limit)", err)
 	if !ch.RefundsKnown || !ch.Refunded.Equal(money.MustParse("1.00", money.USD)) {
@@ -101,13 +101,13 @@ func TestRequestShapesAgainstStripeMock(t *testing.T) {
 	// LookupRefund's reads. stripe-mock's canned refunds carry no payonce
 	// key: the list keeps none, and the refund read by id is refused as
 	// another action's (after stripe-mock accepted the request).
-	found, err := p.LookupRefund(ctx, payments.RefundLookupRequest{Key: "usr_mock_refund_r1", ChargeID: res.ProviderID})
+	found, err := p.LookupRefund(ctx, provider.RefundLookupRequest{Key: "usr_mock_refund_r1", ChargeID: res.ProviderID})
 	shapeOK(t, "refund lookup (GET /v1/refunds with payment_intent, limit)", err)
 	if !found.Consistent || len(found.Refunds) != 0 {
 		t.Fatalf("refund lookup: %+v, want none of stripe-mock's canned refunds, consistent", found)
 	}
-	_, err = p.LookupRefund(ctx, payments.RefundLookupRequest{Key: "usr_mock_refund_r1", ProviderID: "re_123"})
-	var inv *payments.InvalidRequestError
+	_, err = p.LookupRefund(ctx, provider.RefundLookupRequest{Key: "usr_mock_refund_r1", ProviderID: "re_123"})
+	var inv *provider.InvalidRequestError
 	if !errors.As(err, &inv) || inv.Code != "payonce_refund_mismatch" {
 		t.Fatalf("refund lookup by id (GET /v1/refunds/{id}): %v, want the canned refund refused as another key's", err)
 	}

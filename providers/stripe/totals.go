@@ -8,10 +8,10 @@ import (
 	stripego "github.com/stripe/stripe-go/v79"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
-var _ payments.Totaler = (*Provider)(nil)
+var _ provider.Totaler = (*Provider)(nil)
 
 // Totals sums, per currency, the money Stripe's balance moved for charges
 // and refunds in [from, to), from the balance transactions created in that
@@ -43,16 +43,16 @@ var _ payments.Totaler = (*Provider)(nil)
 // (exchange_rate) and counted in the settlement currency at the converted
 // amount, which a ledger in the charge's currency will not match.
 //
-// Errors: *[payments.InvalidRequestError] naming from or to when a bound is
+// Errors: *[provider.InvalidRequestError] naming from or to when a bound is
 // zero or to is not after from (refused before sending); the errors of the
-// other reads, classified alike: *[payments.InvalidRequestError] (a
+// other reads, classified alike: *[provider.InvalidRequestError] (a
 // restricted key without balance read access gets 403),
-// *[payments.NotSentError], *[payments.UnknownOutcomeError] (a read:
+// *[provider.NotSentError], *[provider.UnknownOutcomeError] (a read:
 // retrying is harmless). A charge or refund transaction in a currency
 // money does not know, or a sum out of range, is an
-// *[payments.UnknownOutcomeError] wrapping the [money.Error]: the totals
+// *[provider.UnknownOutcomeError] wrapping the [money.Error]: the totals
 // are unknown, never silently short.
-func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Currency]payments.Totals, error) {
+func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Currency]provider.Totals, error) {
 	switch {
 	case from.IsZero():
 		return nil, invalid("from", "is required (a zero time)")
@@ -69,11 +69,11 @@ func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Cu
 	var sent sentTracker
 	params.Context = sent.trace(ctx)
 
-	totals := map[money.Currency]payments.Totals{}
+	totals := map[money.Currency]provider.Totals{}
 	it := p.balanceTransactions.List(params)
 	for it.Next() {
 		if err := addBalanceTransaction(totals, it.BalanceTransaction()); err != nil {
-			return nil, &payments.UnknownOutcomeError{Provider: providerName, Err: err}
+			return nil, &provider.UnknownOutcomeError{Provider: providerName, Err: err}
 		}
 	}
 	if err := it.Err(); err != nil {
@@ -83,7 +83,7 @@ func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Cu
 }
 
 // addBalanceTransaction adds bt to totals by its type (see [Provider.Totals]).
-func addBalanceTransaction(totals map[money.Currency]payments.Totals, bt *stripego.BalanceTransaction) error {
+func addBalanceTransaction(totals map[money.Currency]provider.Totals, bt *stripego.BalanceTransaction) error {
 	var charged bool
 	switch bt.Type {
 	case stripego.BalanceTransactionTypeCharge, stripego.BalanceTransactionTypePayment:
@@ -98,7 +98,7 @@ func addBalanceTransaction(totals map[money.Currency]payments.Totals, bt *stripe
 	if err != nil {
 		return fmt.Errorf("balance transaction %s (%s): %w", bt.ID, bt.Type, err)
 	}
-	if err := payments.AddMovement(totals, amount, charged); err != nil {
+	if err := provider.AddMovement(totals, amount, charged); err != nil {
 		return fmt.Errorf("summing balance transaction %s (%s): %w", bt.ID, bt.Type, err)
 	}
 	return nil

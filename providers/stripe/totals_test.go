@@ -13,6 +13,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -29,14 +30,14 @@ func (c *requestCounter) balanceLists() int {
 	return n
 }
 
-func (b lookupBundle) chargeAmount(t *testing.T, key string, amount money.Money) payments.ChargeResult {
+func (b lookupBundle) chargeAmount(t *testing.T, key string, amount money.Money) provider.ChargeResult {
 	t.Helper()
 	req := chargeReq(key, stripetest.PaymentMethodVisa)
 	req.Amount = amount
 	return must(b.p.Charge(context.Background(), req))(t)
 }
 
-func (b lookupBundle) totals(t *testing.T, from, to time.Time) map[money.Currency]payments.Totals {
+func (b lookupBundle) totals(t *testing.T, from, to time.Time) map[money.Currency]provider.Totals {
 	t.Helper()
 	return must(b.p.Totals(context.Background(), from, to))(t)
 }
@@ -45,7 +46,7 @@ func usd(s string) money.Money { return money.MustParse(s, money.USD) }
 
 // wantTotals fails t unless got is exactly want (every currency, both
 // sums, as Money of the currency).
-func wantTotals(t *testing.T, got, want map[money.Currency]payments.Totals) {
+func wantTotals(t *testing.T, got, want map[money.Currency]provider.Totals) {
 	t.Helper()
 	ok := len(got) == len(want)
 	for cur, w := range want {
@@ -67,7 +68,7 @@ func TestTotals(t *testing.T) {
 	ch1 := b.charge(t, "order-1")
 	ch2 := b.charge(t, "order-2")
 	b.chargeAmount(t, "order-3", usd("15.00"))
-	if _, err := b.p.Charge(context.Background(), chargeReq("order-4", stripetest.PaymentMethodDeclined)); !errors.Is(err, payments.ErrDeclined) {
+	if _, err := b.p.Charge(context.Background(), chargeReq("order-4", stripetest.PaymentMethodDeclined)); !errors.Is(err, provider.ErrDeclined) {
 		t.Fatalf("declined card: %v", err)
 	}
 	must(b.p.Charge(context.Background(), chargeReq("order-5", stripetest.PaymentMethodAuthenticationRequired)))(t)
@@ -79,7 +80,7 @@ func TestTotals(t *testing.T) {
 	b.requests.balanceLists()
 
 	got := b.totals(t, t0, t0.Add(time.Second))
-	wantTotals(t, got, map[money.Currency]payments.Totals{
+	wantTotals(t, got, map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("40.00"), Refunded: eur("5.00")},
 		money.USD: {Charged: usd("15.00"), Refunded: usd("0")},
 	})
@@ -111,24 +112,24 @@ func TestTotalsWindow(t *testing.T) {
 	}
 	h := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
 
-	wantTotals(t, b.totals(t, h(0), h(1)), map[money.Currency]payments.Totals{
+	wantTotals(t, b.totals(t, h(0), h(1)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("20.00"), Refunded: eur("0")},
 	})
-	wantTotals(t, b.totals(t, h(1), h(2)), map[money.Currency]payments.Totals{
+	wantTotals(t, b.totals(t, h(1), h(2)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("20.00"), Refunded: eur("4.00")},
 	})
 	// The failure lands in its own window: there it gives the refund back.
-	wantTotals(t, b.totals(t, h(2), h(3)), map[money.Currency]payments.Totals{
+	wantTotals(t, b.totals(t, h(2), h(3)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("0"), Refunded: eur("-4.00")},
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
-	wantTotals(t, b.totals(t, h(0), h(3)), map[money.Currency]payments.Totals{
+	wantTotals(t, b.totals(t, h(0), h(3)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("40.00"), Refunded: eur("0")},
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
 	// Bounds: from is in, to is out, to the second.
-	wantTotals(t, b.totals(t, h(1).Add(time.Second), h(2)), map[money.Currency]payments.Totals{})
-	wantTotals(t, b.totals(t, h(2), h(2).Add(time.Second)), map[money.Currency]payments.Totals{
+	wantTotals(t, b.totals(t, h(1).Add(time.Second), h(2)), map[money.Currency]provider.Totals{})
+	wantTotals(t, b.totals(t, h(2), h(2).Add(time.Second)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("0"), Refunded: eur("-4.00")},
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
@@ -148,7 +149,7 @@ func TestTotalsPages(t *testing.T) {
 		}
 	}
 	b.requests.balanceLists()
-	wantTotals(t, b.totals(t, t0, t0.Add(time.Second)), map[money.Currency]payments.Totals{ // 110 + 37 transactions
+	wantTotals(t, b.totals(t, t0, t0.Add(time.Second)), map[money.Currency]provider.Totals{ // 110 + 37 transactions
 		money.EUR: {Charged: eur("110.00"), Refunded: eur("9.25")},
 	})
 	if n := b.requests.balanceLists(); n != 2 {
@@ -171,7 +172,7 @@ func TestTotalsBadWindow(t *testing.T) {
 		{"reversed", t0, t0.Add(-time.Hour), "to"},
 	} {
 		_, err := b.p.Totals(context.Background(), tc.from, tc.to)
-		inv := errAs[*payments.InvalidRequestError](t, err)
+		inv := errAs[*provider.InvalidRequestError](t, err)
 		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || payments.SafeToRetry(err) {
 			t.Fatalf("%s: %+v, want a final InvalidRequestError on %s", tc.name, inv, tc.param)
 		}
@@ -194,10 +195,10 @@ func TestTotalsErrors(t *testing.T) {
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: time.Millisecond, Path: "/v1/balance_transactions"})
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Path: "/v1/balance_transactions"})
 	_, err := b.p.Totals(context.Background(), t0, t0.Add(time.Second))
-	if u := errAs[*payments.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !payments.SafeToRetry(err) {
+	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !payments.SafeToRetry(err) {
 		t.Fatalf("a 500 on page 2: %+v", u)
 	}
-	wantTotals(t, b.totals(t, t0, t0.Add(time.Second)), map[money.Currency]payments.Totals{
+	wantTotals(t, b.totals(t, t0, t0.Add(time.Second)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("101.00"), Refunded: eur("0")},
 	})
 
@@ -212,7 +213,7 @@ func TestTotalsErrors(t *testing.T) {
 		t.Fatalf("charging zzz at the fake: %d", resp.StatusCode)
 	}
 	_, err = b.p.Totals(context.Background(), t0, t0.Add(time.Second))
-	errAs[*payments.UnknownOutcomeError](t, err)
+	errAs[*provider.UnknownOutcomeError](t, err)
 	if !errors.Is(err, money.ErrUnknownCurrency) || !strings.Contains(err.Error(), "ZZZ") {
 		t.Fatalf("a transaction in zzz: %v, want an unknown currency error naming it", err)
 	}
@@ -224,5 +225,5 @@ func TestTotalsErrors(t *testing.T) {
 	p := must(paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: "http://" + addr,
 		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
 	_, err = p.Totals(context.Background(), t0, t0.Add(time.Second))
-	errAs[*payments.NotSentError](t, err)
+	errAs[*provider.NotSentError](t, err)
 }

@@ -139,6 +139,7 @@ import (
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/reconcile"
 	"github.com/payonce/payonce/saga"
 	"github.com/payonce/payonce/wiring"
@@ -252,7 +253,7 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 		return nil, err
 	}
 	for _, name := range []string{"stripe", "adyen", "paypal"} {
-		if _, ok := client.Provider(name).(payments.WebhookVerifier); !ok {
+		if _, ok := client.Provider(name).(provider.WebhookVerifier); !ok {
 			continue
 		}
 		h, err := client.WebhookHandler(name, &payments.WebhookConfig{Logger: cfg.Logger})
@@ -463,8 +464,8 @@ func (s *Service) caller(w http.ResponseWriter, r *http.Request) (scope, key str
 // answer maps a payments outcome or error to HTTP (see the package doc).
 func (s *Service) answer(w http.ResponseWriter, key string, out payments.Outcome, err error) {
 	var (
-		decline  *payments.DeclineError
-		invalid  *payments.InvalidRequestError
+		decline  *provider.DeclineError
+		invalid  *provider.InvalidRequestError
 		cfgErr   *payments.ConfigError
 		badInput *idempotency.InvalidError
 		inFlight *idempotency.InProgressError
@@ -511,7 +512,7 @@ func (s *Service) answer(w http.ResponseWriter, key string, out payments.Outcome
 		problem(w, http.StatusServiceUnavailable, "request-abandoned", "The request ended before its outcome was known; retry with the same Idempotency-Key.", time.Second, nil)
 	case payments.OutcomeUnknown(err) || payments.SafeToRetry(err):
 		status := payments.IntentUnknown
-		if errors.Is(err, payments.ErrNotSent) {
+		if errors.Is(err, provider.ErrNotSent) {
 			status = payments.IntentPending
 		}
 		problem(w, http.StatusServiceUnavailable, "outcome-pending", "The payment's outcome is not known yet; retry with the same Idempotency-Key to resolve it (it will not charge twice).", time.Second, map[string]any{"status": string(status)})

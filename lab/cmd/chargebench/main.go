@@ -34,6 +34,7 @@ import (
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest/localpg"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -130,7 +131,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	client, err := payments.New(pool, []payments.Provider{prov}, nil)
+	client, err := payments.New(pool, []provider.Provider{prov}, nil)
 	if err != nil {
 		return err
 	}

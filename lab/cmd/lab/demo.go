@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,26 +13,41 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/pgtest/localpg"
 )
 
-const coreDemoUsage = `Usage: lab demo core [--database-url URL] [--keys N] [--clients N]
-
-Storms the idempotency core with concurrent duplicate requests: for each
+// newCoreDemoCmd is lab demo core; dbURL is lab demo's --database-url.
+func newCoreDemoCmd(dbURL *string) *cobra.Command {
+	var nKeys, clients int
+	cmd := &cobra.Command{
+		Use:   "core",
+		Short: "concurrent duplicates through the idempotency core",
+		Long: `Storms the idempotency core with concurrent duplicate requests: for each
 key, many impatient clients send the same request at once and retry on
 "in progress"; some first attempts fail transiently and are retried; one
 holder crashes mid-action and its key is reclaimed after the lock timeout.
 It prints a table per key and exits 1 if any key executed more than once.
 
 Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL.
-The demo works in its own schema, payonce_demo, dropped first.
-
-Example:
-  lab demo core
-`
+The demo works in its own schema, payonce_demo, dropped first.`,
+		Example: `  lab demo core
+  lab demo core --keys 20 --clients 100`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if nKeys < 1 || clients < 1 {
+				return usageError{"demo core: --keys and --clients must be at least 1"}
+			}
+			return runCoreDemo(*dbURL, nKeys, clients)
+		},
+	}
+	cmd.Flags().IntVar(&nKeys, "keys", 8, "distinct idempotency keys")
+	cmd.Flags().IntVar(&clients, "clients", 40, "concurrent clients per key")
+	return cmd
+}
 
 type keyStats struct {
 	attempts, replays, inProgress, transient atomic.Int64
@@ -41,20 +55,9 @@ type keyStats struct {
 	flaky atomic.Bool
 }
 
-func runCoreDemo(args []string) error {
-	fs := flag.NewFlagSet("demo core", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, coreDemoUsage) }
-	dbURL := databaseURL(fs)
-	nKeys := fs.Int("keys", 8, "distinct idempotency keys")
-	clients := fs.Int("clients", 40, "concurrent clients per key")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if *nKeys < 1 || *clients < 1 {
-		return usageError{"--keys and --clients must be at least 1"}
-	}
+func runCoreDemo(dbURL string, nKeys, clients int) error {
 	ctx := context.Background()
-	u := *dbURL
+	u := dbURL
 	if u == "" {
 		u = os.Getenv("DATABASE_URL")
 	}
@@ -83,8 +86,8 @@ func runCoreDemo(args []string) error {
 		return err
 	}
 
-	keys := make([]string, *nKeys)
-	stats := make([]*keyStats, *nKeys)
+	keys := make([]string, nKeys)
+	stats := make([]*keyStats, nKeys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("order-%03d", i+1)
 		stats[i] = &keyStats{}
@@ -101,12 +104,12 @@ func runCoreDemo(args []string) error {
 	}
 
 	fmt.Printf("%d keys x %d concurrent clients, lock timeout %s; key %s starts with a crashed holder\n\n",
-		len(keys), *clients, lockTimeout, keys[crashKey])
+		len(keys), clients, lockTimeout, keys[crashKey])
 	start := time.Now()
 	var wg sync.WaitGroup
 	var failures atomic.Int64
 	for i, k := range keys {
-		for c := 0; c < *clients; c++ {
+		for c := 0; c < clients; c++ {
 			wg.Add(1)
 			go func(i, c int, k string) {
 				defer wg.Done()

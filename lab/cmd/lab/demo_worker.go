@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -15,15 +14,23 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/pgtest/localpg"
 	"github.com/payonce/payonce/providers/fakes"
 )
 
-const workerDemoUsage = `Usage: lab demo worker [--orders N] [--charges N] [--seed N] [--database-url URL]
-
-The consumer path: River jobs on payonce's PostgreSQL, worked by the queue
+// newWorkerDemoCmd is lab demo worker; dbURL is lab demo's --database-url.
+func newWorkerDemoCmd(dbURL *string) *cobra.Command {
+	var (
+		orders, charges int
+		seed            uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "River jobs through the inbox, the worker killed midway",
+		Long: `The consumer path: River jobs on payonce's PostgreSQL, worked by the queue
 example (examples/worker) as a process of its own. N orders are each
 inserted as two jobs, one in twenty for a sku that does not exist; the
 charges go to the Stripe fake, which loses 20% of responses after charging.
@@ -31,23 +38,32 @@ Midway the worker is killed with SIGKILL and restarted: River rescues its
 jobs and retries the failed ones. The demo then checks that every order was
 written once, every poison order dead-lettered once and every payment
 charged once at the provider, and exits 1 otherwise.
-`
+
+Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL;
+it works in its own schema, payonce_worker_demo, dropped first.`,
+		Example: `  make demo-worker
+  lab demo worker --orders 500 --charges 100 --seed 7`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			switch {
+			case orders < 1:
+				return usageError{"demo worker: --orders must be at least 1"}
+			case charges < 0:
+				return usageError{"demo worker: --charges must not be negative"}
+			}
+			return runWorkerDemo(*dbURL, orders, charges, seed)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&orders, "orders", 200, "orders, each inserted as two jobs")
+	f.IntVar(&charges, "charges", 60, "charge jobs")
+	f.Uint64Var(&seed, "seed", 1, "seed of the poison orders and the provider's faults")
+	return cmd
+}
 
 const workerDemoPackage = "github.com/payonce/payonce/examples/worker"
 
-func runWorkerDemo(args []string) error {
-	fs := flag.NewFlagSet("demo worker", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, workerDemoUsage) }
-	dbURL := databaseURL(fs)
-	orders := fs.Int("orders", 200, "orders, each inserted as two jobs")
-	charges := fs.Int("charges", 60, "charge jobs")
-	seed := fs.Uint64("seed", 1, "seed of the poison orders and the provider's faults")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 || *orders < 1 || *charges < 0 {
-		return usageError{"demo worker: --orders must be at least 1, --charges not negative, no arguments"}
-	}
+func runWorkerDemo(dbURL string, orders, charges int, seed uint64) error {
 	ctx := context.Background()
 	exe, clean, err := buildProgram(ctx, workerDemoPackage)
 	if err != nil {
@@ -55,7 +71,7 @@ func runWorkerDemo(args []string) error {
 	}
 	defer clean()
 	began := time.Now()
-	base := *dbURL
+	base := dbURL
 	if base == "" {
 		base = os.Getenv("DATABASE_URL")
 	}
@@ -76,7 +92,7 @@ func runWorkerDemo(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	fk := fakes.Start(fakes.Options{Stripe: true, LoseAfter: 0.2, Seed: int64(*seed)})
+	fk := fakes.Start(fakes.Options{Stripe: true, LoseAfter: 0.2, Seed: int64(seed)})
 	defer fk.Close()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -94,14 +110,14 @@ func runWorkerDemo(args []string) error {
 	}
 	defer w.stop()
 	fmt.Printf("demo worker: %d orders as %d River jobs and %d charge jobs, to the worker on %s (seed %d)\n",
-		*orders, 2**orders, *charges, addr, *seed)
+		orders, 2*orders, charges, addr, seed)
 
-	rng := rand.New(rand.NewPCG(*seed, 7))
+	rng := rand.New(rand.NewPCG(seed, 7))
 	type order struct {
 		id, sku string
 	}
 	var list []order
-	for i := range *orders {
+	for i := range orders {
 		sku := []string{"book-42", "pen-7"}[i%2]
 		if rng.IntN(20) == 0 {
 			sku = "discontinued-9"
@@ -139,7 +155,7 @@ func runWorkerDemo(args []string) error {
 						return
 					}
 				}
-				if i < *charges {
+				if i < charges {
 					if err := post("/jobs/charge", map[string]any{"payment_id": fmt.Sprintf("pay-%05d", i), "customer": "cus_demo",
 						"amount": "19.90", "currency": "EUR", "payment_method": "pm_card_visa", "provider": "stripe", "recipient": "acct_demo"}); err != nil {
 						errs <- err
@@ -206,7 +222,7 @@ func runWorkerDemo(args []string) error {
 		failures = append(failures, fmt.Sprintf("%d dead letters for %d poison orders", dead, poison))
 	}
 	charged := 0
-	for i := range min(*charges, len(list)) {
+	for i := range min(charges, len(list)) {
 		key, _ := idempotency.ComposeKey("cus_demo", "charge", fmt.Sprintf("pay-%05d", i))
 		switch n := fk.Charges("stripe", key); n {
 		case 1:

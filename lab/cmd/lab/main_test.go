@@ -58,13 +58,32 @@ func TestUsage(t *testing.T) {
 	if out, code := cli(t, nil, "nope"); code != 2 || !strings.Contains(out, "unknown command") {
 		t.Fatalf("unknown command: exit %d\n%s", code, out)
 	}
-	out, code := cli(t, nil, "__complete", "fake", "")
-	if code != 0 || !strings.Contains(out, "stripe\nadyen\npaypal\n") {
-		t.Fatalf("completing fake: exit %d\n%s", code, out)
+	if out, code := cli(t, nil); code != 2 || !strings.Contains(out, "Usage: lab COMMAND") {
+		t.Fatalf("no command: exit %d\n%s", code, out)
+	}
+	// Completion: subcommands in their order, flags, the scripts.
+	for _, tc := range []struct {
+		args []string
+		want string // a regexp on the completions, one a line
+	}{
+		{[]string{"fake", ""}, "(?m)^stripe\t.*\nadyen\t.*\npaypal\t"},
+		{[]string{"demo", ""}, "(?m)^core\t.*\nworker\t.*\ntorture\t"},
+		{[]string{"demo", "torture", "--kill"}, "(?m)^--kill-gap\t"},
+		{[]string{"demo", "core", "--data"}, "(?m)^--database-url\t"},
+		{[]string{"fake", "adyen", "--hm"}, "(?m)^--hmac-key\t"},
+	} {
+		out, code := cli(t, nil, append([]string{"__complete"}, tc.args...)...)
+		if code != 0 || !regexp.MustCompile(tc.want).MatchString(out) {
+			t.Errorf("completing %q: exit %d, want %s\n%s", tc.args, code, tc.want, out)
+		}
+	}
+	if out, code := cli(t, nil, "completion", "bash"); code != 0 || !strings.Contains(out, "__start_lab") {
+		t.Errorf("completion bash: exit %d\n%.300s", code, out)
 	}
 	for _, args := range [][]string{
-		{"--help"}, {"fake", "--help"}, {"fake", "adyen", "--help"}, {"fake", "paypal", "--help"}, {"fake", "stripe", "--help"},
-		{"demo", "--help"}, {"demo", "core", "--help"}, {"demo", "worker", "--help"}, {"demo", "torture", "--help"},
+		{"--help"}, {"-h"}, {"help"}, {"help", "demo", "torture"}, {"fake", "--help"}, {"fake", "adyen", "--help"},
+		{"fake", "paypal", "--help"}, {"fake", "stripe", "-h"}, {"demo", "--help"}, {"demo", "core", "--help"},
+		{"demo", "worker", "--help"}, {"demo", "torture", "--help"}, {"demo", "--payments", "0", "--help"},
 	} {
 		out, code := cli(t, quickExit([]string{"DATABASE_URL="}), args...)
 		if code != 0 || !strings.Contains(out, "Example") {
@@ -76,7 +95,19 @@ func TestUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"fake", "nope"}, `unknown provider "nope"`},
+		{[]string{"fake"}, "fake needs a provider: stripe, adyen or paypal"},
 		{[]string{"fake", "adyen", "--hmac-key", "zz", "--addr", "127.0.0.1:0"}, "HMACKey"},
+		{[]string{"demo", "torture", "--workers", "1"}, "--workers must be at least 2"},
+		{[]string{"demo", "worker", "extra"}, `demo worker: unexpected argument "extra"`},
+		// a near miss gets the command or flag meant
+		{[]string{"dmeo"}, `unknown command "dmeo" for "lab"; did you mean demo?`},
+		{[]string{"demo", "tortur"}, `unknown command "tortur" for "lab demo"; did you mean torture?`},
+		{[]string{"fake", "strpe"}, `unknown provider "strpe" (want stripe, adyen or paypal; did you mean stripe?)`},
+		{[]string{"demo", "--payment", "5"}, "demo: unknown flag: --payment; did you mean --payments? (see lab demo --help)"},
+		{[]string{"demo", "torture", "-intents", "5"}, "did you mean --intents?"},
+		{[]string{"fake", "stripe", "--adr", "127.0.0.1:0"}, "fake stripe: unknown flag: --adr; did you mean --addr?"},
+		{[]string{"demo", "core", "--nope"}, "demo core: unknown flag: --nope (see lab demo core --help)"},
+		{[]string{"help", "demo", "cor"}, `no help for "demo cor"; did you mean core?`},
 	} {
 		out, code := cli(t, quickExit(nil), tc.args...)
 		if code != 2 || !strings.Contains(out, tc.want) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/lab/internal/keyscan"
 	"github.com/payonce/payonce/pgtest/localpg"
@@ -26,12 +26,17 @@ import (
 // checks; storm_reconcile.go the reconciler's runs; storm_summary.go the
 // progress bar, the summary and its checks.
 
-const demoUsage = `Usage: lab demo [--payments N] [--customers N] [--checkouts N] [--seed N] [--no-kill] [--database-url URL]
-       lab demo core     the idempotency core alone (see: lab demo core --help)
-       lab demo worker   the consumer path: River jobs through the inbox (see: lab demo worker --help)
-       lab demo torture  faults on every link, workers killed, 10,000 intents (see: lab demo torture --help)
-
-A checkout storm. The checkout example service (examples/checkout) runs as a
+// newDemoCmd is lab demo (the checkout storm) and its subcommands, which
+// share --database-url.
+func newDemoCmd() *cobra.Command {
+	var (
+		c      stormConfig
+		noKill bool
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "a checkout storm through payonce's payments API against the providers' fakes, then checkouts as sagas",
+		Long: `A checkout storm. The checkout example service (examples/checkout) runs as a
 worker process on a throwaway PostgreSQL, charging through payonce's Stripe,
 Adyen and PayPal adapters against their fakes, which lose 10% of responses
 after committing the charge and fail 5% of requests before. N payments by
@@ -60,12 +65,41 @@ every level), span they traced, or error text answered or stored: only
 its short hash may be.
 
 Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL;
-it works in its own schema, payonce_storm, dropped first.
-
-Example:
-  make demo
-  lab demo --payments 2000 --customers 100 --checkouts 400 --seed 7
-`
+it works in its own schema, payonce_storm, dropped first.`,
+		Example: `  make demo
+  lab demo --payments 2000 --customers 100 --checkouts 400 --seed 7`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return unknownSubcommand(cmd, args[0])
+			}
+			return nil
+		},
+		RunE: func(*cobra.Command, []string) error {
+			if c.payments < 1 || c.customers < 1 {
+				return usageError{"demo: --payments and --customers must be at least 1"}
+			}
+			if c.checkouts < 0 {
+				return usageError{"demo: --checkouts must be at least 0"}
+			}
+			c.kill = !noKill
+			if c.dbURL == "" {
+				c.dbURL = os.Getenv("DATABASE_URL")
+			}
+			return storm(context.Background(), c)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&c.payments, "payments", 500, "payments in the storm")
+	f.IntVar(&c.customers, "customers", 50, "customers paying concurrently")
+	f.IntVar(&c.checkouts, "checkouts", 120, "checkouts (sagas) after the payments; 0: none")
+	f.Uint64Var(&c.seed, "seed", 1, "seed of the amounts, payment methods, retries and the provider's faults")
+	f.BoolVar(&noKill, "no-kill", false, "do not kill the worker mid-storm")
+	// Every demo's database; each works in a schema of its own.
+	cmd.PersistentFlags().StringVar(&c.dbURL, "database-url", "", "PostgreSQL URL (default $DATABASE_URL; without either, a throwaway PostgreSQL)")
+	_ = cmd.RegisterFlagCompletionFunc("database-url", cobra.NoFileCompletions)
+	cmd.AddCommand(newCoreDemoCmd(&c.dbURL), newWorkerDemoCmd(&c.dbURL), newTortureCmd(&c.dbURL))
+	return cmd
+}
 
 type stormConfig struct {
 	// checkouts: the saga phase's checkouts; 0 skips it.
@@ -73,45 +107,6 @@ type stormConfig struct {
 	seed                           uint64
 	kill                           bool
 	dbURL                          string
-}
-
-func runDemo(args []string) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "core":
-			return runCoreDemo(args[1:])
-		case "worker":
-			return runWorkerDemo(args[1:])
-		case "torture":
-			return runTorture(args[1:])
-		}
-	}
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, demoUsage) }
-	dbURL := databaseURL(fs)
-	var c stormConfig
-	fs.IntVar(&c.payments, "payments", 500, "payments in the storm")
-	fs.IntVar(&c.customers, "customers", 50, "customers paying concurrently")
-	fs.IntVar(&c.checkouts, "checkouts", 120, "checkouts (sagas) after the payments; 0: none")
-	fs.Uint64Var(&c.seed, "seed", 1, "seed of the amounts, payment methods, retries and the provider's faults")
-	noKill := fs.Bool("no-kill", false, "do not kill the worker mid-storm")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("demo: unexpected argument %q", fs.Arg(0))}
-	}
-	if c.payments < 1 || c.customers < 1 {
-		return usageError{"--payments and --customers must be at least 1"}
-	}
-	if c.checkouts < 0 {
-		return usageError{"--checkouts must be at least 0"}
-	}
-	c.kill, c.dbURL = !*noKill, *dbURL
-	if c.dbURL == "" {
-		c.dbURL = os.Getenv("DATABASE_URL")
-	}
-	return storm(context.Background(), c)
 }
 
 type stormStats struct {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/payonce/payonce/lab/internal/keyscan"
@@ -28,10 +28,20 @@ import (
 // Toxiproxy, the faults, the killer and the load balancer;
 // torture_check.go the invariants and the figures.
 
-const tortureUsage = `Usage: lab demo torture [--intents N] [--workers N] [--customers N] [--seed N]
-                           [--fault-gap D] [--kill-gap D] [--database-url URL]
+type tortureConfig struct {
+	intents, workers, customers int
+	seed                        uint64
+	faultGap, killGap           time.Duration
+	dbURL                       string
+}
 
-The torture run (make torture; RELIABILITY.md has a full run's figures).
+// newTortureCmd is lab demo torture; dbURL is lab demo's --database-url.
+func newTortureCmd(dbURL *string) *cobra.Command {
+	var c tortureConfig
+	cmd := &cobra.Command{
+		Use:   "torture",
+		Short: "Toxiproxy on every link, workers killed at random, two reconcilers, 10,000 intents (make torture)",
+		Long: `The torture run (make torture; RELIABILITY.md has a full run's figures).
 
 Several checkout worker processes (the service of examples/checkout) sit
 behind a load balancer and charge through payonce's Stripe, Adyen and
@@ -69,54 +79,38 @@ instants and attributes, the kills and the fakes' faults: a run is
 reproducible up to the scheduling of its goroutines and processes.
 
 Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL;
-it works in its own schema, payonce_torture, dropped first.
-
-Example:
-  make torture
-  lab demo torture --intents 1000 --seed 7
-`
-
-type tortureConfig struct {
-	intents, workers, customers int
-	seed                        uint64
-	faultGap, killGap           time.Duration
-	dbURL                       string
-}
-
-func runTorture(args []string) error {
-	fs := flag.NewFlagSet("demo torture", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, tortureUsage) }
-	dbURL := databaseURL(fs)
-	var c tortureConfig
-	fs.IntVar(&c.intents, "intents", 10000, "payments sent")
-	fs.IntVar(&c.workers, "workers", 3, "checkout worker processes")
-	fs.IntVar(&c.customers, "customers", 64, "customers paying concurrently")
-	fs.Uint64Var(&c.seed, "seed", 1, "seed of everything drawn")
-	fs.DurationVar(&c.faultGap, "fault-gap", time.Second, "mean gap between two faults on one link")
-	fs.DurationVar(&c.killGap, "kill-gap", 3*time.Second, "mean gap between two worker kills")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+it works in its own schema, payonce_torture, dropped first.`,
+		Example: `  make torture
+  lab demo torture --intents 1000 --seed 7`,
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			switch {
+			case c.intents < 1:
+				return usageError{"demo torture: --intents must be at least 1"}
+			case c.workers < 2:
+				return usageError{"demo torture: --workers must be at least 2 (one is killed while the others serve)"}
+			case c.customers < 1:
+				return usageError{"demo torture: --customers must be at least 1"}
+			case c.faultGap < 10*time.Millisecond:
+				return usageError{"demo torture: --fault-gap must be at least 10ms"}
+			case c.killGap < 100*time.Millisecond:
+				return usageError{"demo torture: --kill-gap must be at least 100ms"}
+			}
+			c.dbURL = *dbURL
+			if c.dbURL == "" {
+				c.dbURL = os.Getenv("DATABASE_URL")
+			}
+			return torture(context.Background(), c)
+		},
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("demo torture: unexpected argument %q", fs.Arg(0))}
-	}
-	switch {
-	case c.intents < 1:
-		return usageError{"--intents must be at least 1"}
-	case c.workers < 2:
-		return usageError{"--workers must be at least 2 (one is killed while the others serve)"}
-	case c.customers < 1:
-		return usageError{"--customers must be at least 1"}
-	case c.faultGap < 10*time.Millisecond:
-		return usageError{"--fault-gap must be at least 10ms"}
-	case c.killGap < 100*time.Millisecond:
-		return usageError{"--kill-gap must be at least 100ms"}
-	}
-	c.dbURL = *dbURL
-	if c.dbURL == "" {
-		c.dbURL = os.Getenv("DATABASE_URL")
-	}
-	return torture(context.Background(), c)
+	f := cmd.Flags()
+	f.IntVar(&c.intents, "intents", 10000, "payments sent")
+	f.IntVar(&c.workers, "workers", 3, "checkout worker processes")
+	f.IntVar(&c.customers, "customers", 64, "customers paying concurrently")
+	f.Uint64Var(&c.seed, "seed", 1, "seed of everything drawn")
+	f.DurationVar(&c.faultGap, "fault-gap", time.Second, "mean gap between two faults on one link")
+	f.DurationVar(&c.killGap, "kill-gap", 3*time.Second, "mean gap between two worker kills")
+	return cmd
 }
 
 // tortureRun is the run's state shared by its phases and its checks.

@@ -17,6 +17,7 @@ import (
 	"github.com/payonce/payonce/inbox"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/saga"
 	"github.com/payonce/payonce/wiring"
@@ -123,9 +124,9 @@ func plant(ctx context.Context, pool *pgxpool.Pool, stripeURL string) error {
 		return err
 	}
 	bobKey := "usr_bob_charge_order-2002"
-	res, err := prov.Charge(ctx, payments.ChargeRequest{Key: bobKey, ProviderKey: payments.ProviderKey(bobKey, "charge", 1, 255),
+	res, err := prov.Charge(ctx, provider.ChargeRequest{Key: bobKey, ProviderKey: provider.DeriveKey(bobKey, "charge", 1, 255),
 		Amount: money.MustParse("25.00", money.EUR), Recipient: "acct_shop", PaymentMethod: "pm_card_visa"})
-	if err != nil || res.Status != payments.ChargeSucceeded {
+	if err != nil || res.Status != provider.ChargeSucceeded {
 		return fmt.Errorf("plant: the second charge of %s: %v (%s)", bobKey, err, res.Status)
 	}
 	// Section 2: one purchase charged under two keys by a client that made

@@ -2,9 +2,7 @@ package adyentest
 
 import (
 	"context"
-	"errors"
-	"path"
-	"strings"
+	"net/http"
 	"time"
 
 	"github.com/payonce/payonce/providers/internal/fakekit"
@@ -53,7 +51,8 @@ type Fault struct {
 	Delay time.Duration
 
 	// Path matches the endpoint's path without the API version, exactly or as a [path.Match]
-	// pattern: "/payments" (not its refunds), "/payments/*/refunds", "/cancels". "" matches any.
+	// pattern: "/payments" (not its refunds), "/payments/*/refunds", "/cancels". "" matches any;
+	// otherwise it must start with "/".
 	Path string
 
 	// IdempotencyKey matches the request's Idempotency-Key header exactly; "" matches any.
@@ -64,36 +63,21 @@ type Fault struct {
 	Probability float64
 }
 
-// faultType is how fakekit reads and checks a Fault.
+// faultType is Adyen's part of the fault machinery: how a Fault reads, and Adyen's 500s (a
+// FailBefore's says Transient-Error: true, the one answer to retry with the same key).
 var faultType = fakekit.FaultType[Fault]{
-	Name: "adyentest",
+	Name:  "adyentest",
+	Paths: fakekit.PathPattern,
 	Spec: func(f Fault) fakekit.Spec {
-		return fakekit.Spec{Kind: f.Kind, Delay: f.Delay, Probability: f.Probability}
+		return fakekit.Spec{Kind: f.Kind, Delay: f.Delay, Probability: f.Probability, Path: f.Path, Key: f.IdempotencyKey}
 	},
-	Check: Fault.checkPath,
-}
-
-func (f Fault) checkPath() error {
-	if f.Path != "" {
-		if _, err := path.Match(f.Path, "/"); err != nil {
-			return errors.New("Path is not a valid pattern: " + err.Error())
+	Fail: func(w http.ResponseWriter, kind FaultKind, why string) {
+		if kind == FailBefore {
+			transientError(why).write(w)
+			return
 		}
-		if !strings.HasPrefix(f.Path, "/") {
-			return errors.New("Path must start with / (e.g. \"/payments\")")
-		}
-	}
-	return nil
-}
-
-func (f Fault) matches(apiPath, key string) bool {
-	if f.IdempotencyKey != "" && f.IdempotencyKey != key {
-		return false
-	}
-	if f.Path == "" || f.Path == apiPath {
-		return true
-	}
-	ok, _ := path.Match(f.Path, apiPath)
-	return ok
+		internalError(why).write(w)
+	},
 }
 
 // Inject queues a one-shot fault for the next matching request; queued faults are matched in
@@ -121,9 +105,7 @@ func (s *Server) WaitHeld(ctx context.Context, n int) error {
 // as if its Delay had passed. Hung requests stay hung; later Latency faults wait as usual.
 func (s *Server) EndLatency() { s.life.EndLatency() }
 
-// pickFault chooses the fault for a request about to execute or replay: the first matching
-// injected fault, else the first Config.Faults rule whose draw hits. Draws happen only for
-// matching rules, so a seed and a request sequence fix the outcome.
-func (s *Server) pickFault(apiPath, key string) Fault {
-	return s.faults.Pick(func(f Fault) bool { return f.matches(apiPath, key) })
+// faultRequest is what a Fault matches in c.
+func faultRequest(c *call) fakekit.Request {
+	return fakekit.Request{Method: http.MethodPost, Path: c.path, Key: c.key}
 }

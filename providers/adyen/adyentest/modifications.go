@@ -67,32 +67,21 @@ func (s *Server) createCapture(c *call) *response { return s.modify(c, "capture"
 // REFUND success "false" with [ReasonRefundNotCaptured].
 func (s *Server) modify(c *call, kind string) *response {
 	var req modificationRequest
-	if bad := decode(c, &req); bad != nil {
-		return bad
-	}
 	fields := refundRequired
 	if kind == "capture" {
 		fields = captureRequired
 	}
-	if bad := checkRequired(c, fields); bad != nil {
-		return bad
-	}
-	if bad := s.checkMerchant(req.MerchantAccount); bad != nil {
+	if bad := s.accept(c, &req, fields, &req.MerchantAccount); bad != nil {
 		return bad
 	}
 	if bad := req.Amount.check("amount"); bad != nil {
 		return bad
 	}
-	if bad := checkReference("reference", req.Reference, false); bad != nil {
+	p, m, bad := s.modifyLocked(c, kind, req.Reference)
+	if bad != nil {
 		return bad
 	}
-	p, ok := s.payments[c.psp]
-	if !ok {
-		return validation(codeUnknownPSP, fmt.Sprintf("Original pspReference %q does not name a payment.", c.psp))
-	}
-	m := &modification{kind: kind, psp: s.newPSPLocked(), paymentPSP: p.psp, reference: req.Reference,
-		amount: *req.Amount, idempotencyKey: c.key}
-	s.mods = append(s.mods, m)
+	m.amount = *req.Amount
 
 	var reason string
 	eventCode := "REFUND"
@@ -149,6 +138,22 @@ type reversalRequest struct {
 // payment was cancelled or refunded", https://docs.adyen.com/api-explorer/Webhooks/1/post/REVERSAL).
 const ModificationAction = "modification.action"
 
+// modifyLocked records a modification of kind, with the (optional) reference, of the payment
+// whose pspReference is in c's path; Adyen's 422 when the reference is too long or no payment
+// has that pspReference. Called with s.mu held.
+func (s *Server) modifyLocked(c *call, kind, reference string) (*payment, *modification, *response) {
+	if bad := checkReference("reference", reference, false); bad != nil {
+		return nil, nil, bad
+	}
+	p, ok := s.payments[c.psp]
+	if !ok {
+		return nil, nil, validation(codeUnknownPSP, fmt.Sprintf("Original pspReference %q does not name a payment.", c.psp))
+	}
+	m := &modification{kind: kind, psp: s.newPSPLocked(), paymentPSP: p.psp, reference: reference, idempotencyKey: c.key}
+	s.mods = append(s.mods, m)
+	return p, m, nil
+}
+
 // createReversal serves POST /payments/{psp}/reversals {merchantAccount, reference}: "Refunds a
 // payment if it has already been captured, and cancels a payment if it has not yet been
 // captured ... You get the outcome of the request asynchronously, in a CANCEL_OR_REFUND
@@ -162,25 +167,14 @@ const ModificationAction = "modification.action"
 // nothing left to refund gets CANCEL_OR_REFUND success "false" with a reason, and no action.
 func (s *Server) createReversal(c *call) *response {
 	var req reversalRequest
-	if bad := decode(c, &req); bad != nil {
+	if bad := s.accept(c, &req, reversalRequired, &req.MerchantAccount); bad != nil {
 		return bad
 	}
-	if bad := checkRequired(c, reversalRequired); bad != nil {
+	p, m, bad := s.modifyLocked(c, "reversal", req.Reference)
+	if bad != nil {
 		return bad
 	}
-	if bad := s.checkMerchant(req.MerchantAccount); bad != nil {
-		return bad
-	}
-	if bad := checkReference("reference", req.Reference, false); bad != nil {
-		return bad
-	}
-	p, ok := s.payments[c.psp]
-	if !ok {
-		return validation(codeUnknownPSP, fmt.Sprintf("Original pspReference %q does not name a payment.", c.psp))
-	}
-	m := &modification{kind: "reversal", psp: s.newPSPLocked(), paymentPSP: p.psp, reference: req.Reference,
-		amount: p.amount, idempotencyKey: c.key}
-	s.mods = append(s.mods, m)
+	m.amount = p.amount
 
 	var reason, act string
 	switch {
@@ -249,13 +243,7 @@ type cancelResponse struct {
 // proof that no payment exists.
 func (s *Server) createCancel(c *call) *response {
 	var req cancelRequest
-	if bad := decode(c, &req); bad != nil {
-		return bad
-	}
-	if bad := checkRequired(c, cancelRequired); bad != nil {
-		return bad
-	}
-	if bad := s.checkMerchant(req.MerchantAccount); bad != nil {
+	if bad := s.accept(c, &req, cancelRequired, &req.MerchantAccount); bad != nil {
 		return bad
 	}
 	if bad := checkReference("paymentReference", req.PaymentReference, true); bad != nil {

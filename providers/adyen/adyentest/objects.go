@@ -147,6 +147,19 @@ func decode(c *call, v any) *response {
 	return nil
 }
 
+// accept decodes c's body into req and refuses it, as Adyen does every write, unless it has the
+// fields required and names the merchant account: merchant points at req's merchantAccount,
+// read once req is decoded.
+func (s *Server) accept(c *call, req any, required []requiredField, merchant *string) *response {
+	if bad := decode(c, req); bad != nil {
+		return bad
+	}
+	if bad := checkRequired(c, required); bad != nil {
+		return bad
+	}
+	return s.checkMerchant(*merchant)
+}
+
 func (s *Server) checkMerchant(m string) *response {
 	if m == "" {
 		return validation(codeRequired, "Required field 'merchantAccount' is not provided.")
@@ -191,13 +204,7 @@ func checkMetadata(md map[string]string) *response {
 // fake's test cards ([PaymentMethodVisa], ...) serve any shopperReference.
 func (s *Server) createPayment(c *call) *response {
 	var req paymentRequest
-	if bad := decode(c, &req); bad != nil {
-		return bad
-	}
-	if bad := checkRequired(c, paymentRequired); bad != nil {
-		return bad
-	}
-	if bad := s.checkMerchant(req.MerchantAccount); bad != nil {
+	if bad := s.accept(c, &req, paymentRequired, &req.MerchantAccount); bad != nil {
 		return bad
 	}
 	if bad := req.Amount.check("amount"); bad != nil {

@@ -137,6 +137,7 @@ func NewServer(cfg *Config) *Server { return fakekit.Started(NewUnstartedServer(
 // field.
 func NewUnstartedServer(cfg *Config) *Server {
 	cfg = fakekit.MustConfig("adyentest", cfg, (*Config).validate)
+	life := fakekit.NewLifecycle("adyentest")
 	s := &Server{
 		clock:        fakekit.OrNow(cfg.Clock),
 		retention:    fakekit.Or(cfg.Retention, DefaultRetention),
@@ -145,8 +146,8 @@ func NewUnstartedServer(cfg *Config) *Server {
 		hmacKey:      fakekit.Or(cfg.HMACKey, DefaultHMACKey),
 		captureMode:  fakekit.Or(cfg.CaptureMode, CaptureAutomatic),
 		captureDelay: cfg.CaptureDelay,
-		life:         fakekit.NewLifecycle("adyentest"),
-		faults:       fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x414459454e544553), // "ADYENTES"
+		life:         life,
+		faults:       fakekit.NewFaults(faultType, life, cfg.Faults, cfg.Seed, 0x414459454e544553), // "ADYENTES"
 		keys:         fakekit.NewKeys[scopedKey, *response](),
 		payments:     make(map[string]*payment),
 	}
@@ -294,9 +295,8 @@ func (s *Server) route(method, p string) (handler, string) {
 // execute runs h under the fault chosen for the request. entry is the claimed idempotency key,
 // or nil for a request without one.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, c *call, h handler, entry *keyEntry) {
-	fault := s.pickFault(c.path, c.key)
-	if !s.life.BeforeExecute(w, r, fault.Kind, fault.Delay, func() { s.release(entry) },
-		transientError("injected FailBefore: nothing was executed").write) {
+	kind, ok := s.faults.BeforeExecute(w, r, faultRequest(c), func() { s.release(entry) })
+	if !ok {
 		return
 	}
 
@@ -305,23 +305,21 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, c *call, h hand
 	resp := h(c)
 	s.mu.Unlock()
 
-	if fault.Kind == FailAfter {
-		resp = apiError(http.StatusInternalServerError, "905", "internal", "Internal error (adyentest: injected FailAfter: the request was executed)")
+	if kind == FailAfter {
+		resp = internalError("injected FailAfter: the request was executed")
 	}
 	if resp.transient() {
 		s.release(entry)
 	} else {
 		s.complete(entry, resp)
 	}
-	fakekit.AnswerExecuted(w, fault.Kind, c.key, resp.write)
+	fakekit.AnswerExecuted(w, kind, c.key, resp.write)
 }
 
 // replay answers a request whose key completed before. Adyen sends no replay marker: the
 // response is the first one, byte for byte, with the key echoed as on every keyed response.
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, c *call, e *keyEntry) {
-	fault := s.pickFault(c.path, c.key)
-	if !s.life.Apply(w, r, fault.Kind, fault.Delay, transientError("injected FailBefore on a replay").write,
-		apiError(http.StatusInternalServerError, "905", "internal", "Internal error (adyentest: injected FailAfter on a replay)").write) {
+	if !s.faults.Apply(w, r, faultRequest(c)) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", c.key)
@@ -376,7 +374,7 @@ const (
 
 // ErrorCodeKeyMismatch is the errorCode the fake answers (HTTP 422) for an Idempotency-Key
 // reused with another body or endpoint. Adyen does not document its answer; payonce's adapter
-// maps this code to payments.KeyMismatchError.
+// maps this code to provider.KeyMismatchError.
 const ErrorCodeKeyMismatch = "idempotency_key_reused"
 
 // errorBody is Adyen's error response.
@@ -396,8 +394,14 @@ func validation(code, msg string) *response {
 	return apiError(http.StatusUnprocessableEntity, code, "validation", msg)
 }
 
+// internalError is Adyen's 500; final for its key, since it lacks Transient-Error.
+func internalError(why string) *response {
+	return apiError(http.StatusInternalServerError, "905", "internal", "Internal error (adyentest: "+why+")")
+}
+
+// transientError is the 500 Adyen marks "Transient-Error: true": retry with the same key.
 func transientError(why string) *response {
-	r := apiError(http.StatusInternalServerError, "905", "internal", "Internal error (adyentest: "+why+")")
+	r := internalError(why)
 	r.header.Set("Transient-Error", "true")
 	return r
 }

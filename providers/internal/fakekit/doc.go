@@ -3,13 +3,17 @@
 // error shapes and signatures.
 //
 //   - [ManualClock]: a clock that moves only when told to.
-//   - [FaultKind], [Spec], [FaultType] and [Faults]: fault kinds, their validation, a queue of
-//     one-shot faults and seeded probabilistic rules, over each fake's own Fault type (which
-//     matches requests on its own fields).
+//   - [FaultKind], [Spec], [FaultType] and [Faults]: all of the fault machinery. A fake's
+//     public Fault type and its kinds' documentation stay the fake's own; its [FaultType] tells
+//     fakekit how to read a Fault ([Spec]: kind, delay, probability, method, path, key), how
+//     its Path matches ([PathPrefix] or [PathPattern]), and what its provider answers to a
+//     failure ([FaultType.Fail]). fakekit validates faults, queues one-shot ones, draws the
+//     seeded probabilistic rules, matches them to a [Request] and applies the chosen one
+//     before and after execution ([Faults.BeforeExecute], [Faults.Apply], [AnswerExecuted]).
 //   - [Lifecycle]: NewServer/Start/URL/Close of an httptest-like server, the closing signal that
-//     releases hung requests, the part of a fault that happens before execution
-//     ([Lifecycle.Before], [Lifecycle.Apply]), the count of requests a fault holds
-//     ([Lifecycle.WaitHeld], [Lifecycle.EndLatency]) and [ResetConnection].
+//     releases hung requests, the wait a fault imposes before execution ([Lifecycle.Before]),
+//     the count of requests a fault holds ([Lifecycle.WaitHeld], [Lifecycle.EndLatency]) and
+//     [ResetConnection].
 //   - [Keys]: idempotency-key (or request id) entries scoped, retained, claimed, released and
 //     completed.
 //   - [Deliveries]: an event log and its ordered webhook delivery from one goroutine, with

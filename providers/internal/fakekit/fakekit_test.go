@@ -19,27 +19,21 @@ import (
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
-// fault is a fake's own Fault type, matching on a name.
-type fault struct {
-	kind  fakekit.FaultKind
-	delay time.Duration
-	prob  float64
-	name  string
-}
-
+// faultType reads a fake's Fault that is a Spec already. Its provider answers 503 to
+// FailBefore, 500 to FailAfter, with the reason in the body.
 var faultType = fakekit.FaultType[fault]{
-	Spec: func(f fault) fakekit.Spec { return fakekit.Spec{Kind: f.kind, Delay: f.delay, Probability: f.prob} },
-	Check: func(f fault) error {
-		if strings.Contains(f.name, " ") {
-			return errors.New("name has a space")
-		}
-		return nil
+	Name:  "kit",
+	Paths: fakekit.PathPattern,
+	Spec:  func(f fault) fakekit.Spec { return f },
+	Fail: func(w http.ResponseWriter, kind fakekit.FaultKind, why string) {
+		http.Error(w, why, map[fakekit.FaultKind]int{fakekit.FailBefore: 503, fakekit.FailAfter: 500}[kind])
 	},
 }
 
-func matching(name string) func(fault) bool {
-	return func(f fault) bool { return f.name == "" || f.name == name }
-}
+type fault = fakekit.Spec
+
+// at is a request to path.
+func at(path string) fakekit.Request { return fakekit.Request{Method: http.MethodPost, Path: path} }
 
 func TestManualClock(t *testing.T) {
 	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -64,20 +58,54 @@ func TestValidation(t *testing.T) {
 		rules []fault
 		want  string
 	}{
-		{[]fault{{kind: fakekit.FailBefore, prob: 0}}, "Config.Faults[0].Probability must be in (0, 1], got 0"},
-		{[]fault{{kind: fakekit.FailBefore, prob: 1}, {kind: fakekit.Hang, prob: 1.5}}, "Config.Faults[1].Probability must be in (0, 1], got 1.5"},
-		{[]fault{{kind: fakekit.NoFault, prob: 1}}, "Config.Faults[0]: Kind is not a known FaultKind"},
-		{[]fault{{kind: fakekit.Latency, prob: 1}}, "Config.Faults[0]: Delay must be positive for Latency"},
-		{[]fault{{kind: fakekit.Hang, prob: 1, name: "a b"}}, "Config.Faults[0]: name has a space"},
-		{[]fault{{kind: fakekit.Latency, delay: time.Second, prob: 1, name: "ok"}}, ""},
+		{[]fault{{Kind: fakekit.FailBefore, Probability: 0}}, "Config.Faults[0].Probability must be in (0, 1], got 0"},
+		{[]fault{{Kind: fakekit.FailBefore, Probability: 1}, {Kind: fakekit.Hang, Probability: 1.5}}, "Config.Faults[1].Probability must be in (0, 1], got 1.5"},
+		{[]fault{{Kind: fakekit.NoFault, Probability: 1}}, "Config.Faults[0]: Kind is not a known FaultKind"},
+		{[]fault{{Kind: fakekit.Latency, Probability: 1}}, "Config.Faults[0]: Delay must be positive for Latency"},
+		{[]fault{{Kind: fakekit.Hang, Probability: 1, Path: "payments"}}, `Config.Faults[0]: Path "payments" must start with "/"`},
+		{[]fault{{Kind: fakekit.Hang, Probability: 1, Path: "/payments/["}}, `Config.Faults[0]: Path "/payments/[" is not a valid pattern: syntax error in pattern`},
+		{[]fault{{Kind: fakekit.Latency, Delay: time.Second, Probability: 1, Path: "/ok"}}, ""},
 	} {
 		err := faultType.ValidateRules(tc.rules)
 		if got := fmtErr(err); got != tc.want {
 			t.Errorf("ValidateRules(%+v) = %q, want %q", tc.rules, got, tc.want)
 		}
 	}
-	if err := fakekit.NewFaults(faultType, nil, 0, 0).Inject(fault{kind: fakekit.Hang, name: "a b"}); err == nil {
+	faults := fakekit.NewFaults(faultType, nil, nil, 0, 0)
+	if err := faults.Inject(fault{Kind: fakekit.Hang, Path: "x"}); err == nil {
 		t.Fatal("Inject accepted an invalid fault")
+	}
+	defer func() {
+		if r := recover(); r != `kit: Inject: Path "x" must start with "/"` {
+			t.Fatalf("MustInject of an invalid fault: panic %v", r)
+		}
+	}()
+	faults.MustInject(fault{Kind: fakekit.Hang, Path: "x"})
+}
+
+// A Spec's fields are ANDed, an empty one matching any request; a Path matches as its rule says.
+func TestSpecMatches(t *testing.T) {
+	req := fakekit.Request{Method: "POST", Path: "/v1/refunds/re_1/", Key: "k1"}
+	for _, tc := range []struct {
+		spec  fakekit.Spec
+		paths fakekit.PathRule
+		want  bool
+	}{
+		{fakekit.Spec{}, fakekit.PathPrefix, true},
+		{fakekit.Spec{}, fakekit.PathPattern, true},
+		{fakekit.Spec{Method: "post", Key: "k1"}, fakekit.PathPrefix, true},
+		{fakekit.Spec{Method: "GET"}, fakekit.PathPrefix, false},
+		{fakekit.Spec{Key: "k2"}, fakekit.PathPrefix, false},
+		{fakekit.Spec{Path: "/v1/refunds"}, fakekit.PathPrefix, true},
+		{fakekit.Spec{Path: "/v1/refunds"}, fakekit.PathPattern, false}, // the collection, not an item
+		{fakekit.Spec{Path: "/v1/refunds/re_1"}, fakekit.PathPattern, true},
+		{fakekit.Spec{Path: "/v1/refunds/*"}, fakekit.PathPattern, true},
+		{fakekit.Spec{Path: "/v1/*"}, fakekit.PathPattern, false}, // "*" is one segment
+		{fakekit.Spec{Path: "/v2/"}, fakekit.PathPrefix, false},
+	} {
+		if got := tc.spec.Matches(tc.paths, req); got != tc.want {
+			t.Errorf("%+v.Matches(%v, %+v) = %v, want %v", tc.spec, tc.paths, req, got, tc.want)
+		}
 	}
 }
 
@@ -89,15 +117,15 @@ func fmtErr(err error) string {
 }
 
 func TestInjectedFaultsAreOneShotInOrder(t *testing.T) {
-	p := fakekit.NewFaults(faultType, nil, 0, 0)
-	for _, f := range []fault{{kind: fakekit.FailBefore, name: "x"}, {kind: fakekit.FailAfter, name: "y"}, {kind: fakekit.Hang, name: "x"}} {
+	p := fakekit.NewFaults(faultType, nil, nil, 0, 0)
+	for _, f := range []fault{{Kind: fakekit.FailBefore, Path: "/x"}, {Kind: fakekit.FailAfter, Path: "/y"}, {Kind: fakekit.Hang, Path: "/x"}} {
 		if err := p.Inject(f); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var got []fakekit.FaultKind
-	for _, name := range []string{"x", "x", "x", "y", "y"} {
-		got = append(got, p.Pick(matching(name)).kind)
+	for _, path := range []string{"/x", "/x", "/x", "/y", "/y"} {
+		got = append(got, p.Pick(at(path)).Kind)
 	}
 	want := []fakekit.FaultKind{fakekit.FailBefore, fakekit.Hang, fakekit.NoFault, fakekit.FailAfter, fakekit.NoFault}
 	if !equal(got, want) {
@@ -106,14 +134,14 @@ func TestInjectedFaultsAreOneShotInOrder(t *testing.T) {
 }
 
 func TestRulesAreSeeded(t *testing.T) {
-	rules := []fault{{kind: fakekit.FailBefore, prob: 0.5, name: "x"}}
+	rules := []fault{{Kind: fakekit.FailBefore, Probability: 0.5, Path: "/x"}}
 	draw := func(seed int64) []fakekit.FaultKind {
-		p := fakekit.NewFaults(faultType, rules, seed, 7)
+		p := fakekit.NewFaults(faultType, nil, rules, seed, 7)
 		var out []fakekit.FaultKind
 		for range 64 {
-			out = append(out, p.Pick(matching("x")).kind)
-			if k := p.Pick(matching("other")).kind; k != fakekit.NoFault {
-				t.Fatalf("a rule for x applied to other: %v", k)
+			out = append(out, p.Pick(at("/x")).Kind)
+			if k := p.Pick(at("/other")).Kind; k != fakekit.NoFault {
+				t.Fatalf("a rule for /x applied to /other: %v", k)
 			}
 		}
 		return out
@@ -286,26 +314,77 @@ func TestWaitHeldAndEndLatency(t *testing.T) {
 	}
 }
 
+// Apply applies a whole fault to a request that executes nothing new, answering failures with
+// the fake's Fail.
 func TestApply(t *testing.T) {
 	l := fakekit.NewLifecycle("kit")
 	defer l.Close(nil)
+	faults := fakekit.NewFaults(faultType, l, nil, 0, 0)
 	for _, tc := range []struct {
 		kind   fakekit.FaultKind
 		goOn   bool
 		status int
+		body   string
 	}{
-		{fakekit.NoFault, true, 200},
-		{fakekit.Latency, true, 200},
-		{fakekit.FailBefore, false, 503},
-		{fakekit.FailAfter, false, 500},
+		{fakekit.NoFault, true, 200, ""},
+		{fakekit.Latency, true, 200, ""},
+		{fakekit.FailBefore, false, 503, "injected FailBefore: nothing was executed\n"},
+		{fakekit.FailAfter, false, 500, "injected FailAfter: nothing new was executed\n"},
 	} {
-		w := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodPost, "/x", nil)
-		goOn := l.Apply(w, r, tc.kind, time.Millisecond,
-			func(w http.ResponseWriter) { w.WriteHeader(503) }, func(w http.ResponseWriter) { w.WriteHeader(500) })
-		if goOn != tc.goOn || w.Code != tc.status {
-			t.Errorf("Apply(%v) = %v with %d, want %v with %d", tc.kind, goOn, w.Code, tc.goOn, tc.status)
+		if tc.kind != fakekit.NoFault {
+			faults.MustInject(fault{Kind: tc.kind, Delay: time.Millisecond, Path: "/x"})
 		}
+		w := httptest.NewRecorder()
+		goOn := faults.Apply(w, httptest.NewRequest(http.MethodPost, "/x", nil), at("/x"))
+		if goOn != tc.goOn || w.Code != tc.status || w.Body.String() != tc.body {
+			t.Errorf("Apply under %v = %v with %d %q, want %v with %d %q", tc.kind, goOn, w.Code, w.Body, tc.goOn, tc.status, tc.body)
+		}
+	}
+}
+
+// BeforeExecute applies the part of a fault before execution; a request that must not go on
+// has its key released, and a FailBefore is answered with the fake's Fail.
+func TestBeforeExecute(t *testing.T) {
+	l := fakekit.NewLifecycle("kit")
+	defer l.Close(nil)
+	faults := fakekit.NewFaults(faultType, l, nil, 0, 0)
+	gaveUp, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		kind     fakekit.FaultKind
+		execute  bool
+		released bool
+		status   int
+	}{
+		{fakekit.NoFault, true, false, 200},
+		{fakekit.FailBefore, false, true, 503},
+		{fakekit.FailAfter, true, false, 200}, // the fake answers it after executing
+		{fakekit.Hang, false, true, 200},      // abandoned by its client: nothing answered
+	} {
+		if tc.kind != fakekit.NoFault {
+			faults.MustInject(fault{Kind: tc.kind, Path: "/x"})
+		}
+		w := httptest.NewRecorder()
+		released := false
+		r := httptest.NewRequestWithContext(gaveUp, http.MethodPost, "/x", nil)
+		kind, execute := faults.BeforeExecute(w, r, at("/x"), func() { released = true })
+		if kind != tc.kind || execute != tc.execute || released != tc.released || w.Code != tc.status {
+			t.Errorf("BeforeExecute under %v = %v, %v (released %v) with %d, want %v, %v (released %v) with %d",
+				tc.kind, kind, execute, released, w.Code, tc.kind, tc.execute, tc.released, tc.status)
+		}
+	}
+}
+
+func TestAnswerExecuted(t *testing.T) {
+	w := httptest.NewRecorder()
+	fakekit.AnswerExecuted(w, fakekit.FailAfter, "k1", func(w http.ResponseWriter) { w.WriteHeader(500) })
+	if w.Code != 500 || w.Header().Get("Idempotency-Key") != "k1" {
+		t.Fatalf("answered %d with Idempotency-Key %q, want 500 with k1", w.Code, w.Header().Get("Idempotency-Key"))
+	}
+	w = httptest.NewRecorder()
+	fakekit.AnswerExecuted(w, fakekit.NoFault, "", func(w http.ResponseWriter) { w.WriteHeader(201) })
+	if w.Code != 201 || w.Header().Get("Idempotency-Key") != "" {
+		t.Fatalf("answered %d with headers %v, want 201 without Idempotency-Key", w.Code, w.Header())
 	}
 }
 

@@ -147,58 +147,6 @@ func (l *Lifecycle) EndLatency() {
 	l.endLat = make(chan struct{})
 }
 
-// BeforeExecute is [Lifecycle.Before] for a request about to execute under a claimed key (or
-// request id): when the request must not go on, it runs release, to forget the key, and answers
-// FailBefore with failBefore. It reports whether the request should execute.
-func (l *Lifecycle) BeforeExecute(w http.ResponseWriter, r *http.Request, kind FaultKind, delay time.Duration,
-	release func(), failBefore func(http.ResponseWriter)) bool {
-	if l.Before(r.Context(), kind, delay) {
-		return true
-	}
-	release()
-	if kind == FailBefore {
-		failBefore(w)
-	}
-	return false // failed, or a hung request abandoned
-}
-
-// AnswerExecuted answers a request that executed under the Idempotency-Key key ("" if none):
-// under ResetAfter it drops the connection; otherwise it echoes the key in the Idempotency-Key
-// header, as Stripe and Adyen do, and answers with write.
-func AnswerExecuted(w http.ResponseWriter, kind FaultKind, key string, write func(http.ResponseWriter)) {
-	if kind == ResetAfter {
-		ResetConnection(w)
-		return
-	}
-	if key != "" {
-		w.Header().Set("Idempotency-Key", key)
-	}
-	write(w)
-}
-
-// Apply applies a whole fault to a request that executes nothing new (a replay, or an endpoint
-// without idempotency): [Lifecycle.Before], with failBefore answering FailBefore; failAfter
-// answers FailAfter; ResetAfter drops the connection. It reports whether the request should be
-// answered normally.
-func (l *Lifecycle) Apply(w http.ResponseWriter, r *http.Request, kind FaultKind, delay time.Duration,
-	failBefore, failAfter func(http.ResponseWriter)) bool {
-	if !l.Before(r.Context(), kind, delay) {
-		if kind == FailBefore {
-			failBefore(w)
-		}
-		return false
-	}
-	switch kind {
-	case FailAfter:
-		failAfter(w)
-		return false
-	case ResetAfter:
-		ResetConnection(w)
-		return false
-	}
-	return true
-}
-
 // ResetConnection drops the connection without a response, with a TCP RST where possible, so
 // the client sees the response as lost.
 func ResetConnection(w http.ResponseWriter) {

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/payments/provider"
 )
 
 // Must(call())(t) fails t if call returned an error, and returns call's value otherwise.
@@ -41,13 +41,13 @@ func ErrAs[E error](t *testing.T, err error) E {
 func EUR(s string) money.Money { return money.MustParse(s, money.EUR) }
 
 // LookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
-func LookupOf(r payments.RefundRequest) payments.RefundLookupRequest {
-	return payments.RefundLookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ChargeID: r.ChargeID}
+func LookupOf(r provider.RefundRequest) provider.RefundLookupRequest {
+	return provider.RefundLookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ChargeID: r.ChargeID}
 }
 
 // OnlyRefund fails t unless got is consistent and holds exactly one refund, id, in status st
 // for amount.
-func OnlyRefund(t *testing.T, got payments.RefundLookupResult, id string, st payments.RefundStatus, amount money.Money) {
+func OnlyRefund(t *testing.T, got provider.RefundLookupResult, id string, st provider.RefundStatus, amount money.Money) {
 	t.Helper()
 	if !got.Consistent || len(got.Refunds) != 1 {
 		t.Fatalf("found %+v, want only %s, consistent", got, id)

@@ -2,10 +2,7 @@ package paypaltest
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"path"
-	"strings"
 	"time"
 
 	"github.com/payonce/payonce/providers/internal/fakekit"
@@ -56,7 +53,7 @@ type Fault struct {
 
 	// Path matches the request path exactly, or as a [path.Match] pattern where "*" stands for
 	// one segment: "/v2/checkout/orders" is the create only, "/v2/checkout/orders/*/capture"
-	// any capture. "" matches any.
+	// any capture. "" matches any; otherwise it must start with "/".
 	Path string
 
 	// RequestID matches the PayPal-Request-Id header exactly; "" matches any.
@@ -67,36 +64,15 @@ type Fault struct {
 	Probability float64
 }
 
-// faultType is how fakekit reads and checks a Fault.
+// faultType is PayPal's part of the fault machinery: how a Fault reads, and PayPal's 500.
 var faultType = fakekit.FaultType[Fault]{
-	Name: "paypaltest",
+	Name:  "paypaltest",
+	Paths: fakekit.PathPattern,
 	Spec: func(f Fault) fakekit.Spec {
-		return fakekit.Spec{Kind: f.Kind, Delay: f.Delay, Probability: f.Probability}
+		return fakekit.Spec{Kind: f.Kind, Delay: f.Delay, Probability: f.Probability,
+			Method: f.Method, Path: f.Path, Key: f.RequestID}
 	},
-	Check: Fault.checkPath,
-}
-
-func (f Fault) checkPath() error {
-	if f.Path != "" {
-		if _, err := path.Match(f.Path, "/"); err != nil {
-			return errors.New("Path is not a valid pattern: " + err.Error())
-		}
-	}
-	return nil
-}
-
-func (f Fault) matches(r *http.Request, requestID string) bool {
-	if f.Method != "" && !strings.EqualFold(f.Method, r.Method) {
-		return false
-	}
-	if f.RequestID != "" && f.RequestID != requestID {
-		return false
-	}
-	if f.Path == "" {
-		return true
-	}
-	ok, _ := path.Match(f.Path, strings.TrimSuffix(r.URL.Path, "/"))
-	return ok
+	Fail: func(w http.ResponseWriter, _ FaultKind, why string) { internalError(why).write(w) },
 }
 
 // Inject queues a one-shot fault for the next matching request; queued faults are matched in the
@@ -124,9 +100,7 @@ func (s *Server) WaitHeld(ctx context.Context, n int) error {
 // as if its Delay had passed. Hung requests stay hung; later Latency faults wait as usual.
 func (s *Server) EndLatency() { s.life.EndLatency() }
 
-// pickFault chooses the fault for a request about to execute or replay: the first matching
-// injected fault, else the first Config.Faults rule whose draw hits. Draws happen only for
-// matching rules, so a seed and a request sequence fix the outcome.
-func (s *Server) pickFault(r *http.Request, requestID string) Fault {
-	return s.faults.Pick(func(f Fault) bool { return f.matches(r, requestID) })
+// faultRequest is what a Fault matches in r, sent with the PayPal-Request-Id requestID.
+func faultRequest(r *http.Request, requestID string) fakekit.Request {
+	return fakekit.Request{Method: r.Method, Path: r.URL.Path, Key: requestID}
 }

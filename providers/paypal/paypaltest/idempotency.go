@@ -131,8 +131,8 @@ func (s *Server) claim(kind opKind, c *call) (claimed, replay *requestEntry, _ *
 
 // execute runs h under the fault chosen for the request. entry is the claimed request id, or nil.
 func (s *Server) execute(w http.ResponseWriter, c *call, h handler, entry *requestEntry) {
-	fault := s.pickFault(c.r, c.requestID)
-	if !s.life.BeforeExecute(w, c.r, fault.Kind, fault.Delay, func() { s.requestIDs.Release(entry) }, internalError("injected FailBefore").write) {
+	kind, ok := s.faults.BeforeExecute(w, c.r, faultRequest(c.r, c.requestID), func() { s.requestIDs.Release(entry) })
+	if !ok {
 		return
 	}
 
@@ -145,23 +145,16 @@ func (s *Server) execute(w http.ResponseWriter, c *call, h handler, entry *reque
 		resp.write(w)
 		return
 	}
-	s.requestIDs.Complete(entry, ref)
-	switch fault.Kind {
-	case FailAfter:
-		internalError("injected FailAfter: the request was executed").write(w)
-		return
-	case ResetAfter:
-		fakekit.ResetConnection(w)
-		return
+	s.requestIDs.Complete(entry, ref) // even under FailAfter: a retry replays the resource
+	if kind == FailAfter {
+		resp = internalError("injected FailAfter: the request was executed")
 	}
-	resp.write(w)
+	fakekit.AnswerExecuted(w, kind, "", resp.write) // PayPal echoes no request id
 }
 
 // replay answers a request id seen before with the latest status of its resource, 200.
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, requestID string, e *requestEntry) {
-	fault := s.pickFault(r, requestID)
-	if !s.life.Apply(w, r, fault.Kind, fault.Delay, internalError("injected FailBefore").write,
-		internalError("injected FailAfter on a replay").write) {
+	if !s.faults.Apply(w, r, faultRequest(r, requestID)) {
 		return
 	}
 	s.mu.Lock()

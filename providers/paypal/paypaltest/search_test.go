@@ -24,14 +24,23 @@ func (b *bundle) captured(t *testing.T, key, value, vaultID string) map[string]a
 	return captureOf(t, o)
 }
 
+// refund refunds value EUR of the capture under the request id and custom_id key; it fails t
+// unless PayPal created the refund.
 func (b *bundle) refund(t *testing.T, captureID, key, value string) map[string]any {
 	t.Helper()
-	s, re := b.call(t, "POST", "/v2/payments/captures/"+captureID+"/refund", key,
-		`{"amount":{"currency_code":"EUR","value":"`+value+`"},"custom_id":"`+key+`"}`)
+	s, re := b.askRefund(t, captureID, key, value)
 	if s != 201 {
 		t.Fatalf("refund %s: %d %v", key, s, re)
 	}
 	return re
+}
+
+// askRefund asks for a refund of value EUR of the capture under the request id and custom_id
+// key, and returns PayPal's answer.
+func (b *bundle) askRefund(t *testing.T, captureID, key, value string) (int, map[string]any) {
+	t.Helper()
+	return b.call(t, "POST", "/v2/payments/captures/"+captureID+"/refund", key,
+		`{"amount":{"currency_code":"EUR","value":"`+value+`"},"custom_id":"`+key+`"}`)
 }
 
 // search runs GET /v1/reporting/transactions with params (name, value pairs).

@@ -147,6 +147,7 @@ func NewServer(cfg *Config) *Server { return fakekit.Started(NewUnstartedServer(
 // [http.Server], or call Start. It panics if cfg is invalid, naming the bad field.
 func NewUnstartedServer(cfg *Config) *Server {
 	cfg = fakekit.MustConfig("paypaltest", cfg, (*Config).validate)
+	life := fakekit.NewLifecycle("paypaltest")
 	s := &Server{
 		clock:           fakekit.OrNow(cfg.Clock),
 		clientID:        fakekit.Or(cfg.ClientID, DefaultClientID),
@@ -156,8 +157,8 @@ func NewUnstartedServer(cfg *Config) *Server {
 		refundRetention: fakekit.Or(cfg.RefundRetention, DefaultRefundRetention),
 		webhookID:       fakekit.Or(cfg.WebhookID, DefaultWebhookID),
 		searchLag:       cfg.SearchLag,
-		life:            fakekit.NewLifecycle("paypaltest"),
-		faults:          fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x50415950414c5445), // "PAYPALTE"
+		life:            life,
+		faults:          fakekit.NewFaults(faultType, life, cfg.Faults, cfg.Seed, 0x50415950414c5445), // "PAYPALTE"
 		requestIDs:      fakekit.NewKeys[requestScope, resourceRef](),
 		tokens:          make(map[string]*token),
 		orders:          make(map[string]*order),
@@ -252,7 +253,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serveToken is POST /v1/oauth2/token: client credentials in Basic auth, form
 // grant_type=client_credentials.
 func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
-	if !s.applyFault(w, r, "") {
+	if !s.faults.Apply(w, r, faultRequest(r, "")) {
 		return
 	}
 	id, secret, ok := r.BasicAuth()
@@ -281,16 +282,6 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		"expires_in":   int64(s.tokenLifetime / time.Second),
 		"nonce":        fmt.Sprintf("%s#fake%d", s.clock().UTC().Format(time.RFC3339), seq),
 	}).write(w)
-}
-
-// applyFault applies a fault to a request that has no request id semantics (the token
-// endpoint). It reports whether the request should be served; ResetAfter and FailAfter act after
-// serving and are not meaningful here beyond losing or failing the answer, which the token
-// endpoint does by serving first and then dropping the response: they are treated as FailBefore.
-func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, requestID string) bool {
-	f := s.pickFault(r, requestID)
-	return s.life.Apply(w, r, f.Kind, f.Delay, internalError("injected FailBefore").write,
-		internalError("injected FailAfter").write)
 }
 
 // authenticate checks "Authorization: Bearer <token>" against the issued tokens. It returns the

@@ -243,10 +243,9 @@ func TestTwoStepCreateThenCapture(t *testing.T) {
 func TestRefundRequestIDRetention(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	_, o := b.call(t, "POST", "/v2/checkout/orders", "c1", orderBody("rr", "10.00", paypaltest.PaymentMethodVisa))
-	capID := captureOf(t, o)["id"].(string)
+	capID := b.captured(t, "rr", "10.00", paypaltest.PaymentMethodVisa)["id"].(string)
 	refund := func() int {
-		s, _ := b.call(t, "POST", "/v2/payments/captures/"+capID+"/refund", "rr-1", `{"amount":{"currency_code":"EUR","value":"1.00"},"custom_id":"rr-1"}`)
+		s, _ := b.askRefund(t, capID, "rr-1", "1.00")
 		return s
 	}
 	if s := refund(); s != 201 {
@@ -409,12 +408,8 @@ func TestDeclineAndPayerAction(t *testing.T) {
 func TestRefundBounds(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	_, o := b.call(t, "POST", "/v2/checkout/orders", "c1", orderBody("r", "10.00", paypaltest.PaymentMethodVisa))
-	capID := captureOf(t, o)["id"].(string)
-	refund := func(rid, value string) (int, map[string]any) {
-		return b.call(t, "POST", "/v2/payments/captures/"+capID+"/refund", rid,
-			`{"amount":{"currency_code":"EUR","value":"`+value+`"},"custom_id":"`+rid+`"}`)
-	}
+	capID := b.captured(t, "r", "10.00", paypaltest.PaymentMethodVisa)["id"].(string)
+	refund := func(rid, value string) (int, map[string]any) { return b.askRefund(t, capID, rid, value) }
 	if s, r := refund("rf1", "4.00"); s != 201 || r["status"] != "COMPLETED" {
 		t.Fatalf("%d %v", s, r)
 	}

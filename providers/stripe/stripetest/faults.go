@@ -3,7 +3,6 @@ package stripetest
 import (
 	"context"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/payonce/payonce/providers/internal/fakekit"
@@ -52,7 +51,8 @@ type Fault struct {
 	// Method matches the HTTP method ("POST", "GET"); "" matches any.
 	Method string
 
-	// Path matches a request path prefix, e.g. "/v1/payment_intents"; "" matches any.
+	// Path matches a request path prefix, e.g. "/v1/payment_intents" (its items too); "" matches
+	// any. It must start with "/".
 	Path string
 
 	// IdempotencyKey matches the request's Idempotency-Key header exactly; "" matches any.
@@ -63,18 +63,15 @@ type Fault struct {
 	Probability float64
 }
 
-// faultType is how fakekit reads a Fault; the matching fields need no checks.
+// faultType is Stripe's part of the fault machinery: how a Fault reads, and Stripe's 500.
 var faultType = fakekit.FaultType[Fault]{
-	Name: "stripetest",
+	Name:  "stripetest",
+	Paths: fakekit.PathPrefix,
 	Spec: func(f Fault) fakekit.Spec {
-		return fakekit.Spec{Kind: f.Kind, Delay: f.Delay, Probability: f.Probability}
+		return fakekit.Spec{Kind: f.Kind, Delay: f.Delay, Probability: f.Probability,
+			Method: f.Method, Path: f.Path, Key: f.IdempotencyKey}
 	},
-}
-
-func (f Fault) matches(r *http.Request, key string) bool {
-	return (f.Method == "" || strings.EqualFold(f.Method, r.Method)) &&
-		strings.HasPrefix(r.URL.Path, f.Path) &&
-		(f.IdempotencyKey == "" || f.IdempotencyKey == key)
+	Fail: func(w http.ResponseWriter, _ FaultKind, why string) { internalError(why).write(w) },
 }
 
 // Inject queues a one-shot fault for the next matching request; queued faults are matched in
@@ -102,9 +99,7 @@ func (s *Server) WaitHeld(ctx context.Context, n int) error {
 // as if its Delay had passed. Hung requests stay hung; later Latency faults wait as usual.
 func (s *Server) EndLatency() { s.life.EndLatency() }
 
-// pickFault chooses the fault for a request about to execute or replay: the first matching
-// injected fault, else the first Config.Faults rule whose draw hits. Draws happen only for
-// matching rules, so a seed and a request sequence fix the outcome.
-func (s *Server) pickFault(r *http.Request, key string) Fault {
-	return s.faults.Pick(func(f Fault) bool { return f.matches(r, key) })
+// faultRequest is what a Fault matches in r, sent with the Idempotency-Key key.
+func faultRequest(r *http.Request, key string) fakekit.Request {
+	return fakekit.Request{Method: r.Method, Path: r.URL.Path, Key: key}
 }

@@ -97,12 +97,13 @@ func NewServer(cfg *Config) *Server { return fakekit.Started(NewUnstartedServer(
 // field.
 func NewUnstartedServer(cfg *Config) *Server {
 	cfg = fakekit.MustConfig("stripetest", cfg, (*Config).validate)
+	life := fakekit.NewLifecycle("stripetest")
 	s := &Server{
 		clock:     fakekit.OrNow(cfg.Clock),
 		retention: fakekit.Or(cfg.Retention, DefaultRetention),
 		searchLag: cfg.SearchLag,
-		life:      fakekit.NewLifecycle("stripetest"),
-		faults:    fakekit.NewFaults(faultType, cfg.Faults, cfg.Seed, 0x5354524950455445), // "STRIPETE"
+		life:      life,
+		faults:    fakekit.NewFaults(faultType, life, cfg.Faults, cfg.Seed, 0x5354524950455445), // "STRIPETE"
 		keys:      fakekit.NewKeys[scopedKey, cached](),
 		intents:   make(map[string]*paymentIntent),
 		refunds:   make(map[string]*refund),
@@ -239,8 +240,8 @@ func withID(path string, h handler) handler {
 // execute runs h under the fault chosen for the request. entry is the claimed idempotency key,
 // or nil for a request without one.
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, key string, h handler, entry *keyEntry) {
-	fault := s.pickFault(r, key)
-	if !s.life.BeforeExecute(w, r, fault.Kind, fault.Delay, func() { s.release(entry) }, internalError("injected FailBefore").write) {
+	kind, ok := s.faults.BeforeExecute(w, r, faultRequest(r, key), func() { s.release(entry) })
+	if !ok {
 		return
 	}
 
@@ -253,19 +254,17 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, key string, h h
 		resp.write(w)
 		return
 	}
-	if fault.Kind == FailAfter {
+	if kind == FailAfter {
 		resp = internalError("injected FailAfter: the request was executed")
 		// A cached 500 will replay, so Stripe tells its clients retrying is pointless.
 		resp.header = http.Header{"Stripe-Should-Retry": {"false"}}
 	}
 	s.complete(entry, w.Header().Get("Request-Id"), resp)
-	fakekit.AnswerExecuted(w, fault.Kind, key, resp.write)
+	fakekit.AnswerExecuted(w, kind, key, resp.write)
 }
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, key string, e *keyEntry) {
-	fault := s.pickFault(r, key)
-	if !s.life.Apply(w, r, fault.Kind, fault.Delay, internalError("injected FailBefore").write,
-		internalError("injected FailAfter on a replay").write) {
+	if !s.faults.Apply(w, r, faultRequest(r, key)) {
 		return
 	}
 	w.Header().Set("Idempotency-Key", key)

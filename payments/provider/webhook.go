@@ -1,4 +1,4 @@
-package payments
+package provider
 
 import (
 	"context"
@@ -28,7 +28,7 @@ const (
 	// REFUND_FAILED (the card scheme rejected it) and REFUNDED_REVERSED
 	// (the refunded amount came back). It fails an open refund intent as
 	// EventRefundFailed does, and reverses one recorded SUCCEEDED (see
-	// EventRefundFailedAfterSuccess).
+	// payments.EventRefundFailedAfterSuccess).
 	EventRefundReversed   EventKind = "refund_reversed"
 	EventCaptureSucceeded EventKind = "capture_succeeded"
 	EventCaptureFailed    EventKind = "capture_failed"
@@ -103,3 +103,9 @@ var (
 	// ErrWebhookMalformed: a delivery's body is not a valid event.
 	ErrWebhookMalformed = errors.New("payments: webhook body malformed")
 )
+
+// WebhookAcknowledger is implemented by providers that expect a particular
+// body in the 2xx answer to a delivery (Adyen: "[accepted]").
+type WebhookAcknowledger interface {
+	WebhookAck() (contentType string, body []byte)
+}
