@@ -21,7 +21,8 @@
 // [MigrateLines] also applies the lines a line needs, and a line can be
 // added later: migrating [LinePayments] a year on applies the ledger's and
 // the payments' versions, whatever versions of the core were applied in
-// between. [Migrate] applies every line, as `payonce migrate up` does.
+// between. [Migrate] applies every line, as `payonce migrate up` does;
+// [MigrateLines] the lines named, as `payonce migrate up --line` does.
 //
 // # Versions
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,29 +20,42 @@ func newMigrateCmd() *cobra.Command {
 		Use:   "migrate up|status|print",
 		Short: "apply, inspect or print the schema",
 		Long: `Applies payonce's schema, lists its versions, or prints it as SQL for your
-own migration tool.`,
+own migration tool. The schema comes in lines: idempotency (the core), ledger,
+payments (needs idempotency and ledger) and saga (needs idempotency). Without
+--line every line is applied; with it, the lines named and those they need.`,
 		Example: `  DATABASE_URL=postgres://app@db/app payonce migrate up
+  payonce migrate up --line idempotency     # a core-only service
   payonce migrate status --database-url postgres://app@db/app
-  payonce migrate print > payonce.sql`,
+  payonce migrate print --line payments > payonce.sql`,
 		Args: subcommandArgs,
 		RunE: func(*cobra.Command, []string) error { return nil }, // subcommandArgs refuses every call
 	}
 	var dbURL string
+	var lineNames []string
 	addDatabaseURL(c, c.PersistentFlags(), &dbURL)
+	c.PersistentFlags().StringSliceVar(&lineNames, "line", nil,
+		"schema lines to apply, list or print, with the lines they need: idempotency, ledger, payments, saga (default: all)")
+	_ = c.RegisterFlagCompletionFunc("line", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		var names []cobra.Completion
+		for _, l := range migrations.Lines() {
+			names = append(names, string(l))
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	})
 	c.AddCommand(
 		&cobra.Command{
 			Use:     "up",
 			Short:   "apply every version not yet applied (safe when several processes run it at once)",
 			Example: `  DATABASE_URL=postgres://app@db/app payonce migrate up`,
 			Args:    noArgs,
-			RunE:    func(*cobra.Command, []string) error { return migrate(dbURL, true) },
+			RunE:    func(*cobra.Command, []string) error { return migrate(dbURL, lineNames, true) },
 		},
 		&cobra.Command{
 			Use:     "status",
 			Short:   "list the versions and whether each is applied",
 			Example: `  payonce migrate status --database-url postgres://app@db/app`,
 			Args:    noArgs,
-			RunE:    func(*cobra.Command, []string) error { return migrate(dbURL, false) },
+			RunE:    func(*cobra.Command, []string) error { return migrate(dbURL, lineNames, false) },
 		},
 		&cobra.Command{
 			Use:     "print",
@@ -49,7 +63,15 @@ own migration tool.`,
 			Example: `  payonce migrate print > payonce.sql`,
 			Args:    noArgs,
 			RunE: func(*cobra.Command, []string) error {
-				fmt.Print(migrations.SQL())
+				lines, err := parseLines(lineNames)
+				if err != nil {
+					return err
+				}
+				sql, err := migrations.SQLLines(lines...)
+				if err != nil {
+					return err
+				}
+				fmt.Print(sql)
 				return nil
 			},
 		},
@@ -67,8 +89,32 @@ func resolveURL(flagURL string) (string, error) {
 	return "", usageError{"no database: set DATABASE_URL or pass --database-url"}
 }
 
-// migrate applies the schema (up) or prints its status.
-func migrate(flagURL string, up bool) error {
+// parseLines reads --line: every line when none is named.
+func parseLines(names []string) ([]migrations.Line, error) {
+	if len(names) == 0 {
+		return migrations.Lines(), nil
+	}
+	var lines []migrations.Line
+	for _, n := range names {
+		l := migrations.Line(strings.TrimSpace(n))
+		if !l.Valid() {
+			var all []string
+			for _, v := range migrations.Lines() {
+				all = append(all, string(v))
+			}
+			return nil, usageError{fmt.Sprintf("--line %q: no such schema line (the lines: %s)", n, strings.Join(all, ", "))}
+		}
+		lines = append(lines, l)
+	}
+	return lines, nil
+}
+
+// migrate applies the schema's lines (up) or prints their status.
+func migrate(flagURL string, lineNames []string, up bool) error {
+	lines, err := parseLines(lineNames)
+	if err != nil {
+		return err
+	}
 	u, err := resolveURL(flagURL)
 	if err != nil {
 		return err
@@ -80,14 +126,14 @@ func migrate(flagURL string, up bool) error {
 	}
 	defer pool.Close()
 	if up {
-		applied, err := migrations.Migrate(ctx, pool)
+		applied, err := migrations.MigrateLines(ctx, pool, lines...)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("applied %d version(s) %v\n", len(applied), applied)
 		return nil
 	}
-	st, err := migrations.Status(ctx, pool)
+	st, err := migrations.StatusLines(ctx, pool, lines...)
 	if err != nil {
 		return err
 	}
