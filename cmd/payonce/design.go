@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/payonce/payonce/cmd/payonce/internal/design"
+	"github.com/payonce/payonce/internal/cli"
 )
 
 // designFlags are payonce design's flags; q[n] answers question n.
@@ -42,7 +43,7 @@ assumption. Without a terminal (or with --no-input) nothing is asked.`,
 		Example: `  payonce design
   payonce design --scan . --answers design.yaml --format markdown
   payonce design --answers cmd/payonce/internal/design/testdata/checkout.yaml --scan examples/checkout`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			in := c.InOrStdin()
 			f, ok := in.(*os.File)
@@ -67,7 +68,7 @@ assumption. Without a terminal (or with --no-input) nothing is asked.`,
 	_ = c.MarkFlagFilename("answers", "yaml", "yml", "json")
 	_ = c.MarkFlagDirname("scan")
 	_ = c.MarkFlagFilename("out", "html", "htm", "md")
-	completeWords(c, "format", "html", "markdown")
+	cli.CompleteWords(c, "format", "html", "markdown")
 	return c
 }
 
@@ -78,13 +79,13 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 	if o.answers != "" {
 		f, err := design.LoadAnswers(o.answers)
 		if err != nil {
-			return usageError{"design: " + err.Error()}
+			return cli.Usage("design: " + err.Error())
 		}
 		a = *f
 	}
 	if o.format != "" {
 		if _, err := design.ParseFormat(o.format); err != nil {
-			return usageError{"design: --" + err.Error()}
+			return cli.Usage("design: --" + err.Error())
 		}
 		a.Format = o.format
 	}
@@ -94,7 +95,7 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 	for n := 1; n <= 7; n++ {
 		if v := o.q[n]; v != "" {
 			if err := design.ApplyAnswer(&a, n, v); err != nil {
-				return usageError{fmt.Sprintf("design: question %d: %v", n, err)}
+				return cli.Usage(fmt.Sprintf("design: question %d: %v", n, err))
 			}
 		}
 	}
@@ -131,7 +132,7 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 	}
 	d, err := design.Build(a, findings, time.Now())
 	if err != nil {
-		return usageError{"design: " + err.Error()}
+		return cli.Usage("design: " + err.Error())
 	}
 	doc, err := design.Render(d)
 	if err != nil {

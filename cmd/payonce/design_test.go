@@ -14,6 +14,8 @@ import (
 
 	"github.com/creack/pty"
 	"golang.org/x/term"
+
+	"github.com/payonce/payonce/internal/cli"
 )
 
 // designCLI runs payonce design with args on the given streams, through
@@ -180,7 +182,7 @@ func TestDesignFlagsOnly(t *testing.T) {
 		t.Error("an assumption was made although every question was answered by flags")
 	}
 	err = designCLI([]string{"--providers", "venmo", "--out", out}, strings.NewReader(""), io.Discard, io.Discard)
-	if !errors.As(err, new(usageError)) {
+	if !errors.As(err, new(cli.UsageError)) {
 		t.Errorf("unknown provider: want a usage error, got %v", err)
 	}
 }

@@ -22,19 +22,18 @@
 package main
 
 import (
-	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/payonce/payonce/internal/cli"
 )
 
 func main() {
 	root := newRoot()
 	root.SetArgs(os.Args[1:])
 	if err := root.Execute(); err != nil {
-		os.Exit(exitCode(err))
+		os.Exit(cli.ExitCode("payonce", err))
 	}
 }
 
@@ -72,7 +71,7 @@ Exit codes:
   payonce report --kind "several charges at provider" --format csv`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return unknownSubcommand(c, args[0])
+				return cli.UnknownSubcommand(c, args[0])
 			}
 			return nil
 		},
@@ -80,7 +79,7 @@ Exit codes:
 		RunE: func(c *cobra.Command, _ []string) error {
 			c.SetOut(c.ErrOrStderr())
 			_ = c.Help()
-			return usageError{"no command given (see payonce --help)"}
+			return cli.Usage("no command given (see payonce --help)")
 		},
 	}
 	root.AddCommand(newMigrateCmd(), newStuckCmd(), newReleaseCmd(), newPruneCmd(),
@@ -88,16 +87,11 @@ Exit codes:
 	// cobra's completion command, with payonce's usage errors.
 	root.InitDefaultCompletionCmd()
 	if c, _, err := root.Find([]string{"completion"}); err == nil {
-		c.Args = subcommandArgs
-		c.RunE = func(*cobra.Command, []string) error { return nil } // subcommandArgs refuses every call
+		c.Args = cli.SubcommandArgs
+		c.RunE = func(*cobra.Command, []string) error { return nil } // cli.SubcommandArgs refuses every call
 		c.Example = `  source <(payonce completion bash)
   payonce completion zsh > "${fpath[1]}/_payonce"`
 	}
-	setUp(root)
+	cli.SetUp(root, "  payonce help\n  payonce help migrate up")
 	return root
-}
-
-// signalContext is canceled by an interrupt (Ctrl-C) or SIGTERM.
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }

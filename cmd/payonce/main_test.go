@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
 )
 
 // The test binary is the CLI when PAYONCE_CLI_MAIN=1, so that commands
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) {
 }
 
 // cli runs the CLI as a process and returns its output and exit code.
-func cli(t *testing.T, env []string, args ...string) (string, int) {
+func runCLI(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
 	return cliProcess(t, nil, env, args...)
 }
@@ -43,13 +44,13 @@ func cliProcess(t *testing.T, stdin io.Reader, env []string, args ...string) (st
 
 func TestUsage(t *testing.T) {
 	t.Parallel()
-	if out, code := cli(t, nil, "nope"); code != 2 || !strings.Contains(out, `unknown command "nope"`) {
+	if out, code := runCLI(t, nil, "nope"); code != 2 || !strings.Contains(out, `unknown command "nope"`) {
 		t.Fatalf("unknown command: exit %d\n%s", code, out)
 	}
-	if out, code := cli(t, nil); code != 2 || !strings.Contains(out, "Usage: payonce COMMAND") || !strings.Contains(out, "no command given") {
+	if out, code := runCLI(t, nil); code != 2 || !strings.Contains(out, "Usage: payonce COMMAND") || !strings.Contains(out, "no command given") {
 		t.Fatalf("no command: exit %d\n%s", code, out)
 	}
-	if out, code := cli(t, nil, "migrate"); code != 2 || !strings.Contains(out, "migrate needs a subcommand: up, status or print") {
+	if out, code := runCLI(t, nil, "migrate"); code != 2 || !strings.Contains(out, "migrate needs a subcommand: up, status or print") {
 		t.Fatalf("migrate without a subcommand: exit %d\n%s", code, out)
 	}
 }
@@ -72,45 +73,31 @@ func TestSuggestions(t *testing.T) {
 		{[]string{"migrate", "up", "--database-uri", "x"}, "migrate up: unknown flag: --database-uri; did you mean --database-url?"},
 		{[]string{"report", "--format"}, "report: flag needs an argument: --format"},
 	} {
-		out, code := cli(t, []string{"DATABASE_URL="}, tc.args...)
+		out, code := runCLI(t, []string{"DATABASE_URL="}, tc.args...)
 		if code != 2 || !strings.Contains(out, tc.want) {
 			t.Errorf("payonce %q: exit %d, want 2 and %q:\n%s", tc.args, code, tc.want, out)
 		}
 	}
 	// No suggestion for a flag nothing like the command's.
-	if out, code := cli(t, nil, "stuck", "--nope"); code != 2 || !strings.Contains(out, "unknown flag: --nope (see") {
+	if out, code := runCLI(t, nil, "stuck", "--nope"); code != 2 || !strings.Contains(out, "unknown flag: --nope (see") {
 		t.Errorf("stuck --nope: exit %d\n%s", code, out)
 	}
 }
 
-func TestLevenshtein(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		a, b string
-		want int
-	}{
-		{"", "", 0}, {"", "abc", 3}, {"limit", "limit", 0}, {"lmit", "limit", 1}, {"olderthan", "older-than", 1},
-		{"kitten", "sitting", 3}, {"nope", "help", 4},
-	} {
-		if got := levenshtein(tc.a, tc.b); got != tc.want {
-			t.Errorf("levenshtein(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
-		}
-	}
-}
 
 // Shell completion comes from cobra: a script per shell, the commands,
 // subcommands, flags and flag values.
 func TestCompletion(t *testing.T) {
 	t.Parallel()
 	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
-		if out, code := cli(t, nil, "completion", shell); code != 0 || !strings.Contains(out, "payonce") {
+		if out, code := runCLI(t, nil, "completion", shell); code != 0 || !strings.Contains(out, "payonce") {
 			t.Fatalf("completion %s: exit %d\n%.300s", shell, code, out)
 		}
 	}
-	if out, code := cli(t, nil, "completion", "bash"); code != 0 || !strings.Contains(out, "__start_payonce") {
+	if out, code := runCLI(t, nil, "completion", "bash"); code != 0 || !strings.Contains(out, "__start_payonce") {
 		t.Fatalf("completion bash: exit %d\n%.300s", code, out)
 	}
-	if out, code := cli(t, nil, "completion", "tcsh"); code != 2 || !strings.Contains(out, `unknown command "tcsh"`) {
+	if out, code := runCLI(t, nil, "completion", "tcsh"); code != 2 || !strings.Contains(out, `unknown command "tcsh"`) {
 		t.Fatalf("completion tcsh: exit %d\n%s", code, out)
 	}
 	for _, tc := range []struct {
@@ -125,15 +112,15 @@ func TestCompletion(t *testing.T) {
 		{[]string{"report", "--format", "h"}, "(?m)^html\n"},
 		{[]string{"help", "mig"}, "(?m)^migrate\t"},
 	} {
-		out, code := cli(t, nil, append([]string{"__complete"}, tc.args...)...)
+		out, code := runCLI(t, nil, append([]string{"__complete"}, tc.args...)...)
 		if code != 0 || !regexp.MustCompile(tc.want).MatchString(out) {
 			t.Errorf("completing %q: exit %d, want %s\n%s", tc.args, code, tc.want, out)
 		}
 	}
-	if out, code := cli(t, nil, "help", "prune"); code != 0 || !strings.HasPrefix(out, "Usage: payonce prune") {
+	if out, code := runCLI(t, nil, "help", "prune"); code != 0 || !strings.HasPrefix(out, "Usage: payonce prune") {
 		t.Fatalf("help prune: exit %d\n%s", code, out)
 	}
-	if out, code := cli(t, nil, "help", "nope"); code != 2 || !strings.Contains(out, `no help for "nope"`) {
+	if out, code := runCLI(t, nil, "help", "nope"); code != 2 || !strings.Contains(out, `no help for "nope"`) {
 		t.Fatalf("help nope: exit %d\n%s", code, out)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/migrations"
 )
 
@@ -27,12 +28,12 @@ payments (needs idempotency and ledger) and saga (needs idempotency). Without
   payonce migrate up --line idempotency     # a core-only service
   payonce migrate status --database-url postgres://app@db/app
   payonce migrate print --line payments > payonce.sql`,
-		Args: subcommandArgs,
-		RunE: func(*cobra.Command, []string) error { return nil }, // subcommandArgs refuses every call
+		Args: cli.SubcommandArgs,
+		RunE: func(*cobra.Command, []string) error { return nil }, // cli.SubcommandArgs refuses every call
 	}
 	var dbURL string
 	var lineNames []string
-	addDatabaseURL(c, c.PersistentFlags(), &dbURL)
+	cli.AddDatabaseURL(c, c.PersistentFlags(), &dbURL)
 	c.PersistentFlags().StringSliceVar(&lineNames, "line", nil,
 		"schema lines to apply, list or print, with the lines they need: idempotency, ledger, payments, saga (default: all)")
 	_ = c.RegisterFlagCompletionFunc("line", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
@@ -47,21 +48,21 @@ payments (needs idempotency and ledger) and saga (needs idempotency). Without
 			Use:     "up",
 			Short:   "apply every version not yet applied (safe when several processes run it at once)",
 			Example: `  DATABASE_URL=postgres://app@db/app payonce migrate up`,
-			Args:    noArgs,
+			Args:    cli.NoArgs,
 			RunE:    func(*cobra.Command, []string) error { return migrate(dbURL, lineNames, true) },
 		},
 		&cobra.Command{
 			Use:     "status",
 			Short:   "list the versions and whether each is applied",
 			Example: `  payonce migrate status --database-url postgres://app@db/app`,
-			Args:    noArgs,
+			Args:    cli.NoArgs,
 			RunE:    func(*cobra.Command, []string) error { return migrate(dbURL, lineNames, false) },
 		},
 		&cobra.Command{
 			Use:     "print",
 			Short:   "print the whole schema as SQL, for your own migration tool (needs no database)",
 			Example: `  payonce migrate print > payonce.sql`,
-			Args:    noArgs,
+			Args:    cli.NoArgs,
 			RunE: func(*cobra.Command, []string) error {
 				lines, err := parseLines(lineNames)
 				if err != nil {
@@ -86,7 +87,7 @@ func resolveURL(flagURL string) (string, error) {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		return u, nil
 	}
-	return "", usageError{"no database: set DATABASE_URL or pass --database-url"}
+	return "", cli.Usage("no database: set DATABASE_URL or pass --database-url")
 }
 
 // parseLines reads --line: every line when none is named.
@@ -102,7 +103,7 @@ func parseLines(names []string) ([]migrations.Line, error) {
 			for _, v := range migrations.Lines() {
 				all = append(all, string(v))
 			}
-			return nil, usageError{fmt.Sprintf("--line %q: no such schema line (the lines: %s)", n, strings.Join(all, ", "))}
+			return nil, cli.Usage(fmt.Sprintf("--line %q: no such schema line (the lines: %s)", n, strings.Join(all, ", ")))
 		}
 		lines = append(lines, l)
 	}

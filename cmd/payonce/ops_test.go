@@ -17,6 +17,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/pgtest"
 )
 
@@ -29,7 +30,7 @@ func quickExit(env []string) []string {
 // run is cli for the operator commands' tests.
 func run(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
-	return cli(t, quickExit(env), args...)
+	return runCLI(t, quickExit(env), args...)
 }
 
 // cliStdin is run with stdin read from r (nil: the null device).
@@ -397,8 +398,8 @@ func TestReleaseFencedByShownLockVersion(t *testing.T) {
 }
 
 func isRefused(err error) bool {
-	var x exitError
-	return errors.As(err, &x) && x.code == exitRefused
+	var x cli.ExitError
+	return errors.As(err, &x) && x.Code == exitRefused
 }
 
 func TestPruneDeletesExpiredOnly(t *testing.T) {
@@ -496,34 +497,6 @@ func (s *fakePruneStore) Prune(ctx context.Context, limit int) (int, error) {
 	return n, nil
 }
 
-func TestProgressBar(t *testing.T) {
-	t.Parallel()
-	var buf strings.Builder
-	p := newProgressBarEvery(&buf, "records deleted", 10000, 0)
-	p.update(4500, "5 batch(es)")
-	if got := buf.String(); !strings.Contains(got, "45%") || !strings.Contains(got, "4500/10000") ||
-		!strings.Contains(got, "records deleted, 5 batch(es)") {
-		t.Fatalf("bar: %q", got)
-	}
-	// Past the estimate (records expired meanwhile): the total follows.
-	buf.Reset()
-	p.update(12000, "")
-	p.finish()
-	if got := buf.String(); !strings.Contains(got, "100%") || !strings.Contains(got, "12000/12000") || !strings.HasSuffix(got, "\n") {
-		t.Fatalf("bar past its estimate: %q", got)
-	}
-	buf.Reset()
-	p = newProgressBarEvery(&buf, "records deleted", 0, 0)
-	p.update(1234567, "")
-	if got := buf.String(); !strings.Contains(got, "records deleted") || !strings.Contains(got, "1234567") {
-		t.Fatalf("counter: %q", got)
-	}
-	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", -12345: "-12,345"} {
-		if got := groupDigits(n); got != want {
-			t.Errorf("groupDigits(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
 
 func TestConfirm(t *testing.T) {
 	t.Parallel()

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/cli"
 )
 
 // maxPruneBatch mirrors idempotency.PrunerConfig.BatchSize's bound: a batch
@@ -47,27 +48,27 @@ Interrupted (Ctrl-C), it stops after the current batch is rolled back and
 reports what was deleted; the next pass picks up the rest.`,
 		Example: `  payonce prune
   payonce prune --batch 5000 --limit 1000000`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runPrune(dbURL, batch, limit, pause) },
 	}
 	f := c.Flags()
 	f.IntVar(&batch, "batch", 1000, fmt.Sprintf("records per batch, 1 to %d", maxPruneBatch))
 	f.IntVar(&limit, "limit", 0, "delete at most this many records in this pass (0: no bound)")
 	f.DurationVar(&pause, "pause", 10*time.Millisecond, "wait between batches (0: none)")
-	addDatabaseURL(c, f, &dbURL)
+	cli.AddDatabaseURL(c, f, &dbURL)
 	return c
 }
 
 func runPrune(dbURL string, batch, limit int, pause time.Duration) error {
 	switch {
 	case batch < 1 || batch > maxPruneBatch:
-		return usageError{fmt.Sprintf("prune: --batch must be between 1 and %d, got %d", maxPruneBatch, batch)}
+		return cli.Usage(fmt.Sprintf("prune: --batch must be between 1 and %d, got %d", maxPruneBatch, batch))
 	case limit < 0:
-		return usageError{fmt.Sprintf("prune: --limit must not be negative, got %d", limit)}
+		return cli.Usage(fmt.Sprintf("prune: --limit must not be negative, got %d", limit))
 	case pause < 0:
-		return usageError{fmt.Sprintf("prune: --pause must not be negative, got %s", pause)}
+		return cli.Usage(fmt.Sprintf("prune: --pause must not be negative, got %s", pause))
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	pool, err := openPool(ctx, dbURL, "prune", "idempotency_store")
 	if err != nil {
@@ -79,18 +80,18 @@ func runPrune(dbURL string, batch, limit int, pause time.Duration) error {
 		return err
 	}
 
-	var bar *progressBar
-	if isTerminal(os.Stdout) {
-		bar = newProgressBar(os.Stdout, "records deleted", expiredEstimate(ctx, store, limit))
-		bar.update(0, "")
+	var bar *cli.ProgressBar
+	if cli.IsTerminal(os.Stdout) {
+		bar = cli.NewProgressBar(os.Stdout, "records deleted", expiredEstimate(ctx, store, limit))
+		bar.Update(0, "")
 	}
 	res, err := prunePass(ctx, store, batch, limit, pause, func(r pruneResult) {
 		if bar != nil {
-			bar.update(int64(r.deleted), fmt.Sprintf("%d batch(es)", r.batches))
+			bar.Update(int64(r.deleted), fmt.Sprintf("%d batch(es)", r.batches))
 		}
 	})
 	if bar != nil {
-		bar.finish()
+		bar.Finish()
 	}
 	printPruneSummary(os.Stdout, res, limit)
 	if err != nil {

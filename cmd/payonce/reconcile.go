@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/reconcile"
 	"github.com/payonce/payonce/wiring"
@@ -43,15 +44,15 @@ Exit codes: 0 the run completed (divergences are in the report), 1 the run
 failed, 2 usage error.`,
 		Example: `  DATABASE_URL=postgres://app@db/app STRIPE_API_BASE=https://api.stripe.com \
     STRIPE_SECRET_KEY=sk_live_... payonce reconcile --format table`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runReconcile(dbURL, format, grace, batch) },
 	}
 	f := c.Flags()
 	f.StringVar(&format, "format", "table", "table, json or csv")
 	f.DurationVar(&grace, "grace", 2*time.Minute, "leave intents younger than this to their callers")
 	f.IntVar(&batch, "batch", 100, "intents examined at most")
-	completeWords(c, "format", "table", "json", "csv")
-	addDatabaseURL(c, f, &dbURL)
+	cli.CompleteWords(c, "format", "table", "json", "csv")
+	cli.AddDatabaseURL(c, f, &dbURL)
 	return c
 }
 
@@ -75,7 +76,7 @@ Kinds: the "kind" column of a report, e.g. "stuck record",
 Exit codes: 0 success, 1 failure, 2 usage error.`,
 		Example: `  payonce report --kind "several charges at provider" --min-age 1h --format csv > review.csv
   payonce report --runs 50 --format html > divergences.html`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runReport(dbURL, format, since, runs, f) },
 	}
 	fl := c.Flags()
@@ -87,9 +88,9 @@ Exit codes: 0 success, 1 failure, 2 usage error.`,
 	fl.StringVar(&since, "since", "", "only items recorded after this RFC 3339 time, e.g. 2026-12-01T00:00:00Z")
 	fl.IntVar(&f.Limit, "limit", 200, "items at most")
 	fl.StringVar(&format, "format", "table", "table, json, csv or html")
-	completeWords(c, "format", "table", "json", "csv", "html")
-	completeWords(c, "provider", "stripe", "adyen", "paypal")
-	addDatabaseURL(c, fl, &dbURL)
+	cli.CompleteWords(c, "format", "table", "json", "csv", "html")
+	cli.CompleteWords(c, "provider", "stripe", "adyen", "paypal")
+	cli.AddDatabaseURL(c, fl, &dbURL)
 	return c
 }
 
@@ -99,9 +100,9 @@ func runReconcile(dbURL, format string, grace time.Duration, batch int) error {
 	}
 	cfg, err := wiring.FromEnv(os.Getenv)
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.Usage(err.Error())
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	pool, err := openPool(ctx, dbURL, "reconcile", "payment_intents", "reconcile_runs", "reconcile_items")
 	if err != nil {
@@ -116,23 +117,23 @@ func runReconcile(dbURL, format string, grace time.Duration, batch int) error {
 		return err
 	}
 	rcfg := &reconcile.Config{Grace: grace, Batch: batch}
-	var bar *progressBar
-	if isTerminal(os.Stderr) {
-		bar = newProgressBar(os.Stderr, "intents examined", int64(batch))
+	var bar *cli.ProgressBar
+	if cli.IsTerminal(os.Stderr) {
+		bar = cli.NewProgressBar(os.Stderr, "intents examined", int64(batch))
 		rcfg.Progress = func(examined, claimed int) {
 			if examined == 1 {
-				bar.bar.ChangeMax64(int64(claimed))
+				bar.SetTotal(int64(claimed))
 			}
-			bar.update(int64(examined), "")
+			bar.Update(int64(examined), "")
 		}
 	}
 	r, err := reconcile.New(pool, client, rcfg)
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.Usage(err.Error())
 	}
 	rep, err := r.RunOnce(ctx)
 	if bar != nil && rep != nil && rep.Examined > 0 {
-		bar.finish()
+		bar.Finish()
 	}
 	if rep != nil {
 		if format == "table" {
@@ -149,12 +150,12 @@ func runReconcile(dbURL, format string, grace time.Duration, batch int) error {
 
 func runReport(dbURL, format, since string, runs int, f reconcile.Filter) error {
 	if format != "html" && checkFormat(format) != nil {
-		return usageError{fmt.Sprintf("report: --format %q: table, json, csv or html", format)}
+		return cli.Usage(fmt.Sprintf("report: --format %q: table, json, csv or html", format))
 	}
 	if since != "" {
 		t, err := time.Parse(time.RFC3339, since)
 		if err != nil {
-			return usageError{"report: --since: " + err.Error()}
+			return cli.Usage("report: --since: " + err.Error())
 		}
 		f.Since = t
 	}
@@ -201,7 +202,7 @@ func checkFormat(f string) error {
 	case "table", "json", "csv":
 		return nil
 	}
-	return usageError{fmt.Sprintf("--format %q: table, json or csv", f)}
+	return cli.Usage(fmt.Sprintf("--format %q: table, json or csv", f))
 }
 
 // writeItems prints report items. Keys are shown as stored (payonce's

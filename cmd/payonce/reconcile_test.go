@@ -60,7 +60,7 @@ func TestReconcileAndReportCommands(t *testing.T) {
 		cliEnv = append(cliEnv, k+"="+v)
 	}
 
-	out, code := cli(t, cliEnv, "reconcile", "--grace", "1ms", "--format", "json", "--database-url", url)
+	out, code := runCLI(t, cliEnv, "reconcile", "--grace", "1ms", "--format", "json", "--database-url", url)
 	if code != 0 {
 		t.Fatalf("reconcile: exit %d\n%s", code, out)
 	}
@@ -72,29 +72,29 @@ func TestReconcileAndReportCommands(t *testing.T) {
 	if in, err := client.Intent(context.Background(), "cus_cli", "order-1"); err != nil || in.Status != payments.IntentSucceeded {
 		t.Fatalf("intent after payonce reconcile: %+v %v", in, err)
 	}
-	out, code = cli(t, cliEnv, "reconcile", "--grace", "1ms", "--database-url", url)
+	out, code = runCLI(t, cliEnv, "reconcile", "--grace", "1ms", "--database-url", url)
 	if code != 0 || !strings.Contains(out, "examined 0") || !strings.Contains(out, "no divergences") {
 		t.Fatalf("a second run: exit %d\n%s", code, out)
 	}
 
-	out, code = cli(t, nil, "report", "--format", "csv", "--kind", string(reconcile.KindPendingSucceededAtProvider), "--database-url", url)
+	out, code = runCLI(t, nil, "report", "--format", "csv", "--kind", string(reconcile.KindPendingSucceededAtProvider), "--database-url", url)
 	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	if code != 0 || err != nil || len(rows) != 2 || rows[1][5] != "cus_cli_charge_order-1" || rows[1][10] != string(reconcile.ActionCompleted) {
 		t.Fatalf("report --format csv: exit %d %v\n%s", code, err, out)
 	}
-	out, code = cli(t, nil, "report", "--database-url", url)
+	out, code = runCLI(t, nil, "report", "--database-url", url)
 	if code != 0 || !strings.Contains(out, "RUN") || !strings.Contains(out, "completed locally") {
 		t.Fatalf("report: exit %d\n%s", code, out)
 	}
-	out, code = cli(t, nil, "report", "--format", "html", "--database-url", url)
+	out, code = runCLI(t, nil, "report", "--format", "html", "--database-url", url)
 	if code != 0 || !strings.HasPrefix(out, "<!DOCTYPE html>") || !strings.Contains(out, "cus_cli_charge_order-1") ||
 		!strings.Contains(out, "pending locally, succeeded at provider") || strings.Contains(out, "<script") {
 		t.Fatalf("report --format html: exit %d\n%s", code, out)
 	}
-	if out, code := cli(t, nil, "report", "--format", "xml", "--database-url", url); code != 2 || !strings.Contains(out, "table, json, csv or html") {
+	if out, code := runCLI(t, nil, "report", "--format", "xml", "--database-url", url); code != 2 || !strings.Contains(out, "table, json, csv or html") {
 		t.Fatalf("report --format xml: exit %d\n%s", code, out)
 	}
-	if out, code := cli(t, []string{"DATABASE_URL="}, "report"); code != 2 || !strings.Contains(out, "no database") {
+	if out, code := runCLI(t, []string{"DATABASE_URL="}, "report"); code != 2 || !strings.Contains(out, "no database") {
 		t.Fatalf("report without a database: exit %d\n%s", code, out)
 	}
 }
@@ -139,10 +139,10 @@ func TestResolveCommand(t *testing.T) {
 		cliEnv = append(cliEnv, k+"="+v)
 	}
 	args := []string{"resolve", "cus_rv", key, "--succeeded", "pi_kept", "--reason", "INC-1: kept one, refunded one", "--database-url", url}
-	if out, code := cli(t, cliEnv, args...); code != 2 || !strings.Contains(out, "--yes") {
+	if out, code := runCLI(t, cliEnv, args...); code != 2 || !strings.Contains(out, "--yes") {
 		t.Fatalf("resolve without --yes off a terminal: exit %d\n%s", code, out)
 	}
-	out, code := cli(t, cliEnv, append(args, "--yes")...)
+	out, code := runCLI(t, cliEnv, append(args, "--yes")...)
 	if code != 0 || !strings.Contains(out, "settled") {
 		t.Fatalf("resolve: exit %d\n%s", code, out)
 	}
@@ -158,10 +158,10 @@ func TestResolveCommand(t *testing.T) {
 	if entries != 1 || audits != 1 {
 		t.Fatalf("%d ledger entries and %d audit rows, want 1 and 1", entries, audits)
 	}
-	if out, code := cli(t, cliEnv, append(args, "--yes")...); code != exitRefused || !strings.Contains(out, "not under review") {
+	if out, code := runCLI(t, cliEnv, append(args, "--yes")...); code != exitRefused || !strings.Contains(out, "not under review") {
 		t.Fatalf("a second resolve: exit %d\n%s", code, out)
 	}
-	if out, code := cli(t, cliEnv, "resolve", "cus_rv", key, "--failed", "--succeeded", "x", "--reason", "r", "--yes", "--database-url", url); code != 2 {
+	if out, code := runCLI(t, cliEnv, "resolve", "cus_rv", key, "--failed", "--succeeded", "x", "--reason", "r", "--yes", "--database-url", url); code != 2 {
 		t.Fatalf("two decisions: exit %d\n%s", code, out)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/payments"
 )
 
@@ -95,22 +96,22 @@ terminal; 3 refused: the record is not PROCESSING, its lease is live
 	f.BoolVar(&o.yes, "yes", false, "release without asking (required when stdin is not a terminal)")
 	f.BoolVar(&o.force, "force", false, "release a lease that is still live (see above)")
 	f.StringVar(&o.reason, "reason", "", "why, kept in the audit row (a ticket number, ...)")
-	addDatabaseURL(c, f, &o.dbURL)
+	cli.AddDatabaseURL(c, f, &o.dbURL)
 	return c
 }
 
 func runRelease(pos []string, o releaseFlags) error {
 	if len(pos) != 2 {
-		return usageError{fmt.Sprintf("release needs <scope> <key>, got %d argument(s) (see payonce release --help)", len(pos))}
+		return cli.Usage(fmt.Sprintf("release needs <scope> <key>, got %d argument(s) (see payonce release --help)", len(pos)))
 	}
 	scope, key := pos[0], pos[1]
 	if err := idempotency.ValidateScope(scope); err != nil {
-		return usageError{"release: " + err.Error()}
+		return cli.Usage("release: " + err.Error())
 	}
 	if err := idempotency.ValidateKey(key); err != nil {
-		return usageError{"release: " + err.Error()}
+		return cli.Usage("release: " + err.Error())
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	pool, err := openPool(ctx, o.dbURL, "release", "idempotency_store", "payment_intents", "operator_audit")
 	if err != nil {
@@ -133,15 +134,15 @@ func runRelease(pos []string, o releaseFlags) error {
 	printReleaseTarget(os.Stdout, t)
 	switch {
 	case t.Status != idempotency.StatusProcessing:
-		return exitError{exitRefused, fmt.Errorf("release refused: the record is %s, it has no lease to release; nothing changed", t.Status)}
+		return cli.Exit(exitRefused, fmt.Errorf("release refused: the record is %s, it has no lease to release; nothing changed", t.Status))
 	case t.Live() && !o.force:
-		return exitError{exitRefused, fmt.Errorf("release refused: the lease is live for another %s, its holder may still be executing; "+
+		return cli.Exit(exitRefused, fmt.Errorf("release refused: the lease is live for another %s, its holder may still be executing; "+
 			"wait for it, or pass --force if the holder is gone (see payonce release --help); nothing changed",
-			formatAge(t.LockedUntil.Sub(t.DatabaseNow)))}
+			formatAge(t.LockedUntil.Sub(t.DatabaseNow))))
 	}
 	if !o.yes {
-		if !isTerminal(os.Stdin) {
-			return usageError{"release: stdin is not a terminal and --yes is not given; nothing changed"}
+		if !cli.IsTerminal(os.Stdin) {
+			return cli.Usage("release: stdin is not a terminal and --yes is not given; nothing changed")
 		}
 		ok, err := confirm(ctx, os.Stdin, os.Stdout, "Release this lease? [y/N] ")
 		if err != nil {
@@ -277,7 +278,7 @@ func releaseRecord(ctx context.Context, pool *pgxpool.Pool, t releaseTarget, for
 		default:
 			what = "it changed"
 		}
-		return 0, exitError{exitRefused, fmt.Errorf("release refused: the record changed after it was shown: %s; nothing changed", what)}
+		return 0, cli.Exit(exitRefused, fmt.Errorf("release refused: the record changed after it was shown: %s; nothing changed", what))
 	case err != nil:
 		return 0, fmt.Errorf("release: %w; nothing changed", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/wiring"
 )
@@ -55,13 +56,13 @@ under review, nothing changed.`,
 	f.BoolVar(&o.failed, "failed", false, "nothing was charged")
 	f.StringVar(&o.reason, "reason", "", "why (required): kept in the audit row and the intent")
 	f.BoolVar(&o.yes, "yes", false, "settle without asking (required when stdin is not a terminal)")
-	addDatabaseURL(c, f, &o.dbURL)
+	cli.AddDatabaseURL(c, f, &o.dbURL)
 	return c
 }
 
 func runResolve(pos []string, o resolveFlags) error {
 	if len(pos) != 2 {
-		return usageError{fmt.Sprintf("resolve needs SCOPE KEY, got %d argument(s) (see payonce resolve --help)", len(pos))}
+		return cli.Usage(fmt.Sprintf("resolve needs SCOPE KEY, got %d argument(s) (see payonce resolve --help)", len(pos)))
 	}
 	scope, key := pos[0], pos[1]
 	var proof payments.Proof
@@ -80,19 +81,19 @@ func runResolve(pos []string, o resolveFlags) error {
 	}
 	switch {
 	case chosen != 1:
-		return usageError{"resolve: give exactly one of --succeeded PROVIDER_ID, --declined CODE, --failed"}
+		return cli.Usage("resolve: give exactly one of --succeeded PROVIDER_ID, --declined CODE, --failed")
 	case o.reason == "":
-		return usageError{"resolve: --reason is required (it goes in the audit and the intent)"}
+		return cli.Usage("resolve: --reason is required (it goes in the audit and the intent)")
 	}
 	proof.Reason = "resolved by " + actor() + ": " + o.reason
-	if !o.yes && !isTerminal(os.Stdin) {
-		return usageError{"resolve: stdin is not a terminal and --yes is not given; nothing changed"}
+	if !o.yes && !cli.IsTerminal(os.Stdin) {
+		return cli.Usage("resolve: stdin is not a terminal and --yes is not given; nothing changed")
 	}
 	cfg, err := wiring.FromEnv(os.Getenv)
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.Usage(err.Error())
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	pool, err := openPool(ctx, o.dbURL, "resolve", "payment_intents", "operator_audit")
 	if err != nil {
@@ -129,7 +130,7 @@ func runResolve(pos []string, o resolveFlags) error {
 	})
 	switch {
 	case errors.Is(err, payments.ErrNotUnderReview):
-		return exitError{exitRefused, fmt.Errorf("resolve refused: %w; nothing changed", err)}
+		return cli.Exit(exitRefused, fmt.Errorf("resolve refused: %w; nothing changed", err))
 	case errors.Is(err, idempotency.ErrNotFound):
 		return fmt.Errorf("resolve: %w", err)
 	case err != nil:

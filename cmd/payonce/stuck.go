@@ -15,6 +15,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/payments"
 )
 
@@ -77,7 +78,7 @@ stuck exits 0 whether or not it finds records, 1 when the database fails.`,
 		Example: `  payonce stuck
   payonce stuck --older-than 15m --format json | jq -r '.records[].key_hash'
   payonce stuck --show-keys --limit 5`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			return runStuck(o.dbURL, o.olderThan, o.limit, o.showKeys, o.format)
 		},
@@ -87,21 +88,21 @@ stuck exits 0 whether or not it finds records, 1 when the database fails.`,
 	f.IntVar(&o.limit, "limit", 50, fmt.Sprintf("list at most this many records, 1 to %d; the total is printed", maxStuckLimit))
 	f.BoolVar(&o.showKeys, "show-keys", false, "print full keys, as payonce release takes them")
 	f.StringVar(&o.format, "format", "table", "table or json")
-	completeWords(c, "format", "table", "json")
-	addDatabaseURL(c, f, &o.dbURL)
+	cli.CompleteWords(c, "format", "table", "json")
+	cli.AddDatabaseURL(c, f, &o.dbURL)
 	return c
 }
 
 func runStuck(dbURL string, olderThan time.Duration, limit int, showKeys bool, format string) error {
 	switch {
 	case olderThan < 0:
-		return usageError{fmt.Sprintf("stuck: --older-than must not be negative, got %s", olderThan)}
+		return cli.Usage(fmt.Sprintf("stuck: --older-than must not be negative, got %s", olderThan))
 	case limit < 1 || limit > maxStuckLimit:
-		return usageError{fmt.Sprintf("stuck: --limit must be between 1 and %d, got %d", maxStuckLimit, limit)}
+		return cli.Usage(fmt.Sprintf("stuck: --limit must be between 1 and %d, got %d", maxStuckLimit, limit))
 	case format != "table" && format != "json":
-		return usageError{fmt.Sprintf("stuck: --format must be table or json, got %q", format)}
+		return cli.Usage(fmt.Sprintf("stuck: --format must be table or json, got %q", format))
 	}
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	pool, err := openPool(ctx, dbURL, "stuck", "idempotency_store", "payment_intents")
 	if err != nil {
@@ -253,7 +254,7 @@ func openPool(ctx context.Context, flagURL, command string, tables ...string) (*
 	}
 	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
-		return nil, usageError{fmt.Sprintf("database URL: %v", err)}
+		return nil, cli.Usage(fmt.Sprintf("database URL: %v", err))
 	}
 	cfg.MaxConns = 2
 	cfg.ConnConfig.RuntimeParams["application_name"] = "payonce " + command

@@ -17,6 +17,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/pgtest/localpg"
 )
 
@@ -36,10 +37,10 @@ Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL.
 The demo works in its own schema, payonce_demo, dropped first.`,
 		Example: `  lab demo core
   lab demo core --keys 20 --clients 100`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if nKeys < 1 || clients < 1 {
-				return usageError{"demo core: --keys and --clients must be at least 1"}
+				return cli.Usage("demo core: --keys and --clients must be at least 1")
 			}
 			return runCoreDemo(*dbURL, nKeys, clients)
 		},

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/pgtest/localpg"
 	"github.com/payonce/payonce/providers/fakes"
 )
@@ -43,13 +44,13 @@ Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL;
 it works in its own schema, payonce_worker_demo, dropped first.`,
 		Example: `  make demo-worker
   lab demo worker --orders 500 --charges 100 --seed 7`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			switch {
 			case orders < 1:
-				return usageError{"demo worker: --orders must be at least 1"}
+				return cli.Usage("demo worker: --orders must be at least 1")
 			case charges < 0:
-				return usageError{"demo worker: --charges must not be negative"}
+				return cli.Usage("demo worker: --charges must not be negative")
 			}
 			return runWorkerDemo(*dbURL, orders, charges, seed)
 		},

@@ -11,7 +11,7 @@ import (
 // dead-lettered once, every payment charged once, the worker killed once.
 func TestDemoWorker(t *testing.T) {
 	t.Parallel()
-	out, code := cli(t, nil, "demo", "worker", "--orders", "60", "--charges", "20", "--seed", "4",
+	out, code := runCLI(t, nil, "demo", "worker", "--orders", "60", "--charges", "20", "--seed", "4",
 		"--database-url", pgtest.BaseURL(t))
 	if code != 0 {
 		t.Fatalf("demo worker exited %d:\n%s", code, out)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -41,13 +42,13 @@ at the provider) is at http://ADDR/_fake/counts and /_fake/totals.`,
   lab fake paypal --webhook-url http://127.0.0.1:8080/webhooks/paypal`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usageError{"fake needs a provider: stripe, adyen or paypal (see lab fake --help)"}
+				return cli.Usage("fake needs a provider: stripe, adyen or paypal (see lab fake --help)")
 			}
 			msg := fmt.Sprintf("fake: unknown provider %q (want stripe, adyen or paypal", args[0])
 			if near := c.SuggestionsFor(args[0]); len(near) > 0 {
-				msg += "; did you mean " + orList(near) + "?"
+				msg += "; did you mean " + cli.OrList(near) + "?"
 			}
-			return usageError{msg + ")"}
+			return cli.Usage(msg + ")")
 		},
 		RunE: func(*cobra.Command, []string) error { return nil }, // Args refuses every call
 	}
@@ -60,7 +61,7 @@ at the provider) is at http://ADDR/_fake/counts and /_fake/totals.`,
 // (name, value pairs).
 func fakeCommand(provider, defaultAddr string, c *cobra.Command, start func(fakeFlags) (fakeServer, []string)) *cobra.Command {
 	var o fakeFlags
-	c.Args = noArgs
+	c.Args = cli.NoArgs
 	c.RunE = func(*cobra.Command, []string) error { return runFake(provider, o, start) }
 	f := c.Flags()
 	f.StringVar(&o.addr, "addr", defaultAddr, "listen address (port 0: any free port, printed)")
@@ -152,7 +153,7 @@ func runFake(provider string, o fakeFlags, start func(fakeFlags) (fakeServer, []
 	fake, creds, err := func() (f fakeServer, creds []string, err error) {
 		defer func() {
 			if p := recover(); p != nil {
-				err = usageError{fmt.Sprintf("fake %s: %v", provider, p)}
+				err = cli.Usage(fmt.Sprintf("fake %s: %v", provider, p))
 			}
 		}()
 		f, creds = start(o)
@@ -184,7 +185,7 @@ func runFake(provider string, o fakeFlags, start func(fakeFlags) (fakeServer, []
 // gracefully.
 func serveFake(l net.Listener, h http.Handler) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	ctx, stop := signalContext()
+	ctx, stop := cli.SignalContext()
 	defer stop()
 	done := make(chan struct{})
 	go func() {

@@ -36,7 +36,7 @@ func quickExit(env []string) []string {
 }
 
 // cli runs the lab as a process and returns its output and exit code.
-func cli(t *testing.T, env []string, args ...string) (string, int) {
+func runCLI(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(append(os.Environ(), "PAYONCE_LAB_MAIN=1"), env...)
@@ -52,13 +52,13 @@ func cli(t *testing.T, env []string, args ...string) (string, int) {
 
 func TestUsage(t *testing.T) {
 	t.Parallel()
-	if out, code := cli(t, nil, "demo", "--payments", "0"); code != 2 || !strings.Contains(out, "at least 1") {
+	if out, code := runCLI(t, nil, "demo", "--payments", "0"); code != 2 || !strings.Contains(out, "at least 1") {
 		t.Fatalf("demo --payments 0: exit %d\n%s", code, out)
 	}
-	if out, code := cli(t, nil, "nope"); code != 2 || !strings.Contains(out, "unknown command") {
+	if out, code := runCLI(t, nil, "nope"); code != 2 || !strings.Contains(out, "unknown command") {
 		t.Fatalf("unknown command: exit %d\n%s", code, out)
 	}
-	if out, code := cli(t, nil); code != 2 || !strings.Contains(out, "Usage: lab COMMAND") {
+	if out, code := runCLI(t, nil); code != 2 || !strings.Contains(out, "Usage: lab COMMAND") {
 		t.Fatalf("no command: exit %d\n%s", code, out)
 	}
 	// Completion: subcommands in their order, flags, the scripts.
@@ -72,12 +72,12 @@ func TestUsage(t *testing.T) {
 		{[]string{"demo", "core", "--data"}, "(?m)^--database-url\t"},
 		{[]string{"fake", "adyen", "--hm"}, "(?m)^--hmac-key\t"},
 	} {
-		out, code := cli(t, nil, append([]string{"__complete"}, tc.args...)...)
+		out, code := runCLI(t, nil, append([]string{"__complete"}, tc.args...)...)
 		if code != 0 || !regexp.MustCompile(tc.want).MatchString(out) {
 			t.Errorf("completing %q: exit %d, want %s\n%s", tc.args, code, tc.want, out)
 		}
 	}
-	if out, code := cli(t, nil, "completion", "bash"); code != 0 || !strings.Contains(out, "__start_lab") {
+	if out, code := runCLI(t, nil, "completion", "bash"); code != 0 || !strings.Contains(out, "__start_lab") {
 		t.Errorf("completion bash: exit %d\n%.300s", code, out)
 	}
 	for _, args := range [][]string{
@@ -85,7 +85,7 @@ func TestUsage(t *testing.T) {
 		{"fake", "paypal", "--help"}, {"fake", "stripe", "-h"}, {"demo", "--help"}, {"demo", "core", "--help"},
 		{"demo", "worker", "--help"}, {"demo", "torture", "--help"}, {"demo", "--payments", "0", "--help"},
 	} {
-		out, code := cli(t, quickExit([]string{"DATABASE_URL="}), args...)
+		out, code := runCLI(t, quickExit([]string{"DATABASE_URL="}), args...)
 		if code != 0 || !strings.Contains(out, "Example") {
 			t.Errorf("lab %s: exit %d, want 0 and an example:\n%s", strings.Join(args, " "), code, out)
 		}
@@ -109,7 +109,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"demo", "core", "--nope"}, "demo core: unknown flag: --nope (see lab demo core --help)"},
 		{[]string{"help", "demo", "cor"}, `no help for "demo cor"; did you mean core?`},
 	} {
-		out, code := cli(t, quickExit(nil), tc.args...)
+		out, code := runCLI(t, quickExit(nil), tc.args...)
 		if code != 2 || !strings.Contains(out, tc.want) {
 			t.Errorf("lab %q: exit %d, want 2 and %q:\n%s", tc.args, code, tc.want, out)
 		}
@@ -124,7 +124,7 @@ func TestUsage(t *testing.T) {
 // checkout.
 func TestDemoStorm(t *testing.T) {
 	t.Parallel()
-	out, code := cli(t, nil, "demo", "--payments", "120", "--customers", "12", "--checkouts", "60", "--seed", "3",
+	out, code := runCLI(t, nil, "demo", "--payments", "120", "--customers", "12", "--checkouts", "60", "--seed", "3",
 		"--database-url", pgtest.BaseURL(t))
 	if code != 0 {
 		t.Fatalf("demo exited %d:\n%s", code, out)
@@ -188,7 +188,7 @@ var fullKeysNone = regexp.MustCompile(`full idempotency keys in logs, errors and
 // the books equal to each provider's net.
 func TestTorture(t *testing.T) {
 	t.Parallel()
-	out, code := cli(t, nil, "demo", "torture", "--intents", "1000", "--customers", "48", "--seed", "5",
+	out, code := runCLI(t, nil, "demo", "torture", "--intents", "1000", "--customers", "48", "--seed", "5",
 		"--fault-gap", "500ms", "--kill-gap", "2s", "--database-url", pgtest.BaseURL(t))
 	if code != 0 {
 		t.Fatalf("torture exited %d:\n%s", code, out)

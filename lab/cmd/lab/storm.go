@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/lab/internal/keyscan"
 	"github.com/payonce/payonce/pgtest/localpg"
 	"github.com/payonce/payonce/providers/fakes"
@@ -70,16 +71,16 @@ it works in its own schema, payonce_storm, dropped first.`,
   lab demo --payments 2000 --customers 100 --checkouts 400 --seed 7`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return unknownSubcommand(cmd, args[0])
+				return cli.UnknownSubcommand(cmd, args[0])
 			}
 			return nil
 		},
 		RunE: func(*cobra.Command, []string) error {
 			if c.payments < 1 || c.customers < 1 {
-				return usageError{"demo: --payments and --customers must be at least 1"}
+				return cli.Usage("demo: --payments and --customers must be at least 1")
 			}
 			if c.checkouts < 0 {
-				return usageError{"demo: --checkouts must be at least 0"}
+				return cli.Usage("demo: --checkouts must be at least 0")
 			}
 			c.kill = !noKill
 			if c.dbURL == "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/providers/fakes"
@@ -22,12 +23,12 @@ import (
 // progress draws a progress bar while stdout is a terminal; otherwise it
 // prints a plain line every 10s.
 func progress(st *stormStats, total int64) (stop func()) {
-	if !isTerminal(os.Stdout) {
+	if !cli.IsTerminal(os.Stdout) {
 		return plainProgress(st, total, 10*time.Second)
 	}
-	bar := newProgressBar(os.Stdout, "payments sent and resolved", 2*total)
+	bar := cli.NewProgressBar(os.Stdout, "payments sent and resolved", 2*total)
 	draw := func() {
-		bar.update(st.started.Load()+st.resolved.Load(), fmt.Sprintf("%d requests", st.requests.Load()))
+		bar.Update(st.started.Load()+st.resolved.Load(), fmt.Sprintf("%d requests", st.requests.Load()))
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -40,7 +41,7 @@ func progress(st *stormStats, total int64) (stop func()) {
 			select {
 			case <-done:
 				draw()
-				bar.finish()
+				bar.Finish()
 				return
 			case <-t.C:
 				draw()

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/lab/internal/keyscan"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/reconcile"
@@ -82,19 +83,19 @@ Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL;
 it works in its own schema, payonce_torture, dropped first.`,
 		Example: `  make torture
   lab demo torture --intents 1000 --seed 7`,
-		Args: noArgs,
+		Args: cli.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			switch {
 			case c.intents < 1:
-				return usageError{"demo torture: --intents must be at least 1"}
+				return cli.Usage("demo torture: --intents must be at least 1")
 			case c.workers < 2:
-				return usageError{"demo torture: --workers must be at least 2 (one is killed while the others serve)"}
+				return cli.Usage("demo torture: --workers must be at least 2 (one is killed while the others serve)")
 			case c.customers < 1:
-				return usageError{"demo torture: --customers must be at least 1"}
+				return cli.Usage("demo torture: --customers must be at least 1")
 			case c.faultGap < 10*time.Millisecond:
-				return usageError{"demo torture: --fault-gap must be at least 10ms"}
+				return cli.Usage("demo torture: --fault-gap must be at least 10ms")
 			case c.killGap < 100*time.Millisecond:
-				return usageError{"demo torture: --kill-gap must be at least 100ms"}
+				return cli.Usage("demo torture: --kill-gap must be at least 100ms")
 			}
 			c.dbURL = *dbURL
 			if c.dbURL == "" {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -11,27 +11,29 @@ import (
 	"golang.org/x/term"
 )
 
-// isTerminal reports whether f is an interactive terminal.
-func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+// IsTerminal reports whether f is an interactive terminal.
+func IsTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
-// progressBar is a long command's progress on a terminal
+// ProgressBar is a long command's progress on a terminal
 // (schollz/progressbar): a bar with counts, rate and elapsed time when
 // the total is known, a spinner with the count otherwise. Commands draw
-// it only when their output is a terminal (isTerminal) and print plain
+// it only when their output is a terminal (IsTerminal) and print plain
 // lines otherwise.
-type progressBar struct {
+type ProgressBar struct {
 	w    io.Writer
 	what string
 	bar  *progressbar.ProgressBar
 }
 
-func newProgressBar(w io.Writer, what string, total int64) *progressBar {
-	return newProgressBarEvery(w, what, total, 100*time.Millisecond)
+// NewProgressBar draws what's progress to w, redrawing at most a few times
+// a second.
+func NewProgressBar(w io.Writer, what string, total int64) *ProgressBar {
+	return NewProgressBarEvery(w, what, total, 100*time.Millisecond)
 }
 
-// newProgressBarEvery redraws at most once per throttle (0: on every
+// NewProgressBarEvery redraws at most once per throttle (0: on every
 // update, for tests).
-func newProgressBarEvery(w io.Writer, what string, total int64, throttle time.Duration) *progressBar {
+func NewProgressBarEvery(w io.Writer, what string, total int64, throttle time.Duration) *ProgressBar {
 	if total <= 0 {
 		total = -1 // unknown: a spinner
 	}
@@ -48,12 +50,12 @@ func newProgressBarEvery(w io.Writer, what string, total int64, throttle time.Du
 		// expire meanwhile can push the count past it.
 		progressbar.OptionSetPredictTime(false),
 	)
-	return &progressBar{w: w, what: what, bar: bar}
+	return &ProgressBar{w: w, what: what, bar: bar}
 }
 
-// update sets the count to done, with a note ("3 batches") after the
+// Update sets the count to done, with a note ("3 batches") after the
 // description.
-func (p *progressBar) update(done int64, note string) {
+func (p *ProgressBar) Update(done int64, note string) {
 	desc := p.what
 	if note != "" {
 		desc += ", " + note
@@ -65,14 +67,17 @@ func (p *progressBar) update(done int64, note string) {
 	_ = p.bar.Set64(done)
 }
 
-// finish ends the line, leaving the last state visible.
-func (p *progressBar) finish() {
+// SetTotal changes the total once it is known.
+func (p *ProgressBar) SetTotal(total int64) { p.bar.ChangeMax64(total) }
+
+// Finish ends the line, leaving the last state visible.
+func (p *ProgressBar) Finish() {
 	_ = p.bar.Finish()
 	fmt.Fprintln(p.w)
 }
 
-// groupDigits writes n with thousands separators: 1234567 -> "1,234,567".
-func groupDigits(n int64) string {
+// GroupDigits writes n with thousands separators: 1234567 -> "1,234,567".
+func GroupDigits(n int64) string {
 	s := fmt.Sprint(n)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")

@@ -1,24 +1,29 @@
-package main
+// Package cli is the plumbing that payonce's two command-line programs
+// share, the operator CLI (cmd/payonce) and the lab (lab/cmd/lab): the help
+// every command prints, usage errors (exit 2) with the flag or command meant
+// for a near miss, exit codes, the database flag and a progress bar. It is a
+// module of its own, so that cobra, pflag and the progress bar stay out of
+// the SDK's module graph.
+package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
-// The CLI's plumbing on cobra and pflag: the help every command prints,
-// the usage errors (exit 2) with the flag or command meant for a near
-// miss, and the database flag.
-
-// helpTemplate is every command's --help: usage line, description,
+// HelpTemplate is every command's --help: usage line, description,
 // commands, flags, examples (cobra's default puts the description first
 // and the examples before the flags).
-const helpTemplate = `Usage: {{.UseLine}}
+const HelpTemplate = `Usage: {{.UseLine}}
 {{with (or .Long .Short)}}
 {{trimTrailingWhitespaces .}}
 {{end}}{{if .HasAvailableSubCommands}}
@@ -37,47 +42,54 @@ Examples:
 Run {{.CommandPath}} COMMAND --help for a command's flags and examples.
 {{end}}`
 
-// usageError is a bad command, flag or argument: exit 2.
-type usageError struct{ msg string }
+// UsageError is a bad command, flag or argument: exit 2.
+type UsageError struct{ Msg string }
 
-func (e usageError) Error() string { return e.msg }
+func (e UsageError) Error() string { return e.Msg }
 
-// exitError ends the process with its own code (see the exit codes in
-// payonce --help).
-type exitError struct {
-	code int
-	err  error
+// Usage is a UsageError saying msg.
+func Usage(msg string) error { return UsageError{Msg: msg} }
+
+// Exit is an ExitError: err, and the process exits with code.
+func Exit(code int, err error) error { return ExitError{Code: code, Err: err} }
+
+// ExitError ends the process with its own code (see the exit codes in
+// each program's --help).
+type ExitError struct {
+	Code int
+	Err  error
 }
 
-func (e exitError) Error() string { return e.err.Error() }
-func (e exitError) Unwrap() error { return e.err }
+func (e ExitError) Error() string { return e.Err.Error() }
+func (e ExitError) Unwrap() error { return e.Err }
 
-// exitCode prints err and returns the exit code it calls for.
-func exitCode(err error) int {
-	fmt.Fprintln(os.Stderr, "payonce:", err)
-	var u usageError
-	var x exitError
+// ExitCode prints err after the program's name and returns the exit code
+// it calls for: 2 for a UsageError, an ExitError's own, 1 otherwise.
+func ExitCode(program string, err error) int {
+	fmt.Fprintln(os.Stderr, program+":", err)
+	var u UsageError
+	var x ExitError
 	switch {
 	case errors.As(err, &u):
 		return 2
 	case errors.As(err, &x):
-		return x.code
+		return x.Code
 	}
 	return 1
 }
 
-// name is c's path without the program's name ("migrate up"), as errors
-// name the command.
-func name(c *cobra.Command) string {
+// Name is c's path without the program's name ("migrate up"), as errors
+// Name the command.
+func Name(c *cobra.Command) string {
 	if !c.HasParent() {
 		return c.Name()
 	}
 	return strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
 }
 
-// flagError answers a flag that does not parse: a usage error naming it
+// FlagError answers a flag that does not parse: a usage error naming it
 // and, for a flag that does not exist, the command's flags nearest to it.
-func flagError(c *cobra.Command, err error) error {
+func FlagError(c *cobra.Command, err error) error {
 	msg := err.Error()
 	var ne *pflag.NotExistError
 	if errors.As(err, &ne) {
@@ -85,16 +97,16 @@ func flagError(c *cobra.Command, err error) error {
 		if s := ne.GetSpecifiedShortnames(); len(s) > 1 {
 			typed = s // -older-than: a long name given one dash
 		}
-		if near := nearFlags(c, typed); len(near) > 0 {
-			msg += "; did you mean " + orList(near) + "?"
+		if near := NearFlags(c, typed); len(near) > 0 {
+			msg += "; did you mean " + OrList(near) + "?"
 		}
 	}
-	return usageError{fmt.Sprintf("%s: %s (see %s --help)", name(c), msg, c.CommandPath())}
+	return UsageError{Msg: fmt.Sprintf("%s: %s (see %s --help)", Name(c), msg, c.CommandPath())}
 }
 
-// nearFlags are c's flags (as --name) that typed may have meant: within
+// NearFlags are c's flags (as --name) that typed may have meant: within
 // two edits, or starting with it; nearest first, three at most.
-func nearFlags(c *cobra.Command, typed string) []string {
+func NearFlags(c *cobra.Command, typed string) []string {
 	typed = strings.ToLower(strings.TrimLeft(typed, "-"))
 	type near struct {
 		name string
@@ -105,7 +117,7 @@ func nearFlags(c *cobra.Command, typed string) []string {
 		if f.Hidden {
 			return
 		}
-		d := levenshtein(typed, f.Name)
+		d := Levenshtein(typed, f.Name)
 		if d <= 2 || len(typed) >= 2 && strings.HasPrefix(f.Name, typed) {
 			found = append(found, near{"--" + f.Name, d})
 		}
@@ -118,9 +130,9 @@ func nearFlags(c *cobra.Command, typed string) []string {
 	return names
 }
 
-// levenshtein is the edit distance between a and b (insertions, deletions,
+// Levenshtein is the edit distance between a and b (insertions, deletions,
 // substitutions of bytes).
-func levenshtein(a, b string) int {
+func Levenshtein(a, b string) int {
 	row := make([]int, len(b)+1)
 	for j := range row {
 		row[j] = j
@@ -139,28 +151,28 @@ func levenshtein(a, b string) int {
 	return row[len(b)]
 }
 
-// orList writes "a", "a or b", "a, b or c".
-func orList(s []string) string {
+// OrList writes "a", "a or b", "a, b or c".
+func OrList(s []string) string {
 	if len(s) < 2 {
 		return strings.Join(s, "")
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
-// noArgs is the positional-argument check of a command that takes none.
-func noArgs(c *cobra.Command, args []string) error {
+// NoArgs is the positional-argument check of a command that takes none.
+func NoArgs(c *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return nil
 	}
-	return usageError{fmt.Sprintf("%s: unexpected argument %q (see %s --help)", name(c), args[0], c.CommandPath())}
+	return UsageError{Msg: fmt.Sprintf("%s: unexpected argument %q (see %s --help)", Name(c), args[0], c.CommandPath())}
 }
 
-// subcommandArgs is the argument check of a command that only groups
+// SubcommandArgs is the argument check of a command that only groups
 // subcommands (migrate, completion): called without one, or with one it
 // does not have, it is a usage error.
-func subcommandArgs(c *cobra.Command, args []string) error {
+func SubcommandArgs(c *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return unknownSubcommand(c, args[0])
+		return UnknownSubcommand(c, args[0])
 	}
 	var names []string
 	for _, s := range c.Commands() {
@@ -168,39 +180,38 @@ func subcommandArgs(c *cobra.Command, args []string) error {
 			names = append(names, s.Name())
 		}
 	}
-	return usageError{fmt.Sprintf("%s needs a subcommand: %s (see %s --help)", name(c), orList(names), c.CommandPath())}
+	return UsageError{Msg: fmt.Sprintf("%s needs a subcommand: %s (see %s --help)", Name(c), OrList(names), c.CommandPath())}
 }
 
-// unknownSubcommand is the usage error for typed, not one of c's
+// UnknownSubcommand is the usage error for typed, not one of c's
 // subcommands, with cobra's suggestions.
-func unknownSubcommand(c *cobra.Command, typed string) error {
+func UnknownSubcommand(c *cobra.Command, typed string) error {
 	msg := fmt.Sprintf("unknown command %q for %q", typed, c.CommandPath())
 	if near := c.SuggestionsFor(typed); len(near) > 0 {
-		msg += "; did you mean " + orList(near) + "?"
+		msg += "; did you mean " + OrList(near) + "?"
 	}
-	return usageError{fmt.Sprintf("%s (see %s --help)", msg, c.CommandPath())}
+	return UsageError{Msg: fmt.Sprintf("%s (see %s --help)", msg, c.CommandPath())}
 }
 
-// addDatabaseURL defines --database-url on flags (a command's own, or the
+// AddDatabaseURL defines --database-url on flags (a command's own, or the
 // persistent flags its subcommands share), stored in p.
-func addDatabaseURL(c *cobra.Command, flags *pflag.FlagSet, p *string) {
+func AddDatabaseURL(c *cobra.Command, flags *pflag.FlagSet, p *string) {
 	flags.StringVar(p, "database-url", "", "PostgreSQL URL (default $DATABASE_URL)")
 	_ = c.RegisterFlagCompletionFunc("database-url", cobra.NoFileCompletions)
 }
 
-// completeWords completes a flag's value from a fixed list.
-func completeWords(c *cobra.Command, flag string, words ...string) {
+// CompleteWords completes a flag's value from a fixed list.
+func CompleteWords(c *cobra.Command, flag string, words ...string) {
 	_ = c.RegisterFlagCompletionFunc(flag, cobra.FixedCompletions(words, cobra.ShellCompDirectiveNoFileComp))
 }
 
-// helpCommand is "payonce help [COMMAND...]": the command's --help, and a
-// usage error for a command that does not exist.
-func helpCommand() *cobra.Command {
+// HelpCommand is "PROGRAM help [COMMAND...]": the command's --help, and a
+// usage error for a command that does not exist. example is its Example.
+func HelpCommand(example string) *cobra.Command {
 	return &cobra.Command{
-		Use:   "help [COMMAND...]",
-		Short: "a command's usage, flags and examples",
-		Example: `  payonce help
-  payonce help migrate up`,
+		Use:     "help [COMMAND...]",
+		Short:   "a command's usage, flags and examples",
+		Example: example,
 		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			target, rest, err := c.Root().Find(args)
 			if err != nil || len(rest) > 0 {
@@ -224,10 +235,10 @@ func helpCommand() *cobra.Command {
 				msg := fmt.Sprintf("no help for %q", strings.Join(args, " "))
 				if len(rest) > 0 {
 					if near := parent.SuggestionsFor(rest[0]); len(near) > 0 {
-						msg += "; did you mean " + orList(near) + "?"
+						msg += "; did you mean " + OrList(near) + "?"
 					}
 				}
-				return usageError{msg + " (see " + c.Root().Name() + " --help)"}
+				return UsageError{Msg: msg + " (see " + c.Root().Name() + " --help)"}
 			}
 			target.InitDefaultHelpFlag()
 			return target.Help()
@@ -236,17 +247,22 @@ func helpCommand() *cobra.Command {
 }
 
 // Commands are listed (in help and completion) in the order they are
-// added: migrate's up, status, print, as the docs name them.
+// added (migrate's up, status, print, as the docs name them).
 func init() { cobra.EnableCommandSorting = false }
 
-// setUp gives root and every command under it payonce's help, flag
-// errors and suggestions, and keeps flags and commands in the order they
-// are defined.
-func setUp(root *cobra.Command) {
+// SignalContext is canceled by an interrupt (Ctrl-C) or SIGTERM.
+func SignalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// SetUp gives root and every command under it the programs' help, flag
+// errors and suggestions, and keeps flags in the order they are defined;
+// helpExample is the help command's Example.
+func SetUp(root *cobra.Command, helpExample string) {
 	root.SilenceUsage, root.SilenceErrors = true, true
-	root.SetHelpTemplate(helpTemplate)
-	root.SetFlagErrorFunc(flagError)
-	root.SetHelpCommand(helpCommand())
+	root.SetHelpTemplate(HelpTemplate)
+	root.SetFlagErrorFunc(FlagError)
+	root.SetHelpCommand(HelpCommand(helpExample))
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {
 		c.SuggestionsMinimumDistance = 2
