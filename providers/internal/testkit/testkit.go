@@ -40,6 +40,20 @@ func ErrAs[E error](t *testing.T, err error) E {
 // EUR parses s as an amount in euros; it panics if s is not one.
 func EUR(s string) money.Money { return money.MustParse(s, money.EUR) }
 
+// WantTotals fails t unless got is exactly want: a map (never nil), every currency, both sums,
+// each as Money of its currency.
+func WantTotals(t *testing.T, got, want map[money.Currency]provider.Totals) {
+	t.Helper()
+	ok := got != nil && len(got) == len(want)
+	for cur, w := range want {
+		g, found := got[cur]
+		ok = ok && found && g.Charged.Equal(w.Charged) && g.Refunded.Equal(w.Refunded)
+	}
+	if !ok {
+		t.Fatalf("totals %v, want %v", got, want)
+	}
+}
+
 // LookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
 func LookupOf(r provider.RefundRequest) provider.RefundLookupRequest {
 	return provider.RefundLookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ChargeID: r.ChargeID}
