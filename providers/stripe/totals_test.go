@@ -138,22 +138,10 @@ func TestTotalsPages(t *testing.T) {
 func TestTotalsBadWindow(t *testing.T) {
 	t.Parallel()
 	b := setupLookup(t, 0, 0)
-	for _, tc := range []struct {
-		name     string
-		from, to time.Time
-		param    string
-	}{
-		{"zero from", time.Time{}, t0, "from"},
-		{"zero to", t0, time.Time{}, "to"},
-		{"empty", t0, t0, "to"},
-		{"reversed", t0, t0.Add(-time.Hour), "to"},
-	} {
-		_, err := b.p.Totals(context.Background(), tc.from, tc.to)
-		inv := errAs[*provider.InvalidRequestError](t, err)
-		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || payments.SafeToRetry(err) {
-			t.Fatalf("%s: %+v, want a final InvalidRequestError on %s", tc.name, inv, tc.param)
-		}
-	}
+	testkit.RefusesBadWindows(t, t0, func(from, to time.Time) error {
+		_, err := b.p.Totals(context.Background(), from, to)
+		return err
+	})
 	if n := b.requests.calls(balanceListEndpoint); n != 0 {
 		t.Fatalf("%d requests sent for bad windows", n)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +52,30 @@ func WantTotals(t *testing.T, got, want map[money.Currency]provider.Totals) {
 	}
 	if !ok {
 		t.Fatalf("totals %v, want %v", got, want)
+	}
+}
+
+// RefusesBadWindows fails t unless totals, a Provider's Totals, refuses each bad window [from,
+// to) around t0 (a zero bound, an empty window, a reversed one) with a final
+// *provider.InvalidRequestError that names the bound at fault.
+func RefusesBadWindows(t *testing.T, t0 time.Time, totals func(from, to time.Time) error) {
+	t.Helper()
+	for _, tc := range []struct {
+		name     string
+		from, to time.Time
+		param    string
+	}{
+		{"zero from", time.Time{}, t0, "from"},
+		{"zero to", t0, time.Time{}, "to"},
+		{"empty", t0, t0, "to"},
+		{"reversed", t0, t0.Add(-time.Hour), "to"},
+	} {
+		err := totals(tc.from, tc.to)
+		inv := ErrAs[*provider.InvalidRequestError](t, err)
+		var retrier interface{ SafeToRetry() bool }
+		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || (errors.As(err, &retrier) && retrier.SafeToRetry()) {
+			t.Fatalf("%s: %+v, want a final InvalidRequestError on %s", tc.name, inv, tc.param)
+		}
 	}
 }
 
