@@ -38,6 +38,18 @@ func ErrAs[E error](t *testing.T, err error) E {
 	return target
 }
 
+// UnknownOutcome returns a check, for a table of answers, that err is a
+// *provider.UnknownOutcomeError, safe to retry, on an answer with the HTTP status (0: any).
+func UnknownOutcome(status int) func(t *testing.T, err error) {
+	return func(t *testing.T, err error) {
+		t.Helper()
+		ue := ErrAs[*provider.UnknownOutcomeError](t, err)
+		if (status != 0 && ue.Status != status) || !ue.SafeToRetry() {
+			t.Fatalf("%+v, want an unknown outcome, safe to retry, with status %d", ue, status)
+		}
+	}
+}
+
 // EUR parses s as an amount in euros; it panics if s is not one.
 func EUR(s string) money.Money { return money.MustParse(s, money.EUR) }
 
