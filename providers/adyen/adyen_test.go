@@ -633,7 +633,7 @@ func TestRefund(t *testing.T) {
 	ctx := context.Background()
 	charge := must(b.p.Charge(ctx, chargeReq("order-r", adyentest.PaymentMethodVisa)))(t)
 
-	r1 := provider.RefundRequest{Key: "order-r", ProviderKey: provider.DeriveKey("order-r", "refund", 0, 80), ChargeID: charge.ProviderID, Amount: eur("15.00")}
+	r1 := refundReq("order-r", charge.ProviderID, eur("15.00"))
 	res := must(b.p.Refund(ctx, r1))(t)
 	if res.Status != provider.RefundPending || res.ProviderID == "" || res.ProviderID == charge.ProviderID || !res.Amount.Equal(r1.Amount) || res.Replayed {
 		t.Fatalf("refund: %+v", res)
@@ -643,7 +643,7 @@ func TestRefund(t *testing.T) {
 		t.Fatalf("replayed refund: %+v, first %+v", again, res)
 	}
 	// More than what is left: received, then REFUND success=false.
-	r2 := provider.RefundRequest{Key: "order-r2", ProviderKey: provider.DeriveKey("order-r2", "refund", 0, 80), ChargeID: charge.ProviderID, Amount: eur("10.00")}
+	r2 := refundReq("order-r2", charge.ProviderID, eur("10.00"))
 	res2 := must(b.p.Refund(ctx, r2))(t)
 	if res2.Status != provider.RefundPending {
 		t.Fatalf("%+v", res2)
