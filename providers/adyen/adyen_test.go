@@ -389,29 +389,17 @@ func TestErrorMapping(t *testing.T) {
 				}
 			}},
 		{"transient 503 703", 503, transient, `{"status":503,"errorCode":"703","message":"idempotency store unavailable","errorType":"internal"}`,
-			func(t *testing.T, err error) {
-				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 503 || !payments.SafeToRetry(err) {
-					t.Fatalf("%+v", ue)
-				}
-			}},
+			testkit.UnknownOutcome(503)},
 		{"transient 422", 422, transient, `{"status":422,"errorCode":"999","message":"try again","errorType":"validation"}`,
-			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
+			testkit.UnknownOutcome(422)},
 		{"rate limited", 429, nil, `{"status":429,"errorCode":"429","message":"slow down"}`,
-			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
+			testkit.UnknownOutcome(429)},
 		{"server error", 500, nil, `{"status":500,"errorCode":"905","message":"internal","errorType":"internal"}`,
-			func(t *testing.T, err error) {
-				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 {
-					t.Fatalf("%+v", ue)
-				}
-			}},
+			testkit.UnknownOutcome(500)},
 		{"proxy page", 502, nil, `<html>bad gateway</html>`,
-			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
+			testkit.UnknownOutcome(502)},
 		{"garbled success", 200, nil, `{"pspReference":`,
-			func(t *testing.T, err error) {
-				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 200 {
-					t.Fatalf("%+v", ue)
-				}
-			}},
+			testkit.UnknownOutcome(200)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -645,7 +633,7 @@ func TestRefund(t *testing.T) {
 	ctx := context.Background()
 	charge := must(b.p.Charge(ctx, chargeReq("order-r", adyentest.PaymentMethodVisa)))(t)
 
-	r1 := provider.RefundRequest{Key: "order-r", ProviderKey: provider.DeriveKey("order-r", "refund", 0, 80), ChargeID: charge.ProviderID, Amount: eur("15.00")}
+	r1 := refundReq("order-r", charge.ProviderID, eur("15.00"))
 	res := must(b.p.Refund(ctx, r1))(t)
 	if res.Status != provider.RefundPending || res.ProviderID == "" || res.ProviderID == charge.ProviderID || !res.Amount.Equal(r1.Amount) || res.Replayed {
 		t.Fatalf("refund: %+v", res)
@@ -655,7 +643,7 @@ func TestRefund(t *testing.T) {
 		t.Fatalf("replayed refund: %+v, first %+v", again, res)
 	}
 	// More than what is left: received, then REFUND success=false.
-	r2 := provider.RefundRequest{Key: "order-r2", ProviderKey: provider.DeriveKey("order-r2", "refund", 0, 80), ChargeID: charge.ProviderID, Amount: eur("10.00")}
+	r2 := refundReq("order-r2", charge.ProviderID, eur("10.00"))
 	res2 := must(b.p.Refund(ctx, r2))(t)
 	if res2.Status != provider.RefundPending {
 		t.Fatalf("%+v", res2)

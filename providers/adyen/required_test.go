@@ -1,14 +1,10 @@
 package adyen_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/payonce/payonce/payments"
@@ -19,37 +15,13 @@ import (
 	"github.com/payonce/payonce/providers/internal/testkit"
 )
 
-// recorder is a transport that keeps every request body it sends, by path.
-type recorder struct {
-	mu     sync.Mutex
-	next   http.RoundTripper
-	bodies map[string][]map[string]any
-}
-
-func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	body, err := io.ReadAll(req.Body)
-	if err != nil {
-		return nil, err
-	}
-	req.Body = io.NopCloser(bytes.NewReader(body))
-	var v map[string]any
-	if err := json.Unmarshal(body, &v); err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.bodies[req.URL.Path] = append(r.bodies[req.URL.Path], v)
-	r.mu.Unlock()
-	return r.next.RoundTrip(req)
-}
-
-// sent returns the bodies sent to the path ending in suffix.
-func (r *recorder) sent(suffix string) []map[string]any {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// sent returns the JSON bodies rec sent to the paths ending in suffix.
+func sent(t *testing.T, rec *testkit.Recorder, suffix string) []map[string]any {
+	t.Helper()
 	var out []map[string]any
-	for p, bs := range r.bodies {
-		if strings.HasSuffix(p, suffix) {
-			out = append(out, bs...)
+	for _, s := range rec.All() {
+		if strings.HasSuffix(s.Path, suffix) {
+			out = append(out, s.JSON(t))
 		}
 	}
 	return out
@@ -76,7 +48,7 @@ func TestRequestsCarryWhatAdyenRequires(t *testing.T) {
 	for _, model := range []adyen.RecurringProcessingModel{"", adyen.RecurringUnscheduledCardOnFile} {
 		t.Run("model "+string(model), func(t *testing.T) {
 			t.Parallel()
-			rec := &recorder{next: &http.Transport{DisableKeepAlives: true}, bodies: map[string][]map[string]any{}}
+			rec := &testkit.Recorder{}
 			b := setupWith(t, &adyentest.Config{CaptureMode: adyentest.CaptureManual}, func(c *adyen.Config) {
 				c.CaptureMode = adyen.CaptureManual
 				c.RecurringProcessingModel = model
@@ -108,7 +80,7 @@ func TestRequestsCarryWhatAdyenRequires(t *testing.T) {
 				"/cancels":   {"merchantAccount", "paymentReference"},
 			}
 			for suffix, fields := range want {
-				bodies := rec.sent(suffix)
+				bodies := sent(t, rec, suffix)
 				if len(bodies) != 1 {
 					t.Fatalf("%d requests to %s, want 1", len(bodies), suffix)
 				}
@@ -124,7 +96,7 @@ func TestRequestsCarryWhatAdyenRequires(t *testing.T) {
 			if wantModel == "" {
 				wantModel = "CardOnFile" // the default: the shopper pays, from the checkout
 			}
-			pay := rec.sent("/payments")[0]
+			pay := sent(t, rec, "/payments")[0]
 			if pay["shopperReference"] != "usr_7fQ9x" || pay["shopperInteraction"] != "ContAuth" || pay["recurringProcessingModel"] != wantModel {
 				t.Fatalf("payment sent %v, want shopperReference usr_7fQ9x, ContAuth, %s", pay, wantModel)
 			}

@@ -1,46 +1,22 @@
 package paypal_test
 
 import (
+	"maps"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
 
-// requestCounter counts a Provider's requests per "METHOD path".
-type requestCounter struct {
-	base http.RoundTripper
-
-	mu     sync.Mutex
-	counts map[string]int
-}
-
-func (c *requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.mu.Lock()
-	c.counts[r.Method+" "+r.URL.Path]++
-	c.mu.Unlock()
-	return c.base.RoundTrip(r)
-}
-
-// take returns the API requests (not the token's) since the last call and forgets them.
-func (c *requestCounter) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	got := c.counts
-	delete(got, "POST /v1/oauth2/token")
-	c.counts = map[string]int{}
-	return got
-}
-
 // countedProvider is a second Provider on b's fake whose requests are counted.
-func countedProvider(t *testing.T, b bundle) (*paypal.Provider, *requestCounter) {
+func countedProvider(t *testing.T, b bundle) (*paypal.Provider, sentRequests) {
 	t.Helper()
-	rc := &requestCounter{base: &http.Transport{DisableKeepAlives: true}, counts: map[string]int{}}
+	rc := sentRequests{&testkit.Recorder{}}
 	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret,
 		BaseURL: b.srv.URL(), HTTPClient: &http.Client{Timeout: time.Minute, Transport: rc},
 		WebhookID: paypaltest.DefaultWebhookID, Clock: b.clock.Now}))(t)
@@ -97,7 +73,7 @@ func TestLookupWithRefunds(t *testing.T) {
 		case !tc.with && (c.RefundsKnown || c.Refunded != (money.Money{})):
 			t.Fatalf("%s: %+v, want nothing known", tc.name, c)
 		}
-		if calls := rc.take(); len(calls) != len(tc.calls) || !mapsEqual(calls, tc.calls) {
+		if calls := rc.take(); len(calls) != len(tc.calls) || !maps.Equal(calls, tc.calls) {
 			t.Fatalf("%s: requests %v, want %v", tc.name, calls, tc.calls)
 		}
 	}
@@ -142,13 +118,4 @@ func TestFakeFailRefund(t *testing.T) {
 	if got := b.srv.Totals()["EUR"]; got != (paypaltest.Total{Captured: 2000, Refunded: 2000}) {
 		t.Fatalf("totals %+v", got)
 	}
-}
-
-func mapsEqual(a, b map[string]int) bool {
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return len(a) == len(b)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -49,7 +50,7 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 	}
 	id := got.Refunds[0].ProviderID
 	onlyRefund(t, got, id, provider.RefundSucceeded, eur("5.00"))
-	if reqs := rc.take(); !mapsEqual(reqs, map[string]int{"GET /v2/checkout/orders/" + ch.ProviderID: 1}) {
+	if reqs := rc.take(); !maps.Equal(reqs, map[string]int{"GET /v2/checkout/orders/" + ch.ProviderID: 1}) {
 		t.Fatalf("requests %v, want one read of the order", reqs)
 	}
 	// The retry the reconciler might have sent instead names the same refund.
@@ -60,7 +61,7 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 	byID := lookupOf(lost)
 	byID.ProviderID = id
 	onlyRefund(t, must(p.LookupRefund(ctxT(t), byID))(t), id, provider.RefundSucceeded, eur("5.00"))
-	if reqs := rc.take(); !mapsEqual(reqs, map[string]int{"GET /v2/payments/refunds/" + id: 1}) {
+	if reqs := rc.take(); !maps.Equal(reqs, map[string]int{"GET /v2/payments/refunds/" + id: 1}) {
 		t.Fatalf("requests %v, want one read of the refund", reqs)
 	}
 
@@ -144,7 +145,7 @@ func TestLookupRefundReadsRefundsWithoutCustomID(t *testing.T) {
 	mine := must(b.p.Refund(ctxT(t), refundReq("lrf-strip-mine", ch.ProviderID, eur("4.00"))))(t)
 	must(b.p.Refund(ctxT(t), refundReq("lrf-strip-other", ch.ProviderID, eur("6.00"))))(t)
 
-	rc := &requestCounter{base: stripRefundCustomIDs{base: &http.Transport{DisableKeepAlives: true}}, counts: map[string]int{}}
+	rc := sentRequests{&testkit.Recorder{Next: stripRefundCustomIDs{base: &http.Transport{DisableKeepAlives: true}}}}
 	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret,
 		BaseURL: b.srv.URL(), HTTPClient: &http.Client{Timeout: time.Minute, Transport: rc},
 		WebhookID: paypaltest.DefaultWebhookID, Clock: b.clock.Now}))(t)

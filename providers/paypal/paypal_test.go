@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path"
 	"strings"
 	"sync"
 	"testing"
@@ -27,46 +26,34 @@ type bundle struct {
 	srv   *paypaltest.Server
 	p     *paypal.Provider
 	clock *paypaltest.ManualClock
-	sent  *recorder
+	sent  sentRequests
 }
 
-// recorder is an http.RoundTripper that records the API requests the adapter sends ("POST
-// /v2/checkout/orders"), token requests left out.
-type recorder struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	reqs []string
-}
+// sentRequests keeps the requests a Provider sends; its methods leave the token's out.
+type sentRequests struct{ *testkit.Recorder }
 
-func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Path != "/v1/oauth2/token" {
-		r.mu.Lock()
-		r.reqs = append(r.reqs, req.Method+" "+req.URL.Path)
-		r.mu.Unlock()
+const tokenEndpoint = "POST /v1/oauth2/token"
+
+// all returns the API requests sent so far ("POST /v2/checkout/orders").
+func (r sentRequests) all() []string {
+	var out []string
+	for _, s := range r.All() {
+		if s.Endpoint() != tokenEndpoint {
+			out = append(out, s.Endpoint())
+		}
 	}
-	return r.next.RoundTrip(req)
+	return out
 }
 
 // count returns how many requests matched method and the path.Match pattern ("*" is one
 // segment).
-func (r *recorder) count(method, pattern string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, s := range r.reqs {
-		m, p, _ := strings.Cut(s, " ")
-		if ok, _ := path.Match(pattern, p); ok && m == method {
-			n++
-		}
-	}
-	return n
-}
+func (r sentRequests) count(method, pattern string) int { return len(r.Matching(method, pattern)) }
 
-// all returns every request recorded.
-func (r *recorder) all() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.reqs...)
+// take counts the API requests sent since the last take per "METHOD path".
+func (r sentRequests) take() map[string]int {
+	got := testkit.Endpoints(r.Take())
+	delete(got, tokenEndpoint)
+	return got
 }
 
 // setup starts a fake on a manual clock and a Provider on it sharing that clock. Keep-alives are
@@ -82,7 +69,7 @@ func setup(t *testing.T, cfg *paypaltest.Config) bundle {
 	}
 	srv := paypaltest.NewServer(cfg)
 	t.Cleanup(srv.Close)
-	sent := &recorder{next: &http.Transport{DisableKeepAlives: true}}
+	sent := sentRequests{&testkit.Recorder{}}
 	p, err := paypal.New(&paypal.Config{
 		ClientID:   paypaltest.DefaultClientID,
 		Secret:     paypaltest.DefaultSecret,

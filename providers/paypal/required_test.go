@@ -1,65 +1,24 @@
 package paypal_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"net/http"
-	"net/url"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
 
-// sentRequest is one API request as the adapter sent it.
-type sentRequest struct {
-	path      string
-	query     url.Values
-	requestID string
-	body      map[string]any
-}
-
-// bodyRecorder is a transport that keeps every API request's body, query and PayPal-Request-Id.
-type bodyRecorder struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	sent []sentRequest
-}
-
-func (r *bodyRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	s := sentRequest{path: req.Method + " " + req.URL.Path, query: req.URL.Query(), requestID: req.Header.Get("PayPal-Request-Id")}
-	if req.Body != nil && req.URL.Path != "/v1/oauth2/token" {
-		raw, err := io.ReadAll(req.Body)
-		if err != nil {
-			return nil, err
-		}
-		req.Body = io.NopCloser(bytes.NewReader(raw))
-		if len(raw) > 0 {
-			if err := json.Unmarshal(raw, &s.body); err != nil {
-				return nil, err
-			}
-		}
-	}
-	r.mu.Lock()
-	r.sent = append(r.sent, s)
-	r.mu.Unlock()
-	return r.next.RoundTrip(req)
-}
-
-func (r *bodyRecorder) first(path string) (sentRequest, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range r.sent {
-		if s.path == path {
+// first returns the first request rec sent to endpoint ("POST /v2/checkout/orders").
+func first(rec *testkit.Recorder, endpoint string) (testkit.Sent, bool) {
+	for _, s := range rec.All() {
+		if s.Endpoint() == endpoint {
 			return s, true
 		}
 	}
-	return sentRequest{}, false
+	return testkit.Sent{}, false
 }
 
 // at returns the value at a JSON path whose segments are object keys or array indexes (int).
@@ -91,7 +50,7 @@ func TestRequestsCarryWhatPayPalRequires(t *testing.T) {
 	clock := paypaltest.NewManualClock(t0)
 	srv := paypaltest.NewServer(&paypaltest.Config{Clock: clock.Now, WebhookURL: hook})
 	t.Cleanup(srv.Close)
-	rec := &bodyRecorder{next: &http.Transport{DisableKeepAlives: true}}
+	rec := &testkit.Recorder{}
 	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret, BaseURL: srv.URL(),
 		HTTPClient: &http.Client{Timeout: time.Minute, Transport: rec}, WebhookID: paypaltest.DefaultWebhookID, Clock: clock.Now}))(t)
 
@@ -113,31 +72,30 @@ func TestRequestsCarryWhatPayPalRequires(t *testing.T) {
 	}
 	must(p.VerifyWebhook(ctx, d[0].header, d[0].body))(t)
 
-	create, ok := rec.first("POST /v2/checkout/orders")
-	if !ok || create.requestID == "" || at(create.body, "intent") != "CAPTURE" ||
-		at(create.body, "purchase_units", 0, "amount", "currency_code") != "EUR" || at(create.body, "purchase_units", 0, "amount", "value") != "20.00" ||
-		at(create.body, "payment_source", "card", "vault_id") != paypaltest.PaymentMethodVisa {
-		t.Errorf("create sent %+v", create)
+	create, ok := first(rec, "POST /v2/checkout/orders")
+	body := create.JSON(t)
+	if !ok || create.Header.Get("PayPal-Request-Id") == "" || at(body, "intent") != "CAPTURE" ||
+		at(body, "purchase_units", 0, "amount", "currency_code") != "EUR" || at(body, "purchase_units", 0, "amount", "value") != "20.00" ||
+		at(body, "payment_source", "card", "vault_id") != paypaltest.PaymentMethodVisa {
+		t.Errorf("create sent %v %s", create.Header, create.Body)
 	}
 	refunds := 0
-	rec.mu.Lock()
-	for _, s := range rec.sent {
-		if strings.HasPrefix(s.path, "POST /v2/payments/captures/") && strings.HasSuffix(s.path, "/refund") && s.requestID != "" {
+	for _, s := range rec.Matching("POST", "/v2/payments/captures/*/refund") {
+		if s.Header.Get("PayPal-Request-Id") != "" {
 			refunds++
 		}
 	}
-	rec.mu.Unlock()
 	if refunds != 1 {
 		t.Errorf("%d refunds of a capture sent with a PayPal-Request-Id, want 1", refunds)
 	}
-	search, ok := rec.first("GET /v1/reporting/transactions")
-	if !ok || search.query.Get("start_date") == "" || search.query.Get("end_date") == "" {
-		t.Errorf("search sent %+v", search)
+	search, ok := first(rec, "GET /v1/reporting/transactions")
+	if !ok || search.Query.Get("start_date") == "" || search.Query.Get("end_date") == "" {
+		t.Errorf("search sent %v", search.Query)
 	}
-	verify, ok := rec.first("POST /v1/notifications/verify-webhook-signature")
+	verify, ok := first(rec, "POST /v1/notifications/verify-webhook-signature")
 	for _, f := range []string{"auth_algo", "cert_url", "transmission_id", "transmission_sig", "transmission_time", "webhook_id", "webhook_event"} {
-		if v := at(verify.body, f); !ok || v == nil || v == "" {
-			t.Errorf("verification sent without %s: %+v", f, verify)
+		if v := at(verify.JSON(t), f); !ok || v == nil || v == "" {
+			t.Errorf("verification sent without %s: %s", f, verify.Body)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package paypal_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
@@ -36,20 +38,6 @@ func chargeOf(t *testing.T, p *paypal.Provider, key string, amount money.Money) 
 func totalsOf(t *testing.T, p *paypal.Provider, from, to time.Time) map[money.Currency]provider.Totals {
 	t.Helper()
 	return must(p.Totals(ctxT(t), from, to))(t)
-}
-
-// wantTotals fails t unless got is exactly want (every currency, both sums, as Money of the
-// currency).
-func wantTotals(t *testing.T, got, want map[money.Currency]provider.Totals) {
-	t.Helper()
-	ok := got != nil && len(got) == len(want)
-	for cur, w := range want {
-		g, found := got[cur]
-		ok = ok && found && g.Charged.Equal(w.Charged) && g.Refunded.Equal(w.Refunded)
-	}
-	if !ok {
-		t.Fatalf("totals %v, want %v", got, want)
-	}
 }
 
 // Two EUR captures and a USD one, a partial refund and a refund that failed later: Charged is
@@ -78,11 +66,11 @@ func TestTotals(t *testing.T) {
 	rc.take()
 
 	got := totalsOf(t, p, t0.Add(-time.Hour), t0.Add(time.Hour))
-	wantTotals(t, got, map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, got, map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("40.00"), Refunded: eur("5.00")},
 		money.USD: {Charged: usd("15.00"), Refunded: usd("0")},
 	})
-	if n := rc.take(); !mapsEqual(n, map[string]int{searchEndpoint: 1}) {
+	if n := rc.take(); !maps.Equal(n, map[string]int{searchEndpoint: 1}) {
 		t.Fatalf("requests %v, want one search", n)
 	}
 	truth := b.srv.Totals()
@@ -113,31 +101,31 @@ func TestTotalsWindow(t *testing.T) {
 	chargeOf(t, b.p, "late", usd("1.00")) // t0+2h
 	h := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
 
-	wantTotals(t, totalsOf(t, b.p, h(0), h(1)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, b.p, h(0), h(1)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("20.00"), Refunded: eur("0")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(1), h(2)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, b.p, h(1), h(2)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("10.00"), Refunded: eur("4.00")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(1).Add(time.Minute), h(2)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, b.p, h(1).Add(time.Minute), h(2)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("0"), Refunded: eur("4.00")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(2), h(3)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, b.p, h(2), h(3)), map[money.Currency]provider.Totals{
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(0), h(3)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, b.p, h(0), h(3)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("30.00"), Refunded: eur("4.00")},
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
 	// Bounds to the second: from is in, to is out, fractions of seconds dropped.
-	wantTotals(t, totalsOf(t, b.p, h(1).Add(time.Second), h(2)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, b.p, h(1).Add(time.Second), h(2)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("0"), Refunded: eur("4.00")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(2).Add(-time.Minute), h(2).Add(999*time.Millisecond)), map[money.Currency]provider.Totals{})
-	wantTotals(t, totalsOf(t, b.p, h(2).Add(-time.Second), h(2).Add(time.Second+time.Millisecond)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, b.p, h(2).Add(-time.Minute), h(2).Add(999*time.Millisecond)), map[money.Currency]provider.Totals{})
+	testkit.WantTotals(t, totalsOf(t, b.p, h(2).Add(-time.Second), h(2).Add(time.Second+time.Millisecond)), map[money.Currency]provider.Totals{
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
-	wantTotals(t, totalsOf(t, b.p, h(3), h(4)), map[money.Currency]provider.Totals{})
+	testkit.WantTotals(t, totalsOf(t, b.p, h(3), h(4)), map[money.Currency]provider.Totals{})
 }
 
 // Every page is read: 7 captures and 3 refunds on pages of 2 are 5 requests; at the default
@@ -155,13 +143,13 @@ func TestTotalsPages(t *testing.T) {
 	}
 	want := map[money.Currency]provider.Totals{money.EUR: {Charged: eur("7.00"), Refunded: eur("0.75")}}
 	rc.take()
-	wantTotals(t, totalsOf(t, p, t0, t0.Add(time.Hour)), want)
-	if n := rc.take(); !mapsEqual(n, map[string]int{searchEndpoint: 1}) {
+	testkit.WantTotals(t, totalsOf(t, p, t0, t0.Add(time.Hour)), want)
+	if n := rc.take(); !maps.Equal(n, map[string]int{searchEndpoint: 1}) {
 		t.Fatalf("requests %v, want one search", n)
 	}
 	paypal.SetSearchPageSize(p, 2)
-	wantTotals(t, totalsOf(t, p, t0, t0.Add(time.Hour)), want)
-	if n := rc.take(); !mapsEqual(n, map[string]int{searchEndpoint: 5}) {
+	testkit.WantTotals(t, totalsOf(t, p, t0, t0.Add(time.Hour)), want)
+	if n := rc.take(); !maps.Equal(n, map[string]int{searchEndpoint: 5}) {
 		t.Fatalf("requests %v, want 5 pages of 2", n)
 	}
 }
@@ -181,17 +169,17 @@ func TestTotalsLongWindow(t *testing.T) {
 	must(p.Refund(ctxT(t), refundReq("day-65-refund", ch.ProviderID, usd("4.00"))))(t)
 	rc.take()
 
-	wantTotals(t, totalsOf(t, p, t0, t0.Add(70*day)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, p, t0, t0.Add(70*day)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("3.00"), Refunded: eur("0")},
 		money.USD: {Charged: usd("4.00"), Refunded: usd("4.00")},
 	})
-	if n := rc.take(); !mapsEqual(n, map[string]int{searchEndpoint: 3}) {
+	if n := rc.take(); !maps.Equal(n, map[string]int{searchEndpoint: 3}) {
 		t.Fatalf("requests %v, want 3 (31 + 31 + 8 days)", n)
 	}
-	wantTotals(t, totalsOf(t, p, t0, t0.Add(31*day)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, p, t0, t0.Add(31*day)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("1.00"), Refunded: eur("0")},
 	})
-	if n := rc.take(); !mapsEqual(n, map[string]int{searchEndpoint: 1}) {
+	if n := rc.take(); !maps.Equal(n, map[string]int{searchEndpoint: 1}) {
 		t.Fatalf("requests %v, want 1 for exactly 31 days", n)
 	}
 }
@@ -206,11 +194,11 @@ func TestTotalsLag(t *testing.T) {
 	chargeOf(t, b.p, "recent", eur("7.00")) // t0+2h
 	b.clock.Advance(time.Hour)              // now t0+3h: "old" is indexed, "recent" not yet
 	from, to := t0.Add(-time.Hour), b.clock.Now()
-	wantTotals(t, totalsOf(t, b.p, from, to), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, b.p, from, to), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("5.00"), Refunded: eur("0")},
 	})
 	b.clock.Advance(2 * time.Hour) // t0+5h: "recent" is 3 hours old
-	wantTotals(t, totalsOf(t, b.p, from, to), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, b.p, from, to), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("12.00"), Refunded: eur("0")},
 	})
 }
@@ -221,23 +209,11 @@ func TestTotalsBadWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	p, rc := countedProvider(t, b)
-	for _, tc := range []struct {
-		name     string
-		from, to time.Time
-		param    string
-	}{
-		{"zero from", time.Time{}, t0, "from"},
-		{"zero to", t0, time.Time{}, "to"},
-		{"empty", t0, t0, "to"},
-		{"reversed", t0, t0.Add(-time.Hour), "to"},
-	} {
-		_, err := p.Totals(ctxT(t), tc.from, tc.to)
-		inv := errAs[*provider.InvalidRequestError](t, err)
-		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || payments.SafeToRetry(err) {
-			t.Fatalf("%s: %+v, want a final InvalidRequestError on %s", tc.name, inv, tc.param)
-		}
-	}
-	wantTotals(t, totalsOf(t, p, t0.Add(100*time.Millisecond), t0.Add(900*time.Millisecond)), map[money.Currency]provider.Totals{})
+	testkit.RefusesBadWindows(t, t0, func(from, to time.Time) error {
+		_, err := p.Totals(ctxT(t), from, to)
+		return err
+	})
+	testkit.WantTotals(t, totalsOf(t, p, t0.Add(100*time.Millisecond), t0.Add(900*time.Millisecond)), map[money.Currency]provider.Totals{})
 	if n := rc.take(); len(n) != 0 {
 		t.Fatalf("requests sent: %v", n)
 	}
@@ -257,7 +233,7 @@ func TestTotalsPageFailure(t *testing.T) {
 	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !payments.SafeToRetry(err) {
 		t.Fatalf("a 500 on page 2: %+v", u)
 	}
-	wantTotals(t, totalsOf(t, b.p, t0, t0.Add(time.Hour)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, totalsOf(t, b.p, t0, t0.Add(time.Hour)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("3.00"), Refunded: eur("0")},
 	})
 }
@@ -325,7 +301,7 @@ func TestTotalsReadsOnlySuccessfulPaymentsAndRefunds(t *testing.T) {
 	}}
 	p := stub.start(t)
 	got := totalsOf(t, p, t0, t0.Add(time.Hour))
-	wantTotals(t, got, map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, got, map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("12.50"), Refunded: eur("3.00")},
 		money.JPY: {Charged: money.MustParse("1000", money.JPY), Refunded: money.MustParse("0", money.JPY)},
 	})
@@ -359,7 +335,7 @@ func TestTotalsUnreadableTransaction(t *testing.T) {
 		})
 	}
 	p := (&searchStub{pages: []string{tx("A", "T0006", "D", at, "1", "XXZ") + "," + tx("B", "T9999", "S", "?", "?", "?")}}).start(t)
-	wantTotals(t, totalsOf(t, p, t0, t0.Add(time.Hour)), map[money.Currency]provider.Totals{})
+	testkit.WantTotals(t, totalsOf(t, p, t0, t0.Add(time.Hour)), map[money.Currency]provider.Totals{})
 }
 
 // The Client's SearchTransactions: one page as PayPal answers it; PayPal's 400 for a range over

@@ -5,35 +5,28 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/payonce/payonce/payments"
 
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
-// requestCounter counts the requests a Provider sends, per endpoint, and
-// keeps the search queries.
-type requestCounter struct {
-	base http.RoundTripper
+// requestCounter keeps the requests a Provider sends.
+type requestCounter struct{ *testkit.Recorder }
 
-	mu      sync.Mutex
-	counts  map[string]int
-	queries []string
-}
+// calls returns how many times endpoint ("GET /v1/refunds") was called since the last check
+// (calls or want).
+func (c requestCounter) calls(endpoint string) int { return testkit.Endpoints(c.Take())[endpoint] }
 
-func (c *requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.mu.Lock()
-	c.counts[r.Method+" "+r.URL.Path]++
-	if r.URL.Path == "/v1/payment_intents/search" {
-		c.queries = append(c.queries, r.URL.Query().Get("query"))
-	}
-	c.mu.Unlock()
-	return c.base.RoundTrip(r)
+// lastQuery returns the query of the last search.
+func (c requestCounter) lastQuery() string {
+	searches := c.Matching("GET", "/v1/payment_intents/search")
+	return searches[len(searches)-1].Query.Get("query")
 }
 
 const (
@@ -41,22 +34,19 @@ const (
 	searchEndpoint = "GET /v1/payment_intents/search"
 )
 
-// want fails t unless the List and Search endpoints were called list and
-// search times since the last call.
-func (c *requestCounter) want(t *testing.T, list, search int) {
+// want fails t unless the List and Search endpoints were called list and search times since
+// the last check.
+func (c requestCounter) want(t *testing.T, list, search int) {
 	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.counts[listEndpoint] != list || c.counts[searchEndpoint] != search {
-		t.Fatalf("requests %v, want %d List and %d Search", c.counts, list, search)
+	if got := testkit.Endpoints(c.Take()); got[listEndpoint] != list || got[searchEndpoint] != search {
+		t.Fatalf("requests %v, want %d List and %d Search", got, list, search)
 	}
-	c.counts = map[string]int{}
 }
 
 type lookupBundle struct {
 	bundle
 	clock    *stripetest.ManualClock
-	requests *requestCounter
+	requests requestCounter
 }
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -69,7 +59,7 @@ func setupLookup(t *testing.T, searchLag time.Duration, scanLimit int) lookupBun
 	clock := stripetest.NewManualClock(t0)
 	srv := stripetest.NewServer(&stripetest.Config{Clock: clock.Now, SearchLag: searchLag})
 	t.Cleanup(srv.Close)
-	rc := &requestCounter{base: &http.Transport{DisableKeepAlives: true}, counts: map[string]int{}}
+	rc := requestCounter{&testkit.Recorder{}}
 	p := must(paystripe.New(&paystripe.Config{SecretKey: "sk_test_lookup", BaseURL: srv.URL(),
 		HTTPClient: &http.Client{Timeout: time.Minute, Transport: rc}, LookupScanLimit: scanLimit}))(t)
 	return lookupBundle{bundle: bundle{srv: srv, p: p}, clock: clock, requests: rc}
@@ -217,10 +207,7 @@ func TestLookupSearchQuery(t *testing.T) {
 		if !slices.Equal(foundIDs(got), tc.want) {
 			t.Fatalf("key %q: %+v, want %v", tc.key, got, tc.want)
 		}
-		b.requests.mu.Lock()
-		q := b.requests.queries[len(b.requests.queries)-1]
-		b.requests.mu.Unlock()
-		if q != tc.query {
+		if q := b.requests.lastQuery(); q != tc.query {
 			t.Fatalf("key %q sent query %s, want %s", tc.key, q, tc.query)
 		}
 	}

@@ -42,7 +42,7 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 		t.Fatalf("lost refund: %v, want an unknown outcome", err)
 	}
 	wantCount(t, b.bundle, lost.ProviderKey, 0, 1)
-	b.requests.refundLists()
+	b.requests.Take()
 
 	got := must(b.p.LookupRefund(ctx, lookupOf(lost)))(t)
 	if !got.Consistent || len(got.Refunds) != 1 || got.Refunds[0].ProviderID == other.ProviderID {
@@ -50,7 +50,7 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 	}
 	id := got.Refunds[0].ProviderID
 	onlyRefund(t, got, id, provider.RefundSucceeded, eur("5.00"))
-	if n := b.requests.refundLists(); n != 1 {
+	if n := b.requests.calls(refundListEndpoint); n != 1 {
 		t.Fatalf("%d refund lists, want 1", n)
 	}
 	// The retry the reconciler might have sent instead names the same refund.
@@ -109,10 +109,10 @@ func TestLookupRefundPaginates(t *testing.T) {
 	for i := range 100 { // a full page of newer refunds
 		b.refund(t, ch.ProviderID, fmt.Sprintf("order-lp-refund-%d", i), eur("0.10"))
 	}
-	b.requests.refundLists()
+	b.requests.Take()
 	got := must(b.p.LookupRefund(context.Background(), lookupOf(refundReq("order-lp-refund-first", ch.ProviderID, eur("0.20")))))(t)
 	onlyRefund(t, got, first.ProviderID, provider.RefundSucceeded, eur("0.20"))
-	if n := b.requests.refundLists(); n != 2 {
+	if n := b.requests.calls(refundListEndpoint); n != 2 {
 		t.Fatalf("%d refund list pages, want 2", n)
 	}
 }
@@ -127,7 +127,7 @@ func TestLookupRefundRefused(t *testing.T) {
 	ch := b.charge(t, "order-lx")
 	other := b.charge(t, "order-lx-other")
 	re := b.refund(t, ch.ProviderID, "order-lx-refund", eur("2.00"))
-	b.requests.refundLists()
+	b.requests.Take()
 
 	for _, tc := range []struct {
 		name, param string
@@ -144,7 +144,7 @@ func TestLookupRefundRefused(t *testing.T) {
 			t.Fatalf("%s: %+v, want Param %s", tc.name, ie, tc.param)
 		}
 	}
-	if n := b.requests.refundLists(); n != 0 {
+	if n := b.requests.calls(refundListEndpoint); n != 0 {
 		t.Fatalf("%d refund lists for refused requests, want 0", n)
 	}
 

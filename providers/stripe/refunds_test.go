@@ -14,16 +14,6 @@ import (
 
 const refundListEndpoint = "GET /v1/refunds"
 
-// refundLists returns how many refund lists were requested since the last
-// call, and forgets the counts.
-func (c *requestCounter) refundLists() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.counts[refundListEndpoint]
-	c.counts = map[string]int{}
-	return n
-}
-
 func (b lookupBundle) refund(t *testing.T, chargeID, key string, amount money.Money) provider.RefundResult {
 	t.Helper()
 	return must(b.p.Refund(context.Background(), provider.RefundRequest{Key: key,
@@ -55,7 +45,7 @@ func TestLookupWithRefunds(t *testing.T) {
 	if err := b.srv.FailRefund(failed.ProviderID); err != nil {
 		t.Fatal(err)
 	}
-	b.requests.refundLists()
+	b.requests.Take()
 	window := provider.LookupRequest{Key: "order-r", From: t0, To: t0}
 
 	with := window
@@ -64,7 +54,7 @@ func TestLookupWithRefunds(t *testing.T) {
 	if !got.RefundsKnown || !got.Refunded.Equal(eur("8.00")) || !got.Amount.Equal(eur("20.00")) {
 		t.Fatalf("with refunds: %+v, want 8.00 EUR refunded and known", got)
 	}
-	if n := b.requests.refundLists(); n != 1 {
+	if n := b.requests.calls(refundListEndpoint); n != 1 {
 		t.Fatalf("%d refund lists, want 1", n)
 	}
 	// The fake agrees: 10.50 was refunded, 2.50 of it failed.
@@ -76,7 +66,7 @@ func TestLookupWithRefunds(t *testing.T) {
 	if got.RefundsKnown || got.Refunded != (money.Money{}) {
 		t.Fatalf("without WithRefunds: %+v, want nothing known", got)
 	}
-	if n := b.requests.refundLists(); n != 0 {
+	if n := b.requests.calls(refundListEndpoint); n != 0 {
 		t.Fatalf("%d refund lists without WithRefunds, want 0", n)
 	}
 
@@ -86,7 +76,7 @@ func TestLookupWithRefunds(t *testing.T) {
 	if got := onlyCharge(t, res, ch.ProviderID); res.Consistent || !got.RefundsKnown || !got.Refunded.Equal(eur("8.00")) {
 		t.Fatalf("search with refunds: %+v", res)
 	}
-	if n := b.requests.refundLists(); n != 1 {
+	if n := b.requests.calls(refundListEndpoint); n != 1 {
 		t.Fatalf("%d refund lists after search, want 1", n)
 	}
 }
@@ -100,7 +90,7 @@ func TestLookupWithRefundsNone(t *testing.T) {
 	req := chargeReq("order-d", stripetest.PaymentMethodDeclined)
 	declined, err := b.p.Charge(context.Background(), req)
 	errAs[*provider.DeclineError](t, err)
-	b.requests.refundLists()
+	b.requests.Take()
 
 	if declined.ProviderID == "" || declined.Status != provider.ChargeFailed {
 		t.Fatalf("declined charge: %+v", declined)
@@ -111,7 +101,7 @@ func TestLookupWithRefundsNone(t *testing.T) {
 			t.Fatalf("%s: %+v, want 0.00 EUR refunded and known", key, got)
 		}
 	}
-	if n := b.requests.refundLists(); n != 2 {
+	if n := b.requests.calls(refundListEndpoint); n != 2 {
 		t.Fatalf("%d refund lists, want 2", n)
 	}
 }
@@ -125,12 +115,12 @@ func TestLookupWithRefundsPaginates(t *testing.T) {
 	for i := range n {
 		b.refund(t, ch.ProviderID, fmt.Sprintf("order-p-refund-%d", i), eur("0.10"))
 	}
-	b.requests.refundLists()
+	b.requests.Take()
 	got := onlyCharge(t, b.lookup(t, provider.LookupRequest{Key: "order-p", From: t0, WithRefunds: true}), ch.ProviderID)
 	if !got.RefundsKnown || !got.Refunded.Equal(eur("10.10")) {
 		t.Fatalf("%+v, want 10.10 EUR refunded", got)
 	}
-	if lists := b.requests.refundLists(); lists != 2 {
+	if lists := b.requests.calls(refundListEndpoint); lists != 2 {
 		t.Fatalf("%d refund list pages, want 2", lists)
 	}
 }

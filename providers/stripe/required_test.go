@@ -1,51 +1,34 @@
 package stripe_test
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
-// formRecorder is a transport that keeps the form of every POST it sends, by path.
-type formRecorder struct {
-	mu    sync.Mutex
-	next  http.RoundTripper
-	forms map[string][]url.Values
-}
-
-func (r *formRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method == http.MethodPost {
-		body, err := io.ReadAll(req.Body)
-		if err != nil {
-			return nil, err
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		form, err := url.ParseQuery(string(body))
-		if err != nil {
-			return nil, err
-		}
-		r.mu.Lock()
-		r.forms[req.URL.Path] = append(r.forms[req.URL.Path], form)
-		r.mu.Unlock()
+// forms returns the forms of the POSTs rec sent to path.
+func forms(t *testing.T, rec *testkit.Recorder, path string) []url.Values {
+	t.Helper()
+	var out []url.Values
+	for _, s := range rec.Matching(http.MethodPost, path) {
+		out = append(out, s.Form(t))
 	}
-	return r.next.RoundTrip(req)
+	return out
 }
 
 // setupRecorded is setup with the adapter's requests recorded and its Config edited.
-func setupRecorded(t *testing.T, edit func(*paystripe.Config)) (bundle, *formRecorder) {
+func setupRecorded(t *testing.T, edit func(*paystripe.Config)) (bundle, *testkit.Recorder) {
 	t.Helper()
 	srv := stripetest.NewServer(nil)
 	t.Cleanup(srv.Close)
-	rec := &formRecorder{next: &http.Transport{DisableKeepAlives: true}, forms: map[string][]url.Values{}}
+	rec := &testkit.Recorder{}
 	cfg := &paystripe.Config{SecretKey: "sk_test_payonce", BaseURL: srv.URL(),
 		HTTPClient: &http.Client{Timeout: time.Minute, Transport: rec}}
 	if edit != nil {
@@ -67,23 +50,21 @@ func TestRequestsCarryWhatStripeRequires(t *testing.T) {
 	must(b.p.Refund(ctx, provider.RefundRequest{Key: "refund-required", ProviderKey: "refund-required_refund_1",
 		ChargeID: ch.ProviderID, Amount: eur("5.00")}))(t)
 
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
 	for path, params := range map[string][]string{
 		"/v1/payment_intents": {"amount", "currency", "payment_method", "confirm", "payment_method_types[0]"},
 		"/v1/refunds":         {"payment_intent", "amount"},
 	} {
-		forms := rec.forms[path]
-		if len(forms) != 1 {
-			t.Fatalf("%d POSTs to %s, want 1", len(forms), path)
+		sent := forms(t, rec, path)
+		if len(sent) != 1 {
+			t.Fatalf("%d POSTs to %s, want 1", len(sent), path)
 		}
 		for _, p := range params {
-			if forms[0].Get(p) == "" {
-				t.Errorf("%s sent without %s: %v", path, p, forms[0])
+			if sent[0].Get(p) == "" {
+				t.Errorf("%s sent without %s: %v", path, p, sent[0])
 			}
 		}
 	}
-	if f := rec.forms["/v1/payment_intents"][0]; f.Get("payment_method_types[0]") != "card" || f.Has("customer") {
+	if f := forms(t, rec, "/v1/payment_intents")[0]; f.Get("payment_method_types[0]") != "card" || f.Has("customer") {
 		t.Errorf("PaymentIntent sent %v, want payment_method_types card and no customer without Config.Customer", f)
 	}
 }
@@ -115,10 +96,7 @@ func TestSavedCardChargeNamesItsCustomer(t *testing.T) {
 	if res := must(b.p.Charge(ctx, req))(t); res.Status != provider.ChargeSucceeded {
 		t.Fatalf("charge: %+v", res)
 	}
-	rec.mu.Lock()
-	got := rec.forms["/v1/payment_intents"][0].Get("customer")
-	rec.mu.Unlock()
-	if got != "cus_alice" {
+	if got := forms(t, rec, "/v1/payment_intents")[0].Get("customer"); got != "cus_alice" {
 		t.Fatalf("customer sent %q, want cus_alice", got)
 	}
 	// An empty answer sends no customer: a card attached to none (Stripe's test cards) still works.

@@ -589,11 +589,7 @@ func TestChargeStatusMapping(t *testing.T) {
 	}{
 		{"rate limited", http.StatusTooManyRequests,
 			`{"error":{"type":"invalid_request_error","code":"rate_limit","message":"Too many requests"}}`,
-			func(t *testing.T, err error) {
-				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 429 || !payments.SafeToRetry(err) {
-					t.Fatalf("%+v", ue)
-				}
-			}},
+			testkit.UnknownOutcome(429)},
 		{"forbidden", http.StatusForbidden,
 			`{"error":{"type":"invalid_request_error","message":"The provided key does not have access"}}`,
 			func(t *testing.T, err error) {
@@ -603,15 +599,11 @@ func TestChargeStatusMapping(t *testing.T) {
 			}},
 		{"service unavailable", http.StatusServiceUnavailable,
 			`{"error":{"type":"api_error","message":"try later"}}`,
-			func(t *testing.T, err error) {
-				if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 503 {
-					t.Fatalf("%+v", ue)
-				}
-			}},
+			testkit.UnknownOutcome(503)},
 		{"proxy error page", http.StatusBadGateway, `<html>bad gateway</html>`,
-			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
+			testkit.UnknownOutcome(0)}, // stripe-go reports no status for an undecodable body
 		{"garbled success", http.StatusOK, `{"id":`,
-			func(t *testing.T, err error) { errAs[*provider.UnknownOutcomeError](t, err) }},
+			testkit.UnknownOutcome(0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

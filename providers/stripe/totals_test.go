@@ -14,21 +14,12 @@ import (
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
 const balanceListEndpoint = "GET /v1/balance_transactions"
-
-// balanceLists returns how many balance transaction lists were requested
-// since the last call, and forgets the counts.
-func (c *requestCounter) balanceLists() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.counts[balanceListEndpoint]
-	c.counts = map[string]int{}
-	return n
-}
 
 func (b lookupBundle) chargeAmount(t *testing.T, key string, amount money.Money) provider.ChargeResult {
 	t.Helper()
@@ -43,20 +34,6 @@ func (b lookupBundle) totals(t *testing.T, from, to time.Time) map[money.Currenc
 }
 
 func usd(s string) money.Money { return money.MustParse(s, money.USD) }
-
-// wantTotals fails t unless got is exactly want (every currency, both
-// sums, as Money of the currency).
-func wantTotals(t *testing.T, got, want map[money.Currency]provider.Totals) {
-	t.Helper()
-	ok := len(got) == len(want)
-	for cur, w := range want {
-		g, found := got[cur]
-		ok = ok && found && g.Charged.Equal(w.Charged) && g.Refunded.Equal(w.Refunded)
-	}
-	if !ok {
-		t.Fatalf("totals %v, want %v", got, want)
-	}
-}
 
 // Two EUR charges and a USD one, a partial refund and a refund that
 // failed: Charged is what succeeded, Refunded what stayed refunded, per
@@ -77,14 +54,14 @@ func TestTotals(t *testing.T) {
 	if err := b.srv.FailRefund(failed.ProviderID); err != nil {
 		t.Fatal(err)
 	}
-	b.requests.balanceLists()
+	b.requests.Take()
 
 	got := b.totals(t, t0, t0.Add(time.Second))
-	wantTotals(t, got, map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, got, map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("40.00"), Refunded: eur("5.00")},
 		money.USD: {Charged: usd("15.00"), Refunded: usd("0")},
 	})
-	if n := b.requests.balanceLists(); n != 1 {
+	if n := b.requests.calls(balanceListEndpoint); n != 1 {
 		t.Fatalf("%d balance transaction lists, want 1", n)
 	}
 	for cur, tot := range b.srv.Totals() {
@@ -112,24 +89,24 @@ func TestTotalsWindow(t *testing.T) {
 	}
 	h := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
 
-	wantTotals(t, b.totals(t, h(0), h(1)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, b.totals(t, h(0), h(1)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("20.00"), Refunded: eur("0")},
 	})
-	wantTotals(t, b.totals(t, h(1), h(2)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, b.totals(t, h(1), h(2)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("20.00"), Refunded: eur("4.00")},
 	})
 	// The failure lands in its own window: there it gives the refund back.
-	wantTotals(t, b.totals(t, h(2), h(3)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, b.totals(t, h(2), h(3)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("0"), Refunded: eur("-4.00")},
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
-	wantTotals(t, b.totals(t, h(0), h(3)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, b.totals(t, h(0), h(3)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("40.00"), Refunded: eur("0")},
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
 	// Bounds: from is in, to is out, to the second.
-	wantTotals(t, b.totals(t, h(1).Add(time.Second), h(2)), map[money.Currency]provider.Totals{})
-	wantTotals(t, b.totals(t, h(2), h(2).Add(time.Second)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, b.totals(t, h(1).Add(time.Second), h(2)), map[money.Currency]provider.Totals{})
+	testkit.WantTotals(t, b.totals(t, h(2), h(2).Add(time.Second)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("0"), Refunded: eur("-4.00")},
 		money.USD: {Charged: usd("1.00"), Refunded: usd("0")},
 	})
@@ -148,11 +125,11 @@ func TestTotalsPages(t *testing.T) {
 			b.refund(t, ch.ProviderID, fmt.Sprint("refund-", i), eur("0.25"))
 		}
 	}
-	b.requests.balanceLists()
-	wantTotals(t, b.totals(t, t0, t0.Add(time.Second)), map[money.Currency]provider.Totals{ // 110 + 37 transactions
+	b.requests.Take()
+	testkit.WantTotals(t, b.totals(t, t0, t0.Add(time.Second)), map[money.Currency]provider.Totals{ // 110 + 37 transactions
 		money.EUR: {Charged: eur("110.00"), Refunded: eur("9.25")},
 	})
-	if n := b.requests.balanceLists(); n != 2 {
+	if n := b.requests.calls(balanceListEndpoint); n != 2 {
 		t.Fatalf("%d balance transaction lists for 147 transactions, want 2 pages of 100", n)
 	}
 }
@@ -161,23 +138,11 @@ func TestTotalsPages(t *testing.T) {
 func TestTotalsBadWindow(t *testing.T) {
 	t.Parallel()
 	b := setupLookup(t, 0, 0)
-	for _, tc := range []struct {
-		name     string
-		from, to time.Time
-		param    string
-	}{
-		{"zero from", time.Time{}, t0, "from"},
-		{"zero to", t0, time.Time{}, "to"},
-		{"empty", t0, t0, "to"},
-		{"reversed", t0, t0.Add(-time.Hour), "to"},
-	} {
-		_, err := b.p.Totals(context.Background(), tc.from, tc.to)
-		inv := errAs[*provider.InvalidRequestError](t, err)
-		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || payments.SafeToRetry(err) {
-			t.Fatalf("%s: %+v, want a final InvalidRequestError on %s", tc.name, inv, tc.param)
-		}
-	}
-	if n := b.requests.balanceLists(); n != 0 {
+	testkit.RefusesBadWindows(t, t0, func(from, to time.Time) error {
+		_, err := b.p.Totals(context.Background(), from, to)
+		return err
+	})
+	if n := b.requests.calls(balanceListEndpoint); n != 0 {
 		t.Fatalf("%d requests sent for bad windows", n)
 	}
 }
@@ -198,7 +163,7 @@ func TestTotalsErrors(t *testing.T) {
 	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !payments.SafeToRetry(err) {
 		t.Fatalf("a 500 on page 2: %+v", u)
 	}
-	wantTotals(t, b.totals(t, t0, t0.Add(time.Second)), map[money.Currency]provider.Totals{
+	testkit.WantTotals(t, b.totals(t, t0, t0.Add(time.Second)), map[money.Currency]provider.Totals{
 		money.EUR: {Charged: eur("101.00"), Refunded: eur("0")},
 	})
 

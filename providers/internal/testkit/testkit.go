@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,8 +38,58 @@ func ErrAs[E error](t *testing.T, err error) E {
 	return target
 }
 
+// UnknownOutcome returns a check, for a table of answers, that err is a
+// *provider.UnknownOutcomeError, safe to retry, on an answer with the HTTP status (0: any).
+func UnknownOutcome(status int) func(t *testing.T, err error) {
+	return func(t *testing.T, err error) {
+		t.Helper()
+		ue := ErrAs[*provider.UnknownOutcomeError](t, err)
+		if (status != 0 && ue.Status != status) || !ue.SafeToRetry() {
+			t.Fatalf("%+v, want an unknown outcome, safe to retry, with status %d", ue, status)
+		}
+	}
+}
+
 // EUR parses s as an amount in euros; it panics if s is not one.
 func EUR(s string) money.Money { return money.MustParse(s, money.EUR) }
+
+// WantTotals fails t unless got is exactly want: a map (never nil), every currency, both sums,
+// each as Money of its currency.
+func WantTotals(t *testing.T, got, want map[money.Currency]provider.Totals) {
+	t.Helper()
+	ok := got != nil && len(got) == len(want)
+	for cur, w := range want {
+		g, found := got[cur]
+		ok = ok && found && g.Charged.Equal(w.Charged) && g.Refunded.Equal(w.Refunded)
+	}
+	if !ok {
+		t.Fatalf("totals %v, want %v", got, want)
+	}
+}
+
+// RefusesBadWindows fails t unless totals, a Provider's Totals, refuses each bad window [from,
+// to) around t0 (a zero bound, an empty window, a reversed one) with a final
+// *provider.InvalidRequestError that names the bound at fault.
+func RefusesBadWindows(t *testing.T, t0 time.Time, totals func(from, to time.Time) error) {
+	t.Helper()
+	for _, tc := range []struct {
+		name     string
+		from, to time.Time
+		param    string
+	}{
+		{"zero from", time.Time{}, t0, "from"},
+		{"zero to", t0, time.Time{}, "to"},
+		{"empty", t0, t0, "to"},
+		{"reversed", t0, t0.Add(-time.Hour), "to"},
+	} {
+		err := totals(tc.from, tc.to)
+		inv := ErrAs[*provider.InvalidRequestError](t, err)
+		var retrier interface{ SafeToRetry() bool }
+		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || (errors.As(err, &retrier) && retrier.SafeToRetry()) {
+			t.Fatalf("%s: %+v, want a final InvalidRequestError on %s", tc.name, inv, tc.param)
+		}
+	}
+}
 
 // LookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
 func LookupOf(r provider.RefundRequest) provider.RefundLookupRequest {
