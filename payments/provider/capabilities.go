@@ -151,30 +151,3 @@ type Totaler interface {
 type Totals struct {
 	Charged, Refunded money.Money
 }
-
-// AddMovement adds one balance movement of a provider to totals, as the
-// providers' reports sign them: a charge (positive) to Charged, a refund
-// (negative: money given back) or a refund failure (positive: money
-// returned) to Refunded, negated.
-func AddMovement(totals map[money.Currency]Totals, amount money.Money, charge bool) error {
-	cur := amount.Currency()
-	t, ok := totals[cur]
-	if !ok {
-		zero, err := money.FromMinor(0, cur)
-		if err != nil {
-			return err
-		}
-		t = Totals{Charged: zero, Refunded: zero}
-	}
-	var err error
-	if charge {
-		t.Charged, err = t.Charged.Add(amount)
-	} else {
-		t.Refunded, err = t.Refunded.Sub(amount)
-	}
-	if err != nil {
-		return err
-	}
-	totals[cur] = t
-	return nil
-}
