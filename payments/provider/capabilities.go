@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/payonce/payonce/money"
@@ -119,7 +118,7 @@ type RefundLookupResult struct {
 // references has passed and it offers no other consistent lookup by them.
 // It is not an outage (looking again will not help): the reconciler flags
 // the intent NEEDS_REVIEW with the reason instead of rescheduling it.
-var ErrCannotTell = errors.New("payments: the provider can no longer tell what this attempt did")
+var ErrCannotTell = sentinel("payments: the provider can no longer tell what this attempt did", false)
 
 // ClockReader is implemented by a provider whose Lookup lists what was
 // created in [LookupRequest.From, LookupRequest.To] on the provider's own

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
@@ -233,7 +233,7 @@ func TestTotalsBadWindow(t *testing.T) {
 	} {
 		_, err := p.Totals(ctxT(t), tc.from, tc.to)
 		inv := errAs[*provider.InvalidRequestError](t, err)
-		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || payments.SafeToRetry(err) {
+		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || idempotency.SafeToRetry(err) {
 			t.Fatalf("%s: %+v, want a final InvalidRequestError on %s", tc.name, inv, tc.param)
 		}
 	}
@@ -254,7 +254,7 @@ func TestTotalsPageFailure(t *testing.T) {
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: time.Millisecond, Path: "/v1/reporting/transactions"})
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.FailBefore, Path: "/v1/reporting/transactions"})
 	_, err := b.p.Totals(ctxT(t), t0, t0.Add(time.Hour))
-	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !payments.SafeToRetry(err) {
+	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !idempotency.SafeToRetry(err) {
 		t.Fatalf("a 500 on page 2: %+v", u)
 	}
 	wantTotals(t, totalsOf(t, b.p, t0, t0.Add(time.Hour)), map[money.Currency]provider.Totals{

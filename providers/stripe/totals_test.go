@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -173,7 +173,7 @@ func TestTotalsBadWindow(t *testing.T) {
 	} {
 		_, err := b.p.Totals(context.Background(), tc.from, tc.to)
 		inv := errAs[*provider.InvalidRequestError](t, err)
-		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || payments.SafeToRetry(err) {
+		if inv.Param != tc.param || !strings.Contains(inv.Message, tc.param) || idempotency.SafeToRetry(err) {
 			t.Fatalf("%s: %+v, want a final InvalidRequestError on %s", tc.name, inv, tc.param)
 		}
 	}
@@ -195,7 +195,7 @@ func TestTotalsErrors(t *testing.T) {
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: time.Millisecond, Path: "/v1/balance_transactions"})
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Path: "/v1/balance_transactions"})
 	_, err := b.p.Totals(context.Background(), t0, t0.Add(time.Second))
-	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !payments.SafeToRetry(err) {
+	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !idempotency.SafeToRetry(err) {
 		t.Fatalf("a 500 on page 2: %+v", u)
 	}
 	wantTotals(t, b.totals(t, t0, t0.Add(time.Second)), map[money.Currency]provider.Totals{
