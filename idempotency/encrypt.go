@@ -23,7 +23,7 @@ import (
 // authentication (corrupted, tampered with, or copied from another record).
 // It is returned wrapped with the key id and nothing else, and nothing is
 // replayed.
-var ErrUndecryptable = errors.New("idempotency: stored response cannot be decrypted")
+var ErrUndecryptable = newSentinel("idempotency: stored response cannot be decrypted", false)
 
 // KeySize is the size of every key of a [Keyring]: AES-256.
 const KeySize = 32

@@ -6,34 +6,67 @@ import (
 	"time"
 )
 
+// SafeToRetry reports whether retrying the call with the same key cannot
+// do harm and may succeed: another request holds the key, the request was
+// not sent, the outcome is unknown (the retry re-sends the same
+// references, which the provider deduplicates), a saga is pending. Each
+// error answers for itself with a method SafeToRetry() bool, the
+// sentinels too; SafeToRetry asks the first error in err's chain that
+// answers, in the order of [errors.As] (wrapped errors, then each error
+// of a join, depth first). An error without an answer in its chain
+// (nil, a plain error, a context error) is not safe to retry: false.
+//
+// Final answers (a decline, an invalid request, a payment under review, a
+// fingerprint mismatch) and answers that need a fix first (refused
+// credentials, bad input) are false.
+func SafeToRetry(err error) bool {
+	var r interface{ SafeToRetry() bool }
+	return errors.As(err, &r) && r.SafeToRetry()
+}
+
+// sentinel is a sentinel error that answers SafeToRetry for itself.
+type sentinel struct {
+	text string
+	safe bool
+}
+
+func newSentinel(text string, safeToRetry bool) error {
+	return &sentinel{text: text, safe: safeToRetry}
+}
+
+func (s *sentinel) Error() string { return s.text }
+
+// SafeToRetry reports what the sentinel stands for.
+func (s *sentinel) SafeToRetry() bool { return s.safe }
+
 var (
 	// ErrInProgress: another request with the same key holds the lease.
 	// Returned wrapped in an *InProgressError.
-	ErrInProgress = errors.New("idempotency: a request with this key is still in progress")
+	ErrInProgress = newSentinel("idempotency: a request with this key is still in progress", true)
 	// ErrFingerprintMismatch: the key was used before with different
 	// significant fields. Nothing was changed. The error never reveals the
 	// stored fingerprint or the original request.
-	ErrFingerprintMismatch = errors.New("idempotency: key reused with different request parameters")
+	ErrFingerprintMismatch = newSentinel("idempotency: key reused with different request parameters", false)
 	// ErrExpired: the key's record expired and the policy refuses it.
-	ErrExpired = errors.New("idempotency: key expired")
+	ErrExpired = newSentinel("idempotency: key expired", false)
 	// ErrLeaseLost: the caller's lease is no longer the record's current
 	// one (the key was reclaimed by another processor); nothing was changed.
-	ErrLeaseLost = errors.New("idempotency: lease lost to another processor")
+	ErrLeaseLost = newSentinel("idempotency: lease lost to another processor", false)
 	// ErrForeignKey: the key belongs to another scope (see
 	// ClaimParams.RefuseForeign). Nothing was changed; tell the caller
 	// "not found", never whose it is.
-	ErrForeignKey = errors.New("idempotency: no such key in this scope")
+	ErrForeignKey = newSentinel("idempotency: no such key in this scope", false)
 	// ErrNotFound: no record for this scope and key.
-	ErrNotFound = errors.New("idempotency: record not found")
+	ErrNotFound = newSentinel("idempotency: record not found", false)
 	// ErrFailed: the key's stored outcome is a permanent failure. Returned
 	// wrapped in a *FailedError.
-	ErrFailed = errors.New("idempotency: stored outcome is a permanent failure")
+	ErrFailed = newSentinel("idempotency: stored outcome is a permanent failure", false)
 	// ErrInvalid: bad input (a malformed key, an empty scope, a bad
 	// fingerprint or configuration). Returned wrapped in an *InvalidError
 	// naming the field.
-	ErrInvalid = errors.New("idempotency: invalid input")
+	ErrInvalid = newSentinel("idempotency: invalid input", false)
 	// ErrStoreFull: a bounded store holds as many live records as it may.
-	ErrStoreFull = errors.New("idempotency: store full")
+	ErrStoreFull = newSentinel("idempotency: store full", false)
 )
 
 // InProgressError is returned while another holder's lease is live.
@@ -69,6 +102,10 @@ func (e *FailedError) Error() string {
 	return fmt.Sprintf("%v (replayed, status %d)", ErrFailed, e.Response.Code)
 }
 
+// SafeToRetry reports false: every retry of the key gets the same
+// stored failure back.
+func (e *FailedError) SafeToRetry() bool { return false }
+
 // Is reports ErrFailed.
 func (e *FailedError) Is(target error) bool { return target == ErrFailed }
 
@@ -87,6 +124,10 @@ func (e *InvalidError) Error() string {
 
 // Is reports ErrInvalid.
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// SafeToRetry reports false: the same input gets the same refusal; fix
+// the field first.
+func (e *InvalidError) SafeToRetry() bool { return false }
 
 func invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}

@@ -34,6 +34,10 @@ func (e *LeaseExpiredError) Error() string {
 // Is reports ErrLeaseLost.
 func (e *LeaseExpiredError) Is(target error) bool { return target == ErrLeaseLost }
 
+// SafeToRetry reports false, as ErrLeaseLost does: the holder stopped
+// without knowing what its action did.
+func (e *LeaseExpiredError) SafeToRetry() bool { return false }
+
 // errLeaseEnded is what CheckLease answers once the action returned and
 // its outcome was recorded or its lease given back: work left behind by
 // the action (a goroutine it started) no longer runs under the lease.

@@ -74,7 +74,7 @@ type Client struct {
 	store     *pgstore.Store
 	exec      *pgstore.Executor
 	ledger    *ledger.Ledger
-	inbox     *Inbox
+	inbox     *WebhookInbox
 	providers map[string]provider.Provider
 	log       *slog.Logger
 	hooks     hooks
@@ -90,6 +90,9 @@ func (e *ConfigError) Error() string { return "payments: " + e.Field + ": " + e.
 
 // Is reports idempotency.ErrInvalid: bad input or configuration, named.
 func (e *ConfigError) Is(target error) bool { return target == idempotency.ErrInvalid }
+
+// SafeToRetry reports false: fix the field first.
+func (e *ConfigError) SafeToRetry() bool { return false }
 
 // New returns a Client on pool's database, building its idempotency store
 // and ledger unless cfg gives them. It returns a *ConfigError naming a bad
@@ -177,7 +180,7 @@ func New(pool *pgxpool.Pool, providers []provider.Provider, cfg *Config) (*Clien
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, inbox: NewInbox(pool), providers: byName, log: log,
+	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, inbox: NewWebhookInbox(pool), providers: byName, log: log,
 		windowMargin: c.WindowMargin, tracer: idempotency.Tracer(c.TracerProvider, "payments")}, nil
 }
 
@@ -254,7 +257,7 @@ const (
 	IntentDeclined       IntentStatus = "DECLINED"
 	IntentFailed         IntentStatus = "FAILED"
 	// IntentNeedsReview: the reconciler could not prove the outcome; a
-	// human decides. Retries get a *NeedsReviewError and never re-drive.
+	// human decides. Retries get an *UnderReviewError and never re-drive.
 	IntentNeedsReview IntentStatus = "NEEDS_REVIEW"
 )
 
@@ -582,7 +585,7 @@ func (c *Client) charge(ctx context.Context, cl *call, prov provider.Provider, r
 		return c.record(ctx, cl, subj, decideSettled(subj, IntentStatus(prior.status), prior.providerID, prior.declineCode))
 	}
 	if prior.status == string(IntentNeedsReview) {
-		return idempotency.Recording{}, &NeedsReviewError{Reason: prior.reviewReason}
+		return idempotency.Recording{}, &UnderReviewError{Reason: prior.reviewReason}
 	}
 	if prior.open() && c.beyondWindow(prov, provider.StepCharge, prior) {
 		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindCharge, Provider: p.Provider, ProviderKey: pkey,

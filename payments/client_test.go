@@ -145,7 +145,7 @@ func TestLostResponseResolvedByRetry(t *testing.T) {
 	ctx := context.Background()
 	b.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
 	_, err := b.client.Charge(ctx, params(t, "lost", "10.00", stripetest.PaymentMethodVisa))
-	if !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) {
+	if !payments.OutcomeUnknown(err) || !idempotency.SafeToRetry(err) {
 		t.Fatalf("lost response: %v, want an unknown outcome", err)
 	}
 	in, err := b.client.Intent(ctx, "cus_1", "lost")

@@ -93,7 +93,7 @@ func TestCrashMatrix(t *testing.T) {
 				if err == nil {
 					break
 				}
-				if !errors.Is(err, idempotency.ErrInProgress) && !payments.SafeToRetry(err) {
+				if !errors.Is(err, idempotency.ErrInProgress) && !idempotency.SafeToRetry(err) {
 					t.Fatalf("retry after a crash %s: %v", point, err)
 				}
 				if time.Now().After(deadline) {

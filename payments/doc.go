@@ -32,7 +32,7 @@
 //
 // An unknown outcome (timeout, reset after the provider committed, 5xx)
 // leaves the intent open (UNKNOWN) and releases the key: the caller gets a
-// [provider.UnknownOutcomeError] ([OutcomeUnknown], [SafeToRetry]), and a
+// [provider.UnknownOutcomeError] ([OutcomeUnknown], [idempotency.SafeToRetry]), and a
 // retry with the same key re-drives with the same provider key. Unknown
 // never becomes failed without proof from the provider. docs/design.md
 // draws the flow.
@@ -56,7 +56,7 @@
 // [provider.NotSentError] and [provider.InProgressError] (safe to retry),
 // [provider.UnknownOutcomeError], and [provider.KeyMismatchError] (a bug,
 // reported loudly). Each error says whether a retry is safe ([Retrier],
-// [SafeToRetry]); bad input answers errors.Is idempotency.ErrInvalid.
+// [idempotency.SafeToRetry]); bad input answers errors.Is idempotency.ErrInvalid.
 //
 // # Refunds
 //
@@ -69,7 +69,7 @@
 // # Webhooks, the reconciler and operators
 //
 // [Client.WebhookHandler] verifies provider notifications, stores each once
-// in the inbox ([Inbox]) and applies it to its intent in the same
+// in the inbox ([WebhookInbox]) and applies it to its intent in the same
 // transaction, never moving a final intent backwards. Where the provider
 // overturns a final state on the intent's own object, the receiver books
 // what is true now in that transaction: a charge declined then succeeded

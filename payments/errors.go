@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments/provider"
 )
 
@@ -16,19 +15,25 @@ import (
 // the adapters return them, and [Client.Charge] and [Client.Refund] pass
 // them on to the caller as they are. The errors below are payments' own.
 
-// ErrNeedsReview: the reconciler could not prove the payment's outcome
-// and flagged it for a human; retrying does not help.
-var ErrNeedsReview = errors.New("payments: payment under review")
+// ErrUnderReview: the reconciler could not prove the payment's outcome
+// and flagged its intent for a human ([IntentNeedsReview]); retrying does
+// not help. (A saga that needs review is saga.ErrNeedsReview: another
+// thing.)
+var ErrUnderReview = sentinel("payments: payment under review", false)
 
-// NeedsReviewError is returned for a key whose intent the reconciler
+// UnderReviewError is returned for a key whose intent the reconciler
 // flagged NEEDS_REVIEW: payonce will not call the provider again for it
 // until a human resolves it.
-type NeedsReviewError struct{ Reason string }
+type UnderReviewError struct{ Reason string }
 
-func (e *NeedsReviewError) Error() string { return "payments: payment under review: " + e.Reason }
+func (e *UnderReviewError) Error() string { return "payments: payment under review: " + e.Reason }
 
-// Is reports ErrNeedsReview.
-func (e *NeedsReviewError) Is(target error) bool { return target == ErrNeedsReview }
+// Is reports ErrUnderReview.
+func (e *UnderReviewError) Is(target error) bool { return target == ErrUnderReview }
+
+// SafeToRetry reports false: every retry gets the same answer until a
+// human resolves the intent ([Client.ResolveReview]).
+func (e *UnderReviewError) SafeToRetry() bool { return false }
 
 // RefusedRetryError: the provider refused a resumed attempt (a retry
 // re-sending the references of an attempt whose outcome is unknown) with
@@ -56,28 +61,23 @@ func (e *RefusedRetryError) Is(target error) bool { return target == provider.Er
 // SafeToRetry reports true: a retry re-sends the same references.
 func (e *RefusedRetryError) SafeToRetry() bool { return true }
 
-// OutcomeUnknown reports whether err leaves the provider's outcome unknown.
+// OutcomeUnknown reports whether err leaves the provider's outcome
+// unknown. Whether a retry with the same key is safe, each error answers
+// for itself: [idempotency.SafeToRetry].
 func OutcomeUnknown(err error) bool { return errors.Is(err, provider.ErrOutcomeUnknown) }
 
-// Retrier is implemented by errors that know whether retrying the call
-// with the same key is safe: the providers' outcome errors
-// ([provider.NotSentError], [provider.UnknownOutcomeError],
-// [provider.InProgressError], [provider.CredentialsError]), payments'
-// [RefusedRetryError] and the idempotency core's
-// *idempotency.InProgressError (another call holds the key).
-type Retrier interface{ SafeToRetry() bool }
-
-// SafeToRetry reports whether retrying with the same key cannot do harm
-// and may succeed: the request was not sent, the outcome is unknown (the
-// provider deduplicates the retry), the provider or another call is still
-// processing the key. Each error answers for itself ([Retrier]); the
-// sentinels count too. Declines, invalid requests and reviews are final;
-// refused credentials are not final but need a fix first (false).
-func SafeToRetry(err error) bool {
-	var r Retrier
-	if errors.As(err, &r) {
-		return r.SafeToRetry()
-	}
-	return errors.Is(err, provider.ErrNotSent) || errors.Is(err, provider.ErrOutcomeUnknown) || errors.Is(err, provider.ErrInProgress) ||
-		errors.Is(err, idempotency.ErrInProgress)
+// sentinelError is a sentinel error that answers
+// [idempotency.SafeToRetry] for itself.
+type sentinelError struct {
+	text string
+	safe bool
 }
+
+func sentinel(text string, safeToRetry bool) error {
+	return &sentinelError{text: text, safe: safeToRetry}
+}
+
+func (s *sentinelError) Error() string { return s.text }
+
+// SafeToRetry reports what the sentinel stands for.
+func (s *sentinelError) SafeToRetry() bool { return s.safe }

@@ -19,6 +19,15 @@ func TestErrorVocabulary(t *testing.T) {
 		err  error
 		safe bool
 	}{
+		// payments' own errors, each answering for itself.
+		{ErrUnderReview, false},
+		{&UnderReviewError{Reason: "x"}, false},
+		{&RefusedRetryError{Provider: "stripe", Refusal: &provider.InvalidRequestError{Provider: "stripe"}}, true},
+		{&ConfigError{"Amount", "negative"}, false},
+		{ErrChanged, false},
+		{ErrNotOpen, false},
+		{ErrNotUnderReview, false},
+		// What Charge and Refund pass on from below.
 		{&provider.NotSentError{Provider: "stripe"}, true},
 		{&provider.UnknownOutcomeError{Provider: "stripe"}, true},
 		{&provider.InProgressError{Provider: "stripe"}, true},
@@ -27,12 +36,15 @@ func TestErrorVocabulary(t *testing.T) {
 		{idempotency.ErrInProgress, true},
 		{&provider.DeclineError{Provider: "stripe"}, false},
 		{&provider.InvalidRequestError{Provider: "stripe"}, false},
-		{&NeedsReviewError{Reason: "x"}, false},
 		{&provider.KeyMismatchError{Provider: "stripe"}, false},
+		{&provider.CredentialsError{Provider: "stripe"}, false},
 		{idempotency.ErrFingerprintMismatch, false},
-		{&ConfigError{"Amount", "negative"}, false},
 	} {
-		if got := SafeToRetry(tc.err); got != tc.safe {
+		var r interface{ SafeToRetry() bool }
+		if !errors.As(tc.err, &r) {
+			t.Errorf("%T %v does not answer SafeToRetry", tc.err, tc.err)
+		}
+		if got := idempotency.SafeToRetry(tc.err); got != tc.safe {
 			t.Errorf("SafeToRetry(%T %v) = %v, want %v", tc.err, tc.err, got, tc.safe)
 		}
 	}

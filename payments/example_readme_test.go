@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
@@ -42,6 +43,8 @@ func Example_chargeAndRefund() {
 			fmt.Println("outcome pending")
 		case errors.Is(err, provider.ErrDeclined): // final; every retry gets the same decline
 			fmt.Println("declined, replayed:", res.Replayed)
+		case idempotency.SafeToRetry(err): // each error answers for itself: not sent, in progress, unknown
+			fmt.Println("retry with the same key")
 		case err != nil:
 			panic(err)
 		default:

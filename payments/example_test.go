@@ -41,7 +41,7 @@ func Example() {
 			fmt.Fprintf(w, "%s %s (replayed: %v)\n", out.Status, out.ProviderID, out.Replayed)
 		case errors.As(err, &decline):
 			http.Error(w, "declined: "+decline.DeclineCode, http.StatusPaymentRequired) // final for this key
-		case payments.OutcomeUnknown(err), payments.SafeToRetry(err), errors.Is(err, idempotency.ErrInProgress):
+		case payments.OutcomeUnknown(err), idempotency.SafeToRetry(err), errors.Is(err, idempotency.ErrInProgress):
 			w.Header().Set("Retry-After", "1") // retry with the SAME key: it never charges twice
 			http.Error(w, "outcome pending", http.StatusServiceUnavailable)
 		default:

@@ -10,22 +10,23 @@ import (
 	"github.com/payonce/payonce/payments/provider"
 )
 
-// Inbox reads the webhook inbox (webhook_events): every verified provider
-// event payonce stored, once. It needs only the database, so an adapter
+// WebhookInbox reads the webhook inbox (webhook_events): every verified
+// provider event payonce stored, once. (Package inbox is another thing:
+// exactly-once effects for a consumer's messages.) It needs only the database, so an adapter
 // whose provider has no lookup by reference (Adyen) can be given its
 // notifications before any [Client] exists:
 //
-//	inbox := payments.NewInbox(pool)
+//	inbox := payments.NewWebhookInbox(pool)
 //	ad, err := adyen.New(&adyen.Config{..., Notifications: inbox.Source("adyen")})
 //	client, err := payments.New(pool, []provider.Provider{ad}, nil)
-type Inbox struct{ pool *pgxpool.Pool }
+type WebhookInbox struct{ pool *pgxpool.Pool }
 
-// NewInbox returns the inbox of pool's database.
-func NewInbox(pool *pgxpool.Pool) *Inbox { return &Inbox{pool: pool} }
+// NewWebhookInbox returns the webhook inbox of pool's database.
+func NewWebhookInbox(pool *pgxpool.Pool) *WebhookInbox { return &WebhookInbox{pool: pool} }
 
 // Source returns Events for one provider, as a notification source
 // (adyen.Config.Notifications).
-func (i *Inbox) Source(provName string) func(ctx context.Context, reference string) ([]provider.WebhookEvent, error) {
+func (i *WebhookInbox) Source(provName string) func(ctx context.Context, reference string) ([]provider.WebhookEvent, error) {
 	return func(ctx context.Context, reference string) ([]provider.WebhookEvent, error) {
 		return i.Events(ctx, provName, reference)
 	}
@@ -35,7 +36,7 @@ func (i *Inbox) Source(provName string) func(ctx context.Context, reference stri
 // (the ProviderKey payonce sent), oldest first, as the inbox holds them.
 // Body, Reference, ProviderID, ChargeID, Key, Kind, Type, DeclineCode and
 // Amount are restored.
-func (i *Inbox) Events(ctx context.Context, provName, reference string) ([]provider.WebhookEvent, error) {
+func (i *WebhookInbox) Events(ctx context.Context, provName, reference string) ([]provider.WebhookEvent, error) {
 	rows, err := i.pool.Query(ctx, `SELECT event_id, event_type, kind, coalesce(reference, ''), coalesce(local_key, ''),
 		coalesce(provider_id, ''), coalesce(charge_id, ''), coalesce(amount::text, ''), coalesce(currency, ''),
 		coalesce(decline_code, ''), body

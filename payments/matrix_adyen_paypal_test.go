@@ -198,7 +198,7 @@ func pvRetryUntilResolved(t testing.TB, c *payments.Client, p payments.ChargePar
 		if err == nil {
 			return out
 		}
-		if !errors.Is(err, idempotency.ErrInProgress) && !payments.SafeToRetry(err) {
+		if !errors.Is(err, idempotency.ErrInProgress) && !idempotency.SafeToRetry(err) {
 			t.Fatalf("retry: %v", err)
 		}
 		if time.Now().After(deadline) {
@@ -350,7 +350,7 @@ func TestLostResponsesAdyenPayPal(t *testing.T) {
 			}
 			p := pvParams(t, tc.provider, "lost", "12.34")
 			_, err := c.Charge(ctx, p)
-			if !payments.SafeToRetry(err) {
+			if !idempotency.SafeToRetry(err) {
 				t.Fatalf("first call: %v, want an error safe to retry", err)
 			}
 			in, ierr := c.Intent(ctx, "cus_1", "lost")

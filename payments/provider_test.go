@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
 
 	"github.com/payonce/payonce/payments/provider"
@@ -46,8 +47,8 @@ func TestOutcomeClasses(t *testing.T) {
 		{&provider.KeyMismatchError{Provider: "stripe"}, false, false, provider.ErrKeyMismatch},
 	}
 	for _, c := range cases {
-		if payments.OutcomeUnknown(c.err) != c.unknown || payments.SafeToRetry(c.err) != c.retry || !errors.Is(c.err, c.is) {
-			t.Errorf("%v: unknown=%v retry=%v", c.err, payments.OutcomeUnknown(c.err), payments.SafeToRetry(c.err))
+		if payments.OutcomeUnknown(c.err) != c.unknown || idempotency.SafeToRetry(c.err) != c.retry || !errors.Is(c.err, c.is) {
+			t.Errorf("%v: unknown=%v retry=%v", c.err, payments.OutcomeUnknown(c.err), idempotency.SafeToRetry(c.err))
 		}
 	}
 }

@@ -505,7 +505,7 @@ func sameAmount(m money.Money, amount, currency string) bool {
 }
 
 // StoredEvents returns the verified events of provider stored for a
-// reference, oldest first (see [Inbox.Events]).
+// reference, oldest first (see [WebhookInbox.Events]).
 func (o *Operator) StoredEvents(ctx context.Context, provider, reference string) ([]provider.WebhookEvent, error) {
 	return o.c.inbox.Events(ctx, provider, reference)
 }

@@ -153,7 +153,7 @@ func (c *Client) refund(ctx context.Context, cl *call, prov provider.Provider, r
 		return c.record(ctx, cl, subj, decideSettled(subj, IntentStatus(prior.status), prior.providerID, prior.declineCode))
 	}
 	if prior.status == string(IntentNeedsReview) {
-		return idempotency.Recording{}, &NeedsReviewError{Reason: prior.reviewReason}
+		return idempotency.Recording{}, &UnderReviewError{Reason: prior.reviewReason}
 	}
 	if prior.open() && c.beyondWindow(prov, provider.StepRefund, prior) {
 		in := Examined{Scope: req.Scope, Key: req.Key, Kind: KindRefund, Provider: prov.Name(), ProviderKey: pkey,

@@ -277,16 +277,16 @@ func wantClass(t *testing.T, status int, err error) {
 	switch status {
 	case 401, 403:
 		var ce *provider.CredentialsError
-		if !errors.As(err, &ce) || ce.Status != status || payments.SafeToRetry(err) ||
+		if !errors.As(err, &ce) || ce.Status != status || idempotency.SafeToRetry(err) ||
 			!strings.Contains(err.Error(), "refused our credentials: check the API key") {
 			t.Fatalf("%d: %v, want the configuration error", status, err)
 		}
 	case 409:
-		if !errors.Is(err, provider.ErrInProgress) || !payments.SafeToRetry(err) {
+		if !errors.Is(err, provider.ErrInProgress) || !idempotency.SafeToRetry(err) {
 			t.Fatalf("409: %v, want in progress", err)
 		}
 	default:
-		if !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) {
+		if !payments.OutcomeUnknown(err) || !idempotency.SafeToRetry(err) {
 			t.Fatalf("%d: %v, want an unknown outcome", status, err)
 		}
 	}

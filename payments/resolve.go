@@ -61,7 +61,7 @@ type hold struct {
 // was sent again (or reopened) after the intent was examined: the proof
 // may be stale (a retry's send can have charged after the lookup began).
 // Nothing was done; look again.
-var ErrChanged = errors.New("payments: intent changed since it was examined; look again")
+var ErrChanged = sentinel("payments: intent changed since it was examined; look again", false)
 
 // Hold claims the key of the open intent in before its lookup, so that no
 // call can send the intent's attempt again while the lookup runs and its
@@ -155,7 +155,7 @@ type Proof struct {
 
 // ErrNotOpen is returned by [Operator.Resolve] when the intent was settled
 // meanwhile (by a webhook, a retry or another reconciler): nothing done.
-var ErrNotOpen = errors.New("payments: intent no longer open")
+var ErrNotOpen = sentinel("payments: intent no longer open", false)
 
 // Resolve applies proof to an open intent: under the key's lease (the one
 // [Operator.Hold] took for in, else it claims the key now: a live call
@@ -176,7 +176,7 @@ func (o *Operator) Resolve(ctx context.Context, in Examined, p Proof, audit func
 
 // ErrNotUnderReview is returned by [Client.ResolveReview] for an intent
 // that is not NEEDS_REVIEW: nothing done.
-var ErrNotUnderReview = errors.New("payments: intent not under review")
+var ErrNotUnderReview = sentinel("payments: intent not under review", false)
 
 // ResolveReview settles an intent flagged NEEDS_REVIEW with a human's
 // decision (from the provider's own records): IntentSucceeded with the
@@ -308,7 +308,7 @@ func checkProof(p Proof) error {
 // applyUnderLease applies proof to an open intent from inside the call
 // that holds the key's lease (a retry past the provider's window): the
 // record completes with the intent, or, for NEEDS_REVIEW, the caller gets
-// a *NeedsReviewError and the lease is released by the executor.
+// an *UnderReviewError and the lease is released by the executor.
 func (c *Client) applyUnderLease(ctx context.Context, cl *call, in Examined, p Proof) (idempotency.Recording, error) {
 	if err := checkProof(p); err != nil {
 		return idempotency.Recording{}, err
@@ -322,7 +322,7 @@ func (c *Client) applyUnderLease(ctx context.Context, cl *call, in Examined, p P
 			return idempotency.Recording{}, rerr
 		}
 		if prior.status == string(IntentNeedsReview) {
-			return idempotency.Recording{}, &NeedsReviewError{Reason: prior.reviewReason}
+			return idempotency.Recording{}, &UnderReviewError{Reason: prior.reviewReason}
 		}
 		return c.record(ctx, cl, subjectOf(in), decideSettled(subjectOf(in), IntentStatus(prior.status), prior.providerID, prior.declineCode))
 	case err != nil:
@@ -331,7 +331,7 @@ func (c *Client) applyUnderLease(ctx context.Context, cl *call, in Examined, p P
 		cl.recorded = t
 		return idempotency.Recording{Status: done.Status, Response: done.Response}, nil
 	}
-	return idempotency.Recording{}, &NeedsReviewError{Reason: p.Reason}
+	return idempotency.Recording{}, &UnderReviewError{Reason: p.Reason}
 }
 
 // apply applies proof in ONE transaction: the intent locked and checked

@@ -133,7 +133,7 @@ func TestDecideResumed(t *testing.T) {
 			return decideCharge(s, resumed, provider.ChargeResult{}, err)
 		}
 		name := string(s.kind)
-		if _, err := decideOf(true, fresh); !OutcomeUnknown(err) || errors.Is(err, provider.ErrInvalidRequest) || !SafeToRetry(err) {
+		if _, err := decideOf(true, fresh); !OutcomeUnknown(err) || errors.Is(err, provider.ErrInvalidRequest) || !idempotency.SafeToRetry(err) {
 			t.Errorf("%s: a resumed attempt refused afresh: %v, want an unknown outcome, never an invalid request", name, err)
 		} else if rr := (*RefusedRetryError)(nil); !errors.As(err, &rr) || rr.Refusal != fresh {
 			t.Errorf("%s: %v does not carry the refusal", name, err)
@@ -148,7 +148,7 @@ func TestDecideResumed(t *testing.T) {
 			t.Errorf("%s: a first attempt refused: %+v %v, want FAILED", name, got, err)
 		}
 		for _, resumed := range []bool{false, true} {
-			if _, err := decideOf(resumed, creds); err != creds || SafeToRetry(err) || !errors.Is(err, provider.ErrCredentials) {
+			if _, err := decideOf(resumed, creds); err != creds || idempotency.SafeToRetry(err) || !errors.Is(err, provider.ErrCredentials) {
 				t.Errorf("%s (resumed %v): refused credentials: %v, want the *CredentialsError back", name, resumed, err)
 			}
 		}

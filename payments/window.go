@@ -41,7 +41,7 @@ func (c *Client) beyondWindow(prov provider.Provider, step string, prior priorIn
 // the provider's window without sending anything: it looks the attempt up
 // and applies what that proves, under the caller's lease. Without proof
 // the intent goes to NEEDS_REVIEW and the caller gets a
-// *NeedsReviewError; a failed lookup (an outage) leaves everything as it
+// *UnderReviewError; a failed lookup (an outage) leaves everything as it
 // was and answers a *provider.UnknownOutcomeError (retry later).
 func (c *Client) settleBeyondWindow(ctx context.Context, cl *call, prov provider.Provider, in Examined) (idempotency.Recording, error) {
 	step := provider.StepCharge

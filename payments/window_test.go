@@ -192,7 +192,7 @@ func TestRetryPastWindowWithoutProofNeedsReview(t *testing.T) {
 	c.age(t, "charge", "blind")
 	for i := 0; i < 2; i++ {
 		_, err := c.client.Charge(ctx, params(t, "blind", "10.00", stripetest.PaymentMethodVisa))
-		if !errors.Is(err, payments.ErrNeedsReview) {
+		if !errors.Is(err, payments.ErrUnderReview) {
 			t.Fatalf("retry %d past the window: %v, want NEEDS_REVIEW", i, err)
 		}
 	}

@@ -28,8 +28,7 @@ func (r *Reconciler) examine(ctx context.Context, rep *Report, it item) error {
 	held, err := op.Hold(ctx, it.Examined)
 	switch {
 	case errors.Is(err, payments.ErrNotOpen):
-		_, err = r.pool.Exec(ctx, releaseSQL, it.Key, it.Scope)
-		return err
+		return op.ReleaseClaim(ctx, it.Scope, it.Key)
 	case errors.Is(err, idempotency.ErrInProgress):
 		return r.reschedule(ctx, rep, it, Item{Kind: KindPendingUnknownAtProvider, ProviderState: "not asked",
 			Detail: "a call holds the key; looked again later"}, recheckWaiting)

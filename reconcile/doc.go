@@ -22,7 +22,8 @@
 // REQUIRES_ACTION) past a grace period (Config.Grace; Config.ActionGrace
 // for REQUIRES_ACTION) with FOR UPDATE SKIP LOCKED and a claim that
 // expires (Config.ClaimTTL), so that many instances run at once and a
-// crashed one's claims lapse. It asks each intent's provider what exists
+// crashed one's claims lapse (payments.Operator.ClaimDue: every statement
+// on the intents lives in package payments). It asks each intent's provider what exists
 // for the attempt's derived references and decides, each repair in one
 // transaction with its report row:
 //

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments/provider"
 )
@@ -71,32 +70,11 @@ func (r *Reconciler) balanceDrift(ctx context.Context, rep *Report) error {
 // created in [from, to), per currency: charges in, refunds out (net of
 // the reversals of refunds that failed afterwards).
 func (r *Reconciler) ledgerTotals(ctx context.Context, provName string, from, to time.Time) (map[money.Currency]provider.Totals, error) {
-	rows, err := r.pool.Query(ctx, ledgerTotalsSQL, ledger.ProviderCash(provName), from, to, ledger.StepCharge, ledger.StepRefund, provName,
-		ledger.StepRefundReversal)
+	out, err := r.client.Operator().LedgerTotals(ctx, provName, from, to)
 	if err != nil {
-		return nil, fmt.Errorf("reconcile: ledger totals: %w", err)
+		return nil, fmt.Errorf("reconcile: %w", err)
 	}
-	defer rows.Close()
-	out := map[money.Currency]provider.Totals{}
-	for rows.Next() {
-		var code, charged, refunded string
-		if err := rows.Scan(&code, &charged, &refunded); err != nil {
-			return nil, err
-		}
-		cur, err := money.ParseCurrency(code)
-		if err != nil {
-			return nil, err
-		}
-		var t provider.Totals
-		if t.Charged, err = money.Parse(charged, cur); err != nil {
-			return nil, err
-		}
-		if t.Refunded, err = money.Parse(refunded, cur); err != nil {
-			return nil, err
-		}
-		out[cur] = t
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func sameMoney(a, b money.Money, c money.Currency) bool {

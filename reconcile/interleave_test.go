@@ -540,8 +540,8 @@ func (w *iworld) run(t *testing.T, il interleaving) (reached bool) {
 func expected(err error) bool {
 	var decline *provider.DeclineError
 	var invalid *provider.InvalidRequestError
-	var review *payments.NeedsReviewError
-	return payments.OutcomeUnknown(err) || payments.SafeToRetry(err) || errors.Is(err, idempotency.ErrInProgress) ||
+	var review *payments.UnderReviewError
+	return payments.OutcomeUnknown(err) || idempotency.SafeToRetry(err) || errors.Is(err, idempotency.ErrInProgress) ||
 		errors.Is(err, provider.ErrCredentials) ||
 		errors.As(err, &decline) || errors.As(err, &invalid) || errors.As(err, &review)
 }

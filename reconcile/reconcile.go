@@ -233,7 +233,7 @@ func (r *Reconciler) reschedule(ctx context.Context, rep *Report, it item, base 
 		checks++
 	}
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, rescheduleSQL, it.Key, it.Scope, checks, delay); err != nil {
+		if err := r.client.Operator().RescheduleTx(ctx, tx, it.Scope, it.Key, checks, delay); err != nil {
 			return err
 		}
 		return r.record(ctx, tx, rep, it, base)
@@ -269,7 +269,7 @@ func (r *Reconciler) resolve(ctx context.Context, rep *Report, it item, base Ite
 	base.LocalState = string(it.Status)
 	crashpoint.Reach(ctx, crashpoint.ReconcileBeforeApply, it.Key)
 	err := r.client.Operator().Resolve(ctx, it.Examined, p, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, resolvedSQL, it.Key, it.Scope); err != nil {
+		if err := r.client.Operator().CheckedTx(ctx, tx, it.Scope, it.Key); err != nil {
 			return err
 		}
 		return r.record(ctx, tx, rep, it, base)
@@ -286,8 +286,7 @@ func (r *Reconciler) resolve(ctx context.Context, rep *Report, it item, base Ite
 		}
 		return nil
 	case errors.Is(err, payments.ErrNotOpen):
-		_, err = r.pool.Exec(ctx, releaseSQL, it.Key, it.Scope)
-		return err
+		return r.client.Operator().ReleaseClaim(ctx, it.Scope, it.Key)
 	case errors.Is(err, idempotency.ErrInProgress):
 		// A caller's retry holds the key right now: it resolves the
 		// intent itself, or the next run does.

@@ -310,8 +310,8 @@ func TestCrashMatrixResolvedByTheReconcilerAlone(t *testing.T) {
 					t.Fatalf("a retry after the repair: %+v %v", res, err)
 				case in.Status == payments.IntentFailed && !errors.Is(err, provider.ErrInvalidRequest):
 					t.Fatalf("a retry after a proven void: %+v %v, want the recorded failure", res, err)
-				case in.Status == payments.IntentNeedsReview && !errors.Is(err, payments.ErrNeedsReview):
-					t.Fatalf("a retry of an intent under review: %+v %v, want ErrNeedsReview", res, err)
+				case in.Status == payments.IntentNeedsReview && !errors.Is(err, payments.ErrUnderReview):
+					t.Fatalf("a retry of an intent under review: %+v %v, want ErrUnderReview", res, err)
 				}
 				if got := w.fakes.Charges(provName, composed(key)); got != after {
 					t.Fatalf("the retry charged: %d -> %d", after, got)
@@ -580,7 +580,7 @@ func TestDivergencesAreClassified(t *testing.T) {
 	}
 	// A retry of a key under review never calls the provider again.
 	before := w.fakes.Charges("stripe", composed("dup"))
-	if _, err := w.client.Charge(ctx, params("stripe", "dup")); !errors.Is(err, payments.ErrNeedsReview) {
+	if _, err := w.client.Charge(ctx, params("stripe", "dup")); !errors.Is(err, payments.ErrUnderReview) {
 		t.Fatalf("retry under review: %v", err)
 	}
 	if after := w.fakes.Charges("stripe", composed("dup")); after != before {
@@ -742,7 +742,7 @@ func TestRefundOutcomesResolved(t *testing.T) {
 				t.Fatalf("lost refund response: %v", err)
 			}
 			inject(false)
-			if err := refund("never", "5.00"); !payments.OutcomeUnknown(err) && !payments.SafeToRetry(err) {
+			if err := refund("never", "5.00"); !payments.OutcomeUnknown(err) && !idempotency.SafeToRetry(err) {
 				t.Fatalf("refund failed before the provider: %v", err)
 			}
 			if err := refund("more", "2.35"); !errors.Is(err, provider.ErrRefundExceedsCharge) {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
@@ -47,15 +45,24 @@ func (r *Reconciler) webhookDivergences(ctx context.Context, rep *Report) error 
 			}
 		}
 	}()
-	return r.reportRows(ctx, rep, "webhook events", func(row pgx.CollectableRow) (Item, error) {
-		var x Item
-		var id, typ, kind, outcome, pid string
-		if err := row.Scan(&x.Provider, &id, &typ, &kind, &outcome, &x.Detail, &x.Scope, &x.IntentKey, &x.Currency, &pid, &x.Age); err != nil {
-			return x, err
-		}
-		x.Action = ActionReported
-		refund := provider.EventKind(kind) == provider.EventRefundFailed || provider.EventKind(kind) == provider.EventRefundReversed
-		switch outcome {
+	var since *time.Time
+	if err := r.pool.QueryRow(ctx, lastRunStartSQL, rep.RunID).Scan(&since); err != nil {
+		return fmt.Errorf("reconcile: webhook events: %w", err)
+	}
+	var after time.Time
+	if since != nil {
+		after = *since
+	}
+	events, err := r.client.Operator().DivergentEvents(ctx, after)
+	if err != nil {
+		return fmt.Errorf("reconcile: webhook events: %w", err)
+	}
+	found := make([]Item, 0, len(events))
+	for _, e := range events {
+		x := Item{Provider: e.Provider, Detail: e.Detail, Scope: e.Scope, IntentKey: e.IntentKey, Currency: e.Currency,
+			Age: e.Age, Action: ActionReported}
+		refund := e.Kind == provider.EventRefundFailed || e.Kind == provider.EventRefundReversed
+		switch e.Outcome {
 		case payments.EventConflict:
 			x.Kind = KindWebhookConflict
 		case payments.EventSecondObject:
@@ -72,20 +79,8 @@ func (r *Reconciler) webhookDivergences(ctx context.Context, rep *Report) error 
 		default:
 			x.Kind = KindUnmatchedProviderObject
 		}
-		x.ProviderState = typ + " " + pid + " (event " + id + ")"
-		return x, nil
-	}, webhookDivergencesSQL, rep.RunID)
-}
-
-// reportRows reports one item per row of sql: items that need no repair.
-func (r *Reconciler) reportRows(ctx context.Context, rep *Report, what string, scan pgx.RowToFunc[Item], sql string, args ...any) error {
-	rows, err := r.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return fmt.Errorf("reconcile: %s: %w", what, err)
-	}
-	found, err := pgx.CollectRows(rows, scan)
-	if err != nil {
-		return err
+		x.ProviderState = e.EventType + " " + e.ProviderID + " (event " + e.EventID + ")"
+		found = append(found, x)
 	}
 	return r.reportAll(ctx, rep, found)
 }

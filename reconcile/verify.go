@@ -15,30 +15,14 @@ import (
 // divergence is reported (the intent is final: a human decides); an
 // unreachable provider leaves the charge to a later run.
 func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
-	rows, err := r.pool.Query(ctx, verifyClaimSQL, r.cfg.VerifyWithin, r.cfg.Grace, r.client.ProviderNames(), r.cfg.VerifyBatch)
+	claimed, err := r.client.Operator().ClaimUnverified(ctx, payments.VerifyRequest{Within: r.cfg.VerifyWithin, Grace: r.cfg.Grace,
+		Providers: r.client.ProviderNames(), Batch: r.cfg.VerifyBatch})
 	if err != nil {
 		return fmt.Errorf("reconcile: verify: %w", err)
 	}
-	var due []item
-	for rows.Next() {
-		var it item
-		var amount, currency string
-		if err := rows.Scan(&it.Key, &it.Scope, &it.Provider, &it.ProviderKey, &it.ProviderID, &amount, &currency, &it.CreatedAt, &it.age); err != nil {
-			rows.Close()
-			return err
-		}
-		var err error
-		it.Amount, err = money.Parse(amount, money.Currency(currency))
-		if err != nil {
-			rows.Close()
-			return err
-		}
-		it.Kind, it.Status = "CHARGE", payments.IntentSucceeded
-		due = append(due, it)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
+	due := make([]item, len(claimed))
+	for i, c := range claimed {
+		due[i] = item{Examined: c.Examined, checks: c.Checks, age: c.Age}
 	}
 	var found []Item
 	for _, it := range due {
@@ -48,7 +32,7 @@ func (r *Reconciler) verifySucceeded(ctx context.Context, rep *Report) error {
 			ProviderID: it.ProviderID, From: it.CreatedAt.Add(-10 * time.Minute), To: time.Now().Add(5 * time.Minute), WithRefunds: true})
 		endProvider(span, len(res.Charges), err)
 		if err != nil {
-			if _, uerr := r.pool.Exec(ctx, unverifySQL, it.Key, it.Scope); uerr != nil {
+			if uerr := r.client.Operator().Unverify(ctx, it.Scope, it.Key); uerr != nil {
 				return uerr
 			}
 			continue
@@ -112,11 +96,5 @@ func (r *Reconciler) verify(ctx context.Context, it item, res provider.LookupRes
 // localRefunds sums the succeeded refunds payonce recorded for a charge and
 // counts those still open.
 func (r *Reconciler) localRefunds(ctx context.Context, it item) (money.Money, int, error) {
-	var sum string
-	var open int
-	if err := r.pool.QueryRow(ctx, localRefundsSQL, it.Key, it.Scope).Scan(&sum, &open); err != nil {
-		return money.Money{}, 0, err
-	}
-	m, err := money.Parse(sum, it.Amount.Currency())
-	return m, open, err
+	return r.client.Operator().RefundedLocally(ctx, it.Scope, it.Key, it.Amount.Currency())
 }

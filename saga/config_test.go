@@ -115,7 +115,7 @@ func TestDefaultClassify(t *testing.T) {
 		{&provider.DeclineError{Provider: "stripe"}, saga.ClassPermanent},
 		{&provider.InvalidRequestError{Provider: "stripe"}, saga.ClassPermanent},
 		{&provider.UnknownOutcomeError{Provider: "stripe", Err: base}, saga.ClassUnknown},
-		{&payments.NeedsReviewError{Reason: "no proof"}, saga.ClassUnknown},
+		{&payments.UnderReviewError{Reason: "no proof"}, saga.ClassUnknown},
 		{saga.Wait(base, time.Minute), saga.ClassWaiting},
 		{fmt.Errorf("refund: %w", saga.Wait(&provider.UnknownOutcomeError{Provider: "stripe", Err: base}, 0)), saga.ClassWaiting},
 		{saga.Fail(saga.Wait(base, time.Minute)), saga.ClassPermanent},

@@ -17,21 +17,23 @@ var (
 	// Its lease is released; a retry with the same key (or
 	// [Orchestrator.Recover]) resumes it. Returned wrapped in a
 	// *PendingError.
-	ErrPending = errors.New("saga: outcome pending")
+	ErrPending = sentinel("saga: outcome pending", true)
 	// ErrRolledBack: a step failed permanently and the steps done before
 	// it were compensated. Returned wrapped in a *RolledBackError, with
 	// the Result; every retry of the key gets the same.
-	ErrRolledBack = errors.New("saga: rolled back")
-	// ErrNeedsReview: a compensation failed permanently; a human decides.
+	ErrRolledBack = sentinel("saga: rolled back", false)
+	// ErrNeedsReview: a compensation failed permanently; a human decides
+	// ([StatusNeedsReview]). (A payment under review is
+	// payments.ErrUnderReview: another thing.)
 	// Returned wrapped in a *NeedsReviewError, with the Result; every
 	// retry of the key gets the same.
-	ErrNeedsReview = errors.New("saga: needs review")
+	ErrNeedsReview = sentinel("saga: needs review", false)
 	// ErrDefinitionChanged: the registered definition's steps are not
 	// those the saga started with. Nothing was run; register the new steps
 	// under a new name.
-	ErrDefinitionChanged = errors.New("saga: definition changed under a running saga")
+	ErrDefinitionChanged = sentinel("saga: definition changed under a running saga", false)
 	// ErrNotFound: no saga with this scope and key. It matches
-	// idempotency.ErrNotFound too.
+	// idempotency.ErrNotFound too, and answers SafeToRetry as it does.
 	ErrNotFound = fmt.Errorf("saga: not found (%w)", idempotency.ErrNotFound)
 )
 
@@ -87,6 +89,10 @@ func (e *RolledBackError) Error() string {
 // Is reports ErrRolledBack.
 func (e *RolledBackError) Is(target error) bool { return target == ErrRolledBack }
 
+// SafeToRetry reports false: every retry of the key gets the same
+// rollback.
+func (e *RolledBackError) SafeToRetry() bool { return false }
+
 // NeedsReviewError carries the reason a saga needs a human.
 type NeedsReviewError struct{ Step, Reason string }
 
@@ -97,6 +103,10 @@ func (e *NeedsReviewError) Error() string {
 // Is reports ErrNeedsReview.
 func (e *NeedsReviewError) Is(target error) bool { return target == ErrNeedsReview }
 
+// SafeToRetry reports false: every retry of the key gets the same answer;
+// a human finishes the saga.
+func (e *NeedsReviewError) SafeToRetry() bool { return false }
+
 // ConfigError names a bad configuration or definition field.
 type ConfigError struct{ Field, Reason string }
 
@@ -104,6 +114,25 @@ func (e *ConfigError) Error() string { return "saga: " + e.Field + ": " + e.Reas
 
 // Is reports idempotency.ErrInvalid: bad input or configuration, named.
 func (e *ConfigError) Is(target error) bool { return target == idempotency.ErrInvalid }
+
+// SafeToRetry reports false: fix the field first.
+func (e *ConfigError) SafeToRetry() bool { return false }
+
+// sentinelError is a sentinel error that answers
+// [idempotency.SafeToRetry] for itself.
+type sentinelError struct {
+	text string
+	safe bool
+}
+
+func sentinel(text string, safeToRetry bool) error {
+	return &sentinelError{text: text, safe: safeToRetry}
+}
+
+func (s *sentinelError) Error() string { return s.text }
+
+// SafeToRetry reports what the sentinel stands for.
+func (s *sentinelError) SafeToRetry() bool { return s.safe }
 
 // Class is what a step's error means for the saga (see Config.Classify).
 type Class int
@@ -222,9 +251,10 @@ func NothingToUndo(reason string) error {
 //     requests (provider.ErrDeclined, provider.ErrInvalidRequest);
 //   - waiting: errors made with [Wait];
 //   - unknown: errors made with [Unknown]; errors that say a retry with
-//     the same key is safe (payments.SafeToRetry: the payment's outcome is
-//     unknown, the provider or another call still holds the key, the
-//     request was not sent); payments under review; deadlines exceeded
+//     the same key is safe (idempotency.SafeToRetry: the payment's outcome
+//     is unknown, the provider or another call still holds the key, the
+//     request was not sent); payments under review (payments.ErrUnderReview);
+//     deadlines exceeded
 //     (the call may have arrived);
 //   - transient: anything else.
 //
@@ -242,7 +272,7 @@ func DefaultClassify(err error) Class {
 		return ClassWaiting
 	case errors.Is(err, provider.ErrDeclined), errors.Is(err, provider.ErrInvalidRequest):
 		return ClassPermanent
-	case payments.SafeToRetry(err), errors.Is(err, payments.ErrNeedsReview), errors.Is(err, context.DeadlineExceeded):
+	case idempotency.SafeToRetry(err), errors.Is(err, payments.ErrUnderReview), errors.Is(err, context.DeadlineExceeded):
 		return ClassUnknown
 	}
 	return ClassTransient

@@ -38,6 +38,6 @@
 //
 // [Providers] returns the configured adapters, sharing one HTTP client;
 // Adyen, which has no lookup by reference, looks its payments up in the
-// notifications the webhook receiver stored ([payments.Inbox]). [Client]
+// notifications the webhook receiver stored ([payments.WebhookInbox]). [Client]
 // wraps them in a [payments.Client] with the configured lease and logger.
 package wiring

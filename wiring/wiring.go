@@ -192,7 +192,7 @@ func Providers(pool *pgxpool.Pool, cfg Config) ([]provider.Provider, error) {
 			BaseURL: a.APIBase, HTTPClient: hc, HMACKeys: optional(a.HMACKey), ReturnURL: returnURL,
 			// Adyen has no lookup by reference: its notifications, as the
 			// receiver stored them, are the lookup.
-			Notifications: payments.NewInbox(pool).Source("adyen")})
+			Notifications: payments.NewWebhookInbox(pool).Source("adyen")})
 		if err != nil {
 			return nil, err
 		}

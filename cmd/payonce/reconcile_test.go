@@ -131,7 +131,7 @@ func TestResolveCommand(t *testing.T) {
 	if err != nil || rep.NeedsReview != 1 {
 		t.Fatalf("reconcile: %+v %v, want one intent under review", rep, err)
 	}
-	if _, err := client.Charge(ctx, params); !errors.Is(err, payments.ErrNeedsReview) {
+	if _, err := client.Charge(ctx, params); !errors.Is(err, payments.ErrUnderReview) {
 		t.Fatalf("retry under review: %v", err)
 	}
 	var cliEnv []string

@@ -181,7 +181,7 @@ func (w *ChargeWorker) Work(ctx context.Context, job *river.Job[ChargeArgs]) err
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, provider.ErrDeclined), errors.Is(err, provider.ErrInvalidRequest), errors.Is(err, payments.ErrNeedsReview),
+	case errors.Is(err, provider.ErrDeclined), errors.Is(err, provider.ErrInvalidRequest), errors.Is(err, payments.ErrUnderReview),
 		errors.Is(err, provider.ErrKeyMismatch), errors.Is(err, idempotency.ErrInvalid), errors.Is(err, idempotency.ErrFingerprintMismatch),
 		errors.Is(err, idempotency.ErrForeignKey):
 		return river.JobCancel(err) // final: every retry of the key gets the same answer

@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/payonce/payonce/money"
@@ -119,7 +118,7 @@ type RefundLookupResult struct {
 // references has passed and it offers no other consistent lookup by them.
 // It is not an outage (looking again will not help): the reconciler flags
 // the intent NEEDS_REVIEW with the reason instead of rescheduling it.
-var ErrCannotTell = errors.New("payments: the provider can no longer tell what this attempt did")
+var ErrCannotTell = sentinel("payments: the provider can no longer tell what this attempt did", false)
 
 // ClockReader is implemented by a provider whose Lookup lists what was
 // created in [LookupRequest.From, LookupRequest.To] on the provider's own
@@ -150,31 +149,4 @@ type Totaler interface {
 // Totals is the money a provider moved in one currency over a period.
 type Totals struct {
 	Charged, Refunded money.Money
-}
-
-// AddMovement adds one balance movement of a provider to totals, as the
-// providers' reports sign them: a charge (positive) to Charged, a refund
-// (negative: money given back) or a refund failure (positive: money
-// returned) to Refunded, negated.
-func AddMovement(totals map[money.Currency]Totals, amount money.Money, charge bool) error {
-	cur := amount.Currency()
-	t, ok := totals[cur]
-	if !ok {
-		zero, err := money.FromMinor(0, cur)
-		if err != nil {
-			return err
-		}
-		t = Totals{Charged: zero, Refunded: zero}
-	}
-	var err error
-	if charge {
-		t.Charged, err = t.Charged.Add(amount)
-	} else {
-		t.Refunded, err = t.Refunded.Sub(amount)
-	}
-	if err != nil {
-		return err
-	}
-	totals[cur] = t
-	return nil
 }

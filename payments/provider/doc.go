@@ -48,7 +48,9 @@
 //   - [CredentialsError] ([ErrCredentials]): the provider refused the
 //     adapter's credentials; a configuration error, never an outcome.
 //
-// Each answers SafeToRetry for itself where a retry is safe. A lookup that
+// Each error and sentinel answers [idempotency.SafeToRetry] for itself
+// (a method SafeToRetry() bool): true for NotSent, UnknownOutcome and
+// InProgress, false for the others. A lookup that
 // can no longer tell what an attempt did wraps [ErrCannotTell].
 //
 // # Optional capabilities

@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -10,18 +9,19 @@ import (
 
 // Sentinels of the outcome classes; the error types below carry data and
 // match them with errors.Is. Their texts start "payments:" since they
-// reach payments' callers as they are.
+// reach payments' callers as they are. Each answers
+// [idempotency.SafeToRetry] for itself, as its error type does.
 var (
-	ErrDeclined       = errors.New("payments: declined")
-	ErrInvalidRequest = errors.New("payments: invalid request")
-	ErrNotSent        = errors.New("payments: request not sent")
-	ErrOutcomeUnknown = errors.New("payments: outcome unknown")
-	ErrInProgress     = errors.New("payments: provider still processing this key")
-	ErrKeyMismatch    = errors.New("payments: provider saw this key with other parameters")
+	ErrDeclined       = sentinel("payments: declined", false)
+	ErrInvalidRequest = sentinel("payments: invalid request", false)
+	ErrNotSent        = sentinel("payments: request not sent", true)
+	ErrOutcomeUnknown = sentinel("payments: outcome unknown", true)
+	ErrInProgress     = sentinel("payments: provider still processing this key", true)
+	ErrKeyMismatch    = sentinel("payments: provider saw this key with other parameters", false)
 	// ErrCredentials: the provider refused payonce's credentials for it
 	// (a wrong, rolled, revoked or restricted API key). A configuration
 	// error, never an outcome: see [CredentialsError].
-	ErrCredentials = errors.New("payments: the provider refused our credentials")
+	ErrCredentials = sentinel("payments: the provider refused our credentials", false)
 )
 
 // DeclineError is a definite, permanent refusal by the provider (or the
@@ -40,6 +40,9 @@ func (e *DeclineError) Error() string {
 
 // Is reports ErrDeclined.
 func (e *DeclineError) Is(target error) bool { return target == ErrDeclined }
+
+// SafeToRetry reports false: a decline is final for the key.
+func (e *DeclineError) SafeToRetry() bool { return false }
 
 // InvalidRequestError is a permanent refusal of the request itself.
 //
@@ -67,6 +70,11 @@ func (e *InvalidRequestError) Error() string {
 func (e *InvalidRequestError) Is(target error) bool {
 	return target == ErrInvalidRequest || (target == ErrRefundExceedsCharge && e.Code == "refund_exceeds_charge")
 }
+
+// SafeToRetry reports false: the refusal is final for the key (a
+// resumed attempt's unreplayed refusal reaches the caller as a
+// payments.RefusedRetryError, which answers for itself).
+func (e *InvalidRequestError) SafeToRetry() bool { return false }
 
 // NotSentError: the request provably never reached the provider (no
 // connection, refused before writing).
@@ -177,6 +185,10 @@ func redactQuoted(s string) string {
 // Is reports ErrKeyMismatch.
 func (e *KeyMismatchError) Is(target error) bool { return target == ErrKeyMismatch }
 
+// SafeToRetry reports false: the provider refuses the key with these
+// parameters every time.
+func (e *KeyMismatchError) SafeToRetry() bool { return false }
+
 // CredentialsError: the provider refused the request for payonce's
 // credentials (HTTP 401 or 403: an API key that is wrong, rolled,
 // revoked, or without the permission the call needs; Adyen's merchant
@@ -223,4 +235,20 @@ func (e *CredentialsError) SafeToRetry() bool { return false }
 // captured. payments refuses such a refund itself, before any provider
 // call, with an *InvalidRequestError of Code "refund_exceeds_charge",
 // which matches it; final for the refund's key.
-var ErrRefundExceedsCharge = errors.New("payments: refunds would exceed the charge")
+var ErrRefundExceedsCharge = sentinel("payments: refunds would exceed the charge", false)
+
+// sentinelError is a sentinel error that answers [idempotency.SafeToRetry] for
+// itself.
+type sentinelError struct {
+	text string
+	safe bool
+}
+
+func sentinel(text string, safeToRetry bool) error {
+	return &sentinelError{text: text, safe: safeToRetry}
+}
+
+func (s *sentinelError) Error() string { return s.text }
+
+// SafeToRetry reports what the sentinel stands for.
+func (s *sentinelError) SafeToRetry() bool { return s.safe }

@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/payonce/payonce/money"
@@ -99,9 +98,9 @@ type WebhookVerifier interface {
 
 var (
 	// ErrWebhookSignature: a delivery's signature is missing or wrong.
-	ErrWebhookSignature = errors.New("payments: webhook signature missing or invalid")
+	ErrWebhookSignature = sentinel("payments: webhook signature missing or invalid", false)
 	// ErrWebhookMalformed: a delivery's body is not a valid event.
-	ErrWebhookMalformed = errors.New("payments: webhook body malformed")
+	ErrWebhookMalformed = sentinel("payments: webhook body malformed", false)
 )
 
 // WebhookAcknowledger is implemented by providers that expect a particular

@@ -15,8 +15,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
@@ -260,7 +260,7 @@ func TestChargeRefused(t *testing.T) {
 				res, err := b.p.Charge(context.Background(), req)
 				de := errAs[*provider.DeclineError](t, err)
 				if de.DeclineCode != tc.reason || de.Code != "Refused" || de.Provider != "adyen" ||
-					!strings.Contains(de.Message, res.ProviderID) || payments.SafeToRetry(err) {
+					!strings.Contains(de.Message, res.ProviderID) || idempotency.SafeToRetry(err) {
 					t.Fatalf("attempt %d: %+v (%+v)", i, de, res)
 				}
 				if res.Status != provider.ChargeFailed || res.ProviderID == "" {
@@ -344,7 +344,7 @@ func TestChargeResultCodes(t *testing.T) {
 			t.Parallel()
 			p := stub(t, 200, nil, `{"pspReference":"PSP0000000000002","resultCode":"`+code+`"}`)
 			res, err := p.Charge(context.Background(), chargeReq("order-codes", "pm_x"))
-			if ue := errAs[*provider.UnknownOutcomeError](t, err); !payments.SafeToRetry(err) || ue.Status != 200 || res.ProviderID != "PSP0000000000002" {
+			if ue := errAs[*provider.UnknownOutcomeError](t, err); !idempotency.SafeToRetry(err) || ue.Status != 200 || res.ProviderID != "PSP0000000000002" {
 				t.Fatalf("%s: %+v %v", code, res, err)
 			}
 		})
@@ -376,7 +376,7 @@ func TestErrorMapping(t *testing.T) {
 			func(t *testing.T, err error) { errAs[*provider.InProgressError](t, err) }},
 		{"validation", 422, nil, `{"status":422,"errorCode":"130","message":"Reference Missing","errorType":"validation"}`,
 			func(t *testing.T, err error) {
-				if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "130" || ie.Message != "Reference Missing" || payments.SafeToRetry(err) {
+				if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "130" || ie.Message != "Reference Missing" || idempotency.SafeToRetry(err) {
 					t.Fatalf("%+v", ie)
 				}
 			}},
@@ -384,7 +384,7 @@ func TestErrorMapping(t *testing.T) {
 			func(t *testing.T, err error) { errAs[*provider.KeyMismatchError](t, err) }},
 		{"unauthorized", 401, nil, `{"status":401,"errorCode":"000","message":"HTTP Status Response - Unauthorized","errorType":"security"}`,
 			func(t *testing.T, err error) {
-				if ce := errAs[*provider.CredentialsError](t, err); ce.Code != "000" || payments.SafeToRetry(err) {
+				if ce := errAs[*provider.CredentialsError](t, err); ce.Code != "000" || idempotency.SafeToRetry(err) {
 					t.Fatalf("%+v", ce)
 				}
 			}},
@@ -423,7 +423,7 @@ func TestInProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := b.p.Charge(context.Background(), req)
-	if !errors.Is(err, provider.ErrInProgress) || !payments.SafeToRetry(err) {
+	if !errors.Is(err, provider.ErrInProgress) || !idempotency.SafeToRetry(err) {
 		t.Fatalf("duplicate in flight: %v", err)
 	}
 	b.srv.EndLatency()
@@ -441,7 +441,7 @@ func TestTransientErrorRetry(t *testing.T) {
 	req := chargeReq("order-transient", adyentest.PaymentMethodVisa)
 	b.srv.Inject(adyentest.Fault{Kind: adyentest.FailBefore, Path: "/payments"})
 	_, err := b.p.Charge(context.Background(), req)
-	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !idempotency.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 	var ae *adyen.APIError
@@ -483,7 +483,7 @@ func TestResetAfterAndTimeouts(t *testing.T) {
 	req := chargeReq("order-reset", adyentest.PaymentMethodVisa)
 	b.srv.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments"})
 	_, err := b.p.Charge(context.Background(), req)
-	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 0 || !payments.SafeToRetry(err) {
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 0 || !idempotency.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 	wantPayments(t, b, req.ProviderKey, 1)
@@ -512,7 +512,7 @@ func TestNotSent(t *testing.T) {
 	hs.Close() // nothing listens there any more
 	p := must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: merchant, BaseURL: base, ReturnURL: "https://r.example"}))(t)
 	_, err := p.Charge(context.Background(), chargeReq("order-notsent", "pm_x"))
-	if ne := errAs[*provider.NotSentError](t, err); !payments.SafeToRetry(err) || ne.Provider != "adyen" {
+	if ne := errAs[*provider.NotSentError](t, err); !idempotency.SafeToRetry(err) || ne.Provider != "adyen" {
 		t.Fatalf("%+v", ne)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -573,7 +573,7 @@ func TestBadInputs(t *testing.T) {
 	}
 	// The fake's own validation (an unknown card) is final too.
 	_, err = b.p.Charge(ctx, chargeReq("order-unknown-card", "pm_card_unknown"))
-	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "invalid_payment_method" || payments.SafeToRetry(err) {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "invalid_payment_method" || idempotency.SafeToRetry(err) {
 		t.Fatalf("%+v", ie)
 	}
 	// Nothing reached the fake for the refused requests.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
@@ -101,7 +101,7 @@ func TestUnrepresentableAmountsRefused(t *testing.T) {
 		req.Amount = amount
 		for name, err := range map[string]error{"ValidateCharge": b.p.ValidateCharge(req), "Charge": second(b.p.Charge(ctx, req))} {
 			ie := errAs[*provider.InvalidRequestError](t, err)
-			if ie.Param != "Amount" || !strings.Contains(ie.Message, "Adyen cannot represent") || payments.SafeToRetry(err) {
+			if ie.Param != "Amount" || !strings.Contains(ie.Message, "Adyen cannot represent") || idempotency.SafeToRetry(err) {
 				t.Fatalf("%s of %s: %+v", name, amount, ie)
 			}
 		}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/idempotency"
 
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
@@ -31,7 +31,7 @@ func TestRefusalsOfCredentials(t *testing.T) {
 			t.Parallel()
 			_, err := stub(t, tc.status, nil, tc.body).Charge(context.Background(), chargeReq("order-creds", "pm_x"))
 			ce := errAs[*provider.CredentialsError](t, err)
-			if ce.Code != tc.code || ce.Status != tc.status || errors.Is(err, provider.ErrInvalidRequest) || payments.SafeToRetry(err) ||
+			if ce.Code != tc.code || ce.Status != tc.status || errors.Is(err, provider.ErrInvalidRequest) || idempotency.SafeToRetry(err) ||
 				!strings.Contains(err.Error(), "check the API key") {
 				t.Fatalf("%v, want a refusal of our credentials", err)
 			}

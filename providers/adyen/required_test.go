@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/idempotency"
 
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/adyen"
@@ -117,7 +117,7 @@ func TestShopperRefusedBeforeSending(t *testing.T) {
 			return err
 		}()} {
 			ie := errAs[*provider.InvalidRequestError](t, err)
-			if ie.Param != "Shopper" || !strings.Contains(ie.Message, "ChargeParams.Shopper") || payments.SafeToRetry(err) {
+			if ie.Param != "Shopper" || !strings.Contains(ie.Message, "ChargeParams.Shopper") || idempotency.SafeToRetry(err) {
 				t.Fatalf("%s with Shopper %q: %+v", name, shopper, ie)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
 
 	"github.com/payonce/payonce/payments/provider"
@@ -205,7 +206,7 @@ func TestChargeDeclined(t *testing.T) {
 			for i := range 2 {
 				res, err := b.p.Charge(ctxT(t), req)
 				de := errAs[*provider.DeclineError](t, err)
-				if de.DeclineCode != tc.code || de.Code != "DECLINED" || payments.SafeToRetry(err) {
+				if de.DeclineCode != tc.code || de.Code != "DECLINED" || idempotency.SafeToRetry(err) {
 					t.Fatalf("attempt %d: %+v", i, de)
 				}
 				if res.Status != provider.ChargeFailed || res.ProviderID == "" || res.Replayed != (i == 1) {
@@ -262,7 +263,7 @@ func TestLostCreateResponse(t *testing.T) {
 			req := chargeReq("lost-create", paypaltest.PaymentMethodVisa)
 			b.srv.Inject(paypaltest.Fault{Kind: kind, Method: "POST", Path: "/v2/checkout/orders"})
 			_, err := b.p.Charge(ctxT(t), req)
-			if !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) {
+			if !payments.OutcomeUnknown(err) || !idempotency.SafeToRetry(err) {
 				t.Fatalf("err = %v, want unknown outcome", err)
 			}
 			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
@@ -292,7 +293,7 @@ func TestLostCaptureResponse(t *testing.T) {
 			}
 			b.srv.Inject(paypaltest.Fault{Kind: kind, Method: "POST", Path: "/v2/checkout/orders/*/capture"})
 			_, err := b.p.Charge(ctxT(t), withProviderID(req, order.ProviderID))
-			if ue := errAs[*provider.UnknownOutcomeError](t, err); !payments.SafeToRetry(err) || (kind == paypaltest.FailAfter) != (ue.Status == 500) {
+			if ue := errAs[*provider.UnknownOutcomeError](t, err); !idempotency.SafeToRetry(err) || (kind == paypaltest.FailAfter) != (ue.Status == 500) {
 				t.Fatalf("err = %+v", ue)
 			}
 			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
@@ -361,7 +362,7 @@ func TestProgressErrorIsUnknownAndResumes(t *testing.T) {
 		return errors.New("database down")
 	}
 	res, err := b.p.Charge(ctxT(t), req)
-	if !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) || !strings.Contains(err.Error(), "database down") || res.ProviderID != orderID {
+	if !payments.OutcomeUnknown(err) || !idempotency.SafeToRetry(err) || !strings.Contains(err.Error(), "database down") || res.ProviderID != orderID {
 		t.Fatalf("err = %v, res %+v", err, res)
 	}
 	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})

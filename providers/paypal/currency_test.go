@@ -3,8 +3,8 @@ package paypal_test
 import (
 	"testing"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
@@ -93,7 +93,7 @@ func TestCurrencyRefusedBeforeSending(t *testing.T) {
 		money.MustParse("1.500", money.KWD), money.MustParse("1000", money.KRW), money.MustParse("10.00", "RUB")} {
 		req := chargeReq("refused-"+string(m.Currency()), paypaltest.PaymentMethodVisa)
 		req.Amount = m
-		if ie := errAs[*provider.InvalidRequestError](t, b.p.ValidateCharge(req)); ie.Param != "Amount" || payments.SafeToRetry(ie) {
+		if ie := errAs[*provider.InvalidRequestError](t, b.p.ValidateCharge(req)); ie.Param != "Amount" || idempotency.SafeToRetry(ie) {
 			t.Fatalf("ValidateCharge %s: %+v", m, ie)
 		}
 		_, err := b.p.Charge(ctxT(t), req)

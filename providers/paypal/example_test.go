@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
@@ -43,7 +44,7 @@ func Example() {
 
 	srv.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Path: "/v2/checkout/orders"})
 	_, err = p.Charge(context.Background(), req)
-	fmt.Println("outcome unknown:", payments.OutcomeUnknown(err), "safe to retry:", payments.SafeToRetry(err))
+	fmt.Println("outcome unknown:", payments.OutcomeUnknown(err), "safe to retry:", idempotency.SafeToRetry(err))
 
 	res, err := p.Charge(context.Background(), req)
 	if err != nil {

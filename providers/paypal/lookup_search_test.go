@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
@@ -165,7 +166,7 @@ func TestLookupCannotTell(t *testing.T) {
 	} {
 		_, err := b.p.Lookup(ctxT(t), lr)
 		var ct *paypal.CannotTellError
-		if !errors.As(err, &ct) || !errors.Is(err, provider.ErrCannotTell) || payments.SafeToRetry(err) || ct.Reason == "" {
+		if !errors.As(err, &ct) || !errors.Is(err, provider.ErrCannotTell) || idempotency.SafeToRetry(err) || ct.Reason == "" {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
 
 	"github.com/payonce/payonce/payments/provider"
@@ -200,14 +201,14 @@ func TestLookupRefundRefused(t *testing.T) {
 		{ProviderKey: req.ProviderKey, ChargeID: "ORDUNKNOWN"},
 	} {
 		_, err = p.LookupRefund(ctxT(t), lr)
-		if errAs[*provider.InvalidRequestError](t, err); payments.SafeToRetry(err) {
+		if errAs[*provider.InvalidRequestError](t, err); idempotency.SafeToRetry(err) {
 			t.Fatalf("%+v: %v is retryable", lr, err)
 		}
 	}
 
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.FailBefore, Method: "GET", Path: "/v2/checkout/orders/*"})
 	_, err = p.LookupRefund(ctxT(t), lookupOf(req))
-	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !idempotency.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 }

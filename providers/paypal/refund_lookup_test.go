@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
@@ -51,7 +52,7 @@ func TestRefund(t *testing.T) {
 	wantCounts(t, b, r2.ProviderKey, paypaltest.Counts{Refunds: 1})
 
 	_, err = b.p.Refund(ctxT(t), refundReq("refund-3", ch.ProviderID, eur("0.01")))
-	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "CAPTURE_FULLY_REFUNDED" || payments.SafeToRetry(err) {
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "CAPTURE_FULLY_REFUNDED" || idempotency.SafeToRetry(err) {
 		t.Fatalf("%+v", ie)
 	}
 	if got := b.srv.Totals()["EUR"]; got != (paypaltest.Total{Captured: 2000, Refunded: 2000}) {
@@ -144,7 +145,7 @@ func TestLookup(t *testing.T) {
 	} {
 		_, err := b.p.Lookup(ctxT(t), lr)
 		var ct *paypal.CannotTellError
-		if !errors.As(err, &ct) || !errors.Is(err, provider.ErrCannotTell) || payments.OutcomeUnknown(err) || payments.SafeToRetry(err) {
+		if !errors.As(err, &ct) || !errors.Is(err, provider.ErrCannotTell) || payments.OutcomeUnknown(err) || idempotency.SafeToRetry(err) {
 			t.Fatalf("%+v: %v", lr, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
 
 	"github.com/payonce/payonce/payments/provider"
@@ -114,7 +115,7 @@ func TestPersistent401IsRefusedCredentials(t *testing.T) {
 	p := stubProvider(t, ts.URL)
 	_, err := p.Charge(ctxT(t), chargeReq("401", "pm_card_visa"))
 	ce := errAs[*provider.CredentialsError](t, err)
-	if ce.Code != "AUTHENTICATION_FAILURE" || !strings.Contains(ce.Setting, "Config.ClientID") || payments.SafeToRetry(err) ||
+	if ce.Code != "AUTHENTICATION_FAILURE" || !strings.Contains(ce.Setting, "Config.ClientID") || idempotency.SafeToRetry(err) ||
 		errors.Is(err, provider.ErrInvalidRequest) {
 		t.Fatalf("%+v", ce)
 	}
@@ -168,7 +169,7 @@ func TestStatusMapping(t *testing.T) {
 				`"details":[{"issue":"PERMISSION_DENIED"}]}`,
 			func(t *testing.T, err error) {
 				ce := errAs[*provider.CredentialsError](t, err)
-				if ce.Status != 403 || ce.Code != "PERMISSION_DENIED" || errors.Is(err, provider.ErrInvalidRequest) || payments.SafeToRetry(err) ||
+				if ce.Status != 403 || ce.Code != "PERMISSION_DENIED" || errors.Is(err, provider.ErrInvalidRequest) || idempotency.SafeToRetry(err) ||
 					!strings.Contains(err.Error(), "check the API key") {
 					t.Fatalf("%v", err)
 				}
@@ -219,7 +220,7 @@ func TestNotSent(t *testing.T) {
 	url := ts.URL
 	ts.Close() // nothing listens there now
 	_, err := stubProvider(t, url).Charge(ctxT(t), chargeReq("nowhere", "pm_card_visa"))
-	if !errAs[*provider.NotSentError](t, err).Is(provider.ErrNotSent) || !payments.SafeToRetry(err) {
+	if !errAs[*provider.NotSentError](t, err).Is(provider.ErrNotSent) || !idempotency.SafeToRetry(err) {
 		t.Fatal(err)
 	}
 

@@ -266,7 +266,11 @@ func addTransaction(totals map[money.Currency]provider.Totals, seen map[string]b
 	if charged && !amount.IsPositive() {
 		return nil // a payment the account sent
 	}
-	if err := provider.AddMovement(totals, amount, charged); err != nil {
+	kind := provider.MovementRefund
+	if charged {
+		kind = provider.MovementCharge
+	}
+	if err := provider.AddMovement(totals, kind, amount); err != nil {
 		return fmt.Errorf("summing transaction %s (%s): %w", tx.TransactionID, tx.EventCode, err)
 	}
 	return nil

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
@@ -230,7 +230,7 @@ func TestTotalsPageFailure(t *testing.T) {
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.Latency, Delay: time.Millisecond, Path: "/v1/reporting/transactions"})
 	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.FailBefore, Path: "/v1/reporting/transactions"})
 	_, err := b.p.Totals(ctxT(t), t0, t0.Add(time.Hour))
-	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !payments.SafeToRetry(err) {
+	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !idempotency.SafeToRetry(err) {
 		t.Fatalf("a 500 on page 2: %+v", u)
 	}
 	testkit.WantTotals(t, totalsOf(t, b.p, t0, t0.Add(time.Hour)), map[money.Currency]provider.Totals{

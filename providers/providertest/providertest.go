@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments/provider"
 )
@@ -137,7 +138,7 @@ func testDecline(t *testing.T, h Harness) {
 	for i := 0; i < 2; i++ {
 		_, err := h.Provider.Charge(ctxT(t), r)
 		var d *provider.DeclineError
-		if !errors.As(err, &d) || d.DeclineCode == "" || safeToRetry(err) {
+		if !errors.As(err, &d) || d.DeclineCode == "" || idempotency.SafeToRetry(err) {
 			t.Fatalf("attempt %d: err = %v, want a final DeclineError with its code", i, err)
 		}
 	}
@@ -147,7 +148,7 @@ func testLostResponse(t *testing.T, h Harness) {
 	r := req(t, h, h.Succeeds)
 	h.LoseNextResponse()
 	_, err := h.Provider.Charge(ctxT(t), r)
-	if !errors.Is(err, provider.ErrOutcomeUnknown) || !safeToRetry(err) {
+	if !errors.Is(err, provider.ErrOutcomeUnknown) || !idempotency.SafeToRetry(err) {
 		t.Fatalf("lost response: err = %v, want an unknown outcome, safe to retry", err)
 	}
 	if n := h.Charges(r.Key); n != 1 {
@@ -175,7 +176,7 @@ func testInFlight(t *testing.T, h Harness) {
 		t.Fatalf("the first charge was never held: %v", err)
 	}
 	_, err := h.Provider.Charge(ctxT(t), r)
-	if !errors.Is(err, provider.ErrInProgress) || !safeToRetry(err) {
+	if !errors.Is(err, provider.ErrInProgress) || !idempotency.SafeToRetry(err) {
 		t.Fatalf("duplicate while the first is in flight: err = %v, want in progress", err)
 	}
 	release()
@@ -212,11 +213,4 @@ func testWebhook(t *testing.T, h Harness) {
 	if bad == nil {
 		t.Fatal("a wrongly signed event was accepted")
 	}
-}
-
-// safeToRetry is what the error answers for itself (payments.SafeToRetry
-// asks each error first): an adapter's outcome errors carry their class.
-func safeToRetry(err error) bool {
-	var r interface{ SafeToRetry() bool }
-	return errors.As(err, &r) && r.SafeToRetry()
 }

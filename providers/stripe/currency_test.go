@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
@@ -64,7 +64,7 @@ func TestToAmountRefusesWhatStripeCannotRepresent(t *testing.T) {
 	} {
 		_, err := paystripe.ToAmount(m)
 		ie := errAs[*provider.InvalidRequestError](t, err)
-		if ie.Param != "Amount" || payments.SafeToRetry(err) {
+		if ie.Param != "Amount" || idempotency.SafeToRetry(err) {
 			t.Fatalf("ToAmount(%s): %+v", m, ie)
 		}
 	}
@@ -181,7 +181,7 @@ func TestUnrepresentableAmountsRefusedBeforeSending(t *testing.T) {
 			"Charge":         second(b.p.Charge(ctx, req)),
 		} {
 			ie := errAs[*provider.InvalidRequestError](t, err)
-			if ie.Param != "Amount" || !strings.Contains(ie.Message, m.String()) || payments.SafeToRetry(err) {
+			if ie.Param != "Amount" || !strings.Contains(ie.Message, m.String()) || idempotency.SafeToRetry(err) {
 				t.Fatalf("%s %s: %+v", name, m, ie)
 			}
 		}
@@ -237,7 +237,7 @@ func TestChargeKeyInUseIsInProgressWhateverItsType(t *testing.T) {
 				HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
 			_, err := p.Charge(context.Background(), chargeReq("order-409", stripetest.PaymentMethodVisa))
 			errAs[*provider.InProgressError](t, err)
-			if !payments.SafeToRetry(err) || errors.Is(err, provider.ErrInvalidRequest) || calls.Load() != 1 {
+			if !idempotency.SafeToRetry(err) || errors.Is(err, provider.ErrInvalidRequest) || calls.Load() != 1 {
 				t.Fatalf("%v (calls %d): want a retryable in-progress error, sent once", err, calls.Load())
 			}
 		})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/idempotency"
 
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
@@ -223,7 +223,7 @@ func TestLookupSearchFailure(t *testing.T) {
 	b := setupLookup(t, 0, 0)
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Path: "/v1/payment_intents/search"})
 	_, err := b.p.Lookup(context.Background(), provider.LookupRequest{Key: "k"})
-	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !idempotency.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 	b.requests.want(t, 0, 1)

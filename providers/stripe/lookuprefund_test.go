@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
@@ -140,7 +141,7 @@ func TestLookupRefundRefused(t *testing.T) {
 		{"unknown id", "id", provider.RefundLookupRequest{Key: "order-lx-refund", ProviderID: "re_unknown"}},
 	} {
 		_, err := b.p.LookupRefund(ctx, tc.req)
-		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != tc.param || payments.SafeToRetry(err) {
+		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != tc.param || idempotency.SafeToRetry(err) {
 			t.Fatalf("%s: %+v, want Param %s", tc.name, ie, tc.param)
 		}
 	}
@@ -150,7 +151,7 @@ func TestLookupRefundRefused(t *testing.T) {
 
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Method: "GET", Path: "/v1/refunds"})
 	_, err := b.p.LookupRefund(ctx, provider.RefundLookupRequest{Key: "order-lx-refund", ChargeID: ch.ProviderID})
-	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !idempotency.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -132,7 +132,7 @@ func TestLookupWithRefundsFailure(t *testing.T) {
 	b.charge(t, "order-f")
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Path: "/v1/refunds"})
 	_, err := b.p.Lookup(context.Background(), provider.LookupRequest{Key: "order-f", From: t0, WithRefunds: true})
-	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !payments.SafeToRetry(err) {
+	if ue := errAs[*provider.UnknownOutcomeError](t, err); ue.Status != 500 || !idempotency.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stripe/stripe-go/v79/webhook"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
@@ -125,7 +126,7 @@ func TestChargeDeclined(t *testing.T) {
 				if de.Code != "card_declined" || de.DeclineCode != tc.declineCode || de.Message == "" || de.Provider != "stripe" {
 					t.Fatalf("attempt %d: %+v", i, de)
 				}
-				if payments.SafeToRetry(err) || !errors.Is(err, provider.ErrDeclined) {
+				if idempotency.SafeToRetry(err) || !errors.Is(err, provider.ErrDeclined) {
 					t.Fatalf("attempt %d: a decline must be final: %v", i, err)
 				}
 				if res.Status != provider.ChargeFailed || res.ProviderID == "" || res.Replayed != wantReplayed {
@@ -160,7 +161,7 @@ func TestChargeFailBefore(t *testing.T) {
 
 	_, err := b.p.Charge(context.Background(), req)
 	ue := errAs[*provider.UnknownOutcomeError](t, err)
-	if ue.Status != 500 || !payments.SafeToRetry(err) {
+	if ue.Status != 500 || !idempotency.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 	wantCount(t, b, req.ProviderKey, 0, 0)
@@ -182,7 +183,7 @@ func TestChargeResetAfter(t *testing.T) {
 
 	_, err := b.p.Charge(context.Background(), req)
 	ue := errAs[*provider.UnknownOutcomeError](t, err)
-	if ue.Status != 0 || !payments.OutcomeUnknown(err) || !payments.SafeToRetry(err) {
+	if ue.Status != 0 || !payments.OutcomeUnknown(err) || !idempotency.SafeToRetry(err) {
 		t.Fatalf("%+v", ue)
 	}
 
@@ -268,7 +269,7 @@ func TestChargeConcurrentSameKey(t *testing.T) {
 		case errs[i] == nil && !results[i].Replayed:
 			executed++
 		case errors.As(errs[i], new(*provider.InProgressError)):
-			if !payments.SafeToRetry(errs[i]) {
+			if !idempotency.SafeToRetry(errs[i]) {
 				t.Fatalf("in progress must be retryable")
 			}
 			inProgress++
@@ -290,7 +291,7 @@ func TestChargeKeyMismatch(t *testing.T) {
 	req.Amount = eur("21.00")
 	_, err := b.p.Charge(context.Background(), req)
 	errAs[*provider.KeyMismatchError](t, err)
-	if payments.SafeToRetry(err) {
+	if idempotency.SafeToRetry(err) {
 		t.Fatalf("a key mismatch is not retryable")
 	}
 	wantCount(t, b, req.ProviderKey, 1, 0)
@@ -311,7 +312,7 @@ func TestChargeNotSent(t *testing.T) {
 	}))(t)
 	_, err = p.Charge(context.Background(), chargeReq("order-ns", stripetest.PaymentMethodVisa))
 	errAs[*provider.NotSentError](t, err)
-	if !errors.Is(err, provider.ErrNotSent) || !payments.SafeToRetry(err) {
+	if !errors.Is(err, provider.ErrNotSent) || !idempotency.SafeToRetry(err) {
 		t.Fatalf("%v", err)
 	}
 	var op *net.OpError
@@ -328,7 +329,7 @@ func TestChargeBadAPIKey(t *testing.T) {
 		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}))(t)
 	_, err := p.Charge(context.Background(), chargeReq("order-auth", stripetest.PaymentMethodVisa))
 	ce := errAs[*provider.CredentialsError](t, err)
-	if ce.Status != http.StatusUnauthorized || ce.Setting != "Config.SecretKey" || payments.SafeToRetry(err) ||
+	if ce.Status != http.StatusUnauthorized || ce.Setting != "Config.SecretKey" || idempotency.SafeToRetry(err) ||
 		errors.Is(err, provider.ErrInvalidRequest) || !strings.Contains(err.Error(), "check the API key") {
 		t.Fatalf("a 401: %v, want a configuration error, never a refusal of the payment", err)
 	}
@@ -593,7 +594,7 @@ func TestChargeStatusMapping(t *testing.T) {
 		{"forbidden", http.StatusForbidden,
 			`{"error":{"type":"invalid_request_error","message":"The provided key does not have access"}}`,
 			func(t *testing.T, err error) {
-				if ce := errAs[*provider.CredentialsError](t, err); ce.Status != 403 || payments.SafeToRetry(err) {
+				if ce := errAs[*provider.CredentialsError](t, err); ce.Status != 403 || idempotency.SafeToRetry(err) {
 					t.Fatalf("%+v", ce)
 				}
 			}},

@@ -84,13 +84,14 @@ func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Cu
 
 // addBalanceTransaction adds bt to totals by its type (see [Provider.Totals]).
 func addBalanceTransaction(totals map[money.Currency]provider.Totals, bt *stripego.BalanceTransaction) error {
-	var charged bool
+	var kind provider.Movement
 	switch bt.Type {
 	case stripego.BalanceTransactionTypeCharge, stripego.BalanceTransactionTypePayment:
-		charged = true
+		kind = provider.MovementCharge
 	case stripego.BalanceTransactionTypeRefund, stripego.BalanceTransactionTypePaymentRefund,
 		stripego.BalanceTransactionTypeRefundFailure:
 		// Refunds are negative, their failures positive: Refunded -= amount for both.
+		kind = provider.MovementRefund
 	default:
 		return nil
 	}
@@ -98,7 +99,7 @@ func addBalanceTransaction(totals map[money.Currency]provider.Totals, bt *stripe
 	if err != nil {
 		return fmt.Errorf("balance transaction %s (%s): %w", bt.ID, bt.Type, err)
 	}
-	if err := provider.AddMovement(totals, amount, charged); err != nil {
+	if err := provider.AddMovement(totals, kind, amount); err != nil {
 		return fmt.Errorf("summing balance transaction %s (%s): %w", bt.ID, bt.Type, err)
 	}
 	return nil

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
-	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
@@ -160,7 +160,7 @@ func TestTotalsErrors(t *testing.T) {
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.Latency, Delay: time.Millisecond, Path: "/v1/balance_transactions"})
 	b.srv.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Path: "/v1/balance_transactions"})
 	_, err := b.p.Totals(context.Background(), t0, t0.Add(time.Second))
-	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !payments.SafeToRetry(err) {
+	if u := errAs[*provider.UnknownOutcomeError](t, err); u.Status != http.StatusInternalServerError || !idempotency.SafeToRetry(err) {
 		t.Fatalf("a 500 on page 2: %+v", u)
 	}
 	testkit.WantTotals(t, b.totals(t, t0, t0.Add(time.Second)), map[money.Currency]provider.Totals{

@@ -503,14 +503,14 @@ func (s *Service) answer(w http.ResponseWriter, key string, out payments.Outcome
 		problem(w, http.StatusNotFound, "not-found", "No such charge for this caller.", 0, nil)
 	case errors.Is(err, idempotency.ErrExpired):
 		problem(w, http.StatusUnprocessableEntity, "idempotency-key-expired", "This Idempotency-Key is past its retention; use a new key for a new payment.", 0, nil)
-	case errors.Is(err, payments.ErrNeedsReview):
+	case errors.Is(err, payments.ErrUnderReview):
 		problem(w, http.StatusConflict, "payment-under-review", "This payment's outcome could not be proven and is being reviewed; it will not be charged again with this key.", 0,
 			map[string]any{"status": string(payments.IntentNeedsReview)})
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		// The client gave up (or the request's deadline passed): whatever
 		// was recorded stays recorded, and a retry with the key resolves it.
 		problem(w, http.StatusServiceUnavailable, "request-abandoned", "The request ended before its outcome was known; retry with the same Idempotency-Key.", time.Second, nil)
-	case payments.OutcomeUnknown(err) || payments.SafeToRetry(err):
+	case payments.OutcomeUnknown(err) || idempotency.SafeToRetry(err):
 		status := payments.IntentUnknown
 		if errors.Is(err, provider.ErrNotSent) {
 			status = payments.IntentPending
