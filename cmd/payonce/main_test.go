@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
 )
 
 // The test binary is the CLI when PAYONCE_CLI_MAIN=1, so that commands
@@ -83,7 +82,6 @@ func TestSuggestions(t *testing.T) {
 		t.Errorf("stuck --nope: exit %d\n%s", code, out)
 	}
 }
-
 
 // Shell completion comes from cobra: a script per shell, the commands,
 // subcommands, flags and flag values.

@@ -497,7 +497,6 @@ func (s *fakePruneStore) Prune(ctx context.Context, limit int) (int, error) {
 	return n, nil
 }
 
-
 func TestConfirm(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
