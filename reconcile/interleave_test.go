@@ -46,9 +46,9 @@ import (
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/reconcile"
-	"github.com/payonce/payonce/wiring"
 )
 
 // An actor's fault on the money-moving requests it sends.
@@ -210,13 +210,13 @@ func newIWorldLease(t *testing.T, provider string, lease time.Duration) *iworld 
 	t.Cleanup(fk.Close)
 	pool := pgtest.Pool(t)
 	env := fk.Env()
-	cfg, err := wiring.FromEnv(func(k string) string { return env[k] })
+	cfg, err := providers.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	ft := &faultTransport{next: &http.Transport{DisableKeepAlives: true}, faults: map[string]fault{}, cut: map[string]bool{}}
 	cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second, Transport: ft}
-	provs, err := wiring.Providers(pool, cfg)
+	provs, err := providers.Build(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

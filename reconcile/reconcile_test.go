@@ -24,11 +24,11 @@ import (
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 	"github.com/payonce/payonce/reconcile"
-	"github.com/payonce/payonce/wiring"
 )
 
 func TestMain(m *testing.M) {
@@ -83,10 +83,10 @@ func (s *service) Client() *payments.Client { return s.client }
 func (s *service) Handler() http.Handler    { return s.handler }
 func (s *service) Close()                   { s.pool.Close() }
 
-// newService wires a payments client as a service would (wiring.FromEnv,
-// wiring.Client), with a lease of lock and webhooks at /webhooks/<name>.
+// newService wires a payments client as a service would (providers.FromEnv,
+// providers.Client), with a lease of lock and webhooks at /webhooks/<name>.
 func newService(env map[string]string, lock time.Duration, hc *http.Client) (*service, error) {
-	cfg, err := wiring.FromEnv(func(k string) string { return env[k] })
+	cfg, err := providers.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +95,7 @@ func newService(env map[string]string, lock time.Duration, hc *http.Client) (*se
 	if err != nil {
 		return nil, err
 	}
-	client, err := wiring.Client(pool, cfg)
+	client, err := providers.NewClient(pool, cfg)
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -21,10 +21,10 @@ import (
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 	"github.com/payonce/payonce/reconcile"
-	"github.com/payonce/payonce/wiring"
 )
 
 // Every span of a charge, its replay, a refund, the webhooks they cause, a
@@ -50,14 +50,14 @@ func TestSpans(t *testing.T) {
 	fk := fakes.Start(fakes.Options{Stripe: true, WebhookBase: srv.URL})
 	t.Cleanup(fk.Close)
 	env := fk.Env()
-	cfg, err := wiring.FromEnv(func(k string) string { return env[k] })
+	cfg, err := providers.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.TracerProvider = tp
 	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	pool := pgtest.Pool(t)
-	client, err := wiring.Client(pool, cfg)
+	client, err := providers.NewClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

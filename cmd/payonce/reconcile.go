@@ -15,8 +15,8 @@ import (
 
 	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/reconcile"
-	"github.com/payonce/payonce/wiring"
 )
 
 func newReconcileCmd() *cobra.Command {
@@ -98,7 +98,7 @@ func runReconcile(dbURL, format string, grace time.Duration, batch int) error {
 	if err := checkFormat(format); err != nil {
 		return err
 	}
-	cfg, err := wiring.FromEnv(os.Getenv)
+	cfg, err := providers.FromEnv(os.Getenv)
 	if err != nil {
 		return cli.Usage(err.Error())
 	}
@@ -113,7 +113,7 @@ func runReconcile(dbURL, format string, grace time.Duration, batch int) error {
 	if len(cfg.ProviderNames()) == 0 {
 		fmt.Fprintln(os.Stderr, "payonce: no provider configured (STRIPE_API_BASE, ADYEN_API_BASE, PAYPAL_API_BASE): "+
 			"open intents are not examined; reporting stuck records and webhook divergences only")
-	} else if client, err = wiring.Client(pool, cfg); err != nil {
+	} else if client, err = providers.NewClient(pool, cfg); err != nil {
 		return err
 	}
 	rcfg := &reconcile.Config{Grace: grace, Batch: batch}

@@ -16,10 +16,10 @@ import (
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 	"github.com/payonce/payonce/reconcile"
-	"github.com/payonce/payonce/wiring"
 )
 
 // fakesClient is a payments client on pool through the fakes whose
@@ -27,12 +27,12 @@ import (
 // payonce).
 func fakesClient(t *testing.T, pool *pgxpool.Pool, env map[string]string) *payments.Client {
 	t.Helper()
-	cfg, err := wiring.FromEnv(func(k string) string { return env[k] })
+	cfg, err := providers.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	client, err := wiring.Client(pool, cfg)
+	client, err := providers.NewClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/payments"
-	"github.com/payonce/payonce/wiring"
+	"github.com/payonce/payonce/providers"
 )
 
 // resolveFlags are payonce resolve's flags.
@@ -89,7 +89,7 @@ func runResolve(pos []string, o resolveFlags) error {
 	if !o.yes && !cli.IsTerminal(os.Stdin) {
 		return cli.Usage("resolve: stdin is not a terminal and --yes is not given; nothing changed")
 	}
-	cfg, err := wiring.FromEnv(os.Getenv)
+	cfg, err := providers.FromEnv(os.Getenv)
 	if err != nil {
 		return cli.Usage(err.Error())
 	}
@@ -100,7 +100,7 @@ func runResolve(pos []string, o resolveFlags) error {
 		return err
 	}
 	defer pool.Close()
-	client, err := wiring.Client(pool, cfg)
+	client, err := providers.NewClient(pool, cfg)
 	if err != nil {
 		return fmt.Errorf("resolve: %w", err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/payonce/payonce/payments"
-	"github.com/payonce/payonce/wiring"
+	"github.com/payonce/payonce/providers"
 )
 
 // constantRetry retries a failed job after a fixed delay (the demo's;
@@ -63,10 +63,10 @@ func run() error {
 		return err
 	}
 	var pay *payments.Client
-	if cfg, err := wiring.FromEnv(os.Getenv); err != nil {
+	if cfg, err := providers.FromEnv(os.Getenv); err != nil {
 		return err
 	} else if len(cfg.ProviderNames()) > 0 {
-		if pay, err = wiring.Client(pool, cfg); err != nil {
+		if pay, err = providers.NewClient(pool, cfg); err != nil {
 			return err
 		}
 	}

@@ -65,8 +65,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/inbox"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/inbox"
 	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"

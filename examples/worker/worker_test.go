@@ -21,9 +21,9 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
-	"github.com/payonce/payonce/wiring"
 )
 
 func TestMain(m *testing.M) {
@@ -272,12 +272,12 @@ func TestChargeJobRetriedOneCharge(t *testing.T) {
 	fk := fakes.Start(fakes.Options{Stripe: true})
 	t.Cleanup(fk.Close)
 	env := fk.Env()
-	wcfg, err := wiring.FromEnv(func(k string) string { return env[k] })
+	wcfg, err := providers.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	wcfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	pay, err := wiring.Client(pool, wcfg)
+	pay, err := providers.NewClient(pool, wcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package fakes starts payonce's provider fakes (stripetest, adyentest,
 // paypaltest) together, wired to post their webhooks to one service, with
 // the environment that configures a payments client for them
-// (wiring.FromEnv): a service's integration tests, the examples and the
+// (providers.FromEnv): a service's integration tests, the examples and the
 // lab's demos run against it. Each fake is the provider's API as its
 // documentation describes it, stateful, and refuses what the provider
 // refuses; Options adds the faults of a real network (responses lost after
@@ -9,7 +9,7 @@
 //
 //	fk := fakes.Start(fakes.Options{Stripe: true, WebhookBase: srv.URL})
 //	defer fk.Close()
-//	cfg, err := wiring.FromEnv(fakes.Getenv(fk.Env()))
+//	cfg, err := providers.FromEnv(fakes.Getenv(fk.Env()))
 package fakes
 
 import (

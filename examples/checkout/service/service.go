@@ -140,9 +140,9 @@ import (
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/reconcile"
 	"github.com/payonce/payonce/saga"
-	"github.com/payonce/payonce/wiring"
 )
 
 // Config configures a Service.
@@ -153,9 +153,9 @@ type Config struct {
 	// Config configures the providers (each one whose API base is set),
 	// the HTTP client and timeout of their calls, the lease of a payment
 	// in progress and the logger, whose default here is slog.Default():
-	// see wiring.Config. Its LockTimeout is the checkout sagas' lease
+	// see providers.Config. Its LockTimeout is the checkout sagas' lease
 	// too.
-	wiring.Config
+	providers.Config
 	// RecoverSpec is the cron schedule (saga.Config.RecoverSpec) of the
 	// checkout sagas' recovery, which finishes the sagas whose client gave
 	// up or whose process died. Default "@every 1m"; "off" runs none (for
@@ -276,10 +276,10 @@ func open(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error)
 }
 
 // NewClient wires a payments client on a migrated database with the
-// providers cfg configures (wiring.Client).
+// providers cfg configures (providers.Client).
 func NewClient(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
-	client, err := wiring.Client(pool, cfg.Config)
-	if errors.Is(err, wiring.ErrNoProvider) {
+	client, err := providers.NewClient(pool, cfg.Config)
+	if errors.Is(err, providers.ErrNoProvider) {
 		return nil, fmt.Errorf("checkout: %w", err)
 	}
 	return client, err
@@ -602,7 +602,7 @@ func problem(w http.ResponseWriter, status int, typ, detail string, retryAfter t
 }
 
 // ConfigFromEnv reads the service's environment: DATABASE_URL, the
-// providers' variables (wiring.FromEnv: STRIPE_API_BASE,
+// providers' variables (providers.FromEnv: STRIPE_API_BASE,
 // STRIPE_SECRET_KEY, STRIPE_WEBHOOK_SECRET, ADYEN_API_BASE, ADYEN_API_KEY,
 // ADYEN_MERCHANT_ACCOUNT, ADYEN_HMAC_KEY, ADYEN_RETURN_URL,
 // PAYPAL_API_BASE, PAYPAL_CLIENT_ID, PAYPAL_SECRET, PAYPAL_WEBHOOK_ID),
@@ -621,7 +621,7 @@ func ConfigFromEnv() (Config, error) { return ConfigFrom(os.Getenv) }
 
 // ConfigFrom is ConfigFromEnv reading the variables through getenv.
 func ConfigFrom(getenv func(string) string) (Config, error) {
-	providers, err := wiring.FromEnv(getenv)
+	providers, err := providers.FromEnv(getenv)
 	cfg := Config{DatabaseURL: getenv("DATABASE_URL"), Config: providers,
 		RecoverSpec: getenv("CHECKOUT_RECOVER_SPEC"), CrashAt: getenv("PAYONCE_CHECKOUT_CRASH_AT")}
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/payments"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/reconcile"
-	"github.com/payonce/payonce/wiring"
 )
 
 // reconciled is what the reconciler did in the demo.
@@ -27,13 +27,13 @@ type reconciled struct {
 func reconcileAll(ctx context.Context, pool *pgxpool.Pool, fk *fakes.Set, pays []*payment, leaks *leakCheck) (reconciled, error) {
 	var out reconciled
 	env := fk.Env()
-	cfg, err := wiring.FromEnv(func(k string) string { return env[k] })
+	cfg, err := providers.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		return out, err
 	}
 	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	cfg.Logger, cfg.TracerProvider = leaks.logger, leaks.tp
-	client, err := wiring.Client(pool, cfg)
+	client, err := providers.NewClient(pool, cfg)
 	if err != nil {
 		return out, err
 	}

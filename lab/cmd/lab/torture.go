@@ -20,9 +20,9 @@ import (
 
 	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/lab/internal/keyscan"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/reconcile"
-	"github.com/payonce/payonce/wiring"
 )
 
 // The torture run, by concern: this file runs it; torture_chaos.go
@@ -436,14 +436,14 @@ func newTortureReconciler(ctx context.Context, name, dbURL string, env map[strin
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := wiring.FromEnv(func(k string) string { return env[k] })
+	cfg, err := providers.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		pool.Close()
 		return nil, err
 	}
 	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	cfg.Logger, cfg.TracerProvider = leaks.logger, leaks.tp
-	client, err := wiring.Client(pool, cfg)
+	client, err := providers.NewClient(pool, cfg)
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -12,10 +12,10 @@ import (
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/providers/fakes"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
-	"github.com/payonce/payonce/wiring"
 )
 
 // The torture's verdict is only as good as its checks: planted
@@ -28,11 +28,11 @@ func TestTortureCheckFindsViolations(t *testing.T) {
 	fk := fakes.Start(fakes.Options{Stripe: true, Adyen: true, PayPal: true})
 	defer fk.Close()
 	env := fk.Env()
-	cfg, err := wiring.FromEnv(func(k string) string { return env[k] })
+	cfg, err := providers.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := wiring.Client(pool, cfg)
+	client, err := providers.NewClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,8 +55,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/examples/checkout/service"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/reconcile"
-	"github.com/payonce/payonce/wiring"
 )
 
 // stripeSecret is the API key the runbook's commands send the fake.
@@ -287,8 +287,8 @@ func startFake(c *exec.Cmd) (string, func(), error) {
 // startCheckout serves the checkout example's service (the application
 // whose refund endpoint the runbook calls) on a loopback port.
 func startCheckout(ctx context.Context, dbURL, stripeURL string) (string, func(), error) {
-	svc, err := service.Open(ctx, service.Config{DatabaseURL: dbURL, Config: wiring.Config{
-		Stripe: wiring.StripeConfig{APIBase: stripeURL, SecretKey: stripeSecret}, Logger: slog.New(slog.DiscardHandler)}})
+	svc, err := service.Open(ctx, service.Config{DatabaseURL: dbURL, Config: providers.Config{
+		Stripe: providers.StripeConfig{APIBase: stripeURL, SecretKey: stripeSecret}, Logger: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		return "", nil, fmt.Errorf("checkout service: %w", err)
 	}

@@ -11,16 +11,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/payonce/payonce/cronslot"
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/cronslot"
+	"github.com/payonce/payonce/idempotency/inbox"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/inbox"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/saga"
-	"github.com/payonce/payonce/wiring"
 )
 
 // plantSQL leaves what the runbook's sections work on and that only the
@@ -96,13 +96,13 @@ func plant(ctx context.Context, pool *pgxpool.Pool, stripeURL string) error {
 	if _, err := pool.Exec(ctx, plantSQL); err != nil {
 		return fmt.Errorf("plant records: %w", err)
 	}
-	cfg := wiring.Config{Stripe: wiring.StripeConfig{APIBase: stripeURL, SecretKey: stripeSecret}}
-	ok, err := wiring.Client(pool, cfg)
+	cfg := providers.Config{Stripe: providers.StripeConfig{APIBase: stripeURL, SecretKey: stripeSecret}}
+	ok, err := providers.NewClient(pool, cfg)
 	if err != nil {
 		return err
 	}
 	cfg.HTTPClient = &http.Client{Transport: loseResponses{}, Timeout: 10 * time.Second}
-	lossy, err := wiring.Client(pool, cfg)
+	lossy, err := providers.NewClient(pool, cfg)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-module github.com/payonce/payonce/inbox/natsinbox
+module github.com/payonce/payonce/idempotency/inbox/natsinbox
 
 go 1.26.0
 
@@ -34,4 +34,4 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 )
 
-replace github.com/payonce/payonce => ../..
+replace github.com/payonce/payonce => ../../..

@@ -45,7 +45,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/inbox"
+	"github.com/payonce/payonce/idempotency/inbox"
 )
 
 // Config configures Consume.

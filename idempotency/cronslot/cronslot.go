@@ -171,7 +171,7 @@ func New(store *pgstore.Store, cfg *Config) (*Guard, error) {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	m := mp.Meter("github.com/payonce/payonce/cronslot")
+	m := mp.Meter("github.com/payonce/payonce/idempotency/cronslot")
 	g := &Guard{exec: exec, cfg: c}
 	for _, in := range []struct {
 		dst        *metric.Int64Counter

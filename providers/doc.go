@@ -1,16 +1,16 @@
-// Package wiring builds payonce's production payments stack from
+// Package providers builds payonce's production payments stack from
 // settings: the provider adapters (Stripe, Adyen, PayPal) and a
 // [payments.Client] over them, with Adyen's lookups fed by the webhook
 // inbox. The checkout example's service, the operator CLI (payonce
 // reconcile, resolve) and the demo share it, so that each of them reaches
 // the providers the same way.
 //
-//	cfg, err := wiring.FromEnv(os.Getenv) // STRIPE_API_BASE, STRIPE_SECRET_KEY, ...
+//	cfg, err := providers.FromEnv(os.Getenv) // STRIPE_API_BASE, STRIPE_SECRET_KEY, ...
 //	if err != nil {
 //		return err // names the missing variable
 //	}
-//	client, err := wiring.Client(pool, cfg) // pool: a migrated database
-//	if errors.Is(err, wiring.ErrNoProvider) {
+//	client, err := providers.NewClient(pool, cfg) // pool: a migrated database
+//	if errors.Is(err, providers.ErrNoProvider) {
 //		// no STRIPE_API_BASE, ADYEN_API_BASE or PAYPAL_API_BASE
 //	}
 //
@@ -31,13 +31,13 @@
 //	PAYPAL_WEBHOOK_ID      verifies PayPal's webhooks (optional)
 //
 // A base URL without its credentials is an [*EnvError] naming them. The
-// values themselves are checked by the adapters when [Providers] builds
+// values themselves are checked by the adapters when [Build] builds
 // them (their ConfigError names the field).
 //
 // # What is built
 //
-// [Providers] returns the configured adapters, sharing one HTTP client;
+// [Build] returns the configured adapters, sharing one HTTP client;
 // Adyen, which has no lookup by reference, looks its payments up in the
-// notifications the webhook receiver stored ([payments.WebhookInbox]). [Client]
+// notifications the webhook receiver stored ([payments.WebhookInbox]). [NewClient]
 // wraps them in a [payments.Client] with the configured lease and logger.
-package wiring
+package providers

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/payonce/payonce/cronslot"
+	"github.com/payonce/payonce/idempotency/cronslot"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/pgtest"
 )

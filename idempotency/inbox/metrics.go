@@ -32,7 +32,7 @@ func newMetrics(mp metric.MeterProvider) (*metrics, error) {
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
-	meter := mp.Meter("github.com/payonce/payonce/inbox")
+	meter := mp.Meter("github.com/payonce/payonce/idempotency/inbox")
 	var m metrics
 	var err error
 	for _, c := range []struct {

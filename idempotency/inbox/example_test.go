@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/inbox"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/inbox"
 	"github.com/payonce/payonce/pgtest"
 )
 

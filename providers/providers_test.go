@@ -1,4 +1,4 @@
-package wiring_test
+package providers_test
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/providers/adyen"
 	"github.com/payonce/payonce/providers/fakes"
-	"github.com/payonce/payonce/wiring"
 )
 
 // env is a getenv over a map, as FromEnv takes it.
@@ -39,22 +39,22 @@ func TestFromEnvEachProvider(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		vars map[string]string
-		want wiring.Config
+		want providers.Config
 	}{
 		{"stripe", map[string]string{"STRIPE_API_BASE": "http://stripe.test", "STRIPE_SECRET_KEY": "sk_test_1",
 			"STRIPE_WEBHOOK_SECRET": "whsec_1"},
-			wiring.Config{Stripe: wiring.StripeConfig{APIBase: "http://stripe.test", SecretKey: "sk_test_1", WebhookSecret: "whsec_1"}}},
+			providers.Config{Stripe: providers.StripeConfig{APIBase: "http://stripe.test", SecretKey: "sk_test_1", WebhookSecret: "whsec_1"}}},
 		{"adyen", map[string]string{"ADYEN_API_BASE": "http://adyen.test/v71", "ADYEN_API_KEY": "ak", "ADYEN_MERCHANT_ACCOUNT": "Shop",
 			"ADYEN_HMAC_KEY": "00ff", "ADYEN_RETURN_URL": "https://shop.test/return"},
-			wiring.Config{Adyen: wiring.AdyenConfig{APIBase: "http://adyen.test/v71", APIKey: "ak", MerchantAccount: "Shop",
+			providers.Config{Adyen: providers.AdyenConfig{APIBase: "http://adyen.test/v71", APIKey: "ak", MerchantAccount: "Shop",
 				HMACKey: "00ff", ReturnURL: "https://shop.test/return"}}},
 		{"paypal", map[string]string{"PAYPAL_API_BASE": "http://paypal.test", "PAYPAL_CLIENT_ID": "id", "PAYPAL_SECRET": "secret",
 			"PAYPAL_WEBHOOK_ID": "wh"},
-			wiring.Config{PayPal: wiring.PayPalConfig{APIBase: "http://paypal.test", ClientID: "id", Secret: "secret", WebhookID: "wh"}}},
+			providers.Config{PayPal: providers.PayPalConfig{APIBase: "http://paypal.test", ClientID: "id", Secret: "secret", WebhookID: "wh"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := wiring.FromEnv(env(tc.vars))
+			cfg, err := providers.FromEnv(env(tc.vars))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,7 +64,7 @@ func TestFromEnvEachProvider(t *testing.T) {
 			if got := cfg.ProviderNames(); !reflect.DeepEqual(got, []string{tc.name}) {
 				t.Fatalf("ProviderNames %v, want [%s]", got, tc.name)
 			}
-			provs, err := wiring.Providers(nil, cfg)
+			provs, err := providers.Build(nil, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,11 +79,11 @@ func TestFromEnvEveryProviderInOrder(t *testing.T) {
 	t.Parallel()
 	fk := fakes.Start(fakes.Options{Stripe: true, Adyen: true, PayPal: true})
 	t.Cleanup(fk.Close)
-	cfg, err := wiring.FromEnv(env(fk.Env()))
+	cfg, err := providers.FromEnv(env(fk.Env()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	provs, err := wiring.Providers(nil, cfg)
+	provs, err := providers.Build(nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +118,8 @@ func TestFromEnvNamesMissingVariable(t *testing.T) {
 		{map[string]string{"STRIPE_API_BASE": "http://stripe.test", "PAYPAL_API_BASE": "http://paypal.test"},
 			"STRIPE_SECRET_KEY is required with STRIPE_API_BASE", []string{"STRIPE_SECRET_KEY"}},
 	} {
-		_, err := wiring.FromEnv(env(tc.vars))
-		var envErr *wiring.EnvError
+		_, err := providers.FromEnv(env(tc.vars))
+		var envErr *providers.EnvError
 		if !errors.As(err, &envErr) || err.Error() != tc.want || !reflect.DeepEqual(envErr.Vars, tc.missing) {
 			t.Errorf("FromEnv(%v) = %v, want %q", tc.vars, err, tc.want)
 		}
@@ -133,31 +133,31 @@ func TestFromEnvNamesMissingVariable(t *testing.T) {
 // naming the setting.
 func TestProvidersRefuseAnInvalidSetting(t *testing.T) {
 	t.Parallel()
-	cfg, err := wiring.FromEnv(env(map[string]string{"ADYEN_API_BASE": "http://adyen.test", "ADYEN_API_KEY": "ak",
+	cfg, err := providers.FromEnv(env(map[string]string{"ADYEN_API_BASE": "http://adyen.test", "ADYEN_API_KEY": "ak",
 		"ADYEN_MERCHANT_ACCOUNT": "Shop", "ADYEN_HMAC_KEY": "not hex"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = wiring.Providers(nil, cfg)
+	_, err = providers.Build(nil, cfg)
 	var cfgErr *adyen.ConfigError
 	if !errors.As(err, &cfgErr) || !strings.HasPrefix(cfgErr.Field, "HMACKeys") {
 		t.Fatalf("Providers with a non-hex ADYEN_HMAC_KEY: %v, want adyen's ConfigError on HMACKeys", err)
 	}
-	if _, err := wiring.Client(nil, cfg); !errors.As(err, &cfgErr) {
+	if _, err := providers.NewClient(nil, cfg); !errors.As(err, &cfgErr) {
 		t.Fatalf("Client with a non-hex ADYEN_HMAC_KEY: %v", err)
 	}
 }
 
 func TestNoProviderConfigured(t *testing.T) {
 	t.Parallel()
-	cfg, err := wiring.FromEnv(env(map[string]string{"STRIPE_SECRET_KEY": "sk_test_1", "DATABASE_URL": "postgres://db"}))
+	cfg, err := providers.FromEnv(env(map[string]string{"STRIPE_SECRET_KEY": "sk_test_1", "DATABASE_URL": "postgres://db"}))
 	if err != nil {
 		t.Fatalf("FromEnv without any API base: %v", err)
 	}
-	if provs, err := wiring.Providers(nil, cfg); err != nil || len(provs) != 0 || len(cfg.ProviderNames()) != 0 {
+	if provs, err := providers.Build(nil, cfg); err != nil || len(provs) != 0 || len(cfg.ProviderNames()) != 0 {
 		t.Fatalf("Providers: %v, %v; want none", names(provs), err)
 	}
-	if _, err := wiring.Client(nil, cfg); !errors.Is(err, wiring.ErrNoProvider) || !strings.Contains(err.Error(), "STRIPE_API_BASE") {
+	if _, err := providers.NewClient(nil, cfg); !errors.Is(err, providers.ErrNoProvider) || !strings.Contains(err.Error(), "STRIPE_API_BASE") {
 		t.Fatalf("Client: %v, want ErrNoProvider naming the variables", err)
 	}
 }
@@ -170,13 +170,13 @@ func TestClientChargesThroughEachProvider(t *testing.T) {
 	pool := pgtest.PoolURL(t, pgtest.MigratedURL(t))
 	fk := fakes.Start(fakes.Options{Stripe: true, Adyen: true, PayPal: true})
 	t.Cleanup(fk.Close)
-	cfg, err := wiring.FromEnv(env(fk.Env()))
+	cfg, err := providers.FromEnv(env(fk.Env()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.HTTPClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	cfg.LockTimeout = time.Second
-	client, err := wiring.Client(pool, cfg)
+	client, err := providers.NewClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestClientChargesThroughEachProvider(t *testing.T) {
 
 func ExampleFromEnv() {
 	vars := map[string]string{"STRIPE_API_BASE": "https://api.stripe.com"}
-	_, err := wiring.FromEnv(func(k string) string { return vars[k] })
+	_, err := providers.FromEnv(func(k string) string { return vars[k] })
 	fmt.Println(err)
 	// Output: STRIPE_SECRET_KEY is required with STRIPE_API_BASE
 }

@@ -1,4 +1,4 @@
-package wiring
+package providers
 
 import (
 	"errors"
@@ -99,7 +99,7 @@ const DefaultAdyenReturnURL = "http://localhost/checkout/return"
 // defaultProviderTimeout is Config.ProviderTimeout's default.
 const defaultProviderTimeout = 10 * time.Second
 
-// ErrNoProvider is returned by [Client] when cfg configures no provider.
+// ErrNoProvider is returned by [NewClient] when cfg configures no provider.
 var ErrNoProvider = errors.New("no provider configured (set STRIPE_API_BASE, ADYEN_API_BASE or PAYPAL_API_BASE)")
 
 // EnvError is [FromEnv]'s error for a provider's API base set without the
@@ -148,7 +148,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 }
 
 // ProviderNames names the providers c configures (those whose APIBase is
-// set), in the order [Providers] builds them.
+// set), in the order [Build] builds them.
 func (c Config) ProviderNames() []string {
 	var names []string
 	for _, p := range []struct{ name, base string }{{"stripe", c.Stripe.APIBase}, {"adyen", c.Adyen.APIBase},
@@ -160,12 +160,12 @@ func (c Config) ProviderNames() []string {
 	return names
 }
 
-// Providers builds the adapters cfg configures, in the order Stripe,
+// Build builds the adapters cfg configures, in the order Stripe,
 // Adyen, PayPal, all calling through one HTTP client; Adyen's lookups read
 // the notifications stored in pool's webhook inbox. It returns none (and
 // no error) when cfg configures no provider, and the adapters' own
 // ConfigError (naming the field) for a bad setting.
-func Providers(pool *pgxpool.Pool, cfg Config) ([]provider.Provider, error) {
+func Build(pool *pgxpool.Pool, cfg Config) ([]provider.Provider, error) {
 	hc := cfg.HTTPClient
 	if hc == nil {
 		timeout := cfg.ProviderTimeout
@@ -209,15 +209,15 @@ func Providers(pool *pgxpool.Pool, cfg Config) ([]provider.Provider, error) {
 	return provs, nil
 }
 
-// Client returns a payments client on pool's database, which must be
-// migrated, over the providers cfg configures ([Providers]). It returns
+// NewClient returns a payments client on pool's database, which must be
+// migrated, over the providers cfg configures ([Build]). It returns
 // [ErrNoProvider] when cfg configures none, an adapter's ConfigError for a
 // bad provider setting and a *payments.ConfigError for a bad client one.
-func Client(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
+func NewClient(pool *pgxpool.Pool, cfg Config) (*payments.Client, error) {
 	if len(cfg.ProviderNames()) == 0 {
 		return nil, ErrNoProvider
 	}
-	provs, err := Providers(pool, cfg)
+	provs, err := Build(pool, cfg)
 	if err != nil {
 		return nil, err
 	}

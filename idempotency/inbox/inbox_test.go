@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/inbox"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/inbox"
 	"github.com/payonce/payonce/pgtest"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/robfig/cron/v3"
 
-	"github.com/payonce/payonce/cronslot"
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/cronslot"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/pgtest"
 )

@@ -21,8 +21,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/inbox"
 	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/inbox"
 	"github.com/payonce/payonce/pgtest"
 )
 
