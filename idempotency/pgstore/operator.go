@@ -56,24 +56,9 @@ RETURNING locked_until`
 const countExpiredSQL = `SELECT (SELECT count(*) FROM idempotency_store WHERE status <> 'PROCESSING' AND refuse_until IS NULL AND expires_at <= now())
      + (SELECT count(*) FROM idempotency_store WHERE status <> 'PROCESSING' AND refuse_until <= now())`
 
-// LeaseState is a record's lease as the database clock saw it: what an
-// operator is shown of a record before releasing it.
-type LeaseState struct {
-	Scope, Key string
-	Status     idempotency.Status
-	// LockVersion is the fencing token of the record's last holder.
-	LockVersion int64
-	CreatedAt   time.Time
-	// LockedUntil is when the lease ends or ended; nil when the record
-	// holds none.
-	LockedUntil *time.Time
-	// DatabaseNow is the database's clock when the record was read.
-	DatabaseNow time.Time
-}
-
-// Live reports whether the lease had not ended when the record was read:
-// its holder may still be executing.
-func (l LeaseState) Live() bool { return l.LockedUntil != nil && l.LockedUntil.After(l.DatabaseNow) }
+// LeaseState is what the store tells of a record's lease, with the
+// database clock beside it.
+type LeaseState = idempotency.LeaseState
 
 // StuckParams selects the records [Store.Stuck] lists.
 type StuckParams struct {
@@ -154,7 +139,7 @@ func (s *Store) Lease(ctx context.Context, scope, key string) (LeaseState, error
 }
 
 // RecordRef names one record.
-type RecordRef struct{ Scope, Key string }
+type RecordRef = idempotency.RecordRef
 
 // Leases reads the leases of the named records in one statement: what a
 // job driving its own rows (a saga's recovery) needs to tell a live
@@ -181,7 +166,7 @@ func (s *Store) Leases(ctx context.Context, refs []RecordRef) (map[RecordRef]Lea
 			return nil, translate("leases", err)
 		}
 		l.Status = idempotency.Status(status)
-		out[RecordRef{l.Scope, l.Key}] = l
+		out[RecordRef{Scope: l.Scope, Key: l.Key}] = l
 	}
 	if err := rows.Err(); err != nil {
 		return nil, translate("leases", err)

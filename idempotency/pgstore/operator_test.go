@@ -180,21 +180,21 @@ func TestLeasesReadsTheNamedRecords(t *testing.T) {
 	ended := claimFor(t, b, "usr_ops", "usr_ops_saga_ended", time.Minute)
 	advance(b.pool)(t, 2*time.Minute)
 	other := claimFor(t, b, "usr_other", "usr_ops_saga_live", time.Hour) // same key, other scope
-	got, err := b.store.Leases(ctx, []pgstore.RecordRef{{live.Scope, live.Key}, {ended.Scope, ended.Key},
-		{"usr_ops", "usr_ops_saga_none"}, {"usr_nobody", live.Key}})
+	got, err := b.store.Leases(ctx, []pgstore.RecordRef{{Scope: live.Scope, Key: live.Key}, {Scope: ended.Scope, Key: ended.Key},
+		{Scope: "usr_ops", Key: "usr_ops_saga_none"}, {Scope: "usr_nobody", Key: live.Key}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 2 {
 		t.Fatalf("leases: %+v, want the two existing records of usr_ops only", got)
 	}
-	if l := got[pgstore.RecordRef{live.Scope, live.Key}]; !l.Live() || l.LockVersion != live.Version || l.Status != idempotency.StatusProcessing {
+	if l := got[pgstore.RecordRef{Scope: live.Scope, Key: live.Key}]; !l.Live() || l.LockVersion != live.Version || l.Status != idempotency.StatusProcessing {
 		t.Errorf("live lease: %+v", l)
 	}
-	if l := got[pgstore.RecordRef{ended.Scope, ended.Key}]; l.Live() || l.LockVersion != ended.Version || l.Key != ended.Key {
+	if l := got[pgstore.RecordRef{Scope: ended.Scope, Key: ended.Key}]; l.Live() || l.LockVersion != ended.Version || l.Key != ended.Key {
 		t.Errorf("ended lease: %+v", l)
 	}
-	if _, ok := got[pgstore.RecordRef{other.Scope, other.Key}]; ok {
+	if _, ok := got[pgstore.RecordRef{Scope: other.Scope, Key: other.Key}]; ok {
 		t.Errorf("a record not asked for was returned")
 	}
 	if got, err := b.store.Leases(ctx, nil); err != nil || len(got) != 0 {

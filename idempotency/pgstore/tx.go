@@ -4,135 +4,93 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payonce/payonce/idempotency"
 )
 
-// Executor is an [idempotency.Executor] over a [Store] with, in addition,
-// the one-transaction mode [Executor.DoTx].
-type Executor struct {
-	*idempotency.Executor
-	store *Store
-}
+// Executor is an [idempotency.TxExecutor] over a [Store]: with, besides
+// Do, the one-transaction mode DoTx and the Doer WithTx.
+type Executor = idempotency.TxExecutor[pgx.Tx]
 
 // NewExecutor returns an Executor over store. A nil cfg means defaults; it
 // returns an *idempotency.InvalidError naming a bad Config field.
 func NewExecutor(store *Store, cfg *idempotency.Config) (*Executor, error) {
-	e, err := idempotency.New(store, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Executor{Executor: e, store: store}, nil
+	return idempotency.NewTx[pgx.Tx](store, cfg)
 }
+
+// rollbackTimeout bounds the rollback of a transaction whose context
+// ended: the connection is destroyed if it does not answer by then.
+const rollbackTimeout = 10 * time.Second
 
 // TxAction is the work of the one-transaction mode: its writes go through
 // tx and commit together with the outcome, or not at all.
-type TxAction func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error)
+type TxAction = idempotency.TxAction[pgx.Tx]
 
-// DoTx runs action in one transaction with the claim and the outcome: for
-// actions whose effects live in the same database, so that the effects and
-// the idempotency record commit together, or neither does.
+// Begin starts a transaction on the store's pool, READ COMMITTED whatever
+// the database's default ([idempotency.TxStore]).
+func (s *Store) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return nil, translate("begin", err)
+	}
+	return tx, nil
+}
+
+// RunTx claims p in a new transaction and, when the claim is acquired or
+// reclaimed, runs fn in it and commits fn's writes with the completion fn
+// returns ([idempotency.TxStore.RunTx]). The success path takes two round
+// trips besides fn's statements: the BEGIN travels with the claim, the
+// completion with the COMMIT.
 //
 // A new key's record is invisible to other transactions until the commit:
-// a concurrent duplicate waits on its row lock and then replays the
-// outcome, instead of answering "in progress". A crash before the commit
-// leaves nothing, and a retry runs as new. No heartbeat is needed, since
-// the row lock, not the lease, keeps duplicates out.
-//
-// A nil error from action commits its writes with the outcome COMPLETED. A
-// [idempotency.Permanent] error rolls back the transaction, then stores the
-// outcome FAILED on its own (no savepoint: the success path stays at two
-// round trips besides the action's statements, the BEGIN sent with the
-// claim, and the completion with the COMMIT).
-// Any other error, or a panic, rolls back everything, the claim included.
-//
-// Errors are those of [idempotency.Executor.Do].
-func (e *Executor) DoTx(ctx context.Context, req idempotency.Request, action TxAction) (res idempotency.Result, err error) {
-	if err := req.Validate(); err != nil {
-		return idempotency.Result{}, err
+// a concurrent claim waits on its row lock and then sees the outcome. The
+// transaction is READ COMMITTED whatever the database's default: a claim
+// that waited on a concurrent insert must see that row when it looks
+// again.
+func (s *Store) RunTx(ctx context.Context, p idempotency.ClaimParams,
+	fn func(ctx context.Context, tx pgx.Tx, l idempotency.Lease) (idempotency.Completion, error)) (idempotency.Claim, error) {
+	if err := p.Validate(); err != nil {
+		return idempotency.Claim{}, err
 	}
-	ctx, span := e.Tracer().Start(ctx, "idempotency.DoTx", trace.WithAttributes(idempotency.KeyAttributes(req.Scope, req.Key)...))
-	defer func() {
-		span.SetAttributes(attribute.Bool(idempotency.AttrReplayed, res.Replayed), attribute.String(idempotency.AttrStatus, string(res.Status)))
-		idempotency.EndSpan(span, err)
-	}()
-	cfg := e.Config()
-	conn, err := e.store.pool.Acquire(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return idempotency.Result{}, translate("acquire", err)
+		return idempotency.Claim{}, translate("acquire", err)
 	}
 	// Release destroys the connection if a transaction is still open on it.
 	defer conn.Release()
-	// READ COMMITTED whatever the database's default: a claim that waited
-	// on a concurrent insert must see that row when it looks again. The
-	// BEGIN travels with the claim's first statement, in one round trip.
 	db := &beginWithFirst{conn: conn.Conn(), opts: pgx.TxOptions{IsoLevel: pgx.ReadCommitted}}
 	committed := false
 	defer func() {
 		if !committed && db.tx != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.FinishTimeout)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 			_ = db.tx.Rollback(rctx)
 			cancel()
 		}
 	}()
-
-	c, err := e.store.claim(ctx, db, false, idempotency.ClaimParams{
-		Scope: req.Scope, Key: req.Key, Fingerprint: req.Fingerprint,
-		LockTimeout: cfg.LockTimeout, Retention: cfg.Retention, Expired: cfg.Expired,
-		RefusalHorizon: cfg.RefusalHorizon, RefuseForeign: req.RefuseForeign,
-	})
+	c, err := s.claim(ctx, db, false, p)
 	if err != nil {
-		return idempotency.Result{}, err
+		return idempotency.Claim{}, err
 	}
 	tx := db.tx
 	if tx == nil { // a claim always sends a statement
-		return idempotency.Result{}, errors.New("pgstore: DoTx: the claim began no transaction")
+		return idempotency.Claim{}, errors.New("pgstore: RunTx: the claim began no transaction")
 	}
-	m := e.Metrics()
-	m.Claim(ctx, req.Scope, c.State)
 	if c.State != idempotency.ClaimAcquired && c.State != idempotency.ClaimReclaimed {
-		return idempotency.Settle(c)
+		return c, nil
 	}
-
-	started := cfg.Clock()
-	resp, aerr := action(ctx, tx)
-	took := cfg.Clock().Sub(started)
-	res = idempotency.Result{Lease: c.Lease, Reclaimed: c.State == idempotency.ClaimReclaimed}
-	var perm *idempotency.PermanentError
-	switch {
-	case aerr == nil:
-		res.Status, res.Response = idempotency.StatusCompleted, resp
-		m.Action(ctx, took, "completed")
-	case errors.As(aerr, &perm):
-		m.Action(ctx, took, "failed")
-		// Undo the action's writes and the claim, then record the failure
-		// on its own. A duplicate that claimed the key in between is a
-		// legitimate first execution (nothing of this one committed): its
-		// outcome stands and is what this call replays.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.FinishTimeout)
-		err := tx.Rollback(rctx)
-		cancel()
-		committed = true // nothing left to roll back
-		if err != nil {
-			return idempotency.Result{}, translate("rollback", err)
-		}
-		return e.Executor.Do(ctx, req, func(context.Context) (idempotency.Response, error) {
-			return idempotency.Response{}, aerr
-		})
-	default:
-		m.Action(ctx, took, "transient")
-		return idempotency.Result{}, aerr
+	done, err := fn(ctx, tx, c.Lease)
+	if err != nil {
+		return c, err
 	}
-	if err := e.store.completeAndCommit(ctx, tx, c.Lease, idempotency.Completion{Status: res.Status, Response: res.Response, Retention: cfg.Retention}); err != nil {
-		return idempotency.Result{}, err
+	if err := s.completeAndCommit(ctx, tx, c.Lease, done); err != nil {
+		return c, err
 	}
 	committed = true
-	return res, nil
+	return c, nil
 }
 
 // beginWithFirst is the claim's dbtx in DoTx: its first statement is sent
@@ -242,53 +200,11 @@ func (s *Store) completeAndCommit(ctx context.Context, tx pgx.Tx, l idempotency.
 	return nil
 }
 
-type txKey struct{}
-
 // TxFromContext returns the transaction of an action run by the Doer of
-// [Executor.WithTx]: the action's writes through it commit together with
-// the outcome.
+// [Executor.WithTx] ([idempotency.TxFromContext] for pgx.Tx): the action's
+// writes through it commit together with the outcome.
 func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
-	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
-	return tx, ok
-}
-
-// WithTx returns a Doer that claims like Do (the claim commits at once, so
-// duplicates see "in progress" and a crashed holder's lease runs out), and
-// runs the action in a transaction, available from [TxFromContext], in
-// which the outcome is recorded (CompleteTx) and committed with the
-// action's writes. A crash before that commit leaves no writes and an
-// orphaned claim that a retry takes over after the lock timeout.
-//
-// A [idempotency.Permanent] error rolls the action's writes back and stores
-// the failure; any other error rolls them back and releases the key.
-func (e *Executor) WithTx() idempotency.Doer { return txDoer{e} }
-
-type txDoer struct{ e *Executor }
-
-func (d txDoer) Do(ctx context.Context, req idempotency.Request, action idempotency.Action) (idempotency.Result, error) {
-	return d.e.Do(ctx, req, func(ctx context.Context) (idempotency.Response, error) {
-		lease, ok := idempotency.LeaseFromContext(ctx)
-		if !ok {
-			return idempotency.Response{}, errors.New("pgstore: no lease in the action's context")
-		}
-		var resp idempotency.Response
-		var aerr error
-		err := pgx.BeginFunc(ctx, d.e.store.pool, func(tx pgx.Tx) error {
-			resp, aerr = action(context.WithValue(ctx, txKey{}, tx))
-			if aerr != nil {
-				return aerr // roll back the action's writes
-			}
-			return d.e.store.CompleteTx(ctx, tx, lease, idempotency.Completion{
-				Status: idempotency.StatusCompleted, Response: resp, Retention: d.e.Config().Retention})
-		})
-		switch {
-		case aerr != nil:
-			return resp, aerr // the executor stores a permanent failure or releases the key
-		case err != nil:
-			return idempotency.Response{}, err
-		}
-		return resp, idempotency.Recorded(idempotency.StatusCompleted, resp)
-	})
+	return idempotency.TxFromContext[pgx.Tx](ctx)
 }
 
 // FenceTx checks in tx that l still holds its record's lease and keeps it
@@ -305,3 +221,5 @@ func (d txDoer) Do(ctx context.Context, req idempotency.Request, action idempote
 func (s *Store) FenceTx(ctx context.Context, tx pgx.Tx, l idempotency.Lease) error {
 	return fenced(ctx, tx, "fence", fenceSQL, l.Key, l.Scope, l.Version)
 }
+
+var _ idempotency.TxStore[pgx.Tx] = (*Store)(nil)
