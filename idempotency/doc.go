@@ -53,8 +53,8 @@
 // [ErrExpired] under [ExpiredRefused] (see Expiry).
 //
 // What "exactly once" covers: the record is exact, and an action whose
-// effects commit with the record (pgstore's Executor.DoTx, or
-// Store.CompleteTx) runs its effects exactly once. An action with effects
+// effects commit with the record ([TxExecutor.DoTx], or
+// [TxStore.CompleteTx]) runs its effects exactly once. An action with effects
 // outside the database runs at most once at a time, as long as it checks
 // its lease before each external call ([CheckLease]; see Leases and
 // heartbeats). It runs again only if its holder died or stopped before

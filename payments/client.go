@@ -43,8 +43,9 @@ type Config struct {
 	WindowMargin time.Duration
 	// Store is the idempotency store of payments' keys; it must be on the
 	// client's database (records complete in the same transactions as the
-	// intents). Default: pgstore.New over pool, with MeterProvider.
-	Store *pgstore.Store
+	// intents), so its transactions are pgx's. Default: pgstore.New over
+	// pool, with MeterProvider.
+	Store idempotency.TxStore[pgx.Tx]
 	// Ledger receives the postings; it must be on the client's database.
 	// Default: ledger.New(pool, nil).
 	Ledger *ledger.Ledger
@@ -71,8 +72,8 @@ type Config struct {
 type Client struct {
 	metrics   *instruments
 	pool      *pgxpool.Pool
-	store     *pgstore.Store
-	exec      *pgstore.Executor
+	store     idempotency.TxStore[pgx.Tx]
+	exec      *idempotency.TxExecutor[pgx.Tx]
 	ledger    *ledger.Ledger
 	inbox     *WebhookInbox
 	providers map[string]provider.Provider
@@ -167,7 +168,7 @@ func New(pool *pgxpool.Pool, providers []provider.Provider, cfg *Config) (*Clien
 			return nil, &ConfigError{"Config.Retention", fmt.Sprintf("%s is shorter than %s's deduplication window (%s): a retry after the local record expired would charge again", c.Retention, p.Name(), p.DedupWindow())}
 		}
 	}
-	exec, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
+	exec, err := idempotency.NewTx(store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
 		Logger: c.Logger, MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider})
 	if err != nil {
 		return nil, err

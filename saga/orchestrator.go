@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
@@ -25,7 +26,7 @@ type Config struct {
 	// orchestrator's database (a saga's final transition completes its
 	// record in the same transaction). Default: pgstore.New over pool,
 	// with MeterProvider.
-	Store *pgstore.Store
+	Store idempotency.TxStore[pgx.Tx]
 	// LockTimeout is the lease of a saga being driven, kept alive by
 	// heartbeats while its steps run. A crashed driver's saga is resumed
 	// (by a retry or Recover) once it ends. Default 30s.
@@ -137,8 +138,8 @@ func (c *Config) withDefaults() (Config, error) {
 // it is safe for concurrent use.
 type Orchestrator struct {
 	pool    *pgxpool.Pool
-	store   *pgstore.Store
-	exec    *pgstore.Executor
+	store   idempotency.TxStore[pgx.Tx]
+	exec    *idempotency.TxExecutor[pgx.Tx]
 	cfg     Config
 	metrics *instruments
 	// recoverPage is how many open sagas Recover reads at a time.
@@ -164,7 +165,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Orchestrator, error) {
 			return nil, err
 		}
 	}
-	exec, err := pgstore.NewExecutor(c.Store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
+	exec, err := idempotency.NewTx(c.Store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
 		FinishTimeout: c.FinishTimeout, Logger: c.Logger, MeterProvider: c.MeterProvider})
 	if err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/idempotency/pgstore"
 )
 
 // RecoverResult counts what one [Orchestrator.Recover] found and did.
@@ -119,7 +118,7 @@ func (o *Orchestrator) stuck(ctx context.Context) ([]stuckSaga, error) {
 		var (
 			open  []stuckSaga
 			stale []bool
-			refs  []pgstore.RecordRef
+			refs  []idempotency.RecordRef
 		)
 		for rows.Next() {
 			var x stuckSaga
@@ -130,7 +129,7 @@ func (o *Orchestrator) stuck(ctx context.Context) ([]stuckSaga, error) {
 			}
 			after, lastKey = lastAt, [2]string{x.scope, x.key}
 			open, stale = append(open, x), append(stale, old)
-			refs = append(refs, pgstore.RecordRef{Scope: x.scope, Key: x.record})
+			refs = append(refs, idempotency.RecordRef{Scope: x.scope, Key: x.record})
 		}
 		if err := rows.Err(); err != nil {
 			return nil, err

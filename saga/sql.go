@@ -33,7 +33,7 @@ const loadStepsSQL = `SELECT position, name, kind, status, output, coalesce(erro
  ORDER BY position`
 
 // transitionSQL moves one step and its saga. It runs after the fence on
-// the saga's idempotency record (pgstore.Store.FenceTx) in the same
+// the saga's idempotency record (idempotency.TxStore.FenceTx) in the same
 // transaction: only the lease's holder changes a saga, and no reclaim can
 // take the record over before the transition commits. In a step's
 // transaction, both run after the step's own writes, so the record's row

@@ -112,7 +112,7 @@ var errUnknownSKU = errors.New("unknown sku")
 // OrderWorker writes orders once per order id.
 type OrderWorker struct {
 	river.WorkerDefaults[OrderArgs]
-	inbox *inbox.Inbox
+	inbox *inbox.Inbox[pgx.Tx]
 	// hooks for tests: onHandle runs when the handler starts (never for a
 	// Duplicate or a recorded Poison); afterEffect runs in the transaction
 	// after the order is written (a hang there is a crash before the commit); afterCommit

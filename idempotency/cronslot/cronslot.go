@@ -53,14 +53,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/robfig/cron/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/internal/schedule"
 )
 
@@ -108,9 +106,10 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
-// Guard runs cron jobs once per slot.
-type Guard struct {
-	exec                     *pgstore.Executor
+// Guard runs cron jobs once per slot, over a store's transactions of type
+// TTx (pgx.Tx over pgstore).
+type Guard[TTx idempotency.Tx] struct {
+	exec                     *idempotency.TxExecutor[TTx]
 	cfg                      Config
 	runs, skipped, takeovers metric.Int64Counter
 }
@@ -130,11 +129,12 @@ type Slot struct {
 type Func func(ctx context.Context, s Slot) error
 
 // TxFunc is a job whose effects commit with the slot's record.
-type TxFunc func(ctx context.Context, tx pgx.Tx, s Slot) error
+type TxFunc[TTx idempotency.Tx] func(ctx context.Context, tx TTx, s Slot) error
 
-// New returns a Guard over store. A bad field gives an
+// New returns a Guard over store, the transaction-aware seam
+// (*pgstore.Store is an idempotency.TxStore[pgx.Tx]). A bad field gives an
 // *idempotency.InvalidError naming it.
-func New(store *pgstore.Store, cfg *Config) (*Guard, error) {
+func New[TTx idempotency.Tx](store idempotency.TxStore[TTx], cfg *Config) (*Guard[TTx], error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -162,7 +162,7 @@ func New(store *pgstore.Store, cfg *Config) (*Guard, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	exec, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
+	exec, err := idempotency.NewTx(store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
 		Logger: c.Logger, MeterProvider: c.MeterProvider})
 	if err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func New(store *pgstore.Store, cfg *Config) (*Guard, error) {
 		mp = noop.NewMeterProvider()
 	}
 	m := mp.Meter("github.com/payonce/payonce/idempotency/cronslot")
-	g := &Guard{exec: exec, cfg: c}
+	g := &Guard[TTx]{exec: exec, cfg: c}
 	for _, in := range []struct {
 		dst        *metric.Int64Counter
 		name, desc string
@@ -259,7 +259,7 @@ func (s Schedule) period(from time.Time) time.Duration {
 	return longest
 }
 
-func (g *Guard) check(name, spec string) (Schedule, error) {
+func (g *Guard[TTx]) check(name, spec string) (Schedule, error) {
 	if err := idempotency.ValidateAction(name); err != nil {
 		return Schedule{}, &idempotency.InvalidError{Field: "name", Reason: fmt.Sprintf("%q: a job name is an action name (letters, digits and . : -)", name)}
 	}
@@ -301,7 +301,7 @@ func (o Outcome) String() string {
 // RunSlot runs job name's slot at (already a slot of its schedule) with
 // fn, unless it is done or running elsewhere. Exactly one of fn and fnTx
 // is set.
-func (g *Guard) RunSlot(ctx context.Context, name string, at time.Time, fn Func, fnTx TxFunc) (Outcome, error) {
+func (g *Guard[TTx]) RunSlot(ctx context.Context, name string, at time.Time, fn Func, fnTx TxFunc[TTx]) (Outcome, error) {
 	key, err := SlotKey(name, at)
 	if err != nil {
 		return 0, err
@@ -314,7 +314,7 @@ func (g *Guard) RunSlot(ctx context.Context, name string, at time.Time, fn Func,
 	req := idempotency.Request{Scope: Scope, Key: key, Fingerprint: fp}
 	var res idempotency.Result
 	if fnTx != nil {
-		res, err = g.exec.DoTx(ctx, req, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+		res, err = g.exec.DoTx(ctx, req, func(ctx context.Context, tx TTx) (idempotency.Response, error) {
 			return idempotency.Response{}, fnTx(ctx, tx, slot)
 		})
 	} else {
@@ -353,7 +353,7 @@ func (g *Guard) RunSlot(ctx context.Context, name string, at time.Time, fn Func,
 
 // Fire handles one firing of job name at the Guard's clock's now: its
 // slot, and first the CatchUp slots before it that are not done.
-func (g *Guard) Fire(ctx context.Context, name string, s Schedule, fn Func, fnTx TxFunc) error {
+func (g *Guard[TTx]) Fire(ctx context.Context, name string, s Schedule, fn Func, fnTx TxFunc[TTx]) error {
 	now := g.cfg.Clock().Add(g.cfg.Tolerance)
 	slot := s.Slot(now)
 	if slot.IsZero() {
@@ -378,7 +378,7 @@ func (g *Guard) Fire(ctx context.Context, name string, s Schedule, fn Func, fnTx
 }
 
 // Job returns a cron.Job that runs fn once per slot of spec.
-func (g *Guard) Job(name, spec string, fn Func) (cron.Job, error) {
+func (g *Guard[TTx]) Job(name, spec string, fn Func) (cron.Job, error) {
 	if fn == nil {
 		return nil, &idempotency.InvalidError{Field: "fn", Reason: "nil"}
 	}
@@ -386,14 +386,14 @@ func (g *Guard) Job(name, spec string, fn Func) (cron.Job, error) {
 }
 
 // JobTx is Job for a job whose effects commit with the slot's record.
-func (g *Guard) JobTx(name, spec string, fn TxFunc) (cron.Job, error) {
+func (g *Guard[TTx]) JobTx(name, spec string, fn TxFunc[TTx]) (cron.Job, error) {
 	if fn == nil {
 		return nil, &idempotency.InvalidError{Field: "fn", Reason: "nil"}
 	}
 	return g.job(name, spec, nil, fn)
 }
 
-func (g *Guard) job(name, spec string, fn Func, fnTx TxFunc) (cron.Job, error) {
+func (g *Guard[TTx]) job(name, spec string, fn Func, fnTx TxFunc[TTx]) (cron.Job, error) {
 	s, err := g.check(name, spec)
 	if err != nil {
 		return nil, err
@@ -402,7 +402,7 @@ func (g *Guard) job(name, spec string, fn Func, fnTx TxFunc) (cron.Job, error) {
 }
 
 // Add schedules fn on c under spec, once per slot across schedulers.
-func (g *Guard) Add(c *cron.Cron, name, spec string, fn Func) (cron.EntryID, error) {
+func (g *Guard[TTx]) Add(c *cron.Cron, name, spec string, fn Func) (cron.EntryID, error) {
 	j, err := g.Job(name, spec, fn)
 	if err != nil {
 		return 0, err
@@ -411,7 +411,7 @@ func (g *Guard) Add(c *cron.Cron, name, spec string, fn Func) (cron.EntryID, err
 }
 
 // AddTx is Add for a job whose effects commit with the slot's record.
-func (g *Guard) AddTx(c *cron.Cron, name, spec string, fn TxFunc) (cron.EntryID, error) {
+func (g *Guard[TTx]) AddTx(c *cron.Cron, name, spec string, fn TxFunc[TTx]) (cron.EntryID, error) {
 	j, err := g.JobTx(name, spec, fn)
 	if err != nil {
 		return 0, err

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 
 const runsDDL = `CREATE TABLE runs (job TEXT NOT NULL, slot TIMESTAMPTZ NOT NULL, pid INT NOT NULL)`
 
-func guard(t testing.TB, pool *pgxpool.Pool, cfg *cronslot.Config) *cronslot.Guard {
+func guard(t testing.TB, pool *pgxpool.Pool, cfg *cronslot.Config) *cronslot.Guard[pgx.Tx] {
 	t.Helper()
 	store, err := pgstore.New(pool, nil)
 	if err != nil {
@@ -112,7 +112,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%+v: %v", cfg, err)
 		}
 	}
-	if _, err := cronslot.New(nil, nil); !errors.Is(err, idempotency.ErrInvalid) {
+	if _, err := cronslot.New[pgx.Tx](nil, nil); !errors.Is(err, idempotency.ErrInvalid) {
 		t.Errorf("nil store: %v", err)
 	}
 }

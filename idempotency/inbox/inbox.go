@@ -92,11 +92,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/idempotency/pgstore"
 )
 
 // Message is one delivery of a message.
@@ -209,8 +207,9 @@ func (o Outcome) String() string {
 // every outcome but Retry.
 func (o Outcome) Ack() bool { return o != Retry }
 
-// TxHandler handles a message inside the transaction that records it.
-type TxHandler func(ctx context.Context, tx pgx.Tx, m Message) error
+// TxHandler handles a message inside the transaction that records it: a
+// pgx.Tx over pgstore.
+type TxHandler[TTx idempotency.Tx] func(ctx context.Context, tx TTx, m Message) error
 
 // Handler handles a message whose effects are outside the database.
 type Handler func(ctx context.Context, m Message) error
@@ -238,17 +237,20 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Inbox records which messages were processed, in PostgreSQL.
-type Inbox struct {
-	exec    *pgstore.Executor
+// Inbox records which messages were processed, in the store's database:
+// PostgreSQL through pgstore (TTx is pgx.Tx), or memory through memstore
+// in tests.
+type Inbox[TTx idempotency.Tx] struct {
+	exec    *idempotency.TxExecutor[TTx]
 	cfg     Config
 	metrics *metrics
 	log     *slog.Logger
 }
 
-// New returns an Inbox over store. A nil cfg means defaults; a bad field
-// gives an *idempotency.InvalidError naming it.
-func New(store *pgstore.Store, cfg *Config) (*Inbox, error) {
+// New returns an Inbox over store, the transaction-aware seam
+// (*pgstore.Store is an idempotency.TxStore[pgx.Tx]). A nil cfg means
+// defaults; a bad field gives an *idempotency.InvalidError naming it.
+func New[TTx idempotency.Tx](store idempotency.TxStore[TTx], cfg *Config) (*Inbox[TTx], error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -267,7 +269,7 @@ func New(store *pgstore.Store, cfg *Config) (*Inbox, error) {
 	if c.LockTimeout == 0 {
 		c.LockTimeout = 30 * time.Second
 	}
-	exec, err := pgstore.NewExecutor(store, &idempotency.Config{Retention: c.Retention, LockTimeout: c.LockTimeout,
+	exec, err := idempotency.NewTx(store, &idempotency.Config{Retention: c.Retention, LockTimeout: c.LockTimeout,
 		MeterProvider: c.MeterProvider, Logger: c.Logger})
 	if err != nil {
 		return nil, err
@@ -280,12 +282,12 @@ func New(store *pgstore.Store, cfg *Config) (*Inbox, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Inbox{exec: exec, cfg: c, metrics: m, log: log}, nil
+	return &Inbox[TTx]{exec: exec, cfg: c, metrics: m, log: log}, nil
 }
 
 // request checks m before anything is claimed; errors name the field and
 // the fix.
-func (in *Inbox) request(m Message) (idempotency.Request, error) {
+func (in *Inbox[TTx]) request(m Message) (idempotency.Request, error) {
 	key, err := m.Key()
 	if err != nil {
 		return idempotency.Request{}, err
@@ -304,7 +306,7 @@ func (in *Inbox) request(m Message) (idempotency.Request, error) {
 
 // refuse answers a malformed message: Poison, with the reason, nothing
 // recorded. No redelivery could make it valid.
-func (in *Inbox) refuse(ctx context.Context, m Message, reason error) (Outcome, error) {
+func (in *Inbox[TTx]) refuse(ctx context.Context, m Message, reason error) (Outcome, error) {
 	source := m.Source
 	if idempotency.ValidateScope(source) != nil {
 		source = "(invalid)" // bounded: never an arbitrary string as a metric attribute
@@ -325,12 +327,12 @@ func (in *Inbox) refuse(ctx context.Context, m Message, reason error) (Outcome, 
 // idempotency.ErrFingerprintMismatch) or, for a malformed message, an
 // *idempotency.InvalidError naming the field and the fix (h did not run,
 // nothing is recorded); the reason for Retry.
-func (in *Inbox) HandleTx(ctx context.Context, m Message, h TxHandler) (Outcome, error) {
+func (in *Inbox[TTx]) HandleTx(ctx context.Context, m Message, h TxHandler[TTx]) (Outcome, error) {
 	req, err := in.request(m)
 	if err != nil {
 		return in.refuse(ctx, m, err)
 	}
-	res, err := in.exec.DoTx(ctx, req, func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
+	res, err := in.exec.DoTx(ctx, req, func(ctx context.Context, tx TTx) (idempotency.Response, error) {
 		return idempotency.Response{}, h(ctx, tx, m)
 	})
 	return in.settle(ctx, m, res, err)
@@ -341,7 +343,7 @@ func (in *Inbox) HandleTx(ctx context.Context, m Message, h TxHandler) (Outcome,
 // recorded. A consumer that dies while h runs leaves the message to be
 // taken over after Config.LockTimeout by the next delivery: h may then run
 // again, so its effects must be idempotent downstream on m.Key().
-func (in *Inbox) Handle(ctx context.Context, m Message, h Handler) (Outcome, error) {
+func (in *Inbox[TTx]) Handle(ctx context.Context, m Message, h Handler) (Outcome, error) {
 	req, err := in.request(m)
 	if err != nil {
 		return in.refuse(ctx, m, err)
@@ -352,7 +354,7 @@ func (in *Inbox) Handle(ctx context.Context, m Message, h Handler) (Outcome, err
 	return in.settle(ctx, m, res, err)
 }
 
-func (in *Inbox) settle(ctx context.Context, m Message, res idempotency.Result, err error) (Outcome, error) {
+func (in *Inbox[TTx]) settle(ctx context.Context, m Message, res idempotency.Result, err error) (Outcome, error) {
 	var out Outcome
 	switch {
 	case err == nil && res.Replayed:

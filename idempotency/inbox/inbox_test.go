@@ -24,7 +24,7 @@ import (
 
 type bench struct {
 	pool   *pgxpool.Pool
-	inbox  *inbox.Inbox
+	inbox  *inbox.Inbox[pgx.Tx]
 	reader *sdkmetric.ManualReader
 	dead   []string
 	mu     sync.Mutex
@@ -366,7 +366,7 @@ func TestBadConfig(t *testing.T) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.field)
 		}
 	}
-	if _, err := inbox.New(nil, nil); !errors.Is(err, idempotency.ErrInvalid) {
+	if _, err := inbox.New[pgx.Tx](nil, nil); !errors.Is(err, idempotency.ErrInvalid) {
 		t.Errorf("nil store: %v", err)
 	}
 }

@@ -56,9 +56,11 @@
 //
 // # Transactions
 //
-// [Store.CompleteTx] records an outcome inside the caller's transaction, so
-// that the action's own rows and the record commit together. [Executor.DoTx]
-// goes further and runs the claim, the action and the outcome in one
+// Store is the core's transaction-aware seam over pgx,
+// an idempotency.TxStore[pgx.Tx]: what the inbox, cron slots, payments
+// and sagas take. [Store.CompleteTx] records an outcome inside the caller's transaction, so
+// that the action's own rows and the record commit together. Executor.DoTx
+// ([Store.RunTx]) goes further and runs the claim, the action and the outcome in one
 // transaction: one commit instead of two, and a concurrent duplicate waits
 // for the commit and replays.
 //

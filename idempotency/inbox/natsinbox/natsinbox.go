@@ -107,7 +107,7 @@ func (c *Config) withDefaults() (Config, error) {
 // JetStream gave that is not a fetch timeout. Run it in as many goroutines
 // (or processes) as needed: the inbox keeps each message's effect single
 // across all of them.
-func Consume(ctx context.Context, cons jetstream.Consumer, in *inbox.Inbox, cfg Config, h inbox.TxHandler) error {
+func Consume[TTx idempotency.Tx](ctx context.Context, cons jetstream.Consumer, in *inbox.Inbox[TTx], cfg Config, h inbox.TxHandler[TTx]) error {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return err
@@ -138,7 +138,7 @@ func Consume(ctx context.Context, cons jetstream.Consumer, in *inbox.Inbox, cfg 
 // fingerprint) is Poison: terminated, never redelivered. cfg's unset
 // fields take their defaults; a bad cfg is an *idempotency.InvalidError,
 // the message left alone.
-func Handle(ctx context.Context, msg jetstream.Msg, in *inbox.Inbox, cfg Config, h inbox.TxHandler) error {
+func Handle[TTx idempotency.Tx](ctx context.Context, msg jetstream.Msg, in *inbox.Inbox[TTx], cfg Config, h inbox.TxHandler[TTx]) error {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return err

@@ -73,7 +73,7 @@ func broker(t *testing.T, dup time.Duration) (url string, js jetstream.JetStream
 	return s.ClientURL(), js
 }
 
-func newInbox(t testing.TB, pool *pgxpool.Pool) *inbox.Inbox {
+func newInbox(t testing.TB, pool *pgxpool.Pool) *inbox.Inbox[pgx.Tx] {
 	t.Helper()
 	store, err := pgstore.New(pool, nil)
 	if err != nil {
@@ -103,7 +103,7 @@ func publish(t *testing.T, js jetstream.JetStream, id, data string) *jetstream.P
 }
 
 // drain consumes until every message is acked or terminated, then stops.
-func drain(t *testing.T, js jetstream.JetStream, in *inbox.Inbox, h inbox.TxHandler, workers int) {
+func drain(t *testing.T, js jetstream.JetStream, in *inbox.Inbox[pgx.Tx], h inbox.TxHandler[pgx.Tx], workers int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
