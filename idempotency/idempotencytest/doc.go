@@ -1,6 +1,8 @@
 // Package idempotencytest is the conformance suite that every
-// [idempotency.Store] must pass, and [CheckHTTP], the same promises checked
-// from the outside against a protected HTTP handler.
+// [idempotency.Store] must pass ([Exercise]), with the checks of the
+// transactional calls that every [idempotency.TxStore] must pass besides
+// ([ExerciseTx]), and [CheckHTTP], the same promises checked from the
+// outside against a protected HTTP handler.
 //
 // Each check asserts the promise (one execution, replays byte for byte,
 // refusals that change nothing, fencing), not the store's internals.
@@ -30,6 +32,45 @@
 // store on PostgreSQL can give each check its own schema with t.Cleanup.
 // A store whose clock cannot be moved shifts its records' timestamps back
 // instead: pgstore's tests do both.
+//
+// # Running it against a new TxStore
+//
+// A store that implements [idempotency.TxStore] runs [ExerciseTx] beside
+// [Exercise]. Its [TxHarness] adds to the store and Advance a way for the
+// checks to make writes of their own in the store's transactions and to
+// count those committed, so that a check can tell whether its writes
+// committed with the store's record, or neither did. pgstore's tests
+// insert rows into a table of the test's schema:
+//
+//	idempotencytest.ExerciseTx(t, func(t *testing.T) idempotencytest.TxHarness[pgx.Tx] {
+//		pool := pgtest.Pool(t)
+//		if _, err := pool.Exec(context.Background(), `CREATE TABLE conformance_writes (name TEXT NOT NULL)`); err != nil {
+//			t.Fatal(err)
+//		}
+//		return idempotencytest.TxHarness[pgx.Tx]{
+//			Store:   store(t, pool), // a *pgstore.Store on pool
+//			Advance: advance(pool), // moves the records' timestamps back
+//			Write: func(ctx context.Context, tx pgx.Tx, name string) error {
+//				_, err := tx.Exec(ctx, `INSERT INTO conformance_writes (name) VALUES ($1)`, name)
+//				return err
+//			},
+//			Written: func(t testing.TB, name string) int { /* SELECT count(*) ... */ },
+//		}
+//	})
+//
+// An in-memory store counts a write when its transaction commits (memstore:
+// (*Tx).OnCommit). TxHarness.Waiting, optional, tells the checks when a
+// call is waiting for one of their transactions to end; without it, the
+// checks of calls racing an open transaction find fewer faults.
+//
+// The checks run as sub-tests Tx/check, each in parallel on its own
+// harness: ClaimTx committed or rolled back, a claim waiting for an open
+// ClaimTx, CompleteTx with the writes and with a lost lease, FenceTx
+// refusing a lost lease and holding off a reclaim until its transaction
+// ends, SupersedeTx (commit, rollback, a holder fenced, missing and
+// expired records left alone), RunTx, DoTx (concurrent duplicates wait and
+// replay; a permanent error, a transient one and a panic leave no
+// writes), WithTx, Leases, and bad input refused, changing nothing.
 //
 // # Structure
 //

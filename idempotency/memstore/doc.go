@@ -64,10 +64,57 @@ expect a refusal or a prune count, as the conformance suite does, set
 EvictAfter to a negative value: only Prune deletes then, exactly as with
 pgstore.
 
+# Transactions
+
+A Store is an [idempotency.TxStore] over *[Tx], as pgstore is one over
+pgx.Tx, so that code taking the seam (idempotency/inbox,
+idempotency/cronslot, the TxExecutor's DoTx and WithTx) runs on it in
+tests. [Store.Begin] starts a transaction; ClaimTx, CompleteTx, FenceTx
+and SupersedeTx write in it; [Tx.OnCommit] registers the test's own
+writes, which run when it commits, after its records are applied and
+before the claims waiting for its keys go on. [Store.RunTx] is the
+one-transaction mode's step:
+
+	claim, err := store.RunTx(ctx, params, func(ctx context.Context, tx *memstore.Tx, l idempotency.Lease) (idempotency.Completion, error) {
+		tx.OnCommit(func() { charged.Add(1) }) // the test's own write, committed with the record
+		return idempotency.Completion{Status: idempotency.StatusCompleted, Response: resp, Retention: 24 * time.Hour}, nil
+	})
+
+Transactions behave as pgstore's do under READ COMMITTED, with the row
+locks its statements take:
+
+  - A record written in a transaction is the transaction's own until it
+    commits: Get, Leases, claims and other transactions see the committed
+    record (none, for a new key), the transaction its own writes. A
+    rollback discards them all.
+  - A transaction holds the key of every record it wrote, and of every
+    lease it fenced, until it ends. A call that would write a held key (a
+    claim that would create, renew or reclaim its record; a completion,
+    release, heartbeat or abandonment; another transaction's write or
+    supersession) waits for the transaction to end, or for its own ctx,
+    then decides again on what was committed: after a rollback, the claim
+    of a new key acquires it; after a commit, it gets in progress or the
+    replay. A call that only reads (a claim answered by a replay, in
+    progress or a mismatch; Get; Leases) never waits. Fences of several
+    transactions share a key, as FOR SHARE does.
+  - A commit applies the records as the direct calls would: expiry,
+    eviction, the scopes of RefuseForeign, and MaxRecords, which counts a
+    transaction's new keys from its claim on. Lock versions never repeat,
+    not even those a rolled-back transaction handed out.
+  - A transaction whose wait would close a cycle (it waits for a key held
+    by a transaction that waits, directly or not, for one of its own)
+    fails at once with [ErrDeadlock] instead of hanging, and is aborted:
+    its writes discarded, its keys released, every later call but
+    Rollback refused. Take keys in one order to avoid it. A ctx that ends
+    while a transaction's call waits aborts it too. A direct call that
+    waits for a transaction its own goroutine keeps open cannot be
+    detected: it waits until its ctx ends.
+
 # Concurrency
 
 A Store is safe for concurrent use; one mutex serialises its operations, so
-each is atomic. Records returned are copies, down to the response's header
-and body: changing them does not change the store.
+each is atomic, and a call waiting for a transaction holds no lock
+meanwhile. Records returned are copies, down to the response's header and
+body: changing them does not change the store.
 */
 package memstore

@@ -60,14 +60,26 @@ type Store struct {
 	// claim with RefuseForeign finds another scope's record directly.
 	scopes map[string]map[string]struct{}
 	// expiry holds exactly the COMPLETED and FAILED records, tombstones
-	// included, the soonest due for a prune first (see entry.due).
-	// PROCESSING records never expire, so they are not in it.
+	// included, that no open transaction has written, the soonest due for
+	// a prune first (see entry.due). PROCESSING records never expire, so
+	// they are not in it; a record a transaction has written leaves it
+	// until the transaction ends, so that no prune takes it meanwhile.
 	expiry expiryHeap
 	// firstVersion is the lock version of a new record: 0 until a record
 	// is deleted, then above every deleted record's version. A key that is
 	// deleted and claimed again thus never hands out a fencing token it
 	// handed out before, and a holder stalled since then stays fenced off.
+	// A rolled-back claim of a new key counts as a deleted record.
 	firstVersion int64
+
+	// locks holds the keys that open transactions wrote or fenced (see
+	// tx.go); pendingNew counts the new keys they wrote, which count
+	// towards MaxRecords from their claim on.
+	locks      map[recordID]*keyLock
+	pendingNew int
+	// waiting counts the calls waiting for a transaction to end (tests
+	// watch it).
+	waiting int
 }
 
 var (
@@ -84,6 +96,20 @@ type entry struct {
 	// refuseFor is how long past its expiry the record stays as a
 	// tombstone: the claim's ClaimParams.RefuseFor (0 under ExpiredIsNew).
 	refuseFor time.Duration
+	// issued is the highest lock version handed out for the record,
+	// committed or not: a transaction that reclaimed the record and rolled
+	// back handed out a version the record never took, which the next
+	// claim must not hand out again.
+	issued int64
+}
+
+// nextVersion is the lock version the record's next holder gets: above
+// every version handed out for it.
+func (e *entry) nextVersion() int64 { return max(e.rec.LockVersion, e.issued) + 1 }
+
+// clone returns a copy of e, down to its response, outside the expiry heap.
+func (e *entry) clone() *entry {
+	return &entry{rec: copyRecord(&e.rec), slot: -1, refuseFor: e.refuseFor, issued: e.issued}
 }
 
 // due is when a prune next takes the record: at its expiry (to delete it
@@ -110,6 +136,7 @@ func New(cfg *Config) *Store {
 		evictAfter: cfg.EvictAfter,
 		records:    make(map[recordID]*entry),
 		scopes:     make(map[string]map[string]struct{}),
+		locks:      make(map[recordID]*keyLock),
 	}
 	if s.clock == nil {
 		s.clock = time.Now
@@ -136,10 +163,23 @@ func New(cfg *Config) *Store {
 //   - PROCESSING with an ended lease (orphaned or released):
 //     ClaimReclaimed with the next lock version.
 //
+// The record decided on is the committed one. A claim that would write it
+// (create, renew or reclaim it) while an open transaction holds its key
+// waits for that transaction to end, then decides again on what it
+// committed; a claim that only reads it does not wait (see the package
+// documentation, Transactions).
+//
 // Errors: an *idempotency.InvalidError naming the field of p that is
 // bad; idempotency.ErrStoreFull when MaxRecords is reached and the key is
-// new; ctx.Err() if ctx is done. On error nothing changes.
+// new; ctx.Err() if ctx is done, wrapped when it ended the wait for a
+// transaction. On error nothing changes.
 func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempotency.Claim, error) {
+	return s.claim(ctx, nil, p)
+}
+
+// claim is Claim, or ClaimTx when tx is not nil: one decision (claimOn),
+// written to the store or staged in tx.
+func (s *Store) claim(ctx context.Context, tx *Tx, p idempotency.ClaimParams) (idempotency.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return idempotency.Claim{}, err
 	}
@@ -149,38 +189,52 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.clock()
-	s.evict(now)
-
-	id := recordID{p.Scope, p.Key}
-	e, ok := s.records[id]
-	if !ok && p.RefuseForeign && s.foreign(p.Scope, p.Key, now) {
-		return idempotency.Claim{State: idempotency.ClaimForeign}, nil
+	if err := tx.open(); err != nil {
+		return idempotency.Claim{}, err
 	}
-	if !ok {
-		if !s.makeRoom(now) {
+	id := recordID{p.Scope, p.Key}
+	for {
+		now := s.clock()
+		s.evict(now)
+		cur := s.view(tx, id)
+		if cur == nil && p.RefuseForeign && s.foreign(tx, p.Scope, p.Key, now) {
+			return idempotency.Claim{State: idempotency.ClaimForeign}, nil
+		}
+		c, next := claimOn(p, now, cur, s.firstVersion)
+		if next == nil {
+			return c, nil
+		}
+		if waited, err := s.waitFor(ctx, tx, id, false); err != nil {
+			return idempotency.Claim{}, err
+		} else if waited {
+			continue
+		}
+		if cur == nil && !s.makeRoom(now) {
 			return idempotency.Claim{}, idempotency.ErrStoreFull
 		}
-		e = &entry{slot: -1, rec: fresh(p, now, s.firstVersion), refuseFor: p.RefuseFor()}
-		s.records[id] = e
-		if s.scopes[p.Key] == nil {
-			s.scopes[p.Key] = map[string]struct{}{}
-		}
-		s.scopes[p.Key][p.Scope] = struct{}{}
-		return acquired(idempotency.ClaimAcquired, &e.rec), nil
+		s.write(tx, id, next)
+		return c, nil
 	}
+}
 
-	r := &e.rec
+// claimOn decides a claim of p at now on cur, the record as the claimer
+// sees it (nil: none), in the order [Store.Claim] lists. It returns the
+// claim and, when the claim writes the record, the record's new value
+// (nil when the claim only reads it).
+func claimOn(p idempotency.ClaimParams, now time.Time, cur *entry, firstVersion int64) (idempotency.Claim, *entry) {
+	if cur == nil {
+		next := &entry{slot: -1, rec: fresh(p, now, firstVersion), refuseFor: p.RefuseFor()}
+		return acquired(idempotency.ClaimAcquired, &next.rec), next
+	}
+	r := &cur.rec
 	if r.Status != idempotency.StatusProcessing && (!now.Before(r.ExpiresAt) || !r.RefuseUntil.IsZero()) {
 		if p.Expired == idempotency.ExpiredRefused {
 			return idempotency.Claim{State: idempotency.ClaimExpired}, nil
 		}
 		// The version keeps growing across renewals, so a lease of the
 		// expired record can never act on the new one.
-		heap.Remove(&s.expiry, e.slot)
-		*r = fresh(p, now, r.LockVersion+1)
-		e.refuseFor = p.RefuseFor()
-		return acquired(idempotency.ClaimAcquired, r), nil
+		next := &entry{slot: -1, rec: fresh(p, now, cur.nextVersion()), refuseFor: p.RefuseFor(), issued: cur.issued}
+		return acquired(idempotency.ClaimAcquired, &next.rec), next
 	}
 	if !r.Fingerprint.Equal(p.Fingerprint) {
 		return idempotency.Claim{State: idempotency.ClaimMismatch}, nil
@@ -197,56 +251,86 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 	default:
 		// ExpiresAt stays: a PROCESSING record does not expire, and
 		// Complete sets the expiry of the outcome.
-		r.LockVersion++
-		r.LockedUntil = now.Add(p.LockTimeout)
-		return acquired(idempotency.ClaimReclaimed, r), nil
+		next := cur.clone()
+		next.rec.LockVersion = cur.nextVersion()
+		next.rec.LockedUntil = now.Add(p.LockTimeout)
+		return acquired(idempotency.ClaimReclaimed, &next.rec), next
 	}
 }
 
 // Complete implements [idempotency.Store.Complete]. The lease need not be
 // live: a holder whose lease ran out may still complete as long as nobody
-// reclaimed the record, which is what the fencing token is for.
+// reclaimed the record, which is what the fencing token is for. While an
+// open transaction holds the record's key, it waits for the transaction
+// to end, then looks again.
 //
 // Errors: idempotency.ErrLeaseLost when the record is absent, not
 // PROCESSING, or at another lock version (a lease no store issued, such as
 // the zero Lease, is simply lost); an *idempotency.InvalidError naming
 // Completion.Status (not COMPLETED or FAILED) or Completion.Retention (not
-// positive); ctx.Err() if ctx is done. On error nothing changes.
+// positive); ctx.Err() if ctx is done, wrapped when it ended the wait for
+// a transaction. On error nothing changes.
 func (s *Store) Complete(ctx context.Context, l idempotency.Lease, c idempotency.Completion) error {
+	return s.complete(ctx, nil, l, c)
+}
+
+// complete is Complete, or CompleteTx when tx is not nil.
+func (s *Store) complete(ctx context.Context, tx *Tx, l idempotency.Lease, c idempotency.Completion) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := validCompletion(c); err != nil {
+		return err
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := tx.open(); err != nil {
+		return err
+	}
+	id := recordID{l.Scope, l.Key}
+	for {
+		now := s.clock()
+		s.evict(now)
+		cur := s.view(tx, id)
+		if !holds(cur, l) {
+			return idempotency.ErrLeaseLost
+		}
+		if waited, err := s.waitFor(ctx, tx, id, false); err != nil {
+			return err
+		} else if waited {
+			continue
+		}
+		next := cur.clone()
+		resp := copyResponse(c.Response)
+		next.rec.Status = c.Status
+		next.rec.Response = &resp
+		next.rec.CompletedAt = now
+		next.rec.LockedUntil = time.Time{}
+		next.rec.ExpiresAt = now.Add(c.Retention)
+		s.write(tx, id, next)
+		return nil
+	}
+}
+
+func validCompletion(c idempotency.Completion) error {
 	if c.Status != idempotency.StatusCompleted && c.Status != idempotency.StatusFailed {
 		return &idempotency.InvalidError{Field: "Completion.Status", Reason: "must be COMPLETED or FAILED, got " + strconv.Quote(string(c.Status))}
 	}
 	if c.Retention <= 0 {
 		return &idempotency.InvalidError{Field: "Completion.Retention", Reason: "must be positive, got " + c.Retention.String()}
 	}
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock()
-	s.evict(now)
-
-	e := s.holder(l)
-	if e == nil {
-		return idempotency.ErrLeaseLost
-	}
-	resp := copyResponse(c.Response)
-	e.rec.Status = c.Status
-	e.rec.Response = &resp
-	e.rec.CompletedAt = now
-	e.rec.LockedUntil = time.Time{}
-	e.rec.ExpiresAt = now.Add(c.Retention)
-	heap.Push(&s.expiry, e)
 	return nil
 }
 
 // Release implements [idempotency.Store.Release]: the lease ends now and
-// the record stays PROCESSING, so the next claim reclaims it.
+// the record stays PROCESSING, so the next claim reclaims it. While an
+// open transaction holds the record's key, it waits for the transaction
+// to end, then looks again.
 //
 // Errors: idempotency.ErrLeaseLost as for [Store.Complete]; ctx.Err() if
-// ctx is done. On error nothing changes.
+// ctx is done, wrapped when it ended the wait for a transaction. On error
+// nothing changes.
 func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -254,14 +338,11 @@ func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.clock()
-	s.evict(now)
-
-	e := s.holder(l)
-	if e == nil {
-		return idempotency.ErrLeaseLost
+	e, err := s.held(ctx, l)
+	if err != nil {
+		return err
 	}
-	e.rec.LockedUntil = now
+	e.rec.LockedUntil = s.clock()
 	return nil
 }
 
@@ -275,10 +356,9 @@ func (s *Store) Abandon(ctx context.Context, l idempotency.Lease) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.evict(s.clock())
-	e := s.holder(l)
-	if e == nil {
-		return idempotency.ErrLeaseLost
+	e, err := s.held(ctx, l)
+	if err != nil {
+		return err
 	}
 	s.delete(e) // PROCESSING records are not in the expiry heap
 	return nil
@@ -299,19 +379,17 @@ func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Durat
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.clock()
-	s.evict(now)
-
-	e := s.holder(l)
-	if e == nil {
-		return idempotency.ErrLeaseLost
+	e, err := s.held(ctx, l)
+	if err != nil {
+		return err
 	}
-	e.rec.LockedUntil = now.Add(d)
+	e.rec.LockedUntil = s.clock().Add(d)
 	return nil
 }
 
 // Get implements [idempotency.Store.Get]. It returns a copy: changing it
-// does not change the store. An expired record not yet pruned or evicted
+// does not change the store. It returns the committed record and never
+// waits: what an open transaction wrote is not seen until it commits. An expired record not yet pruned or evicted
 // is returned as it is; its ExpiresAt tells. A tombstone is returned
 // without its Response, with RefuseUntil set.
 //
@@ -371,14 +449,52 @@ func (s *Store) ApproxSize(ctx context.Context) (int64, error) {
 	return int64(s.Len()), nil
 }
 
-// holder returns the entry that l may act on: present, PROCESSING and at
+// holds reports whether l may act on e: e is present, PROCESSING and at
 // l's version. Whether the lease's time has run out does not matter.
-func (s *Store) holder(l idempotency.Lease) *entry {
-	e, ok := s.records[recordID{l.Scope, l.Key}]
-	if !ok || e.rec.Status != idempotency.StatusProcessing || e.rec.LockVersion != l.Version {
-		return nil
+func holds(e *entry, l idempotency.Lease) bool {
+	return e != nil && e.rec.Status == idempotency.StatusProcessing && e.rec.LockVersion == l.Version
+}
+
+// held returns the committed entry that l may act on, once no open
+// transaction holds its key (waiting for the one that does), after
+// evicting what is due.
+func (s *Store) held(ctx context.Context, l idempotency.Lease) (*entry, error) {
+	id := recordID{l.Scope, l.Key}
+	for {
+		s.evict(s.clock())
+		e := s.records[id]
+		if !holds(e, l) {
+			return nil, idempotency.ErrLeaseLost
+		}
+		if waited, err := s.waitFor(ctx, nil, id, false); err != nil {
+			return nil, err
+		} else if !waited {
+			return e, nil
+		}
 	}
-	return e
+}
+
+// put makes next the record of id in the store, the expiry heap and the
+// scopes index kept up to date: the one way a claim or a completion, made
+// directly or committed by a transaction, and a supersession change a
+// record.
+func (s *Store) put(id recordID, next *entry) {
+	e := s.records[id]
+	switch {
+	case e == nil:
+		e = &entry{slot: -1}
+		s.records[id] = e
+		if s.scopes[id.key] == nil {
+			s.scopes[id.key] = map[string]struct{}{}
+		}
+		s.scopes[id.key][id.scope] = struct{}{}
+	case e.slot >= 0:
+		heap.Remove(&s.expiry, e.slot)
+	}
+	e.rec, e.refuseFor, e.issued = next.rec, next.refuseFor, next.issued
+	if e.rec.Status != idempotency.StatusProcessing {
+		heap.Push(&s.expiry, e)
+	}
 }
 
 // prune takes at most limit records due at or before now and returns how
@@ -403,20 +519,22 @@ func (s *Store) prune(now time.Time, limit int) int {
 }
 
 // makeRoom reports whether a new record fits: MaxRecords is not reached,
-// or a due record could be deleted. A tombstone within its horizon is
+// counting the new keys of open transactions, or a due record could be
+// deleted. A tombstone within its horizon is
 // kept whatever the bound, as a live record is: it still refuses its key.
 // Reducing records to tombstones frees nothing, so it goes on past them,
 // evictBatch records at most.
 func (s *Store) makeRoom(now time.Time) bool {
+	fits := func() bool { return s.maxRecords == 0 || len(s.records)+s.pendingNew < s.maxRecords }
 	for range evictBatch {
-		if s.maxRecords == 0 || len(s.records) < s.maxRecords {
+		if fits() {
 			return true
 		}
 		if s.prune(now, 1) == 0 {
 			return false
 		}
 	}
-	return s.maxRecords == 0 || len(s.records) < s.maxRecords
+	return fits()
 }
 
 // evict deletes, a bounded batch at a time, the records that expired at
@@ -428,13 +546,22 @@ func (s *Store) evict(now time.Time) {
 	s.prune(now.Add(-s.evictAfter), evictBatch)
 }
 
-// foreign reports whether another scope holds a live record of key.
-func (s *Store) foreign(scope, key string, now time.Time) bool {
+// foreign reports whether another scope holds a live record of key, as
+// tx sees the records (nil: the committed ones).
+func (s *Store) foreign(tx *Tx, scope, key string, now time.Time) bool {
+	live := func(e *entry) bool {
+		return e != nil && (e.rec.Status == idempotency.StatusProcessing || now.Before(e.rec.ExpiresAt))
+	}
 	for other := range s.scopes[key] {
-		e := s.records[recordID{other, key}]
-		if other != scope && e != nil &&
-			(e.rec.Status == idempotency.StatusProcessing || now.Before(e.rec.ExpiresAt)) {
+		if other != scope && live(s.view(tx, recordID{other, key})) {
 			return true
+		}
+	}
+	if tx != nil {
+		for id, e := range tx.staged {
+			if id.key == key && id.scope != scope && live(e) {
+				return true
+			}
 		}
 	}
 	return false
@@ -448,7 +575,7 @@ func (s *Store) delete(e *entry) {
 			delete(s.scopes, e.rec.Key)
 		}
 	}
-	s.firstVersion = max(s.firstVersion, e.rec.LockVersion+1)
+	s.firstVersion = max(s.firstVersion, e.nextVersion())
 }
 
 func fresh(p idempotency.ClaimParams, now time.Time, version int64) idempotency.Record {

@@ -262,11 +262,19 @@ func TestStoreKeyringSealsEveryPath(t *testing.T) {
 	}
 }
 
+// The suite, its transactional checks included, holds with the store's
+// own keyring, which seals what CompleteTx, RunTx and SupersedeTx record
+// as it seals the rest. (The Encrypted wrapper above is a plain Store, not
+// a TxStore: it has no transactional checks to run.)
 func TestStoreKeyringConformance(t *testing.T) {
 	t.Parallel()
 	idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
 		url := pgtest.MigratedURL(t)
 		pool := pgtest.PoolURL(t, url)
 		return idempotencytest.Harness{Store: mustStore(t, pool, &pgstore.Config{Keyring: encryptRing(t)}), Advance: advance(pool)}
+	})
+	idempotencytest.ExerciseTx(t, func(t *testing.T) idempotencytest.TxHarness[pgx.Tx] {
+		pool := pgtest.PoolURL(t, pgtest.MigratedURL(t))
+		return txHarness(t, pool, mustStore(t, pool, &pgstore.Config{Keyring: encryptRing(t)}), false)
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -82,9 +83,9 @@ func mustStore(t testing.TB, pool *pgxpool.Pool, cfg *pgstore.Config) *pgstore.S
 	return s
 }
 
-// The suite runs once per claim strategy, once more with the executor's
-// replay cache and once without group commit: they must be
-// indistinguishable but for their cost.
+// The suite, its transactional checks included, runs once per claim
+// strategy, once more with the executor's replay cache and once without
+// group commit: they must be indistinguishable but for their cost.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for name, strategy := range map[string]pgstore.ClaimStrategy{
@@ -93,12 +94,55 @@ func TestConformance(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
+			cfg := &pgstore.Config{ClaimStrategy: strategy, NoGroupCommit: strings.HasSuffix(name, "NoGroupCommit")}
+			cached := strings.HasSuffix(name, "ReplayCache")
 			idempotencytest.Exercise(t, func(t *testing.T) idempotencytest.Harness {
-				b := setupWith(t, &pgstore.Config{ClaimStrategy: strategy, NoGroupCommit: strings.HasSuffix(name, "NoGroupCommit")})
-				return idempotencytest.Harness{Store: b.store, Advance: advance(b.pool),
-					ReplayCache: strings.HasSuffix(name, "ReplayCache")}
+				b := setupWith(t, cfg)
+				return idempotencytest.Harness{Store: b.store, Advance: advance(b.pool), ReplayCache: cached}
+			})
+			idempotencytest.ExerciseTx(t, func(t *testing.T) idempotencytest.TxHarness[pgx.Tx] {
+				b := setupWith(t, cfg)
+				return txHarness(t, b.pool, b.store, cached)
 			})
 		})
+	}
+}
+
+// txHarness is the transactional suite's harness on store, whose pool
+// reaches the test's own schema or database: a check's writes are rows of
+// a table of its own there, committed or not with the store's records.
+func txHarness(t *testing.T, pool *pgxpool.Pool, store *pgstore.Store, cached bool) idempotencytest.TxHarness[pgx.Tx] {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE conformance_writes (name TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return idempotencytest.TxHarness[pgx.Tx]{
+		Store: store, Advance: advance(pool), ReplayCache: cached,
+		Write: func(ctx context.Context, tx pgx.Tx, name string) error {
+			_, err := tx.Exec(ctx, `INSERT INTO conformance_writes (name) VALUES ($1)`, name)
+			return err
+		},
+		Written: func(t testing.TB, name string) int {
+			t.Helper()
+			var n int
+			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM conformance_writes WHERE name = $1`, name).Scan(&n); err != nil {
+				t.Fatalf("written: %v", err)
+			}
+			return n
+		},
+		Waiting: func(t testing.TB, tx pgx.Tx) bool {
+			t.Helper()
+			ctx := context.Background()
+			var pid int32 // the server's, also through PgBouncer
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				t.Fatalf("waiting: %v", err)
+			}
+			var waiting bool
+			if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting); err != nil {
+				t.Fatalf("waiting: %v", err)
+			}
+			return waiting
+		},
 	}
 }
 

@@ -18,7 +18,9 @@ import (
 
 // Through PgBouncer in transaction pooling mode, where consecutive
 // statements may run on different server sessions, the store gives the
-// same answers: the conformance suite, with and without the replay cache.
+// same answers: the conformance suite, its transactional checks included
+// (a transaction keeps its server session), with and without the replay
+// cache.
 func TestConformanceThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	for _, cached := range []bool{false, true} {
@@ -28,6 +30,11 @@ func TestConformanceThroughPgBouncer(t *testing.T) {
 				pool := pgtest.BouncerPool(t)
 				store := mustStore(t, pool, &pgstore.Config{Pooler: pgstore.TransactionPooler})
 				return idempotencytest.Harness{Store: store, Advance: advance(pool), ReplayCache: cached}
+			})
+			idempotencytest.ExerciseTx(t, func(t *testing.T) idempotencytest.TxHarness[pgx.Tx] {
+				pool := pgtest.BouncerPool(t)
+				store := mustStore(t, pool, &pgstore.Config{Pooler: pgstore.TransactionPooler})
+				return txHarness(t, pool, store, cached)
 			})
 		})
 	}
