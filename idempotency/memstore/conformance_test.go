@@ -1,6 +1,8 @@
 package memstore_test
 
 import (
+	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,8 +44,35 @@ func TestConformance(t *testing.T) {
 					ReplayCache: cached,
 				}
 			})
+			idempotencytest.ExerciseTx(t, func(t *testing.T) idempotencytest.TxHarness[*memstore.Tx] {
+				var offset atomic.Int64
+				store := memstore.New(&memstore.Config{
+					Clock:      func() time.Time { return time.Now().Add(time.Duration(offset.Load())) },
+					EvictAfter: -1,
+				})
+				var mu sync.Mutex
+				written := map[string]int{}
+				return idempotencytest.TxHarness[*memstore.Tx]{
+					Store:       store,
+					Advance:     func(_ testing.TB, d time.Duration) { offset.Add(int64(d)) },
+					ReplayCache: cached,
+					Write: func(_ context.Context, tx *memstore.Tx, name string) error {
+						tx.OnCommit(func() {
+							mu.Lock()
+							defer mu.Unlock()
+							written[name]++
+						})
+						return nil
+					},
+					Written: func(_ testing.TB, name string) int {
+						mu.Lock()
+						defer mu.Unlock()
+						return written[name]
+					},
+				}
+			})
 		})
 	}
 }
 
-var _ idempotency.Store = (*memstore.Store)(nil)
+var _ idempotency.TxStore[*memstore.Tx] = (*memstore.Store)(nil)
