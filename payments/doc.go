@@ -85,8 +85,28 @@
 // # Metrics
 //
 // With Config.MeterProvider: payments.charges and payments.refunds (by
-// provider and outcome), payments.unknown_outcomes,
-// payments.provider_call_duration_ms, payments.webhook_events and
-// payments.webhook_refusals; replays reach no provider and count nothing
-// there (the idempotency core counts them).
+// provider and outcome), payments.unknown_outcomes (by provider and
+// operation), payments.provider_call_duration_ms (a histogram, by
+// provider and operation), payments.webhook_events (by provider and
+// outcome) and payments.webhook_refusals (by provider and reason);
+// replays reach no provider and count nothing there (the idempotency core
+// counts them). The names are stable: dashboards and alerts may use them.
+//
+// # Tracing
+//
+// With Config.TracerProvider: payments.charge and payments.refund, a span
+// per call (with
+// idempotency's key and scope hashes, payments.provider, and at its end
+// payments.intent_status, payments.replayed and payments.provider_id), a
+// client span per provider call, "payments.provider.<step>" (with
+// payments.provider, payments.step, payments.provider_key_hash, and as
+// the answer says payments.provider_id, payments.provider_request_id,
+// payments.provider_status and payments.provider_replayed), and for a
+// webhook delivery "payments.webhook.apply" (payments.provider,
+// payments.webhook_events) with a "payments.webhook.event" per event
+// (payments.webhook_event_type, payments.provider_id,
+// payments.webhook_event_outcome). Provider keys appear only as short
+// hashes; provider object ids ("pi_...") and request ids are the
+// provider's own references and appear as they are. The reconciler's
+// provider calls have spans of the same names and attributes.
 package payments

@@ -14,12 +14,12 @@ import (
 
 // Instrument names.
 const (
-	MetricCharges          = "payments.charges"
-	MetricRefunds          = "payments.refunds"
-	MetricUnknownOutcomes  = "payments.unknown_outcomes"
-	MetricProviderDuration = "payments.provider_call_duration_ms"
-	MetricWebhookEvents    = "payments.webhook_events"
-	MetricWebhookRefusals  = "payments.webhook_refusals"
+	metricCharges          = "payments.charges"
+	metricRefunds          = "payments.refunds"
+	metricUnknownOutcomes  = "payments.unknown_outcomes"
+	metricProviderDuration = "payments.provider_call_duration_ms"
+	metricWebhookEvents    = "payments.webhook_events"
+	metricWebhookRefusals  = "payments.webhook_refusals"
 )
 
 type instruments struct {
@@ -34,23 +34,23 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 	m := mp.Meter("github.com/payonce/payonce/payments")
 	var in instruments
 	var err error
-	if in.charges, err = m.Int64Counter(MetricCharges, metric.WithDescription("Provider answers to charges, by provider and outcome (succeeded, declined, failed, requires_action, pending, unknown, not_sent, in_progress, credentials).")); err != nil {
+	if in.charges, err = m.Int64Counter(metricCharges, metric.WithDescription("Provider answers to charges, by provider and outcome (succeeded, declined, failed, requires_action, pending, unknown, not_sent, in_progress, credentials).")); err != nil {
 		return nil, err
 	}
-	if in.refunds, err = m.Int64Counter(MetricRefunds, metric.WithDescription("Provider answers to refunds, by provider and outcome.")); err != nil {
+	if in.refunds, err = m.Int64Counter(metricRefunds, metric.WithDescription("Provider answers to refunds, by provider and outcome.")); err != nil {
 		return nil, err
 	}
-	if in.unknown, err = m.Int64Counter(MetricUnknownOutcomes, metric.WithDescription("Provider calls whose outcome is unknown (timeout, reset, 5xx): intents left open for a retry or the reconciler.")); err != nil {
+	if in.unknown, err = m.Int64Counter(metricUnknownOutcomes, metric.WithDescription("Provider calls whose outcome is unknown (timeout, reset, 5xx): intents left open for a retry or the reconciler.")); err != nil {
 		return nil, err
 	}
-	if in.webhooks, err = m.Int64Counter(MetricWebhookEvents, metric.WithDescription("Verified webhook events stored, by provider and outcome (applied, confirmed, stale, conflict, unmatched, ignored, duplicate).")); err != nil {
+	if in.webhooks, err = m.Int64Counter(metricWebhookEvents, metric.WithDescription("Verified webhook events stored, by provider and outcome (applied, confirmed, stale, conflict, unmatched, ignored, duplicate).")); err != nil {
 		return nil, err
 	}
-	if in.refusals, err = m.Int64Counter(MetricWebhookRefusals, metric.WithDescription("Webhook deliveries refused or not stored, by provider and reason (signature, malformed, too_large, method, verify_failed, store_failed).")); err != nil {
+	if in.refusals, err = m.Int64Counter(metricWebhookRefusals, metric.WithDescription("Webhook deliveries refused or not stored, by provider and reason (signature, malformed, too_large, method, verify_failed, store_failed).")); err != nil {
 		return nil, err
 	}
 	// The name carries the unit (no declared unit: see idempotency's metrics).
-	in.duration, err = m.Float64Histogram(MetricProviderDuration, metric.WithDescription("Provider call latency, by provider and operation."),
+	in.duration, err = m.Float64Histogram(metricProviderDuration, metric.WithDescription("Provider call latency, by provider and operation."),
 		metric.WithExplicitBucketBoundaries(10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000))
 	if err != nil {
 		return nil, err

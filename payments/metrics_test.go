@@ -58,7 +58,7 @@ func TestMetricsScenario(t *testing.T) {
 					counts[m.Name+"{"+o.AsString()+"}"] += p.Value
 				}
 			case metricdata.Histogram[float64]:
-				if m.Name == payments.MetricProviderDuration {
+				if m.Name == "payments.provider_call_duration_ms" {
 					for _, p := range d.DataPoints {
 						calls += p.Count
 					}
@@ -67,11 +67,11 @@ func TestMetricsScenario(t *testing.T) {
 		}
 	}
 	want := map[string]int64{
-		payments.MetricCharges + "{succeeded}": 2,
-		payments.MetricCharges + "{declined}":  1,
-		payments.MetricCharges + "{unknown}":   1,
-		payments.MetricRefunds + "{succeeded}": 1,
-		payments.MetricUnknownOutcomes + "{}":  1,
+		"payments.charges" + "{succeeded}": 2,
+		"payments.charges" + "{declined}":  1,
+		"payments.charges" + "{unknown}":   1,
+		"payments.refunds" + "{succeeded}": 1,
+		"payments.unknown_outcomes" + "{}": 1,
 	}
 	for k, v := range want {
 		if counts[k] != v {
@@ -133,10 +133,10 @@ func TestWebhookMetrics(t *testing.T) {
 		}
 	}
 	want := map[string]int64{
-		payments.MetricWebhookEvents + "{unmatched}":   1,
-		payments.MetricWebhookEvents + "{duplicate}":   1,
-		payments.MetricWebhookRefusals + "{signature}": 1,
-		payments.MetricWebhookRefusals + "{malformed}": 1,
+		"payments.webhook_events" + "{unmatched}":   1,
+		"payments.webhook_events" + "{duplicate}":   1,
+		"payments.webhook_refusals" + "{signature}": 1,
+		"payments.webhook_refusals" + "{malformed}": 1,
 	}
 	for k, v := range want {
 		if got[k] != v {

@@ -200,7 +200,7 @@ func (o *Operator) ApplyEvents(ctx context.Context, provider string, events []pr
 
 func (c *Client) applyEvents(ctx context.Context, provider string, events []provider.WebhookEvent) (_ []AppliedEvent, err error) {
 	ctx, span := c.tracer.Start(ctx, "payments.webhook.apply", trace.WithAttributes(
-		attribute.String(AttrProvider, provider), attribute.Int(AttrEvents, len(events))))
+		attribute.String(attrProvider, provider), attribute.Int(attrEvents, len(events))))
 	defer func() { idempotency.EndSpan(span, err) }()
 	var out []AppliedEvent
 	crashpoint.Reach(ctx, crashpoint.WebhookBeforeApply, provider)
@@ -208,9 +208,9 @@ func (c *Client) applyEvents(ctx context.Context, provider string, events []prov
 		out = out[:0]
 		for _, ev := range events {
 			ectx, espan := c.tracer.Start(ctx, "payments.webhook.event", trace.WithAttributes(
-				attribute.String(AttrEventType, ev.Type), attribute.String(AttrProviderID, ev.ProviderID)))
+				attribute.String(attrEventType, ev.Type), attribute.String(attrProviderID, ev.ProviderID)))
 			a, err := c.applyEvent(ectx, tx, provider, ev)
-			espan.SetAttributes(attribute.String(AttrEventOutcome, a.Outcome))
+			espan.SetAttributes(attribute.String(attrEventOutcome, a.Outcome))
 			idempotency.EndSpan(espan, err)
 			if err != nil {
 				return fmt.Errorf("event %s: %w", ev.ID, err)

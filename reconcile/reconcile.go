@@ -156,11 +156,20 @@ func (r *Reconciler) traceExamine(ctx context.Context, rep *Report, it item) (er
 	return r.examine(ctx, rep, it)
 }
 
+// The attributes of a provider call's span, named as package payments
+// names those of its own provider calls (its doc, "Tracing"): one query
+// on a tracing backend finds both.
+const (
+	attrProvider        = "payments.provider"
+	attrStep            = "payments.step"
+	attrProviderKeyHash = "payments.provider_key_hash"
+)
+
 // startProvider starts the span of a provider call the reconciler makes
 // (payments.provider.lookup, .refund_lookup, .verify_lookup, .void).
 func (r *Reconciler) startProvider(ctx context.Context, step string, it item) (context.Context, trace.Span) {
-	attrs := append(idempotency.KeyAttributes(it.Scope, it.Key), attribute.String(payments.AttrProvider, it.Provider),
-		attribute.String(payments.AttrStep, step), attribute.String(payments.AttrProviderKeyHash, idempotency.ShortHash(it.ProviderKey)))
+	attrs := append(idempotency.KeyAttributes(it.Scope, it.Key), attribute.String(attrProvider, it.Provider),
+		attribute.String(attrStep, step), attribute.String(attrProviderKeyHash, idempotency.ShortHash(it.ProviderKey)))
 	return r.tracer.Start(ctx, "payments.provider."+step, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 }
 

@@ -141,7 +141,7 @@ func TestSpans(t *testing.T) {
 			if parent(s) != "idempotency.action" {
 				t.Errorf("provider call under %q", parent(s))
 			}
-			if v, ok := attr(s, payments.AttrRequestID); ok && strings.HasPrefix(v.AsString(), "req_") {
+			if v, ok := attr(s, "payments.provider_request_id"); ok && strings.HasPrefix(v.AsString(), "req_") {
 				requestIDs++
 			}
 		case "idempotency.action":
@@ -153,7 +153,7 @@ func TestSpans(t *testing.T) {
 				t.Errorf("idempotency.Do under %q", p)
 			}
 		case "payments.charge":
-			if v, _ := attr(s, payments.AttrReplayed); v.AsBool() {
+			if v, _ := attr(s, "payments.replayed"); v.AsBool() {
 				replayed++
 			}
 			if s.Status().Code == codes.Error {
