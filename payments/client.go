@@ -198,9 +198,19 @@ func checkSchema(pool *pgxpool.Pool) error {
 }
 
 // Operator is the client's operator and reconciler calls, apart from the
-// customer calls on [Client]: settling intents with proof ([Operator.Resolve],
-// [Operator.ResolveReview]) and the webhook inbox ([Operator.ApplyEvents],
-// [Operator.StoredEvents]).
+// customer calls on [Client]; every statement they run on payment_intents
+// is here, in package payments:
+//   - claiming the work: [Operator.ClaimDue] (open intents due for a
+//     lookup), [Operator.ClaimUnverified] (settled intents not yet
+//     verified), [Operator.Hold], [Operator.Release],
+//     [Operator.ReleaseClaim], [Operator.RescheduleTx],
+//     [Operator.CheckedTx], [Operator.Unverify];
+//   - settling intents with proof: [Operator.Resolve] (a provider's),
+//     [Operator.ResolveReview] (a human's), [Operator.NoteReviewTx];
+//   - the webhook inbox: [Operator.ApplyEvents], [Operator.StoredEvents],
+//     [Operator.DivergentEvents];
+//   - the books: [Operator.RefundedLocally], [Operator.LedgerTotals],
+//     [Operator.CountIntents].
 type Operator struct{ c *Client }
 
 // Operator returns the client's operator calls.
