@@ -26,9 +26,10 @@ type bundle struct {
 // context that ends with the check, the store checked, and the count of
 // the check's executions.
 type checkState struct {
-	ctx   context.Context
-	store idempotency.Store
-	calls counter
+	ctx     context.Context
+	store   idempotency.Store
+	advance func(t testing.TB, d time.Duration) // the harness's Advance
+	calls   counter
 }
 
 // setup builds the bundle of one check; cfg configures the executor (nil:
@@ -44,7 +45,7 @@ func setup(t *testing.T, h Harness, cfg *idempotency.Config) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() }) // its replay cache's listener
-	return &bundle{Harness: h, checkState: checkState{ctx: ctx, store: h.Store}, exec: e}
+	return &bundle{Harness: h, checkState: checkState{ctx: ctx, store: h.Store, advance: h.Advance}, exec: e}
 }
 
 // checkContext is a context that ends with the check, or after a minute.
@@ -98,6 +99,17 @@ func (b *checkState) claim(t *testing.T, who string, p idempotency.ClaimParams, 
 		t.Fatalf("%s claim: %v %+v %v, want %v", who, c.State, c.Lease, err, want)
 	}
 	return c
+}
+
+// reclaimed claims r as holder A with a one-second lease, lets the lease
+// end, and claims r again as holder B, which reclaims it: the params of
+// both claims and their answers. A's lease is lost, B's is the record's.
+func (b *checkState) reclaimed(t *testing.T, r idempotency.Request) (p idempotency.ClaimParams, a, bc idempotency.Claim) {
+	t.Helper()
+	p = shortLease(r)
+	a = b.claim(t, "A", p, idempotency.ClaimAcquired)
+	b.advance(t, 2*time.Second)
+	return p, a, b.claim(t, "B", p, idempotency.ClaimReclaimed)
 }
 
 // doInBackground runs r's action in a goroutine, as a holder still at

@@ -110,7 +110,7 @@ func setupTx[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx], cfg *idempotenc
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() }) // its replay cache's listener
-	return &txBundle[TTx]{TxHarness: h, checkState: checkState{ctx: ctx, store: h.Store}, exec: e}
+	return &txBundle[TTx]{TxHarness: h, checkState: checkState{ctx: ctx, store: h.Store, advance: h.Advance}, exec: e}
 }
 
 // begin starts a transaction that is rolled back when the check ends, if

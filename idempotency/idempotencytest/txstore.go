@@ -121,10 +121,7 @@ func testCompleteTx[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 func testCompleteTxLostLease[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 	b := setupTx(t, h, nil)
 	r := req(t, scopeA, "complete-tx-lost", "10")
-	p := shortLease(r)
-	stale := b.claim(t, "A", p, idempotency.ClaimAcquired)
-	b.Advance(t, 2*time.Second)
-	fresh := b.claim(t, "B", p, idempotency.ClaimReclaimed)
+	p, stale, fresh := b.reclaimed(t, r)
 
 	tx := b.begin(t)
 	b.write(t, tx, "stale")
