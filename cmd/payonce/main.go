@@ -22,20 +22,12 @@
 package main
 
 import (
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/internal/cli"
 )
 
-func main() {
-	root := newRoot()
-	root.SetArgs(os.Args[1:])
-	if err := root.Execute(); err != nil {
-		os.Exit(cli.ExitCode("payonce", err))
-	}
-}
+func main() { cli.Main(newRoot()) }
 
 // newRoot is the CLI: its commands, help and shell completion.
 func newRoot() *cobra.Command {
@@ -69,29 +61,9 @@ Exit codes:
   payonce prune --batch 5000
   payonce reconcile --format table
   payonce report --kind "several charges at provider" --format csv`,
-		Args: func(c *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return cli.UnknownSubcommand(c, args[0])
-			}
-			return nil
-		},
-		// No command: the usage on stderr, exit 2.
-		RunE: func(c *cobra.Command, _ []string) error {
-			c.SetOut(c.ErrOrStderr())
-			_ = c.Help()
-			return cli.Usage("no command given (see payonce --help)")
-		},
 	}
-	root.AddCommand(newMigrateCmd(), newStuckCmd(), newReleaseCmd(), newPruneCmd(),
+	return cli.Root(root, "  payonce help\n  payonce help migrate up", `  source <(payonce completion bash)
+  payonce completion zsh > "${fpath[1]}/_payonce"`,
+		newMigrateCmd(), newStuckCmd(), newReleaseCmd(), newPruneCmd(),
 		newReconcileCmd(), newReportCmd(), newResolveCmd(), newDesignCmd())
-	// cobra's completion command, with payonce's usage errors.
-	root.InitDefaultCompletionCmd()
-	if c, _, err := root.Find([]string{"completion"}); err == nil {
-		c.Args = cli.SubcommandArgs
-		c.RunE = func(*cobra.Command, []string) error { return nil } // cli.SubcommandArgs refuses every call
-		c.Example = `  source <(payonce completion bash)
-  payonce completion zsh > "${fpath[1]}/_payonce"`
-	}
-	cli.SetUp(root, "  payonce help\n  payonce help migrate up")
-	return root
 }

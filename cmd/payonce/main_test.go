@@ -1,44 +1,23 @@
 package main
 
 import (
-	"io"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/payonce/payonce/internal/cli/clitest"
 )
 
-// The test binary is the CLI when PAYONCE_CLI_MAIN=1, so that commands
-// run as real processes.
-func TestMain(m *testing.M) {
-	if os.Getenv("PAYONCE_CLI_MAIN") == "1" {
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+// payonce is the test binary, run as the CLI so that commands run as real
+// processes.
+var payonce = clitest.Program{Name: "payonce", Env: "PAYONCE_CLI_MAIN"}
 
-// cli runs the CLI as a process and returns its output and exit code.
+func TestMain(m *testing.M) { payonce.TestMain(m, main) }
+
+// runCLI runs the CLI as a process and returns its output and exit code.
 func runCLI(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
-	return cliProcess(t, nil, env, args...)
-}
-
-// cliProcess is cli with stdin read from stdin (nil: the null device).
-func cliProcess(t *testing.T, stdin io.Reader, env []string, args ...string) (string, int) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), "PAYONCE_CLI_MAIN=1"), env...)
-	cmd.Stdin = stdin
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return string(out), ee.ExitCode()
-		}
-		t.Fatalf("payonce %v: %v", args, err)
-	}
-	return string(out), 0
+	return payonce.Run(t, nil, env, args...)
 }
 
 func TestUsage(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,25 +17,20 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/internal/cli"
+	"github.com/payonce/payonce/internal/cli/clitest"
 	"github.com/payonce/payonce/pgtest"
 )
 
-// quickExit spares each CLI process the race detector's one-second wait
-// at a successful exit (GORACE atexit_sleep_ms), keeping other options.
-func quickExit(env []string) []string {
-	return append(env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-}
-
-// run is cli for the operator commands' tests.
+// run is runCLI for the operator commands' tests.
 func run(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
-	return runCLI(t, quickExit(env), args...)
+	return runCLI(t, clitest.QuickExit(env), args...)
 }
 
 // cliStdin is run with stdin read from r (nil: the null device).
 func cliStdin(t *testing.T, stdin io.Reader, env []string, args ...string) (string, int) {
 	t.Helper()
-	return cliProcess(t, stdin, quickExit(env), args...)
+	return payonce.Run(t, stdin, clitest.QuickExit(env), args...)
 }
 
 // opsBundle is a migrated schema of the test's own, its URL for the CLI,

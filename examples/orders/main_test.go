@@ -85,6 +85,14 @@ func post(t *testing.T, base, user, key, body, query string) reply {
 	return reply{resp.StatusCode, resp.Header, b}
 }
 
+// wantOrders stops the test unless user has n orders.
+func wantOrders(t *testing.T, base, user string, n int) {
+	t.Helper()
+	if got := count(t, base, user); got != n {
+		t.Fatalf("orders = %d, want %d", got, n)
+	}
+}
+
 func count(t *testing.T, base, user string) int {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, base+"/orders/count", nil)
@@ -123,9 +131,7 @@ func TestFirstRequestExecutesAndRetriesReplay(t *testing.T) {
 	if sf.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("structured-field key: %d", sf.status)
 	}
-	if n := count(t, b.srv.URL, "alice"); n != 1 {
-		t.Fatalf("orders = %d, want 1", n)
-	}
+	wantOrders(t, b.srv.URL, "alice", 1)
 }
 
 func TestSameKeyOtherBodyRefused(t *testing.T) {
@@ -139,9 +145,7 @@ func TestSameKeyOtherBodyRefused(t *testing.T) {
 	if bytes.Contains(r.body, []byte(key1)) || bytes.Contains(r.body, []byte("order_id")) {
 		t.Fatalf("refusal echoes the key or the stored body: %s", r.body)
 	}
-	if n := count(t, b.srv.URL, "alice"); n != 1 {
-		t.Fatalf("orders = %d, want 1", n)
-	}
+	wantOrders(t, b.srv.URL, "alice", 1)
 }
 
 func TestConcurrentIdenticalRequestsExecuteOnce(t *testing.T) {
@@ -173,9 +177,7 @@ func TestConcurrentIdenticalRequestsExecuteOnce(t *testing.T) {
 			t.Fatalf("status %d: %s", s, bodies[i])
 		}
 	}
-	if n := count(t, b.srv.URL, "alice"); n != 1 {
-		t.Fatalf("orders = %d, want 1", n)
-	}
+	wantOrders(t, b.srv.URL, "alice", 1)
 }
 
 func TestMissingOrMalformedKey(t *testing.T) {
@@ -197,9 +199,7 @@ func TestMissingOrMalformedKey(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("no scope: %d, want 401", resp.StatusCode)
 	}
-	if n := count(t, b.srv.URL, "alice"); n != 0 {
-		t.Fatalf("orders = %d, want 0", n)
-	}
+	wantOrders(t, b.srv.URL, "alice", 0)
 }
 
 func TestScopesNeverShareOutcomes(t *testing.T) {

@@ -97,6 +97,14 @@ func wait(t *testing.T, pool *pgxpool.Pool, id int64, within time.Duration) (str
 	}
 }
 
+// wantOneOrder stops the test unless the worker wrote one order id.
+func wantOneOrder(t *testing.T, pool *pgxpool.Pool, id string) {
+	t.Helper()
+	if n := count(t, pool, `SELECT count(*) FROM worker_orders WHERE order_id = $1`, id); n != 1 {
+		t.Fatalf("%d orders, want 1", n)
+	}
+}
+
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
@@ -133,9 +141,7 @@ func TestRetryAfterCommitIsOneOrder(t *testing.T) {
 	if state != "completed" || attempt != 2 {
 		t.Fatalf("job %s after %d attempts, want completed after 2", state, attempt)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM worker_orders WHERE order_id = 'ord-1'`); n != 1 {
-		t.Fatalf("%d orders, want 1", n)
-	}
+	wantOneOrder(t, pool, "ord-1")
 }
 
 // The same order inserted as two jobs: one order. With River's unique
@@ -152,9 +158,7 @@ func TestSameOrderTwiceIsOneOrder(t *testing.T) {
 			t.Fatalf("job %d %s", id, state)
 		}
 	}
-	if n := count(t, pool, `SELECT count(*) FROM worker_orders WHERE order_id = 'ord-2'`); n != 1 {
-		t.Fatalf("%d orders, want 1", n)
-	}
+	wantOneOrder(t, pool, "ord-2")
 	u := &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}
 	first := insert(t, c, OrderArgs{OrderID: "ord-3", SKU: "pen-7", Qty: 1}, u)
 	if second := insert(t, c, OrderArgs{OrderID: "ord-3", SKU: "pen-7", Qty: 1}, u); !second.UniqueSkippedAsDuplicate || second.Job.ID != first.Job.ID {
@@ -258,9 +262,7 @@ func TestKilledWorkerJobRescuedOneOrder(t *testing.T) {
 	if state != "completed" || attempt < 2 {
 		t.Fatalf("job %s after %d attempts, want completed after a rescue", state, attempt)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM worker_orders WHERE order_id = 'ord-5'`); n != 1 {
-		t.Fatalf("%d orders, want 1", n)
-	}
+	wantOneOrder(t, pool, "ord-5")
 }
 
 // A charge job whose provider answer is lost: River retries it, the same

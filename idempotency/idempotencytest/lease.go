@@ -62,11 +62,7 @@ func testOrphanReclaim(t *testing.T, h Harness) {
 func testFencing(t *testing.T, h Harness) {
 	b := setup(t, h, nil)
 	r := req(t, scopeA, "fence", "10")
-	p := claimParams(r)
-	p.LockTimeout = time.Second
-	holderA := b.claim(t, "A", p, idempotency.ClaimAcquired)
-	b.Advance(t, 2*time.Second)
-	holderB := b.claim(t, "B", p, idempotency.ClaimReclaimed)
+	p, holderA, holderB := b.reclaimed(t, r)
 	if holderB.Lease.Version == holderA.Lease.Version {
 		t.Fatalf("B claim: %v %+v, the lock version did not change", holderB.State, holderB.Lease)
 	}

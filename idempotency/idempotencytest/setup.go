@@ -18,42 +18,61 @@ import (
 // count of the check's executions.
 type bundle struct {
 	Harness
-	ctx   context.Context
-	exec  *idempotency.Executor
-	calls counter
+	checkState
+	exec *idempotency.Executor
+}
+
+// checkState is what the checks of Store and of TxStore start from: a
+// context that ends with the check, the store checked, and the count of
+// the check's executions.
+type checkState struct {
+	ctx     context.Context
+	store   idempotency.Store
+	advance func(t testing.TB, d time.Duration) // the harness's Advance
+	calls   counter
 }
 
 // setup builds the bundle of one check; cfg configures the executor (nil:
 // the defaults). Checks that talk to the store alone leave exec unused.
 func setup(t *testing.T, h Harness, cfg *idempotency.Config) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
+	ctx := checkContext(t)
 	if h.ReplayCache {
-		var c idempotency.Config
-		if cfg != nil {
-			c = *cfg
-		}
-		var shift atomic.Int64
-		c.ReplayCache = &idempotency.ReplayCache{Size: 1000,
-			Clock: func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }}
-		advance := h.Advance
-		h.Advance = func(t testing.TB, d time.Duration) {
-			shift.Add(int64(d))
-			advance(t, d)
-		}
-		cfg = &c
+		cfg, h.Advance = withReplayCache(cfg, h.Advance)
 	}
 	e, err := idempotency.New(h.Store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() }) // its replay cache's listener
-	return &bundle{Harness: h, ctx: ctx, exec: e}
+	return &bundle{Harness: h, checkState: checkState{ctx: ctx, store: h.Store, advance: h.Advance}, exec: e}
+}
+
+// checkContext is a context that ends with the check, or after a minute.
+func checkContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// withReplayCache is cfg (nil: the defaults) with a replay cache whose
+// clock follows the harness's: the advance it returns moves both.
+func withReplayCache(cfg *idempotency.Config, advance func(testing.TB, time.Duration)) (*idempotency.Config, func(testing.TB, time.Duration)) {
+	var c idempotency.Config
+	if cfg != nil {
+		c = *cfg
+	}
+	var shift atomic.Int64
+	c.ReplayCache = &idempotency.ReplayCache{Size: 1000,
+		Clock: func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }}
+	return &c, func(t testing.TB, d time.Duration) {
+		shift.Add(int64(d))
+		advance(t, d)
+	}
 }
 
 // wantExecutions stops the check unless the action ran n times.
-func (b *bundle) wantExecutions(t *testing.T, n int64) {
+func (b *checkState) wantExecutions(t *testing.T, n int64) {
 	t.Helper()
 	if got := b.calls.n.Load(); got != n {
 		t.Fatalf("executions = %d, want %d", got, n)
@@ -73,13 +92,24 @@ func (b *bundle) mustDo(t *testing.T, r idempotency.Request, action idempotency.
 
 // claim claims p directly on the store, as holder who, and stops the check
 // unless the claim ends in want.
-func (b *bundle) claim(t *testing.T, who string, p idempotency.ClaimParams, want idempotency.ClaimState) idempotency.Claim {
+func (b *checkState) claim(t *testing.T, who string, p idempotency.ClaimParams, want idempotency.ClaimState) idempotency.Claim {
 	t.Helper()
-	c, err := b.Store.Claim(b.ctx, p)
+	c, err := b.store.Claim(b.ctx, p)
 	if err != nil || c.State != want {
 		t.Fatalf("%s claim: %v %+v %v, want %v", who, c.State, c.Lease, err, want)
 	}
 	return c
+}
+
+// reclaimed claims r as holder A with a one-second lease, lets the lease
+// end, and claims r again as holder B, which reclaims it: the params of
+// both claims and their answers. A's lease is lost, B's is the record's.
+func (b *checkState) reclaimed(t *testing.T, r idempotency.Request) (p idempotency.ClaimParams, a, bc idempotency.Claim) {
+	t.Helper()
+	p = shortLease(r)
+	a = b.claim(t, "A", p, idempotency.ClaimAcquired)
+	b.advance(t, 2*time.Second)
+	return p, a, b.claim(t, "B", p, idempotency.ClaimReclaimed)
 }
 
 // doInBackground runs r's action in a goroutine, as a holder still at
@@ -146,6 +176,14 @@ func req(t *testing.T, scope, intent, amount string) idempotency.Request {
 func claimParams(r idempotency.Request) idempotency.ClaimParams {
 	return idempotency.ClaimParams{Scope: r.Scope, Key: r.Key, Fingerprint: r.Fingerprint,
 		LockTimeout: 30 * time.Second, Retention: 24 * time.Hour}
+}
+
+// shortLease is claimParams of r with a one-second lease, which an
+// Advance of two seconds ends.
+func shortLease(r idempotency.Request) idempotency.ClaimParams {
+	p := claimParams(r)
+	p.LockTimeout = time.Second
+	return p
 }
 
 // counter is an action's side effect, counted.

@@ -90,9 +90,8 @@ func ExerciseTx[TTx idempotency.Tx](t *testing.T, newHarness func(t *testing.T) 
 // the check, and the count of the check's executions.
 type txBundle[TTx idempotency.Tx] struct {
 	TxHarness[TTx]
-	ctx   context.Context
-	exec  *idempotency.TxExecutor[TTx]
-	calls counter
+	checkState
+	exec *idempotency.TxExecutor[TTx]
 }
 
 // setupTx builds the bundle of one check; cfg configures the executor
@@ -102,29 +101,16 @@ func setupTx[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx], cfg *idempotenc
 	if h.Store == nil || h.Advance == nil || h.Write == nil || h.Written == nil {
 		t.Fatal("idempotencytest: TxHarness needs Store, Advance, Write and Written")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
+	ctx := checkContext(t)
 	if h.ReplayCache {
-		var c idempotency.Config
-		if cfg != nil {
-			c = *cfg
-		}
-		var shift atomic.Int64
-		c.ReplayCache = &idempotency.ReplayCache{Size: 1000,
-			Clock: func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }}
-		advance := h.Advance
-		h.Advance = func(t testing.TB, d time.Duration) {
-			shift.Add(int64(d))
-			advance(t, d)
-		}
-		cfg = &c
+		cfg, h.Advance = withReplayCache(cfg, h.Advance)
 	}
 	e, err := idempotency.NewTx(h.Store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() }) // its replay cache's listener
-	return &txBundle[TTx]{TxHarness: h, ctx: ctx, exec: e}
+	return &txBundle[TTx]{TxHarness: h, checkState: checkState{ctx: ctx, store: h.Store, advance: h.Advance}, exec: e}
 }
 
 // begin starts a transaction that is rolled back when the check ends, if
@@ -167,17 +153,6 @@ func (b *txBundle[TTx]) wantWritten(t *testing.T, name string, n int) {
 	if got := b.Written(t, name); got != n {
 		t.Fatalf("committed writes of %s = %d, want %d", name, got, n)
 	}
-}
-
-// claim claims p directly on the store, as holder who, and stops the check
-// unless the claim ends in want.
-func (b *txBundle[TTx]) claim(t *testing.T, who string, p idempotency.ClaimParams, want idempotency.ClaimState) idempotency.Claim {
-	t.Helper()
-	c, err := b.Store.Claim(b.ctx, p)
-	if err != nil || c.State != want {
-		t.Fatalf("%s claim: %v %+v %v, want %v", who, c.State, c.Lease, err, want)
-	}
-	return c
 }
 
 // claimTx claims p in tx and stops the check unless the claim ends in
@@ -293,12 +268,4 @@ func (b *txBundle[TTx]) raceClaim(t *testing.T, tx TTx, p idempotency.ClaimParam
 
 func completion(status idempotency.Status, resp idempotency.Response) idempotency.Completion {
 	return idempotency.Completion{Status: status, Response: resp, Retention: time.Hour}
-}
-
-// wantExecutions stops the check unless the action ran n times.
-func (b *txBundle[TTx]) wantExecutions(t *testing.T, n int64) {
-	t.Helper()
-	if got := b.calls.n.Load(); got != n {
-		t.Fatalf("executions = %d, want %d", got, n)
-	}
 }

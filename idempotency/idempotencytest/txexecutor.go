@@ -108,21 +108,34 @@ func testDoTxConcurrent[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 // which retries replay.
 func testDoTxPermanent[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 	b := setupTx(t, h, nil)
-	r := req(t, scopeA, "tx-declined", "10")
-	declined := idempotency.Response{Code: 402, Body: []byte(`{"error":"declined"}`)}
-	action := writeThen(b, "declined", okResponse(), idempotency.Permanent(errDeclined, declined))
-	_, err := b.exec.DoTx(b.ctx, r, action)
+	action := writeThen(b, "declined", okResponse(), idempotency.Permanent(errDeclined, declinedResponse))
+	b.wantPermanentStored(t, req(t, scopeA, "tx-declined", "10"), func(r idempotency.Request) error {
+		_, err := b.exec.DoTx(b.ctx, r, action)
+		return err
+	})
+}
+
+// declinedResponse is the answer of a permanent failure.
+var declinedResponse = idempotency.Response{Code: 402, Body: []byte(`{"error":"declined"}`)}
+
+// wantPermanentStored runs do, whose action writes "declined" and fails
+// with a permanent error answering declinedResponse, on r twice: the first
+// is told the failure, the retry is told it replayed, the action ran once
+// and its write never committed.
+func (b *txBundle[TTx]) wantPermanentStored(t *testing.T, r idempotency.Request, do func(idempotency.Request) error) {
+	t.Helper()
+	err := do(r)
 	var fe *idempotency.FailedError
 	if !errors.As(err, &fe) || !errors.Is(err, errDeclined) || fe.Replayed {
 		t.Fatalf("first: err = %v, want a FailedError", err)
 	}
 	b.wantWritten(t, "declined", 0)
 	b.wantRecord(t, r, idempotency.StatusFailed, 0)
-	_, err = b.exec.DoTx(b.ctx, r, action)
+	err = do(r)
 	if !errors.As(err, &fe) || !fe.Replayed {
 		t.Fatalf("retry: err = %v, want the failure replayed", err)
 	}
-	mustEqualResponse(t, fe.Response, declined)
+	mustEqualResponse(t, fe.Response, declinedResponse)
 	b.wantExecutions(t, 1)
 	b.wantWritten(t, "declined", 0)
 }
@@ -138,6 +151,14 @@ func testDoTxTransient[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 	b.wantWritten(t, "attempt", 0)
 	b.wantNoRecord(t, r)
 	res, err := b.exec.DoTx(b.ctx, r, writeThen(b, "attempt", okResponse(), nil))
+	b.wantRetriedAnew(t, res, err)
+}
+
+// wantRetriedAnew stops the check unless the retry after a transient
+// failure, answering res and err, ran the action again: two executions,
+// one write of "attempt" committed, the outcome COMPLETED.
+func (b *txBundle[TTx]) wantRetriedAnew(t *testing.T, res idempotency.Result, err error) {
+	t.Helper()
 	if err != nil || res.Replayed || res.Status != idempotency.StatusCompleted {
 		t.Fatalf("retry: %+v %v, want a new execution", res, err)
 	}
@@ -174,16 +195,14 @@ func testDoTxPanic[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 // the transaction of its context, counted, and then answers resp and
 // fail.
 func withTxAction[TTx idempotency.Tx](b *txBundle[TTx], name string, resp idempotency.Response, fail error) idempotency.Action {
+	write := writeThen(b, name, resp, fail)
 	return func(ctx context.Context) (idempotency.Response, error) {
-		b.calls.n.Add(1)
 		tx, ok := idempotency.TxFromContext[TTx](ctx)
 		if !ok {
+			b.calls.n.Add(1)
 			return idempotency.Response{}, errors.New("no transaction in the action's context")
 		}
-		if err := b.Write(ctx, tx, name); err != nil {
-			return idempotency.Response{}, err
-		}
-		return resp, fail
+		return write(ctx, tx)
 	}
 }
 
@@ -228,35 +247,19 @@ func testWithTxTransient[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 	}
 	b.wantWritten(t, "attempt", 0)
 	res, err := d.Do(b.ctx, r, withTxAction(b, "attempt", okResponse(), nil))
-	if err != nil || res.Replayed || res.Status != idempotency.StatusCompleted {
-		t.Fatalf("retry: %+v %v, want a new execution", res, err)
-	}
-	b.wantExecutions(t, 2)
-	b.wantWritten(t, "attempt", 1)
+	b.wantRetriedAnew(t, res, err)
 }
 
 // WithTx: a permanent error rolls the action's writes back and stores
 // FAILED, which retries replay.
 func testWithTxPermanent[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 	b := setupTx(t, h, nil)
-	r := req(t, scopeA, "with-tx-declined", "10")
 	d := b.exec.WithTx()
-	declined := idempotency.Response{Code: 402, Body: []byte(`{"error":"declined"}`)}
-	action := withTxAction(b, "declined", okResponse(), idempotency.Permanent(errDeclined, declined))
-	_, err := d.Do(b.ctx, r, action)
-	var fe *idempotency.FailedError
-	if !errors.As(err, &fe) || !errors.Is(err, errDeclined) || fe.Replayed {
-		t.Fatalf("first: err = %v, want a FailedError", err)
-	}
-	b.wantWritten(t, "declined", 0)
-	b.wantRecord(t, r, idempotency.StatusFailed, 0)
-	_, err = d.Do(b.ctx, r, action)
-	if !errors.As(err, &fe) || !fe.Replayed {
-		t.Fatalf("retry: err = %v, want the failure replayed", err)
-	}
-	mustEqualResponse(t, fe.Response, declined)
-	b.wantExecutions(t, 1)
-	b.wantWritten(t, "declined", 0)
+	action := withTxAction(b, "declined", okResponse(), idempotency.Permanent(errDeclined, declinedResponse))
+	b.wantPermanentStored(t, req(t, scopeA, "with-tx-declined", "10"), func(r idempotency.Request) error {
+		_, err := d.Do(b.ctx, r, action)
+		return err
+	})
 }
 
 // sameResponse is mustEqualResponse for goroutines, which must not stop

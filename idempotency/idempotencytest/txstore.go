@@ -121,11 +121,7 @@ func testCompleteTx[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 func testCompleteTxLostLease[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 	b := setupTx(t, h, nil)
 	r := req(t, scopeA, "complete-tx-lost", "10")
-	p := claimParams(r)
-	p.LockTimeout = time.Second
-	stale := b.claim(t, "A", p, idempotency.ClaimAcquired)
-	b.Advance(t, 2*time.Second)
-	fresh := b.claim(t, "B", p, idempotency.ClaimReclaimed)
+	p, stale, fresh := b.reclaimed(t, r)
 
 	tx := b.begin(t)
 	b.write(t, tx, "stale")
@@ -153,8 +149,7 @@ func testCompleteTxLostLease[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx])
 func testFenceTxLostLease[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 	b := setupTx(t, h, nil)
 	r := req(t, scopeA, "fence-tx", "10")
-	p := claimParams(r)
-	p.LockTimeout = time.Second
+	p := shortLease(r)
 	old := b.claim(t, "A", p, idempotency.ClaimAcquired)
 	tx := b.begin(t)
 	b.write(t, tx, "holder")
@@ -193,8 +188,7 @@ func testFenceTxLostLease[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 func testFenceTxHolds[TTx idempotency.Tx](t *testing.T, h TxHarness[TTx]) {
 	b := setupTx(t, h, nil)
 	r := req(t, scopeA, "fence-tx-holds", "10")
-	p := claimParams(r)
-	p.LockTimeout = time.Second
+	p := shortLease(r)
 	holder := b.claim(t, "holder", p, idempotency.ClaimAcquired)
 	b.Advance(t, 2*time.Second) // the lease ended; no retry yet
 

@@ -68,6 +68,17 @@ func insert(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
 	return err
 }
 
+// insertThen is a handler that inserts the message's effect and then
+// fails with fail.
+func insertThen(fail error) func(context.Context, pgx.Tx, inbox.Message) error {
+	return func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		if err := insert(ctx, tx, m); err != nil {
+			return err
+		}
+		return fail
+	}
+}
+
 func (b *bench) effects(t *testing.T, id string) int {
 	t.Helper()
 	var n int
@@ -75,6 +86,23 @@ func (b *bench) effects(t *testing.T, id string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// wantProcessed handles m by insert and stops the test unless it was
+// processed.
+func (b *bench) wantProcessed(t *testing.T, m inbox.Message) {
+	t.Helper()
+	if out, err := b.inbox.HandleTx(context.Background(), m, insert); out != inbox.Processed || err != nil {
+		t.Fatalf("message %s, delivery %d: %v %v, want processed", m.ID, m.Attempt, out, err)
+	}
+}
+
+// wantEffects stops the test unless message id had n effects.
+func (b *bench) wantEffects(t *testing.T, id string, n int) {
+	t.Helper()
+	if got := b.effects(t, id); got != n {
+		t.Fatalf("message %s: %d effects, want %d", id, got, n)
+	}
 }
 
 func (b *bench) counters(t *testing.T) map[string]int64 {
@@ -114,9 +142,7 @@ func TestRedeliveryIsADuplicate(t *testing.T) {
 			t.Fatalf("delivery %d: %v %v, want %v", attempt+1, out, err, want)
 		}
 	}
-	if n := b.effects(t, "o-1"); n != 1 {
-		t.Fatalf("%d effects, want 1", n)
-	}
+	b.wantEffects(t, "o-1", 1)
 	got := b.counters(t)
 	want := map[string]int64{"inbox.messages{processed}": 1, "inbox.messages{duplicate}": 2,
 		"inbox.messages_deduplicated": 2, "inbox.redeliveries": 2}
@@ -134,24 +160,13 @@ func TestTransientFailureLeavesNothing(t *testing.T) {
 	b := setup(t, inbox.Config{})
 	ctx := context.Background()
 	boom := errors.New("downstream unavailable")
-	out, err := b.inbox.HandleTx(ctx, message(t, "o-2", "a", 1), func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
-		if err := insert(ctx, tx, m); err != nil {
-			return err
-		}
-		return boom
-	})
+	out, err := b.inbox.HandleTx(ctx, message(t, "o-2", "a", 1), insertThen(boom))
 	if out != inbox.Retry || out.Ack() || !errors.Is(err, boom) {
 		t.Fatalf("transient: %v %v", out, err)
 	}
-	if n := b.effects(t, "o-2"); n != 0 {
-		t.Fatalf("%d effects after a transient failure, want 0", n)
-	}
-	if out, err := b.inbox.HandleTx(ctx, message(t, "o-2", "a", 2), insert); out != inbox.Processed || err != nil {
-		t.Fatalf("redelivery: %v %v", out, err)
-	}
-	if n := b.effects(t, "o-2"); n != 1 {
-		t.Fatalf("%d effects, want 1", n)
-	}
+	b.wantEffects(t, "o-2", 0)
+	b.wantProcessed(t, message(t, "o-2", "a", 2))
+	b.wantEffects(t, "o-2", 1)
 }
 
 // A permanent failure is recorded and replayed: poison, dead-lettered, the
@@ -161,12 +176,10 @@ func TestPoisonIsRecordedOnce(t *testing.T) {
 	b := setup(t, inbox.Config{})
 	ctx := context.Background()
 	var runs atomic.Int64
+	permanent := insertThen(idempotency.Permanent(errors.New("unknown sku"), idempotency.Response{Code: 422}))
 	bad := func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
 		runs.Add(1)
-		if err := insert(ctx, tx, m); err != nil {
-			return err
-		}
-		return idempotency.Permanent(errors.New("unknown sku"), idempotency.Response{Code: 422})
+		return permanent(ctx, tx, m)
 	}
 	for attempt := 1; attempt <= 3; attempt++ {
 		out, err := b.inbox.HandleTx(ctx, message(t, "o-3", "a", attempt), bad)
@@ -191,16 +204,12 @@ func TestSameIdentityOtherContentIsPoison(t *testing.T) {
 	t.Parallel()
 	b := setup(t, inbox.Config{})
 	ctx := context.Background()
-	if out, err := b.inbox.HandleTx(ctx, message(t, "o-4", "a", 1), insert); out != inbox.Processed || err != nil {
-		t.Fatalf("first: %v %v", out, err)
-	}
+	b.wantProcessed(t, message(t, "o-4", "a", 1))
 	out, err := b.inbox.HandleTx(ctx, message(t, "o-4", "b", 1), insert)
 	if out != inbox.Poison || !errors.Is(err, idempotency.ErrFingerprintMismatch) {
 		t.Fatalf("other content: %v %v", out, err)
 	}
-	if n := b.effects(t, "o-4"); n != 1 {
-		t.Fatalf("%d effects, want 1", n)
-	}
+	b.wantEffects(t, "o-4", 1)
 }
 
 // Many consumers get the same message at once (a redelivery racing the
@@ -416,9 +425,7 @@ func TestKafkaRecordIDs(t *testing.T) {
 		t.Fatalf("%d distinct IDs for %d records", len(ids), len(records))
 	}
 	for id := range ids {
-		if n := b.effects(t, id); n != 1 {
-			t.Fatalf("record %s: %d effects, want 1", id, n)
-		}
+		b.wantEffects(t, id, 1)
 	}
 	// The raw "topic/partition/offset" string is refused, naming the fix.
 	out, err := b.inbox.HandleTx(context.Background(), message(t, "orders.v1/0/1042", "x", 1), insert)

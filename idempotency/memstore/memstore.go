@@ -332,18 +332,7 @@ func validCompletion(c idempotency.Completion) error {
 // ctx is done, wrapped when it ended the wait for a transaction. On error
 // nothing changes.
 func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, err := s.held(ctx, l)
-	if err != nil {
-		return err
-	}
-	e.rec.LockedUntil = s.clock()
-	return nil
+	return s.onHeld(ctx, l, func(e *entry) { e.rec.LockedUntil = s.clock() })
 }
 
 // Abandon implements [idempotency.Abandoner]: the PROCESSING record held
@@ -351,17 +340,7 @@ func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
 //
 // Errors: as for [Store.Release].
 func (s *Store) Abandon(ctx context.Context, l idempotency.Lease) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, err := s.held(ctx, l)
-	if err != nil {
-		return err
-	}
-	s.delete(e) // PROCESSING records are not in the expiry heap
-	return nil
+	return s.onHeld(ctx, l, s.delete) // PROCESSING records are not in the expiry heap
 }
 
 // Heartbeat implements [idempotency.Store.Heartbeat]: the lease ends d
@@ -376,15 +355,7 @@ func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Durat
 	if d <= 0 {
 		return &idempotency.InvalidError{Field: "d", Reason: "heartbeat extension must be positive, got " + d.String()}
 	}
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, err := s.held(ctx, l)
-	if err != nil {
-		return err
-	}
-	e.rec.LockedUntil = s.clock().Add(d)
-	return nil
+	return s.onHeld(ctx, l, func(e *entry) { e.rec.LockedUntil = s.clock().Add(d) })
 }
 
 // Get implements [idempotency.Store.Get]. It returns a copy: changing it
@@ -453,6 +424,24 @@ func (s *Store) ApproxSize(ctx context.Context) (int64, error) {
 // l's version. Whether the lease's time has run out does not matter.
 func holds(e *entry, l idempotency.Lease) bool {
 	return e != nil && e.rec.Status == idempotency.StatusProcessing && e.rec.LockVersion == l.Version
+}
+
+// onHeld makes change to the committed entry that l may act on (see
+// held), under the store's lock. Errors: idempotency.ErrLeaseLost;
+// ctx.Err() if ctx is done, wrapped when it ended the wait for a
+// transaction. On error nothing changes.
+func (s *Store) onHeld(ctx context.Context, l idempotency.Lease, change func(*entry)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, err := s.held(ctx, l)
+	if err != nil {
+		return err
+	}
+	change(e)
+	return nil
 }
 
 // held returns the committed entry that l may act on, once no open

@@ -79,6 +79,15 @@ func params(t *testing.T, key string) idempotency.ClaimParams {
 	}
 }
 
+// setupHeld is setup with the key k1 claimed: the bundle, k1's params and
+// the claim.
+func setupHeld(t *testing.T) (*bundle, idempotency.ClaimParams, idempotency.Claim) {
+	t.Helper()
+	b := setup(t, nil)
+	p := params(t, "k1")
+	return b, p, b.claim(t, p, idempotency.ClaimAcquired)
+}
+
 func (b *bundle) claim(t *testing.T, p idempotency.ClaimParams, want idempotency.ClaimState) idempotency.Claim {
 	t.Helper()
 	c, err := b.store.Claim(b.ctx, p)
@@ -104,6 +113,28 @@ func (b *bundle) complete(t *testing.T, l idempotency.Lease, status idempotency.
 	t.Helper()
 	if err := b.store.Complete(b.ctx, l, idempotency.Completion{Status: status, Response: resp, Retention: retention}); err != nil {
 		t.Fatalf("Complete(%+v): %v", l, err)
+	}
+}
+
+// wantFenced stops the test unless l can no longer complete, release or
+// extend its record: each answers ErrLeaseLost.
+func (b *bundle) wantFenced(t *testing.T, l idempotency.Lease) {
+	t.Helper()
+	wantErr(t, b.store.Complete(b.ctx, l, idempotency.Completion{Status: idempotency.StatusCompleted, Retention: retention}), idempotency.ErrLeaseLost)
+	wantErr(t, b.store.Release(b.ctx, l), idempotency.ErrLeaseLost)
+	wantErr(t, b.store.Heartbeat(b.ctx, l, time.Hour), idempotency.ErrLeaseLost)
+}
+
+// claimedRecord is the record that a claim of p acquiring its key at now
+// makes, under lock version version.
+func claimedRecord(p idempotency.ClaimParams, version int64, now time.Time) idempotency.Record {
+	return idempotency.Record{
+		Scope: p.Scope, Key: p.Key, Fingerprint: p.Fingerprint,
+		Status:      idempotency.StatusProcessing,
+		LockVersion: version,
+		LockedUntil: now.Add(lockTimeout),
+		CreatedAt:   now,
+		ExpiresAt:   now.Add(retention),
 	}
 }
 
@@ -206,14 +237,7 @@ func TestClaimNewKey(t *testing.T) {
 
 	c := b.claim(t, p, idempotency.ClaimAcquired)
 	wantEqual(t, "lease", c.Lease, idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: 0})
-	wantEqual(t, "record", b.get(t, p), idempotency.Record{
-		Scope: p.Scope, Key: p.Key, Fingerprint: p.Fingerprint,
-		Status:      idempotency.StatusProcessing,
-		LockVersion: 0,
-		LockedUntil: now.Add(lockTimeout),
-		CreatedAt:   now,
-		ExpiresAt:   now.Add(retention),
-	})
+	wantEqual(t, "record", b.get(t, p), claimedRecord(p, 0, now))
 }
 
 func TestClaimInProgress(t *testing.T) {
@@ -239,9 +263,7 @@ func TestCompleteThenReplay(t *testing.T) {
 	for _, status := range []idempotency.Status{idempotency.StatusCompleted, idempotency.StatusFailed} {
 		t.Run(string(status), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, nil)
-			p := params(t, "k1")
-			c := b.claim(t, p, idempotency.ClaimAcquired)
+			b, p, c := setupHeld(t)
 			b.clock.Advance(time.Second)
 			completedAt := b.clock.Now()
 
@@ -278,9 +300,7 @@ func TestCompleteThenReplay(t *testing.T) {
 			wantEqual(t, "stored response", *b.get(t, p).Response, want)
 
 			// The outcome is final: the lease can no longer act.
-			wantErr(t, b.store.Complete(b.ctx, c.Lease, idempotency.Completion{Status: idempotency.StatusCompleted, Retention: retention}), idempotency.ErrLeaseLost)
-			wantErr(t, b.store.Release(b.ctx, c.Lease), idempotency.ErrLeaseLost)
-			wantErr(t, b.store.Heartbeat(b.ctx, c.Lease, time.Minute), idempotency.ErrLeaseLost)
+			b.wantFenced(t, c.Lease)
 			wantEqual(t, "stored response", *b.get(t, p).Response, want)
 		})
 	}
@@ -324,9 +344,7 @@ func TestScopesAreSeparate(t *testing.T) {
 
 func TestReclaimAfterLeaseEnds(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	p := params(t, "k1")
-	first := b.claim(t, p, idempotency.ClaimAcquired)
+	b, p, first := setupHeld(t)
 	created := b.get(t, p)
 
 	// The lease ends exactly at LockedUntil.
@@ -340,9 +358,7 @@ func TestReclaimAfterLeaseEnds(t *testing.T) {
 	wantEqual(t, "Status", r.Status, idempotency.StatusProcessing)
 
 	// The first holder is fenced off: it changes nothing.
-	wantErr(t, b.store.Complete(b.ctx, first.Lease, idempotency.Completion{Status: idempotency.StatusCompleted, Retention: retention}), idempotency.ErrLeaseLost)
-	wantErr(t, b.store.Release(b.ctx, first.Lease), idempotency.ErrLeaseLost)
-	wantErr(t, b.store.Heartbeat(b.ctx, first.Lease, time.Hour), idempotency.ErrLeaseLost)
+	b.wantFenced(t, first.Lease)
 	wantEqual(t, "record after fenced calls", b.get(t, p), r)
 
 	b.claim(t, p, idempotency.ClaimInProgress)
@@ -352,9 +368,7 @@ func TestReclaimAfterLeaseEnds(t *testing.T) {
 
 func TestFencingSurvivesDeletion(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	p := params(t, "k1")
-	stalled := b.claim(t, p, idempotency.ClaimAcquired) // then stalls for days
+	b, p, stalled := setupHeld(t) // then stalls for days
 	b.clock.Advance(lockTimeout)
 	rc := b.claim(t, p, idempotency.ClaimReclaimed)
 	b.complete(t, rc.Lease, idempotency.StatusCompleted, idempotency.Response{Code: 200})
@@ -368,19 +382,14 @@ func TestFencingSurvivesDeletion(t *testing.T) {
 	again := b.claim(t, p, idempotency.ClaimAcquired)
 	other := b.claim(t, params(t, "k2"), idempotency.ClaimAcquired)
 	wantEqual(t, "versions after deletion", []int64{again.Lease.Version, other.Lease.Version}, []int64{2, 2})
-	for _, l := range []idempotency.Lease{stalled.Lease, rc.Lease} {
-		wantErr(t, b.store.Complete(b.ctx, l, idempotency.Completion{Status: idempotency.StatusCompleted, Retention: retention}), idempotency.ErrLeaseLost)
-		wantErr(t, b.store.Heartbeat(b.ctx, l, time.Hour), idempotency.ErrLeaseLost)
-		wantErr(t, b.store.Release(b.ctx, l), idempotency.ErrLeaseLost)
-	}
+	b.wantFenced(t, stalled.Lease)
+	b.wantFenced(t, rc.Lease)
 	b.claim(t, p, idempotency.ClaimInProgress)
 }
 
 func TestCompleteAfterLeaseTimeWithoutReclaim(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	p := params(t, "k1")
-	c := b.claim(t, p, idempotency.ClaimAcquired)
+	b, p, c := setupHeld(t)
 	b.clock.Advance(10 * lockTimeout)
 	// Nobody reclaimed: the version is still the holder's, so it finishes.
 	b.complete(t, c.Lease, idempotency.StatusCompleted, idempotency.Response{Code: 200})
@@ -389,9 +398,7 @@ func TestCompleteAfterLeaseTimeWithoutReclaim(t *testing.T) {
 
 func TestReleaseLetsARetryReclaim(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	p := params(t, "k1")
-	c := b.claim(t, p, idempotency.ClaimAcquired)
+	b, p, c := setupHeld(t)
 	b.clock.Advance(time.Second)
 	if err := b.store.Release(b.ctx, c.Lease); err != nil {
 		t.Fatal(err)
@@ -407,9 +414,7 @@ func TestReleaseLetsARetryReclaim(t *testing.T) {
 
 func TestHeartbeatExtendsTheLease(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	p := params(t, "k1")
-	c := b.claim(t, p, idempotency.ClaimAcquired)
+	b, p, c := setupHeld(t)
 	b.clock.Advance(20 * time.Second)
 	if err := b.store.Heartbeat(b.ctx, c.Lease, time.Minute); err != nil {
 		t.Fatal(err)
@@ -434,9 +439,7 @@ func TestExpiredIsNew(t *testing.T) {
 	for _, sameFingerprint := range []bool{true, false} {
 		t.Run(fmt.Sprintf("same fingerprint %v", sameFingerprint), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, nil)
-			p := params(t, "k1")
-			c := b.claim(t, p, idempotency.ClaimAcquired)
+			b, p, c := setupHeld(t)
 			b.clock.Advance(lockTimeout) // orphan, then reclaim: version 1
 			c = b.claim(t, p, idempotency.ClaimReclaimed)
 			b.complete(t, c.Lease, idempotency.StatusCompleted, idempotency.Response{Code: 200, Body: []byte("old")})
@@ -455,14 +458,7 @@ func TestExpiredIsNew(t *testing.T) {
 			n := b.claim(t, q, idempotency.ClaimAcquired)
 			wantEqual(t, "lease", n.Lease, idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: 2})
 			now := b.clock.Now()
-			wantEqual(t, "renewed record", b.get(t, p), idempotency.Record{
-				Scope: p.Scope, Key: p.Key, Fingerprint: q.Fingerprint,
-				Status:      idempotency.StatusProcessing,
-				LockVersion: 2,
-				LockedUntil: now.Add(lockTimeout),
-				CreatedAt:   now,
-				ExpiresAt:   now.Add(retention),
-			})
+			wantEqual(t, "renewed record", b.get(t, p), claimedRecord(q, 2, now))
 			// The old holder's token never comes back.
 			wantErr(t, b.store.Complete(b.ctx, c.Lease, idempotency.Completion{Status: idempotency.StatusCompleted, Retention: retention}), idempotency.ErrLeaseLost)
 			b.claim(t, q, idempotency.ClaimInProgress)
@@ -548,9 +544,7 @@ func TestMaxRecordsKeepsTombstones(t *testing.T) {
 
 func TestProcessingNeverExpires(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	p := params(t, "k1")
-	c := b.claim(t, p, idempotency.ClaimAcquired)
+	b, p, c := setupHeld(t)
 	b.clock.Advance(retention + 10*DefaultEvictAfter)
 
 	n, err := b.store.Prune(b.ctx, 100)
@@ -779,9 +773,7 @@ func TestInvalidInputNamesTheFieldAndChangesNothing(t *testing.T) {
 
 func TestDoneContext(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	p := params(t, "k1")
-	c := b.claim(t, p, idempotency.ClaimAcquired)
+	b, p, c := setupHeld(t)
 	before := b.get(t, p)
 
 	ctx, cancel := context.WithCancel(context.Background())

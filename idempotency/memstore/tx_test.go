@@ -32,6 +32,16 @@ func txSetup(t *testing.T, cfg *Config) *bundle {
 	return b
 }
 
+// txSetupClaimed is txSetup with key claimed in an open transaction: the
+// bundle, the key's params, the transaction and the claim.
+func txSetupClaimed(t *testing.T, key string) (*bundle, idempotency.ClaimParams, *Tx, idempotency.Claim) {
+	t.Helper()
+	b := txSetup(t, nil)
+	p := params(t, key)
+	tx := b.begin(t)
+	return b, p, tx, b.claimTx(t, tx, p, idempotency.ClaimAcquired)
+}
+
 func (b *bundle) begin(t *testing.T) *Tx {
 	t.Helper()
 	tx, err := b.store.Begin(b.ctx)
@@ -97,15 +107,27 @@ func untilWaiting(t *testing.T, s *Store, n int, racing ...<-chan answer) {
 	}
 }
 
+// claimAcross claims p while tx holds its key: once the claim waits for
+// tx, tx ends by end (its Commit or Rollback), and the claim's answer is
+// returned.
+func (b *bundle) claimAcross(t *testing.T, p idempotency.ClaimParams, end func(context.Context) error) answer {
+	t.Helper()
+	var ended atomic.Bool
+	got := race(&ended, func() (idempotency.Claim, error) { return b.store.Claim(b.ctx, p) })
+	untilWaiting(t, b.store, 1, got)
+	ended.Store(true)
+	if err := end(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return <-got
+}
+
 // A claim of a key that an open transaction claimed waits for it; after a
 // rollback, which leaves nothing, it acquires the key with a version the
 // rolled-back claim never had.
 func TestTxRollbackLeavesNothingAndTheWaiterAcquires(t *testing.T) {
 	t.Parallel()
-	b := txSetup(t, nil)
-	p := params(t, "rollback")
-	tx := b.begin(t)
-	inTx := b.claimTx(t, tx, p, idempotency.ClaimAcquired)
+	b, p, tx, inTx := txSetupClaimed(t, "rollback")
 	if _, err := b.store.Get(b.ctx, p.Scope, p.Key); !errors.Is(err, idempotency.ErrNotFound) {
 		t.Fatalf("Get of a record claimed in an open transaction: %v, want ErrNotFound", err)
 	}
@@ -113,14 +135,7 @@ func TestTxRollbackLeavesNothingAndTheWaiterAcquires(t *testing.T) {
 		t.Fatalf("Leases of a record claimed in an open transaction: %v %v, want none", ls, err)
 	}
 
-	var ended atomic.Bool
-	got := race(&ended, func() (idempotency.Claim, error) { return b.store.Claim(b.ctx, p) })
-	untilWaiting(t, b.store, 1, got)
-	ended.Store(true)
-	if err := tx.Rollback(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	a := <-got
+	a := b.claimAcross(t, p, tx.Rollback)
 	if a.err != nil || a.claim.State != idempotency.ClaimAcquired || !a.ended {
 		t.Fatalf("the waiting claim: %s %v (ended %v), want acquired after the rollback", a.claim.State, a.err, a.ended)
 	}
@@ -144,23 +159,13 @@ func TestTxCommitWakesTheWaiterWithTheRecord(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := txSetup(t, nil)
-			p := params(t, "commit")
-			tx := b.begin(t)
-			c := b.claimTx(t, tx, p, idempotency.ClaimAcquired)
+			b, p, tx, c := txSetupClaimed(t, "commit")
 			if tc.complete {
 				if err := b.store.CompleteTx(b.ctx, tx, c.Lease, done(idempotency.StatusCompleted, `{"id":"ch_1"}`)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			var ended atomic.Bool
-			got := race(&ended, func() (idempotency.Claim, error) { return b.store.Claim(b.ctx, p) })
-			untilWaiting(t, b.store, 1, got)
-			ended.Store(true)
-			if err := tx.Commit(b.ctx); err != nil {
-				t.Fatal(err)
-			}
-			a := <-got
+			a := b.claimAcross(t, p, tx.Commit)
 			if a.err != nil || a.claim.State != tc.want || !a.ended {
 				t.Fatalf("the waiting claim: %s %v (ended %v), want %s after the commit", a.claim.State, a.err, a.ended, tc.want)
 			}
@@ -301,10 +306,7 @@ func TestFenceTxSharedAndHoldsTheHolderToo(t *testing.T) {
 // the transaction's keys go on; never after a rollback or an abort.
 func TestTxOnCommit(t *testing.T) {
 	t.Parallel()
-	b := txSetup(t, nil)
-	p := params(t, "oncommit")
-	tx := b.begin(t)
-	c := b.claimTx(t, tx, p, idempotency.ClaimAcquired)
+	b, p, tx, c := txSetupClaimed(t, "oncommit")
 	if err := b.store.CompleteTx(b.ctx, tx, c.Lease, done(idempotency.StatusCompleted, "{}")); err != nil {
 		t.Fatal(err)
 	}
@@ -348,10 +350,7 @@ func TestTxOnCommit(t *testing.T) {
 // A transaction sees its own writes; nobody else does until it commits.
 func TestTxSeesItsOwnWrites(t *testing.T) {
 	t.Parallel()
-	b := txSetup(t, nil)
-	p := params(t, "own")
-	tx := b.begin(t)
-	c := b.claimTx(t, tx, p, idempotency.ClaimAcquired)
+	b, p, tx, c := txSetupClaimed(t, "own")
 	b.claimTx(t, tx, p, idempotency.ClaimInProgress)
 	if err := b.store.FenceTx(b.ctx, tx, c.Lease); err != nil {
 		t.Fatalf("fence of its own claim: %v", err)

@@ -24,6 +24,16 @@ func claimFor(t *testing.T, b bundle, scope, key string, lock time.Duration) ide
 	return c.Lease
 }
 
+// completeFor completes l's record COMPLETED, answering 200, kept for
+// retention, and fails the test unless it could.
+func completeFor(t *testing.T, b bundle, l idempotency.Lease, retention time.Duration) {
+	t.Helper()
+	if err := b.store.Complete(context.Background(), l, idempotency.Completion{Status: idempotency.StatusCompleted,
+		Response: idempotency.Response{Code: 200}, Retention: retention}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestStuckListsEndedLeasesLongestFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -35,10 +45,7 @@ func TestStuckListsEndedLeasesLongestFirst(t *testing.T) {
 	advance(b.pool)(t, 2*time.Minute) // newer's ended 1 minute ago, older's 4
 	claimFor(t, b, scope, scope+"_charge_live", time.Hour)
 	done := claimFor(t, b, scope, scope+"_charge_done", time.Minute)
-	if err := b.store.Complete(ctx, done, idempotency.Completion{Status: idempotency.StatusCompleted,
-		Response: idempotency.Response{Code: 200}, Retention: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	completeFor(t, b, done, time.Hour)
 
 	res, err := b.store.Stuck(ctx, pgstore.StuckParams{OlderThan: 30 * time.Second, Limit: 10})
 	if err != nil {
@@ -79,10 +86,7 @@ func TestLease(t *testing.T) {
 		got.Scope != l.Scope || got.Key != l.Key {
 		t.Fatalf("lease: %+v, %v", got, err)
 	}
-	if err := b.store.Complete(ctx, l, idempotency.Completion{Status: idempotency.StatusCompleted,
-		Response: idempotency.Response{Code: 200}, Retention: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
+	completeFor(t, b, l, time.Hour)
 	if got, err := b.store.Lease(ctx, l.Scope, l.Key); err != nil || got.Status != idempotency.StatusCompleted ||
 		got.LockedUntil != nil || got.Live() {
 		t.Fatalf("lease of a completed record: %+v, %v", got, err)
@@ -157,10 +161,7 @@ func TestCountExpired(t *testing.T) {
 	ctx := context.Background()
 	for _, key := range []string{"usr_ops_charge_1", "usr_ops_charge_2"} {
 		l := claimFor(t, b, "usr_ops", key, time.Minute)
-		if err := b.store.Complete(ctx, l, idempotency.Completion{Status: idempotency.StatusCompleted,
-			Response: idempotency.Response{Code: 200}, Retention: time.Minute}); err != nil {
-			t.Fatal(err)
-		}
+		completeFor(t, b, l, time.Minute)
 	}
 	claimFor(t, b, "usr_ops", "usr_ops_charge_3", time.Minute) // PROCESSING: never pruned
 	if n, err := b.store.CountExpired(ctx); err != nil || n != 0 {

@@ -77,10 +77,22 @@ func setupWith(t *testing.T, cfg *pgstore.Config) bundle {
 func mustStore(t testing.TB, pool *pgxpool.Pool, cfg *pgstore.Config) *pgstore.Store {
 	t.Helper()
 	s, err := pgstore.New(pool, cfg)
+	return must(t, s, err)
+}
+
+func mustExecutor(t testing.TB, store *pgstore.Store, cfg *idempotency.Config) *pgstore.Executor {
+	t.Helper()
+	e, err := pgstore.NewExecutor(store, cfg)
+	return must(t, e, err)
+}
+
+// must is v, the test stopped unless err is nil.
+func must[T any](t testing.TB, v T, err error) T {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return v
 }
 
 // The suite, its transactional checks included, runs once per claim

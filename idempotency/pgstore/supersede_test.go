@@ -27,6 +27,20 @@ func supersede(t *testing.T, b bundle, scope, key string, c idempotency.Completi
 	return done
 }
 
+// claimK claims usr_A1_charge_<name>, fingerprinted by name, with a
+// minute's lease and an hour's retention, and fails the test unless it
+// was acquired.
+func claimK(t *testing.T, b bundle, name string) (idempotency.ClaimParams, idempotency.Lease) {
+	t.Helper()
+	p := idempotency.ClaimParams{Scope: "usr_A1", Key: "usr_A1_charge_" + name, Fingerprint: mustFP(t, name),
+		LockTimeout: time.Minute, Retention: time.Hour}
+	cl, err := b.store.Claim(context.Background(), p)
+	if err != nil || cl.State != idempotency.ClaimAcquired {
+		t.Fatalf("claim: %+v %v", cl, err)
+	}
+	return p, cl.Lease
+}
+
 func completion(status idempotency.Status, body string) idempotency.Completion {
 	return idempotency.Completion{Status: status, Response: idempotency.Response{Code: 200, Body: []byte(body)}, Retention: time.Hour}
 }
@@ -40,13 +54,8 @@ func TestSupersedeFinishedRecord(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setupWith(t, cfg)
-			p := idempotency.ClaimParams{Scope: "usr_A1", Key: "usr_A1_charge_k1", Fingerprint: mustFP(t, "k1"),
-				LockTimeout: time.Minute, Retention: time.Hour}
-			cl, err := b.store.Claim(ctx, p)
-			if err != nil || cl.State != idempotency.ClaimAcquired {
-				t.Fatalf("claim: %+v %v", cl, err)
-			}
-			if err := b.store.Complete(ctx, cl.Lease, completion(idempotency.StatusFailed, "declined")); err != nil {
+			p, lease := claimK(t, b, "k1")
+			if err := b.store.Complete(ctx, lease, completion(idempotency.StatusFailed, "declined")); err != nil {
 				t.Fatal(err)
 			}
 			if !supersede(t, b, p.Scope, p.Key, completion(idempotency.StatusCompleted, "charged")) {
@@ -54,8 +63,8 @@ func TestSupersedeFinishedRecord(t *testing.T) {
 			}
 			again, err := b.store.Claim(ctx, p)
 			if err != nil || again.State != idempotency.ClaimReplay || again.Record.Status != idempotency.StatusCompleted ||
-				string(again.Record.Response.Body) != "charged" || again.Record.LockVersion != cl.Lease.Version+1 {
-				t.Fatalf("after the supersede: %+v %v, want the new answer under version %d", again, err, cl.Lease.Version+1)
+				string(again.Record.Response.Body) != "charged" || again.Record.LockVersion != lease.Version+1 {
+				t.Fatalf("after the supersede: %+v %v, want the new answer under version %d", again, err, lease.Version+1)
 			}
 			other := p
 			other.Fingerprint = mustFP(t, "k2")
@@ -73,22 +82,17 @@ func TestSupersedeFencesTheHolder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	p := idempotency.ClaimParams{Scope: "usr_A1", Key: "usr_A1_charge_k2", Fingerprint: mustFP(t, "k2"),
-		LockTimeout: time.Minute, Retention: time.Hour}
-	cl, err := b.store.Claim(ctx, p)
-	if err != nil || cl.State != idempotency.ClaimAcquired {
-		t.Fatalf("claim: %+v %v", cl, err)
-	}
+	p, lease := claimK(t, b, "k2")
 	if !supersede(t, b, p.Scope, p.Key, completion(idempotency.StatusCompleted, "charged")) {
 		t.Fatal("a record in progress was not superseded")
 	}
-	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		return b.store.CompleteTx(ctx, tx, cl.Lease, completion(idempotency.StatusFailed, "declined"))
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		return b.store.CompleteTx(ctx, tx, lease, completion(idempotency.StatusFailed, "declined"))
 	})
 	if !errors.Is(err, idempotency.ErrLeaseLost) {
 		t.Fatalf("the superseded holder's completion: %v, want ErrLeaseLost", err)
 	}
-	if err := b.store.Heartbeat(ctx, cl.Lease, time.Minute); !errors.Is(err, idempotency.ErrLeaseLost) {
+	if err := b.store.Heartbeat(ctx, lease, time.Minute); !errors.Is(err, idempotency.ErrLeaseLost) {
 		t.Fatalf("the superseded holder's heartbeat: %v, want ErrLeaseLost", err)
 	}
 	rec, err := b.store.Get(ctx, p.Scope, p.Key)
@@ -102,13 +106,8 @@ func TestSupersedeLeavesExpiredAndMissingRecords(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	p := idempotency.ClaimParams{Scope: "usr_A1", Key: "usr_A1_charge_k3", Fingerprint: mustFP(t, "k3"),
-		LockTimeout: time.Minute, Retention: time.Hour}
-	cl, err := b.store.Claim(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.store.Complete(ctx, cl.Lease, completion(idempotency.StatusFailed, "declined")); err != nil {
+	p, lease := claimK(t, b, "k3")
+	if err := b.store.Complete(ctx, lease, completion(idempotency.StatusFailed, "declined")); err != nil {
 		t.Fatal(err)
 	}
 	advance(b.pool)(t, 2*time.Hour)
@@ -125,7 +124,7 @@ func TestSupersedeLeavesExpiredAndMissingRecords(t *testing.T) {
 		t.Fatalf("a missing record was created: %v", err)
 	}
 	var ie *idempotency.InvalidError
-	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		_, err := b.store.SupersedeTx(ctx, tx, p.Scope, p.Key, idempotency.Completion{Status: idempotency.StatusProcessing, Retention: time.Hour})
 		return err
 	})

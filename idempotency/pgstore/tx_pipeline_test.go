@@ -60,37 +60,40 @@ func firstWord(sql string) string {
 	return strings.ToUpper(f[0])
 }
 
-// DoTx sends BEGIN with the claim's first statement and the completion
-// with the COMMIT: a new key costs two round trips besides the action's
-// statements, a replay one and its rollback. The answers are those of
-// the unpipelined path.
-func TestDoTxPipelinesBeginWithClaim(t *testing.T) {
-	t.Parallel()
-	url := pgtest.MigratedURL(t)
-	cfg, err := pgxpool.ParseConfig(url)
+// oneConnPool is a pool of one connection on a migrated schema of the
+// test's own, its queries traced by tracer when it is not nil.
+func oneConnPool(t *testing.T, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.MigratedURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := &roundTrips{}
-	cfg.ConnConfig.Tracer = rt
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
 	cfg.MaxConns = 1
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	return pool
+}
+
+// DoTx sends BEGIN with the claim's first statement and the completion
+// with the COMMIT: a new key costs two round trips besides the action's
+// statements, a replay one and its rollback. The answers are those of
+// the unpipelined path.
+func TestDoTxPipelinesBeginWithClaim(t *testing.T) {
+	t.Parallel()
+	rt := &roundTrips{}
+	pool := oneConnPool(t, rt)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	orders := createOrders(t, pool)
 	for name, strategy := range map[string]pgstore.ClaimStrategy{
 		"OneStatement": pgstore.ClaimOneStatement, "ReadFirst": pgstore.ClaimReadFirst,
 	} {
-		store := mustStore(t, pool, &pgstore.Config{ClaimStrategy: strategy})
-		e, err := pgstore.NewExecutor(store, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := mustExecutor(t, mustStore(t, pool, &pgstore.Config{ClaimStrategy: strategy}), nil)
 		insert := func(r idempotency.Request) pgstore.TxAction {
 			return func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
 				_, err := tx.Exec(ctx, `INSERT INTO orders (key) VALUES ($1)`, r.Key)
@@ -133,9 +136,8 @@ func TestDoTxPipelinesBeginWithClaim(t *testing.T) {
 			t.Fatalf("%s: replay: round trips %q, want %q", name, got, wantReplay)
 		}
 	}
-	var orders int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil || orders != 4 {
-		t.Fatalf("%d orders (%v), want 4", orders, err)
+	if n := orders(); n != 4 {
+		t.Fatalf("%d orders, want 4", n)
 	}
 }
 
@@ -143,27 +145,14 @@ func TestDoTxPipelinesBeginWithClaim(t *testing.T) {
 // and the pool's connection usable.
 func TestDoTxClaimFailsInsideTheBeginBatch(t *testing.T) {
 	t.Parallel()
-	url := pgtest.MigratedURL(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := oneConnPool(t, nil)
 	ctx := context.Background()
-	e, err := pgstore.NewExecutor(mustStore(t, pool, &pgstore.Config{ClaimStrategy: pgstore.ClaimOneStatement}), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := mustExecutor(t, mustStore(t, pool, &pgstore.Config{ClaimStrategy: pgstore.ClaimOneStatement}), nil)
 	if _, err := pool.Exec(ctx, `ALTER TABLE idempotency_store RENAME TO idempotency_store_away`); err != nil {
 		t.Fatal(err)
 	}
 	r := childRequest("pipeline-fails")
-	_, err = e.DoTx(ctx, r, func(context.Context, pgx.Tx) (idempotency.Response, error) {
+	_, err := e.DoTx(ctx, r, func(context.Context, pgx.Tx) (idempotency.Response, error) {
 		t.Error("the action ran without a claim")
 		return idempotency.Response{}, nil
 	})

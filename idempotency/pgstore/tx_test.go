@@ -3,16 +3,37 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 )
+
+// createOrders makes the table of orders that the DoTx tests' actions
+// write, and returns the count of its rows.
+func createOrders(t *testing.T, pool *pgxpool.Pool) (count func() int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return func() (n int) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
 
 // One transaction: concurrent duplicates wait for the first commit and
 // replay; none answers "in progress", and the effect exists once.
@@ -20,13 +41,8 @@ func TestDoTxConcurrentDuplicatesReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.pool.Exec(ctx, `CREATE TABLE orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	e, err := pgstore.NewExecutor(b.store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	orders := createOrders(t, b.pool)
+	e := mustExecutor(t, b.store, nil)
 	r := childRequest("tx-storm")
 	const n = 32
 	var replayed, executed atomic.Int64
@@ -54,12 +70,8 @@ func TestDoTxConcurrentDuplicatesReplay(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	var orders int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
-		t.Fatal(err)
-	}
-	if orders != 1 || executed.Load() != 1 || replayed.Load() != n-1 {
-		t.Fatalf("orders %d, executed %d, replayed %d", orders, executed.Load(), replayed.Load())
+	if got := orders(); got != 1 || executed.Load() != 1 || replayed.Load() != n-1 {
+		t.Fatalf("orders %d, executed %d, replayed %d", got, executed.Load(), replayed.Load())
 	}
 }
 
@@ -69,19 +81,8 @@ func TestDoTxErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.pool.Exec(ctx, `CREATE TABLE orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	e, err := pgstore.NewExecutor(b.store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	count := func() (n int) {
-		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := createOrders(t, b.pool)
+	e := mustExecutor(t, b.store, nil)
 	insertThen := func(r idempotency.Request, fail error) pgstore.TxAction {
 		return func(ctx context.Context, tx pgx.Tx) (idempotency.Response, error) {
 			if _, err := tx.Exec(ctx, `INSERT INTO orders (key) VALUES ($1)`, r.Key); err != nil {
@@ -93,7 +94,7 @@ func TestDoTxErrors(t *testing.T) {
 
 	perm := childRequest("tx-perm")
 	rejected := idempotency.Response{Code: 422, Body: []byte(`{"error":"sku unknown"}`)}
-	_, err = e.DoTx(ctx, perm, insertThen(perm, idempotency.Permanent(errors.New("sku unknown"), rejected)))
+	_, err := e.DoTx(ctx, perm, insertThen(perm, idempotency.Permanent(errors.New("sku unknown"), rejected)))
 	if !errors.Is(err, idempotency.ErrFailed) || count() != 0 {
 		t.Fatalf("permanent: err = %v, orders = %d", err, count())
 	}
@@ -123,9 +124,7 @@ func TestCompleteTx(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.pool.Exec(ctx, `CREATE TABLE orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
+	orders := createOrders(t, b.pool)
 	r := childRequest("complete-tx")
 	p := idempotency.ClaimParams{Scope: r.Scope, Key: r.Key, Fingerprint: r.Fingerprint, LockTimeout: time.Second, Retention: time.Hour}
 	a, err := b.store.Claim(ctx, p)
@@ -157,12 +156,48 @@ func TestCompleteTx(t *testing.T) {
 	if err := finish(c.Lease, "fresh"); err != nil {
 		t.Fatal(err)
 	}
-	var n int
-	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("orders = %d (%v), want 1", n, err)
+	if n := orders(); n != 1 {
+		t.Fatalf("orders = %d, want 1", n)
 	}
 	got, err := b.store.Claim(ctx, p)
 	if err != nil || got.State != idempotency.ClaimReplay || string(got.Record.Response.Body) != "fresh" {
 		t.Fatalf("replay: %v %+v %v", got.State, got.Record.Response, err)
+	}
+}
+
+// DoTx is one span, idempotency.DoTx, holding the key as a short hash only.
+func TestDoTxSpan(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := tracetest.NewSpanRecorder()
+	exec := mustExecutor(t, b.store, &idempotency.Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
+	r := childRequest("traced")
+	for range 2 {
+		if _, err := exec.DoTx(context.Background(), r, func(context.Context, pgx.Tx) (idempotency.Response, error) {
+			return idempotency.Response{Code: 201}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var spans, replayed int
+	for _, s := range rec.Ended() {
+		if s.Name() != "idempotency.DoTx" {
+			continue
+		}
+		spans++
+		for _, kv := range s.Attributes() {
+			if strings.Contains(kv.Value.Emit(), r.Key) {
+				t.Errorf("attribute %s holds the key", kv.Key)
+			}
+			if string(kv.Key) == idempotency.AttrKeyHash && kv.Value.AsString() != idempotency.ShortHash(r.Key) {
+				t.Errorf("key hash %q", kv.Value.AsString())
+			}
+			if string(kv.Key) == idempotency.AttrReplayed && kv.Value.AsBool() {
+				replayed++
+			}
+		}
+	}
+	if spans != 2 || replayed != 1 {
+		t.Fatalf("%d DoTx spans, %d replayed; want 2 and 1", spans, replayed)
 	}
 }

@@ -255,6 +255,45 @@ func SignalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
+// Root makes root, with its Use, Short, Long and Example, a program's root
+// command: cmds under it, "help" (helpExample is its Example) and cobra's
+// "completion SHELL" (completionExample is its Example), the programs' help
+// and flag errors (SetUp), and a usage error for no command or an unknown
+// one.
+func Root(root *cobra.Command, helpExample, completionExample string, cmds ...*cobra.Command) *cobra.Command {
+	root.Args = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return UnknownSubcommand(c, args[0])
+		}
+		return nil
+	}
+	// No command: the usage on stderr, exit 2.
+	root.RunE = func(c *cobra.Command, _ []string) error {
+		c.SetOut(c.ErrOrStderr())
+		_ = c.Help()
+		return Usage("no command given (see " + c.Name() + " --help)")
+	}
+	root.AddCommand(cmds...)
+	// cobra's completion command, with the programs' usage errors.
+	root.InitDefaultCompletionCmd()
+	if c, _, err := root.Find([]string{"completion"}); err == nil {
+		c.Args = SubcommandArgs
+		c.RunE = func(*cobra.Command, []string) error { return nil } // SubcommandArgs refuses every call
+		c.Example = completionExample
+	}
+	SetUp(root, helpExample)
+	return root
+}
+
+// Main runs root on the process's arguments and exits with the code its
+// error calls for (ExitCode).
+func Main(root *cobra.Command) {
+	root.SetArgs(os.Args[1:])
+	if err := root.Execute(); err != nil {
+		os.Exit(ExitCode(root.Name(), err))
+	}
+}
+
 // SetUp gives root and every command under it the programs' help, flag
 // errors and suggestions, and keeps flags in the order they are defined;
 // helpExample is the help command's Example.

@@ -363,13 +363,10 @@ func TestCheckoutBadInputIsNamedAndChangesNothing(t *testing.T) {
 	}
 }
 
-// Many customers check out the last item at once: one gets it, and is
-// charged; the others are told it is out of stock and charged nothing.
-func TestCheckoutLastItemConcurrently(t *testing.T) {
-	t.Parallel()
-	s := openShop(t, nil)
-	s.setStock(t, "last", 1)
-	const n = 12
+// atOnce sends n requests at once, the i-th by send(i), and returns their
+// answers once all are in; it stops the test at a request that got none.
+func atOnce(t *testing.T, n int, send func(i int) (answer, error)) []answer {
+	t.Helper()
 	answers := make([]answer, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -377,15 +374,29 @@ func TestCheckoutLastItemConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i], errs[i] = s.try("POST", "/checkout", fmt.Sprintf("user-%d", i), "cart-last", checkoutOf("last", 1, "pm_card_visa"))
+			answers[i], errs[i] = send(i)
 		}()
 	}
 	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("checkout %d: %v", i, err)
+		}
+	}
+	return answers
+}
+
+// Many customers check out the last item at once: one gets it, and is
+// charged; the others are told it is out of stock and charged nothing.
+func TestCheckoutLastItemConcurrently(t *testing.T) {
+	t.Parallel()
+	s := openShop(t, nil)
+	s.setStock(t, "last", 1)
+	answers := atOnce(t, 12, func(i int) (answer, error) {
+		return s.try("POST", "/checkout", fmt.Sprintf("user-%d", i), "cart-last", checkoutOf("last", 1, "pm_card_visa"))
+	})
 	completed, charges := 0, 0
 	for i, a := range answers {
-		if errs[i] != nil {
-			t.Fatalf("checkout %d: %v", i, errs[i])
-		}
 		switch {
 		case a.code == 201 && a.body["status"] == "COMPLETED":
 			completed++
@@ -414,22 +425,10 @@ func TestCheckoutSameKeyConcurrently(t *testing.T) {
 	t.Parallel()
 	s := openShop(t, nil)
 	s.setStock(t, "mug", 10)
-	const n = 12
-	answers := make([]answer, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			answers[i], errs[i] = s.try("POST", "/checkout", "frank", "cart-mug", checkoutOf("mug", 3, "pm_card_visa"))
-		}()
-	}
-	wg.Wait()
+	answers := atOnce(t, 12, func(int) (answer, error) {
+		return s.try("POST", "/checkout", "frank", "cart-mug", checkoutOf("mug", 3, "pm_card_visa"))
+	})
 	for i, a := range answers {
-		if errs[i] != nil {
-			t.Fatalf("checkout %d: %v", i, errs[i])
-		}
 		if !(a.code == 201 && a.body["status"] == "COMPLETED") && !(a.code == 409 && problemType(a) == "request-in-progress" && a.header.Get("Retry-After") != "") {
 			t.Fatalf("checkout %d: %d %s", i, a.code, a.raw)
 		}

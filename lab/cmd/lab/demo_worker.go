@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -95,17 +94,12 @@ func runWorkerDemo(dbURL string, orders, charges int, seed uint64) error {
 	defer pool.Close()
 	fk := fakes.Start(fakes.Options{Stripe: true, LoseAfter: 0.2, Seed: int64(seed)})
 	defer fk.Close()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	env := []string{"DATABASE_URL=" + u, "WORKER_JOB_TIMEOUT=5s", "WORKER_RESCUE_AFTER=6s", "WORKER_RETRY_DELAY=500ms"}
-	for k, v := range fk.Env() {
-		env = append(env, k+"="+v)
-	}
-	w := &worker{exe: exe, env: env, addr: addr}
+	w := &worker{exe: exe, env: appendEnv(env, fk.Env()), addr: addr}
 	if err := w.start(); err != nil {
 		return err
 	}

@@ -17,20 +17,12 @@
 package main
 
 import (
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/payonce/payonce/internal/cli"
 )
 
-func main() {
-	root := newRoot()
-	root.SetArgs(os.Args[1:])
-	if err := root.Execute(); err != nil {
-		os.Exit(cli.ExitCode("lab", err))
-	}
-}
+func main() { cli.Main(newRoot()) }
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
@@ -46,31 +38,7 @@ books that differ from the provider's); 2 usage error.`,
 		Example: `  make demo
   go run ./cmd/lab demo --payments 2000 --seed 7
   go run ./cmd/lab fake adyen --addr 127.0.0.1:0`,
-		Args: func(c *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return cli.UnknownSubcommand(c, args[0])
-			}
-			return nil
-		},
-		// No command: the usage on stderr, exit 2.
-		RunE: func(c *cobra.Command, _ []string) error {
-			c.SetOut(c.ErrOrStderr())
-			_ = c.Help()
-			return cli.Usage("no command given (see lab --help)")
-		},
 	}
-	root.AddCommand(newDemoCmd(), newFakeCmd())
-	root.InitDefaultCompletionCmd()
-	if c, _, err := root.Find([]string{"completion"}); err == nil {
-		c.Args = func(c *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return cli.UnknownSubcommand(c, args[0])
-			}
-			return cli.Usage("completion needs a shell: bash, zsh, fish or powershell (see lab completion --help)")
-		}
-		c.RunE = func(*cobra.Command, []string) error { return nil } // Args refuses every call
-		c.Example = `  source <(lab completion bash)`
-	}
-	cli.SetUp(root, "  lab help\n  lab help demo torture")
-	return root
+	return cli.Root(root, "  lab help\n  lab help demo torture", `  source <(lab completion bash)`,
+		newDemoCmd(), newFakeCmd())
 }

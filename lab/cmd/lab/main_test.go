@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -14,40 +12,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/internal/cli/clitest"
 	"github.com/payonce/payonce/pgtest"
 )
 
-// The test binary is the lab when PAYONCE_LAB_MAIN=1, so that commands run
-// as real processes (the demo's worker is a program of its own,
+// lab is the test binary, run as the lab so that commands run as real
+// processes (the demo's worker is a program of its own,
 // internal/stormworker, built with the race detector when the tests run
 // with it).
-func TestMain(m *testing.M) {
-	if os.Getenv("PAYONCE_LAB_MAIN") == "1" {
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+var lab = clitest.Program{Name: "lab", Env: "PAYONCE_LAB_MAIN"}
 
-// quickExit spares each process the race detector's one-second wait at a
-// successful exit (GORACE atexit_sleep_ms), keeping other options.
-func quickExit(env []string) []string {
-	return append(env, "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-}
+func TestMain(m *testing.M) { lab.TestMain(m, main) }
 
-// cli runs the lab as a process and returns its output and exit code.
+// runCLI runs the lab as a process and returns its output and exit code.
 func runCLI(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), "PAYONCE_LAB_MAIN=1"), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return string(out), ee.ExitCode()
-		}
-		t.Fatalf("lab %v: %v", args, err)
-	}
-	return string(out), 0
+	return lab.Run(t, nil, env, args...)
 }
 
 func TestUsage(t *testing.T) {
@@ -85,7 +65,7 @@ func TestUsage(t *testing.T) {
 		{"fake", "paypal", "--help"}, {"fake", "stripe", "-h"}, {"demo", "--help"}, {"demo", "core", "--help"},
 		{"demo", "worker", "--help"}, {"demo", "torture", "--help"}, {"demo", "--payments", "0", "--help"},
 	} {
-		out, code := runCLI(t, quickExit([]string{"DATABASE_URL="}), args...)
+		out, code := runCLI(t, clitest.QuickExit([]string{"DATABASE_URL="}), args...)
 		if code != 0 || !strings.Contains(out, "Example") {
 			t.Errorf("lab %s: exit %d, want 0 and an example:\n%s", strings.Join(args, " "), code, out)
 		}
@@ -109,7 +89,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"demo", "core", "--nope"}, "demo core: unknown flag: --nope (see lab demo core --help)"},
 		{[]string{"help", "demo", "cor"}, `no help for "demo cor"; did you mean core?`},
 	} {
-		out, code := runCLI(t, quickExit(nil), tc.args...)
+		out, code := runCLI(t, clitest.QuickExit(nil), tc.args...)
 		if code != 2 || !strings.Contains(out, tc.want) {
 			t.Errorf("lab %q: exit %d, want 2 and %q:\n%s", tc.args, code, tc.want, out)
 		}
@@ -266,8 +246,7 @@ func TestFakeProviders(t *testing.T) {
 			if tc.provider == "adyen" {
 				args = append(args, "--api-key", "ak_test", "--merchant-account", "PayonceTest")
 			}
-			cmd := exec.Command(os.Args[0], args...)
-			cmd.Env = append(os.Environ(), quickExit([]string{"PAYONCE_LAB_MAIN=1"})...)
+			cmd := lab.Command(clitest.QuickExit(nil), args...)
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)

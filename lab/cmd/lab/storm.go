@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -141,12 +140,10 @@ func storm(ctx context.Context, c stormConfig) error {
 	defer leaks.close()
 	leaks.setDefault()
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	base := "http://" + addr
 
 	// The providers: each loses 10% of responses after committing (a
@@ -156,11 +153,7 @@ func storm(ctx context.Context, c stormConfig) error {
 	fk := fakes.Start(fakes.Options{Stripe: true, Adyen: true, PayPal: true, WebhookBase: base,
 		LoseAfter: 0.10, FailBefore: 0.05, Seed: int64(c.seed), WebhookRetryFor: 20 * time.Second})
 	defer fk.Close()
-	sep := "?"
-	if strings.Contains(u, "?") {
-		sep = "&"
-	}
-	env := []string{"DATABASE_URL=" + u + sep + "pool_max_conns=24", "PAYONCE_DEMO_LOSE_WEBHOOKS=0.3",
+	env := []string{"DATABASE_URL=" + withMaxConns(u, 24), "PAYONCE_DEMO_LOSE_WEBHOOKS=0.3",
 		// The checkout sagas' recovery finishes what a killed worker or a
 		// client that gave up left; one sku's orders are refused after
 		// the charge, so that its sagas refund (storm_sagas.go).
@@ -168,10 +161,7 @@ func storm(ctx context.Context, c stormConfig) error {
 		// The payments are settled by the demo's own reconciler (phase 4),
 		// whose figures the summary reports, not by the worker's.
 		"CHECKOUT_RECONCILE_SPEC=off", leaks.workerEnv()}
-	for k, v := range fk.Env() {
-		env = append(env, k+"="+v)
-	}
-	w := &worker{exe: exe, addr: addr, env: env}
+	w := &worker{exe: exe, addr: addr, env: appendEnv(env, fk.Env())}
 	if err := w.start(); err != nil {
 		return err
 	}

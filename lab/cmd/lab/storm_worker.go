@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -142,4 +143,28 @@ func (w *worker) stop() {
 		_ = w.cmd.Wait()
 		w.cmd = nil
 	}
+}
+
+// freeAddr is a loopback address whose port was free a moment ago.
+func freeAddr() (string, error) {
+	port, err := freePort()
+	return fmt.Sprintf("127.0.0.1:%d", port), err
+}
+
+// withMaxConns is the database URL u with its pool's size set to n
+// (pgxpool's pool_max_conns).
+func withMaxConns(u string, n int) string {
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + "pool_max_conns=" + strconv.Itoa(n)
+}
+
+// appendEnv appends vars to env, as NAME=value.
+func appendEnv(env []string, vars map[string]string) []string {
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	return env
 }

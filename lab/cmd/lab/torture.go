@@ -224,19 +224,12 @@ func torture(ctx context.Context, c tortureConfig) error {
 		}
 	}
 
-	sep := "?"
-	if strings.Contains(viaProxy, "?") {
-		sep = "&"
-	}
 	// The workers' own reconcilers are off: the two below are the run's,
 	// whose figures it reports.
-	workerEnv := []string{"DATABASE_URL=" + viaProxy + sep + "pool_max_conns=12", "PAYONCE_DEMO_LOSE_WEBHOOKS=0.1",
-		"CHECKOUT_RECONCILE_SPEC=off", leaks.workerEnv()}
-	for k, v := range env {
-		workerEnv = append(workerEnv, k+"="+v)
-	}
+	workerEnv := appendEnv([]string{"DATABASE_URL=" + withMaxConns(viaProxy, 12), "PAYONCE_DEMO_LOSE_WEBHOOKS=0.1",
+		"CHECKOUT_RECONCILE_SPEC=off", leaks.workerEnv()}, env)
 	for i := range c.workers {
-		port, err := freePort()
+		addr, err := freeAddr()
 		if err != nil {
 			return err
 		}
@@ -245,7 +238,7 @@ func torture(ctx context.Context, c tortureConfig) error {
 			return err
 		}
 		defer logs.Close()
-		w := &worker{exe: workerExe, addr: fmt.Sprintf("127.0.0.1:%d", port), env: workerEnv, stderr: logs}
+		w := &worker{exe: workerExe, addr: addr, env: workerEnv, stderr: logs}
 		if err := w.start(); err != nil {
 			return err
 		}
