@@ -31,7 +31,7 @@ func setup(t *testing.T, cfg *redisstore.Config) bundle {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.KeyPrefix = redistest.Prefix(t)
+	c.KeyPrefix = redistest.Prefix()
 	s, err := redisstore.New(rdb, &c)
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func params(t *testing.T, scope, intent string) idempotency.ClaimParams {
 func TestExecutorOneExecution(t *testing.T) {
 	t.Parallel()
 	ctx := ctxFor(t)
-	prefix := redistest.Prefix(t)
+	prefix := redistest.Prefix()
 	var execs []*idempotency.Executor
 	for range 4 {
 		s, err := redisstore.New(redistest.Client(t), &redisstore.Config{KeyPrefix: prefix})

@@ -54,16 +54,26 @@ func Main(m *testing.M) int {
 // first use. It stops the test if the server cannot start.
 func Addr(t testing.TB) string {
 	t.Helper()
+	addr, err := Start()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return addr
+}
+
+// Start returns the address of the test binary's server, starting it on
+// first use: Addr for examples and benchmarks' setup, which have no test.
+func Start() (string, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if server == nil {
 		p, err := start()
 		if err != nil {
-			t.Fatalf("redistest: %v", err)
+			return "", err
 		}
 		server = p
 	}
-	return server.addr
+	return server.addr, nil
 }
 
 // Client returns a new client of the test binary's server, closed when the
@@ -76,8 +86,8 @@ func Client(t testing.TB) *redis.Client {
 }
 
 // Prefix returns a key prefix that no other call in this process
-// returned, for a store of the test's own.
-func Prefix(t testing.TB) string {
+// returned, for a store of a test (or an example) of its own.
+func Prefix() string {
 	return "t" + strconv.FormatInt(serial.Add(1), 10)
 }
 
