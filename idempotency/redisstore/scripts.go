@@ -34,8 +34,9 @@ import "github.com/redis/go-redis/v9"
 // (KEYS[3], "<prefix>:prune", scopes by their earliest due instant) lets
 // it find the scopes.
 //
-// Fingerprints are compared with Lua's ==, which compares interned string
-// references, not bytes: its time does not depend on where they differ.
+// Fingerprints are compared byte by byte over their whole length (XOR,
+// OR-accumulated: sameLua), so that the time taken does not depend on
+// where they differ, as Fingerprint.Equal's crypto/subtle comparison.
 
 // nowLua is the prelude of every script that decides on time.
 const nowLua = `
@@ -43,7 +44,17 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
-// claimLua claims ARGV[1] (the key) in KEYS[1]. It answers one of
+// sameLua compares two strings in time that depends on their length only.
+const sameLua = `
+local function same(a, b)
+  if #a ~= #b then return false end
+  local d = 0
+  for i = 1, #a do d = bit.bor(d, bit.bxor(string.byte(a, i), string.byte(b, i))) end
+  return d == 0
+end
+`
+
+// claimScript claims ARGV[1] (the key) in KEYS[1]. It answers one of
 //
 //	{'acquired', v}  {'reclaimed', v}  {'mismatch'}  {'expired'}
 //	{'inprogress', v, ms left on the lease}
@@ -54,7 +65,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 // 5 refusal horizon (ms, 0 for none), 6 'refuse' under ExpiredRefused,
 // 7 the lock version of a new record, 8 'check' to report an absent key
 // instead of creating it.
-var claimScript = redis.NewScript(nowLua + `
+var claimScript = redis.NewScript(nowLua + sameLua + `
 local rec, due = KEYS[1], KEYS[2]
 local lock, ret, rf = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local f = redis.call('HMGET', rec, 'fp', 'st', 'v', 'lu', 'ea', 'ru', 'code', 'hdr', 'body')
@@ -80,7 +91,7 @@ if st ~= 'PROCESSING' and (ea <= now or f[6]) then
   -- The version keeps growing: a lease of the old record never fits.
   return create(v + 1)
 end
-if fp ~= ARGV[2] then return {'mismatch'} end
+if not same(fp, ARGV[2]) then return {'mismatch'} end
 if st ~= 'PROCESSING' then
   return {'replay', st, f[7], f[8], f[9], v, ea, now}
 end
@@ -101,7 +112,7 @@ local h = redis.call('HMGET', rec, 'st', 'v', 'ea', 'rf')
 if h[1] ~= 'PROCESSING' or tonumber(h[2]) ~= tonumber(ARGV[1]) then return 0 end
 `
 
-// completeLua stores the outcome for the holder of version ARGV[1]: 1, or
+// completeScript stores the outcome for the holder of version ARGV[1]: 1, or
 // 0 for a lost lease (nothing changed). ARGV: 2 status, 3 code, 4 hdr,
 // 5 body, 6 retention (ms), 7 key, 8 scope.
 var completeScript = redis.NewScript(nowLua + holdsLua + `
@@ -117,13 +128,13 @@ redis.call('ZADD', KEYS[3], 'LT', ea, ARGV[8])
 return 1
 `)
 
-// releaseLua ends the lease of version ARGV[1] now: 1, or 0.
+// releaseScript ends the lease of version ARGV[1] now: 1, or 0.
 var releaseScript = redis.NewScript(nowLua + holdsLua + `
 redis.call('HSET', rec, 'lu', now)
 return 1
 `)
 
-// heartbeatLua extends the lease of version ARGV[1] to ARGV[2] ms from
+// heartbeatScript extends the lease of version ARGV[1] to ARGV[2] ms from
 // now: 1, or 0.
 var heartbeatScript = redis.NewScript(nowLua + holdsLua + `
 local lu = now + tonumber(ARGV[2])
@@ -132,13 +143,13 @@ redis.call('PEXPIREAT', rec, math.max(tonumber(h[3]), lu))
 return 1
 `)
 
-// abandonLua deletes the PROCESSING record of version ARGV[1]: 1, or 0.
+// abandonScript deletes the PROCESSING record of version ARGV[1]: 1, or 0.
 var abandonScript = redis.NewScript(holdsLua + `
 redis.call('DEL', rec)
 return 1
 `)
 
-// pruneScopeLua takes at most ARGV[2] records of one scope that are due
+// pruneScopeScript takes at most ARGV[2] records of one scope that are due
 // (KEYS[1], the scope's due index) and returns how many it took: an
 // expired record is deleted, or reduced to a tombstone (its response
 // deleted, ru set) while its refusal horizon has not passed; a tombstone
@@ -186,14 +197,14 @@ end
 return n
 `)
 
-// dueScopeLua returns a scope of the prune registry (KEYS[1]) that has
+// dueScopeScript returns a scope of the prune registry (KEYS[1]) that has
 // records due, or false.
 var dueScopeScript = redis.NewScript(nowLua + `
 local s = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1)
 return s[1] or false
 `)
 
-// liveLua reports whether the record KEYS[1] is live (PROCESSING, or not
+// liveScript reports whether the record KEYS[1] is live (PROCESSING, or not
 // expired): 1 or 0.
 var liveScript = redis.NewScript(nowLua + `
 local f = redis.call('HMGET', KEYS[1], 'st', 'ea', 'ru')
@@ -203,7 +214,7 @@ if f[3] or tonumber(f[2]) <= now then return 0 end
 return 1
 `)
 
-// ownLua files scope ARGV[1] among the owners of a key (KEYS[1], a set)
+// ownScript files scope ARGV[1] among the owners of a key (KEYS[1], a set)
 // and keeps the set at least ARGV[2] ms from now.
 var ownScript = redis.NewScript(nowLua + `
 redis.call('SADD', KEYS[1], ARGV[1])
