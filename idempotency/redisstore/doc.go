@@ -1,0 +1,89 @@
+// Package redisstore is an [idempotency.Store] on Redis (go-redis v9),
+// designed from the record's logical model (key, fingerprint, status,
+// lease with a fencing token, response, expiry, the refusal tombstone),
+// for services that already run Redis or outgrow one PostgreSQL primary.
+// This version runs on a standalone server (Redis 7.0 or later, or a
+// Sentinel-managed primary); Redis Cluster comes later.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	store, err := redisstore.New(rdb, nil)
+//	...
+//	exec, err := idempotency.New(store, nil)
+//	...
+//	res, err := exec.Do(ctx, req, action)
+//
+// # Guarantees
+//
+// Every state change (claim, reclaim, renewal of an expired record,
+// complete, release, heartbeat, abandon, prune) is one Lua script that the
+// server runs atomically: its read of the record and its write are one
+// step, so of many contenders for a new or orphaned key exactly one gets
+// the lease, and a reclaim is a compare-and-swap without a second round
+// trip. The lock version is the fencing token: Complete, Release,
+// Heartbeat and Abandon act only for the holder of the record's current
+// version and return idempotency.ErrLeaseLost otherwise, changing
+// nothing. A new record's version starts at a random value below 2^30, as
+// pgstore's, so that a key deleted and claimed again does not hand a
+// stalled holder's token out again. The package passes the conformance
+// suite (idempotencytest.Exercise) on a real redis-server, sealed
+// responses included.
+//
+// # Clock
+//
+// Every lease and expiry decision uses the server's clock (TIME inside
+// the script), never the application's: the application sends durations
+// only, and its clock may be skewed without effect. Redis 7 replicates a
+// script's effects, not the script, so a replica stores the instants the
+// primary decided on.
+//
+// # Keys and expiry
+//
+// A record is the hash "<prefix>:{<scope>}:r:<key>" (Config.KeyPrefix,
+// default "payonce"); its scope's due index is "<prefix>:{<scope>}:due".
+// The hash tag {<scope>} keeps a scope's keys in one Cluster slot. Each
+// key expires by itself (PEXPIREAT) once nothing can need it: a finished
+// record at its expiry, or, when it was claimed under
+// idempotency.ExpiredRefused, at the end of its refusal horizon; a
+// PROCESSING record not before its expiry nor its lease's end. Redis
+// deletes records even if no pruner runs. [Store.Prune] (run it with
+// idempotency.NewPruner) finds the scopes with records due through one
+// registry key, "<prefix>:prune", and reduces records claimed under
+// ExpiredRefused to tombstones at their expiry (the response deleted,
+// the refusal kept), as pgstore's prune does. Errors name a key by its
+// short hash (idempotency.ShortHash), never in full.
+//
+// # Scopes
+//
+// ClaimParams.RefuseForeign looks a key up among the scopes that claimed
+// it with RefuseForeign (the set "<prefix>:owners:{<key>}", kept at least
+// twice the retention), and refuses it when one of them holds a live
+// record: turn it on for every claim of a key space, as the HTTP
+// middleware does for all its requests when
+// MiddlewareConfig.AllowLowEntropyKeys is set, not for some claims only. The lookup and the claim
+// are separate steps (two scopes racing for a new key may both get it, as
+// with pgstore's READ COMMITTED snapshot); a claim that refuses foreign
+// keys costs two round trips more when the key is new to its scope.
+//
+// # Durability
+//
+// Redis acknowledges a write before any replica has it, and replication
+// is asynchronous: a primary that fails after acknowledging a claim can
+// lose it, and the replica promoted in its place can let a second holder
+// run the action. The same holds for an outcome: a completed record lost
+// in a failover is claimed and executed again. Without persistence
+// (appendonly no) a restart loses every record. Run Redis with
+// appendonly yes (appendfsync everysec loses at most about a second of
+// acknowledged writes on a crash; always loses none, at the cost of a
+// disk sync per write), and keep the actions' own deduplication
+// downstream (the provider references the payments package derives from
+// the key). A WAIT-based option that holds a claim until replicas have it
+// comes later; until then, choose pgstore where a lost claim must never
+// run twice.
+//
+// # Transactions
+//
+// Transactions with the caller's own writes are PostgreSQL's: Store
+// implements no idempotency.TxStore, and what takes one (DoTx, WithTx,
+// package inbox, package cronslot) does not compile against it. Payments,
+// the ledger, sagas, the inbox and cron slots stay on pgstore.
+package redisstore
