@@ -76,8 +76,19 @@ func TestSDKModuleGraph(t *testing.T) {
 				t.Errorf("a user of pgstore gets %s in their module graph", line)
 			}
 		}
+		// The Redis store and the NATS inbox are modules of their own: a
+		// PostgreSQL user gets neither client.
+		for _, w := range besideTheSDK {
+			if strings.HasPrefix(line, w) {
+				t.Errorf("a user of pgstore gets %s, the client of a module beside the SDK, in their module graph", line)
+			}
+		}
 	}
 }
+
+// besideTheSDK are the clients the modules beside the SDK bring
+// (idempotency/redisstore, idempotency/inbox/natsinbox).
+var besideTheSDK = []string{"github.com/redis/go-redis/", "github.com/nats-io/nats.go"}
 
 // The operator binary links no provider fake, no PostgreSQL starter, no
 // chaos proxy, no browser.
