@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -38,23 +37,24 @@ func setup(t *testing.T) bundle {
 
 func setupWith(t *testing.T, cfg *payments.Config) bundle {
 	t.Helper()
+	return setupStripe(t, nil, nil, cfg)
+}
+
+// setupStripe is a client (cfg, nil: defaults) on a new schema and a
+// Stripe fake started with fakeCfg; wrap, when not nil, wraps the adapter.
+func setupStripe(t *testing.T, fakeCfg *stripetest.Config, wrap func(provider.Provider) provider.Provider, cfg *payments.Config) bundle {
+	t.Helper()
 	pool := pgtest.Pool(t)
-	store, err := pgstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ledger.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := stripetest.NewServer(nil)
+	store, l := openStoreLedger(t, pool)
+	fake := stripetest.NewServer(fakeCfg)
 	t.Cleanup(fake.Close)
-	// No keep-alives: a response lost after the fake committed must reach
-	// the adapter as a lost response, not be hidden by a transport resend.
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	prov, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_payments", BaseURL: fake.URL(), HTTPClient: hc})
+	sp, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_payments", BaseURL: fake.URL(), HTTPClient: noKeepAliveClient(nil)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var prov provider.Provider = sp
+	if wrap != nil {
+		prov = wrap(sp)
 	}
 	c, err := payments.New(pool, []provider.Provider{prov}, withStore(cfg, store, l))
 	if err != nil {
@@ -97,16 +97,10 @@ func pis(t *testing.T, b bundle, key string) int {
 	return b.fake.CountsByMetadata(paystripe.MetadataKey, k).PaymentIntents
 }
 
+// balance is the bundle's provider cash at Stripe.
 func balance(t *testing.T, b bundle) string {
 	t.Helper()
-	m, err := b.ledger.Balance(context.Background(), ledger.ProviderCash("stripe"), money.EUR)
-	if errors.Is(err, ledger.ErrUnknownAccount) {
-		return "0.00"
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m.AmountString()
+	return balanceOf(t, b.ledger, ledger.ProviderCash("stripe"))
 }
 
 func TestChargeOnceAndReplay(t *testing.T) {
@@ -260,26 +254,30 @@ func TestBadInputRecordsNothing(t *testing.T) {
 
 func TestRetentionShorterThanDedupWindowRefused(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	store, _ := pgstore.New(b.pool, nil)
-	prov, _ := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: b.fake.URL()})
-	_, err := payments.New(b.pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: b.ledger, Retention: time.Hour})
-	var ce *payments.ConfigError
-	if !errors.As(err, &ce) || ce.Field != "Config.Retention" {
-		t.Fatalf("err = %v", err)
-	}
+	checkConfigRefused(t, setup(t), payments.Config{Retention: time.Hour}, "Config.Retention")
 }
 
-func refundBalance(t *testing.T, b bundle) string {
+// checkConfigRefused asserts that New refuses cfg (with the bundle's store
+// and ledger) with a ConfigError naming field.
+func checkConfigRefused(t *testing.T, b bundle, cfg payments.Config, field string) {
 	t.Helper()
-	m, err := b.ledger.Balance(context.Background(), ledger.CustomerRefunds, money.EUR)
-	if errors.Is(err, ledger.ErrUnknownAccount) {
-		return "0.00"
-	}
+	store, _ := openStoreLedger(t, b.pool)
+	prov, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: b.fake.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m.AmountString()
+	cfg.Store, cfg.Ledger = store, b.ledger
+	_, err = payments.New(b.pool, []provider.Provider{prov}, &cfg)
+	var ce *payments.ConfigError
+	if !errors.As(err, &ce) || ce.Field != field {
+		t.Fatalf("%+v: err = %v, want a ConfigError naming %s", cfg, err, field)
+	}
+}
+
+// refundBalance is what the bundle's ledger refunded to customers.
+func refundBalance(t *testing.T, b bundle) string {
+	t.Helper()
+	return balanceOf(t, b.ledger, ledger.CustomerRefunds)
 }
 
 func TestRefundsPartialReplayedAndBounded(t *testing.T) {

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
@@ -51,8 +49,7 @@ func setupWebhooks(t *testing.T, dup int) whBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, _ := pgstore.New(pool, nil)
-	l, _ := ledger.New(pool, nil)
+	store, l := openStoreLedger(t, pool)
 	c, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -67,34 +64,13 @@ func setupWebhooks(t *testing.T, dup int) whBundle {
 
 func (b whBundle) waitDeliveries(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := b.fake.WaitDeliveries(ctx); err != nil {
-		t.Fatal(err)
-	}
+	waitDeliveries(t, b.fake)
 }
 
 // outcomes counts stored events by outcome.
 func (b whBundle) outcomes(t *testing.T) map[string]int {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(), `SELECT outcome, count(*) FROM webhook_events GROUP BY outcome`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var o string
-		var n int
-		if err := rows.Scan(&o, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[o] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return outcomeCounts(t, b.pool, "")
 }
 
 func entries(t *testing.T, b bundle, key string) int {

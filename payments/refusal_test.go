@@ -164,7 +164,7 @@ func newRefusalRig(t *testing.T, provider string) refusalRig {
 		s = pvFakes(t, provider, "", 0)
 	}
 	gate := &refuser{next: &http.Transport{DisableKeepAlives: true}}
-	c, _ := pvClient(t, pool, refusalProvider(t, provider, s, pvHTTPClient(gate), ""), 2*time.Second)
+	c, _ := pvClient(t, pool, refusalProvider(t, provider, s, noKeepAliveClient(gate), ""), 2*time.Second)
 	return refusalRig{provider: provider, pool: pool, fakes: s, gate: gate, client: c}
 }
 
@@ -398,7 +398,7 @@ func TestFirstAttemptCredentialsRefused(t *testing.T) {
 			t.Parallel()
 			r := newRefusalRig(t, provName)
 			ctx := context.Background()
-			stale, _ := pvClient(t, r.pool, refusalProvider(t, provName, r.fakes, pvHTTPClient(nil), rolled[provName]), 2*time.Second)
+			stale, _ := pvClient(t, r.pool, refusalProvider(t, provName, r.fakes, noKeepAliveClient(nil), rolled[provName]), 2*time.Second)
 			p := r.params(t, "creds")
 			k := composed(t, "charge", p.Key)
 
@@ -457,7 +457,7 @@ func TestResumedAttemptReplayedRefusalIsFinal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oob := refusalProvider(t, "stripe", r.fakes, pvHTTPClient(nil), "")
+	oob := refusalProvider(t, "stripe", r.fakes, noKeepAliveClient(nil), "")
 	if _, err := oob.Refund(ctx, provider.RefundRequest{Key: "dashboard", ProviderKey: "dashboard_refund", ChargeID: ch.ProviderID,
 		Amount: pvEUR(t, "12.34")}); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/ledger"
-	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
@@ -125,7 +124,7 @@ func pvWebhookRigWith(t *testing.T, provider string, dup int, rt func(*fakes.Set
 	if rt != nil {
 		tr = rt(s)
 	}
-	prov := pvProvider(t, provider, pvURL(s), pvHTTPClient(tr))
+	prov := pvProvider(t, provider, pvURL(s), noKeepAliveClient(tr))
 	c, l := pvClient(t, pool, prov, 2*time.Second)
 	h, err := c.WebhookHandler(provider, nil)
 	if err != nil {
@@ -137,34 +136,13 @@ func pvWebhookRigWith(t *testing.T, provider string, dup int, rt func(*fakes.Set
 
 func (r pvRig) wait(t testing.TB) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := r.fakes.WaitDeliveries(ctx); err != nil {
-		t.Fatal(err)
-	}
+	waitDeliveries(t, r.fakes)
 }
 
 // outcomes counts the stored events of the rig's provider by outcome.
 func (r pvRig) outcomes(t testing.TB) map[string]int {
 	t.Helper()
-	rows, err := r.pool.Query(context.Background(), `SELECT outcome, count(*) FROM webhook_events WHERE provider = $1 GROUP BY outcome`, r.provider)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var o string
-		var n int
-		if err := rows.Scan(&o, &n); err != nil {
-			t.Fatal(err)
-		}
-		out[o] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return outcomeCounts(t, r.pool, r.provider)
 }
 
 // eventOutcomes maps each stored event id to its outcome.
@@ -188,14 +166,7 @@ func (r pvRig) eventOutcomes(t testing.TB) map[string]string {
 
 func (r pvRig) cash(t testing.TB) string {
 	t.Helper()
-	m, err := r.ledger.Balance(context.Background(), ledger.ProviderCash(r.provider), money.EUR)
-	if errors.Is(err, ledger.ErrUnknownAccount) {
-		return "0.00"
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m.AmountString()
+	return balanceOf(t, r.ledger, ledger.ProviderCash(r.provider))
 }
 
 // loseCharge makes a charge whose response is lost after the provider
@@ -704,7 +675,7 @@ func TestPayPalWebhookVerificationFailure(t *testing.T) {
 	// The same database, a client whose PayPal provider names another
 	// webhook subscription.
 	wrong, err := paypal.New(&paypal.Config{ClientID: fakes.PayPalClientID, Secret: fakes.PayPalSecret,
-		BaseURL: r.fakes.PayPal.URL(), HTTPClient: pvHTTPClient(nil), WebhookID: "WH-SOMEONE-ELSE"})
+		BaseURL: r.fakes.PayPal.URL(), HTTPClient: noKeepAliveClient(nil), WebhookID: "WH-SOMEONE-ELSE"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -753,7 +724,7 @@ func TestRefundExceedsChargeIsItsSentinel(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	s := pvFakes(t, "adyen", "", 0)
-	c, _ := pvClient(t, pool, pvProvider(t, "adyen", pvURL(s), pvHTTPClient(nil)), 2*time.Second)
+	c, _ := pvClient(t, pool, pvProvider(t, "adyen", pvURL(s), noKeepAliveClient(nil)), 2*time.Second)
 	ctx := context.Background()
 	if _, err := c.Charge(ctx, pvParams(t, "adyen", "c1", "10.00")); err != nil {
 		t.Fatal(err)

@@ -3,17 +3,18 @@ package payments_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/ledger"
+	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
+	"github.com/payonce/payonce/providers/fakes"
+	"github.com/payonce/payonce/providers/paypal"
+	"github.com/payonce/payonce/providers/paypal/paypaltest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -32,32 +33,8 @@ type clocked struct {
 
 func setupClocked(t *testing.T, past time.Duration, wrap func(provider.Provider) provider.Provider) clocked {
 	t.Helper()
-	pool := pgtest.Pool(t)
-	store, err := pgstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ledger.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	clock := stripetest.NewManualClock(time.Now().Add(-past))
-	fake := stripetest.NewServer(&stripetest.Config{Clock: clock.Now})
-	t.Cleanup(fake.Close)
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	sp, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_window", BaseURL: fake.URL(), HTTPClient: hc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var prov provider.Provider = sp
-	if wrap != nil {
-		prov = wrap(sp)
-	}
-	c, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return clocked{bundle: bundle{pool: pool, client: c, ledger: l, fake: fake}, clock: clock, past: past}
+	return clocked{bundle: setupStripe(t, &stripetest.Config{Clock: clock.Now}, wrap, nil), clock: clock, past: past}
 }
 
 // age moves time forward by c.past for everything the key's attempt left:
@@ -282,19 +259,80 @@ func TestKeyOfAnotherScopeIsRefused(t *testing.T) {
 func TestWindowMarginRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	store, err := pgstore.New(b.pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: b.fake.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, m := range []time.Duration{-time.Minute, 12 * time.Hour} {
-		_, err := payments.New(b.pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: b.ledger, WindowMargin: m})
-		var ce *payments.ConfigError
-		if !errors.As(err, &ce) || ce.Field != "Config.WindowMargin" {
-			t.Fatalf("margin %s: %v, want a ConfigError naming Config.WindowMargin", m, err)
-		}
+		checkConfigRefused(t, b, payments.Config{WindowMargin: m}, "Config.WindowMargin")
+	}
+}
+
+// PayPal captures a vaulted-card order in its create and keeps the
+// request id 6 hours. A create whose answer was lost, retried at +7h: the
+// same request id would create and capture a second order. payments looks
+// the attempt up instead (Transaction Search, matched on custom_id), and
+// settles it: one order, one capture, one ledger entry. With nothing at
+// PayPal the search, once its lag has passed, proves it: the intent fails
+// with that proof.
+func TestRetryPastPayPalWindow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		fault    paypaltest.FaultKind
+		past     time.Duration
+		captures int
+		want     payments.IntentStatus
+	}{
+		{"charged", paypaltest.ResetAfter, 7 * time.Hour, 1, payments.IntentSucceeded},
+		{"nothing there", paypaltest.FailBefore, 10 * time.Hour, 0, payments.IntentFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.Pool(t)
+			ctx := context.Background()
+			clock := paypaltest.NewManualClock(time.Now().Add(-tc.past))
+			fake := paypaltest.NewServer(&paypaltest.Config{Clock: clock.Now, SearchLag: 3 * time.Hour})
+			t.Cleanup(fake.Close)
+			prov, err := paypal.New(&paypal.Config{ClientID: fakes.PayPalClientID, Secret: fakes.PayPalSecret,
+				BaseURL: fake.URL(), HTTPClient: noKeepAliveClient(nil), WebhookID: fakes.PayPalWebhookID, Clock: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			client, _ := pvClient(t, pool, prov, 0) // 0: the default lock timeout
+			p := payments.ChargeParams{Scope: "cus_1", Key: "pp", Provider: "paypal", Amount: money.MustParse("10.00", money.EUR),
+				Recipient: "acct_shop", PaymentMethod: paypaltest.PaymentMethodVisa}
+			fake.Inject(paypaltest.Fault{Kind: tc.fault, Method: "POST", Path: "/v2/checkout/orders"})
+			if _, err := client.Charge(ctx, p); !payments.OutcomeUnknown(err) {
+				t.Fatalf("lost create: %v", err)
+			}
+			k, _ := idempotency.ComposeKey("cus_1", "charge", "pp")
+			for _, q := range []string{
+				`UPDATE payment_intents SET created_at = created_at - $2::interval, updated_at = updated_at - $2::interval,
+				 attempt_sent_at = attempt_sent_at - $2::interval WHERE idempotency_key = $1`,
+				`UPDATE idempotency_store SET created_at = created_at - $2::interval, locked_until = locked_until - $2::interval
+				 WHERE idempotency_key = $1`,
+			} {
+				if _, err := pool.Exec(ctx, q, k, tc.past); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clock.Advance(tc.past)
+			res, err := client.Charge(ctx, p)
+			switch tc.want {
+			case payments.IntentSucceeded:
+				if err != nil || res.Status != payments.IntentSucceeded {
+					t.Fatalf("retry past the window: %+v %v", res, err)
+				}
+			case payments.IntentFailed:
+				if !errors.Is(err, provider.ErrInvalidRequest) {
+					t.Fatalf("retry past the window: %+v %v, want the attempt failed with proof", res, err)
+				}
+			}
+			got := fake.CountsByCustomID(provider.DeriveKey(k, provider.StepCharge, 0, paypal.MaxProviderKeyLen))
+			if got.Orders != tc.captures || got.Captures != tc.captures {
+				t.Fatalf("at PayPal: %+v, want %d order(s) and capture(s)", got, tc.captures)
+			}
+			in, err := client.Intent(ctx, "cus_1", "pp")
+			if err != nil || in.Status != tc.want {
+				t.Fatalf("intent %+v %v, want %s", in, err, tc.want)
+			}
+		})
 	}
 }

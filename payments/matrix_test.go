@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
@@ -25,14 +25,175 @@ import (
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
+	paystripe "github.com/payonce/payonce/providers/stripe"
+	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
 
-// The Stripe fault matrix (crash_test.go, client_test.go), repeated for
-// Adyen and PayPal: a child process killed with SIGKILL at each point of a
-// charge, and responses lost or failed after the provider acted. Whatever
-// happens, the end state is one charge at the provider, one ledger entry
-// with two postings, a SUCCEEDED intent and the same answer to every later
-// retry.
+// The fault matrices: a child process (this test binary, re-executed)
+// charges and is killed with SIGKILL at each point of the flow, and
+// responses are lost or failed after the provider acted; the parent then
+// retries with the same key. Whatever happens, the end state is one charge
+// at the provider, one ledger entry with two postings, a SUCCEEDED intent
+// and the same answer to every later retry. Stripe's first (its lost
+// responses are in client_test.go), then Adyen's and PayPal's.
+
+const (
+	envCrashPoint  = "PAYONCE_CRASH_POINT"
+	envCrashDB     = "PAYONCE_CRASH_DB"
+	envCrashStripe = "PAYONCE_CRASH_STRIPE"
+)
+
+// crashLockTimeout is seconds, not a fraction of one: on a loaded machine a
+// child whose heartbeats went unconfirmed for a short lease would stop
+// before its crash point.
+const crashLockTimeout = 2 * time.Second
+
+var crashPoints = []string{"after_claim", "after_intent", "after_provider", "after_commit"}
+
+func crashClient(t testing.TB, pool *pgxpool.Pool, stripeURL string) *payments.Client {
+	t.Helper()
+	store, l := openStoreLedger(t, pool)
+	prov, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_crash", BaseURL: stripeURL, HTTPClient: noKeepAliveClient(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: crashLockTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestCrashMatrix(t *testing.T) {
+	t.Parallel()
+	for _, point := range crashPoints {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.MigratedURL(t)
+			pool := pgtest.PoolURL(t, url)
+			fake := stripetest.NewServer(nil)
+			t.Cleanup(fake.Close)
+			c := crashClient(t, pool, fake.URL())
+			p := params(t, "order-"+point, "31.40", stripetest.PaymentMethodVisa)
+
+			runCrashChild(t, "TestCrashChild", point, envCrashPoint+"="+point, envCrashDB+"="+url, envCrashStripe+"="+fake.URL())
+
+			// Retry as an impatient client would, until resolved.
+			first := retryUntilResolved(t, c, p)
+			checkResolvedAfterCrash(t, c, p, point, first)
+			ctx := context.Background()
+			key, _ := idempotency.ComposeKey(p.Scope, "charge", p.Key)
+			if n := fake.CountsByMetadata(paystripe.MetadataKey, key).PaymentIntents; n != 1 {
+				t.Fatalf("crash %s: %d PaymentIntents at the provider, want 1", point, n)
+			}
+			if e, ps := pvEntries(t, pool, key); e != 1 || ps != 2 {
+				t.Fatalf("crash %s: %d ledger entries with %d postings, want 1 with 2", point, e, ps)
+			}
+			in, err := c.Intent(ctx, p.Scope, p.Key)
+			if err != nil || in.Status != payments.IntentSucceeded || in.ProviderID != first.ProviderID {
+				t.Fatalf("intent after a crash %s: %+v %v", point, in, err)
+			}
+			cash := fake.Totals()["eur"]
+			if got := fmt.Sprintf("%d", cash.Net); got != "3140" {
+				t.Fatalf("crash %s: provider net %s minor units, want 3140", point, got)
+			}
+		})
+	}
+}
+
+// TestCrashChild is the child of TestCrashMatrix: it charges and kills
+// itself at the point named in its environment.
+func TestCrashChild(t *testing.T) {
+	point := os.Getenv(envCrashPoint)
+	if point == "" {
+		t.Skip("runs only as the child process of TestCrashMatrix")
+	}
+	pool, err := pgxpool.New(context.Background(), os.Getenv(envCrashDB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := crashClient(t, pool, os.Getenv(envCrashStripe))
+	h, ok := crashHooksAt(point, func(context.Context, string) { die() })
+	if !ok {
+		t.Fatalf("unknown crash point %q", point)
+	}
+	payments.SetCrashHooks(c, h)
+	out, err := c.Charge(context.Background(), params(t, "order-"+point, "31.40", stripetest.PaymentMethodVisa))
+	t.Fatalf("the child survived its crash point %s: %+v %v", point, out, err)
+}
+
+// crashHooksAt is the hooks that call kill at the payments crash point
+// named point ("after_claim", "after_intent", "after_provider",
+// "after_commit"); ok is false for a point the hooks do not reach.
+func crashHooksAt(point string, kill func(context.Context, string)) (h payments.CrashHooks, ok bool) {
+	switch point {
+	case "after_claim":
+		h.AfterClaim = kill
+	case "after_intent":
+		h.AfterIntent = kill
+	case "after_provider":
+		h.AfterProvider = kill
+	case "after_commit":
+		h.AfterCommit = kill
+	default:
+		return h, false
+	}
+	return h, true
+}
+
+// die kills the process at once, as a crash would.
+func die() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
+
+// runCrashChild re-executes the test binary to run only the test named
+// child, with env added to its environment, and fails unless the child
+// died by SIGKILL (at its crash point).
+func runCrashChild(t testing.TB, child, point string, env ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child was not killed at %s: %v\n%s", point, err, out)
+	}
+}
+
+// retryUntilResolved retries a charge as an impatient client would, until
+// it has an outcome.
+func retryUntilResolved(t testing.TB, c *payments.Client, p payments.ChargeParams) payments.Outcome {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := c.Charge(context.Background(), p)
+		if err == nil {
+			return out
+		}
+		if !errors.Is(err, idempotency.ErrInProgress) && !idempotency.SafeToRetry(err) {
+			t.Fatalf("retry: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unresolved after 2 minutes: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkResolvedAfterCrash asserts that the outcome found after a crash at
+// point succeeded, and that 3 later retries replay it.
+func checkResolvedAfterCrash(t testing.TB, c *payments.Client, p payments.ChargeParams, point string, first payments.Outcome) {
+	t.Helper()
+	if first.Status != payments.IntentSucceeded || first.ProviderID == "" {
+		t.Fatalf("outcome after a crash %s: %+v", point, first)
+	}
+	for i := 0; i < 3; i++ {
+		again, err := c.Charge(context.Background(), p)
+		if err != nil || !again.Replayed || again.ProviderID != first.ProviderID || again.Status != first.Status {
+			t.Fatalf("later retry %d: %+v %v, want a replay of %+v", i, again, err, first)
+		}
+	}
+}
+
+// Adyen and PayPal.
 
 const (
 	envPCrashPoint    = "PAYONCE_PCRASH_POINT"
@@ -40,16 +201,6 @@ const (
 	envPCrashDB       = "PAYONCE_PCRASH_DB"
 	envPCrashURL      = "PAYONCE_PCRASH_URL"
 )
-
-// pvHTTPClient has no keep-alives: a response lost after the fake
-// committed must reach the adapter as a lost response, not be hidden by a
-// transport resend.
-func pvHTTPClient(rt http.RoundTripper) *http.Client {
-	if rt == nil {
-		rt = &http.Transport{DisableKeepAlives: true}
-	}
-	return &http.Client{Timeout: 10 * time.Second, Transport: rt}
-}
 
 // pvProvider is the adapter of name ("adyen" or "paypal") on the fake at
 // url, with the credentials providers/fakes uses.
@@ -102,14 +253,7 @@ func pvURL(s *fakes.Set) string {
 
 func pvClient(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, lock time.Duration) (*payments.Client, *ledger.Ledger) {
 	t.Helper()
-	store, err := pgstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ledger.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, l := openStoreLedger(t, pool)
 	c, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: lock})
 	if err != nil {
 		t.Fatal(err)
@@ -189,25 +333,6 @@ func pvCheckOneCharge(t testing.TB, pool *pgxpool.Pool, c *payments.Client, s *f
 	}
 }
 
-// pvRetryUntilResolved retries a charge as an impatient client would.
-func pvRetryUntilResolved(t testing.TB, c *payments.Client, p payments.ChargeParams) payments.Outcome {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		out, err := c.Charge(context.Background(), p)
-		if err == nil {
-			return out
-		}
-		if !errors.Is(err, idempotency.ErrInProgress) && !idempotency.SafeToRetry(err) {
-			t.Fatalf("retry: %v", err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("unresolved after 2 minutes: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // pvCrashPoints are the points the child dies at, per provider. PayPal
 // adds a point the payments hooks cannot reach, taken in the child's HTTP
 // transport: after_create (the create with a payment source captured at
@@ -228,17 +353,11 @@ func TestCrashMatrixAdyenPayPal(t *testing.T) {
 				url := pgtest.MigratedURL(t)
 				pool := pgtest.PoolURL(t, url)
 				s := pvFakes(t, provider, "", 0)
-				c, _ := pvClient(t, pool, pvProvider(t, provider, pvURL(s), pvHTTPClient(nil)), crashLockTimeout)
+				c, _ := pvClient(t, pool, pvProvider(t, provider, pvURL(s), noKeepAliveClient(nil)), crashLockTimeout)
 				p := pvParams(t, provider, "order-"+point, "31.40")
 
-				cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChildAdyenPayPal$", "-test.count=1")
-				cmd.Env = append(os.Environ(), envPCrashPoint+"="+point, envPCrashProvider+"="+provider,
+				runCrashChild(t, "TestCrashChildAdyenPayPal", point, envPCrashPoint+"="+point, envPCrashProvider+"="+provider,
 					envPCrashDB+"="+url, envPCrashURL+"="+pvURL(s))
-				out, err := cmd.CombinedOutput()
-				var ee *exec.ExitError
-				if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-					t.Fatalf("child was not killed at %s: %v\n%s", point, err, out)
-				}
 				k := composed(t, "charge", p.Key)
 				if provider == "paypal" && point == "after_create" {
 					// The crash left an order, captured by its create.
@@ -247,16 +366,8 @@ func TestCrashMatrixAdyenPayPal(t *testing.T) {
 					}
 				}
 
-				first := pvRetryUntilResolved(t, c, p)
-				if first.Status != payments.IntentSucceeded || first.ProviderID == "" {
-					t.Fatalf("outcome after a crash %s: %+v", point, first)
-				}
-				for i := 0; i < 3; i++ {
-					again, err := c.Charge(context.Background(), p)
-					if err != nil || !again.Replayed || again.ProviderID != first.ProviderID || again.Status != first.Status {
-						t.Fatalf("later retry %d: %+v %v, want a replay of %+v", i, again, err, first)
-					}
-				}
+				first := retryUntilResolved(t, c, p)
+				checkResolvedAfterCrash(t, c, p, point, first)
 				pvCheckOneCharge(t, pool, c, s, provider, p.Key, first.ProviderID, 3140)
 			})
 		}
@@ -268,8 +379,6 @@ type killTransport struct {
 	base  http.RoundTripper
 	point string
 }
-
-func die() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
 
 func (k killTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := k.base.RoundTrip(r)
@@ -292,20 +401,9 @@ func TestCrashChildAdyenPayPal(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := killTransport{base: &http.Transport{DisableKeepAlives: true}, point: point}
-	c, _ := pvClient(t, pool, pvProvider(t, provider, os.Getenv(envPCrashURL), pvHTTPClient(rt)), crashLockTimeout)
-	kill := func(context.Context, string) { die() }
-	var h payments.CrashHooks
-	switch point {
-	case "after_claim":
-		h.AfterClaim = kill
-	case "after_intent":
-		h.AfterIntent = kill
-	case "after_provider":
-		h.AfterProvider = kill
-	case "after_commit":
-		h.AfterCommit = kill
-	case "after_create": // in the transport
-	default:
+	c, _ := pvClient(t, pool, pvProvider(t, provider, os.Getenv(envPCrashURL), noKeepAliveClient(rt)), crashLockTimeout)
+	h, ok := crashHooksAt(point, func(context.Context, string) { die() })
+	if !ok && point != "after_create" { // after_create: in the transport
 		t.Fatalf("unknown crash point %q", point)
 	}
 	payments.SetCrashHooks(c, h)
@@ -341,7 +439,7 @@ func TestLostResponsesAdyenPayPal(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
 			s := pvFakes(t, tc.provider, "", 0)
-			c, _ := pvClient(t, pool, pvProvider(t, tc.provider, pvURL(s), pvHTTPClient(nil)), 2*time.Second)
+			c, _ := pvClient(t, pool, pvProvider(t, tc.provider, pvURL(s), noKeepAliveClient(nil)), 2*time.Second)
 			ctx := context.Background()
 			if s.Adyen != nil {
 				s.Adyen.Inject(tc.adyen)
@@ -385,7 +483,7 @@ func TestLostRefundResponseAdyenPayPal(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
 			s := pvFakes(t, provName, "", 0)
-			c, _ := pvClient(t, pool, pvProvider(t, provName, pvURL(s), pvHTTPClient(nil)), 2*time.Second)
+			c, _ := pvClient(t, pool, pvProvider(t, provName, pvURL(s), noKeepAliveClient(nil)), 2*time.Second)
 			ctx := context.Background()
 			if _, err := c.Charge(ctx, pvParams(t, provName, "c1", "10.00")); err != nil {
 				t.Fatal(err)
