@@ -103,6 +103,18 @@ func balance(t *testing.T, b bundle) string {
 	return balanceOf(t, b.ledger, ledger.ProviderCash("stripe"))
 }
 
+// checkCharged fails unless key made one PaymentIntent at Stripe and the
+// ledger's provider cash at Stripe is cash.
+func checkCharged(t *testing.T, b bundle, key, cash string) {
+	t.Helper()
+	if n := pis(t, b, key); n != 1 {
+		t.Fatalf("PaymentIntents at Stripe for %s = %d, want 1", key, n)
+	}
+	if got := balance(t, b); got != cash {
+		t.Fatalf("provider:stripe = %s, want %s", got, cash)
+	}
+}
+
 func TestChargeOnceAndReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -115,12 +127,7 @@ func TestChargeOnceAndReplay(t *testing.T) {
 	if err != nil || !again.Replayed || again.ProviderID != first.ProviderID {
 		t.Fatalf("retry: %+v %v", again, err)
 	}
-	if n := pis(t, b, "k1"); n != 1 {
-		t.Fatalf("PaymentIntents at Stripe = %d, want 1", n)
-	}
-	if got := balance(t, b); got != "49.99" {
-		t.Fatalf("provider:stripe = %s, want 49.99", got)
-	}
+	checkCharged(t, b, "k1", "49.99")
 	in, err := b.client.Intent(ctx, "cus_1", "k1")
 	if err != nil || in.Status != payments.IntentSucceeded || in.ProviderID != first.ProviderID {
 		t.Fatalf("intent: %+v %v", in, err)
@@ -153,12 +160,7 @@ func TestLostResponseResolvedByRetry(t *testing.T) {
 	if err != nil || res.Status != payments.IntentSucceeded || res.Replayed {
 		t.Fatalf("retry: %+v %v", res, err)
 	}
-	if n := pis(t, b, "lost"); n != 1 {
-		t.Fatalf("PaymentIntents = %d, want 1", n)
-	}
-	if got := balance(t, b); got != "10.00" {
-		t.Fatalf("provider:stripe = %s, want 10.00", got)
-	}
+	checkCharged(t, b, "lost", "10.00")
 }
 
 func TestDeclineIsReplayed(t *testing.T) {
@@ -201,12 +203,7 @@ func TestConcurrentChargesOneIntent(t *testing.T) {
 	if err != nil || res.Status != payments.IntentSucceeded {
 		t.Fatalf("after the storm: %+v %v", res, err)
 	}
-	if n := pis(t, b, "storm"); n != 1 {
-		t.Fatalf("PaymentIntents = %d, want 1", n)
-	}
-	if got := balance(t, b); got != "5.00" {
-		t.Fatalf("provider:stripe = %s, want 5.00", got)
-	}
+	checkCharged(t, b, "storm", "5.00")
 }
 
 func TestBadInputRecordsNothing(t *testing.T) {
@@ -391,10 +388,5 @@ func TestChargeTxCommitsTheCallersRowsWithTheOutcome(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT paid_by FROM orders WHERE id = 'o1'`).Scan(&paidBy); err != nil || paidBy != out.ProviderID {
 		t.Fatalf("order row: %q %v, want paid by %s", paidBy, err, out.ProviderID)
 	}
-	if n := pis(t, b, "tx1"); n != 1 {
-		t.Fatalf("%d PaymentIntents, want 1", n)
-	}
-	if got := balance(t, b); got != "12.00" {
-		t.Fatalf("provider cash %s, want 12.00", got)
-	}
+	checkCharged(t, b, "tx1", "12.00")
 }

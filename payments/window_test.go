@@ -63,6 +63,20 @@ func (c clocked) age(t *testing.T, action, key string) {
 	c.clock.Advance(d)
 }
 
+// sendAged charges 10.00 under key once with a fault of kind on Stripe's
+// PaymentIntent create, which leaves the outcome unknown, then ages the
+// attempt by c.past (see age). It returns the charge, for the retries.
+func (c clocked) sendAged(t *testing.T, kind stripetest.FaultKind, key string) payments.ChargeParams {
+	t.Helper()
+	p := params(t, key, "10.00", stripetest.PaymentMethodVisa)
+	c.fake.Inject(stripetest.Fault{Kind: kind, Method: "POST", Path: "/v1/payment_intents"})
+	if _, err := c.client.Charge(context.Background(), p); !payments.OutcomeUnknown(err) {
+		t.Fatalf("%s on the create of %s: %v, want an unknown outcome", kind, key, err)
+	}
+	c.age(t, "charge", key)
+	return p
+}
+
 func (c clocked) status(t *testing.T, key string) (payments.IntentStatus, string) {
 	t.Helper()
 	k, _ := idempotency.ComposeKey("cus_1", "charge", key)
@@ -83,22 +97,13 @@ func TestRetryPastStripeWindowLooksUpInsteadOfResending(t *testing.T) {
 	t.Parallel()
 	c := setupClocked(t, 25*time.Hour, nil)
 	ctx := context.Background()
-	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
-	if _, err := c.client.Charge(ctx, params(t, "late", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
-		t.Fatalf("lost response: %v", err)
-	}
-	c.age(t, "charge", "late")
-	res, err := c.client.Charge(ctx, params(t, "late", "10.00", stripetest.PaymentMethodVisa))
+	p := c.sendAged(t, stripetest.ResetAfter, "late")
+	res, err := c.client.Charge(ctx, p)
 	if err != nil || res.Status != payments.IntentSucceeded || res.ProviderID == "" {
 		t.Fatalf("retry at +25h: %+v %v", res, err)
 	}
-	if n := pis(t, c.bundle, "late"); n != 1 {
-		t.Fatalf("PaymentIntents at Stripe = %d, want 1: the pruned key was re-sent", n)
-	}
-	if got := balance(t, c.bundle); got != "10.00" {
-		t.Fatalf("provider:stripe = %s, want 10.00", got)
-	}
-	again, err := c.client.Charge(ctx, params(t, "late", "10.00", stripetest.PaymentMethodVisa))
+	checkCharged(t, c.bundle, "late", "10.00")
+	again, err := c.client.Charge(ctx, p)
 	if err != nil || !again.Replayed || again.ProviderID != res.ProviderID {
 		t.Fatalf("replay: %+v %v", again, err)
 	}
@@ -110,12 +115,8 @@ func TestRetryInsideStripeWindowResends(t *testing.T) {
 	t.Parallel()
 	c := setupClocked(t, 22*time.Hour, func(p provider.Provider) provider.Provider { return cannotTell{p} })
 	ctx := context.Background()
-	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
-	if _, err := c.client.Charge(ctx, params(t, "early", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
-		t.Fatalf("lost response: %v", err)
-	}
-	c.age(t, "charge", "early")
-	res, err := c.client.Charge(ctx, params(t, "early", "10.00", stripetest.PaymentMethodVisa))
+	p := c.sendAged(t, stripetest.ResetAfter, "early")
+	res, err := c.client.Charge(ctx, p)
 	if err != nil || res.Status != payments.IntentSucceeded {
 		t.Fatalf("retry at +22h: %+v %v", res, err)
 	}
@@ -131,12 +132,8 @@ func TestRetryPastStripeWindowNothingThereFailsWithProof(t *testing.T) {
 	t.Parallel()
 	c := setupClocked(t, 30*time.Hour, nil)
 	ctx := context.Background()
-	c.fake.Inject(stripetest.Fault{Kind: stripetest.FailBefore, Method: "POST", Path: "/v1/payment_intents"})
-	if _, err := c.client.Charge(ctx, params(t, "void", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
-		t.Fatalf("500: %v", err)
-	}
-	c.age(t, "charge", "void")
-	_, err := c.client.Charge(ctx, params(t, "void", "10.00", stripetest.PaymentMethodVisa))
+	p := c.sendAged(t, stripetest.FailBefore, "void")
+	_, err := c.client.Charge(ctx, p)
 	var inv *provider.InvalidRequestError
 	if !errors.As(err, &inv) || inv.Code != "payment_void" {
 		t.Fatalf("retry past the window: %v, want the attempt failed with proof", err)
@@ -164,13 +161,9 @@ func TestRetryPastWindowWithoutProofNeedsReview(t *testing.T) {
 	t.Parallel()
 	c := setupClocked(t, 25*time.Hour, func(p provider.Provider) provider.Provider { return cannotTell{p} })
 	ctx := context.Background()
-	c.fake.Inject(stripetest.Fault{Kind: stripetest.ResetAfter, Method: "POST", Path: "/v1/payment_intents"})
-	if _, err := c.client.Charge(ctx, params(t, "blind", "10.00", stripetest.PaymentMethodVisa)); !payments.OutcomeUnknown(err) {
-		t.Fatalf("lost response: %v", err)
-	}
-	c.age(t, "charge", "blind")
+	p := c.sendAged(t, stripetest.ResetAfter, "blind")
 	for i := 0; i < 2; i++ {
-		_, err := c.client.Charge(ctx, params(t, "blind", "10.00", stripetest.PaymentMethodVisa))
+		_, err := c.client.Charge(ctx, p)
 		if !errors.Is(err, payments.ErrUnderReview) {
 			t.Fatalf("retry %d past the window: %v, want NEEDS_REVIEW", i, err)
 		}
