@@ -205,6 +205,17 @@ const (
 	envPCrashURL      = "PAYONCE_PCRASH_URL"
 )
 
+// forAdyenAndPayPal runs test for "adyen" and for "paypal", each in a
+// parallel subtest named after the provider.
+func forAdyenAndPayPal(t *testing.T, test func(t *testing.T, provider string)) {
+	for _, provider := range []string{"adyen", "paypal"} {
+		t.Run(provider, func(t *testing.T) {
+			t.Parallel()
+			test(t, provider)
+		})
+	}
+}
+
 // pvProvider is the adapter of name ("adyen" or "paypal") on the fake at
 // url, with the credentials providers/fakes uses.
 func pvProvider(t testing.TB, name, url string, hc *http.Client) provider.Provider {
@@ -299,6 +310,15 @@ func pvEntries(t testing.TB, pool *pgxpool.Pool, key string) (entries, postings 
 		t.Fatal(err)
 	}
 	return entries, postings
+}
+
+// checkRefundPosted fails unless the refund of key was posted once: one
+// ledger entry with two postings.
+func checkRefundPosted(t testing.TB, pool *pgxpool.Pool, key string) {
+	t.Helper()
+	if e, p := pvEntries(t, pool, composed(t, "refund", key)); e != 1 || p != 2 {
+		t.Fatalf("refund %s: %d ledger entries with %d postings, want 1 with 2", key, e, p)
+	}
 }
 
 // pvOrders counts PayPal orders for a charge key (attempt 0's custom_id).
@@ -481,56 +501,53 @@ func TestLostResponsesAdyenPayPal(t *testing.T) {
 // references and makes no second refund.
 func TestLostRefundResponseAdyenPayPal(t *testing.T) {
 	t.Parallel()
-	for _, provName := range []string{"adyen", "paypal"} {
-		t.Run(provName, func(t *testing.T) {
-			t.Parallel()
-			pool := pgtest.Pool(t)
-			s := pvFakes(t, provName, "", 0)
-			c, _ := pvClient(t, pool, pvProvider(t, provName, pvURL(s), noKeepAliveClient(nil)), 2*time.Second)
-			ctx := context.Background()
-			if _, err := c.Charge(ctx, pvParams(t, provName, "c1", "10.00")); err != nil {
-				t.Fatal(err)
-			}
-			refKey := composed(t, "refund", "r1")
-			var refunds func() int
-			if s.Adyen != nil {
-				s.Adyen.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments/*/refunds"})
-				ref := provider.DeriveKey(refKey, "refund", 0, adyen.MaxReferenceLen)
-				refunds = func() int { return s.Adyen.Counts(ref).Refunds }
-			} else {
-				s.PayPal.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/payments/captures/*/refund"})
-				ref := provider.DeriveKey(refKey, "refund", 0, paypal.MaxProviderKeyLen)
-				refunds = func() int { return s.PayPal.CountsByCustomID(ref).Refunds }
-			}
-			rp := payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: pvEUR(t, "4.00")}
-			if _, err := c.Refund(ctx, rp); !payments.OutcomeUnknown(err) {
-				t.Fatalf("lost refund response: %v, want an unknown outcome", err)
-			}
-			if in, err := c.RefundIntent(ctx, "cus_1", "r1"); err != nil || in.Status != payments.IntentUnknown {
-				t.Fatalf("refund intent: %+v %v, want UNKNOWN", in, err)
-			}
-			out, err := c.Refund(ctx, rp)
-			if err != nil || out.ProviderID == "" {
-				t.Fatalf("refund retry: %+v %v", out, err)
-			}
-			want, entries := payments.IntentSucceeded, 1
-			if provName == "adyen" { // only acknowledged: the REFUND notification decides
-				want, entries = payments.IntentPending, 0
-			}
-			if out.Status != want {
-				t.Fatalf("refund retry: %+v, want %s", out, want)
-			}
-			if n := refunds(); n != 1 {
-				t.Fatalf("%d refunds at the provider, want 1", n)
-			}
-			if e, _ := pvEntries(t, pool, refKey); e != entries {
-				t.Fatalf("%d ledger refund entries, want %d", e, entries)
-			}
-			if got := s.Net(provName)["EUR"]; got != 600 {
-				t.Fatalf("provider net %d, want 600", got)
-			}
-		})
-	}
+	forAdyenAndPayPal(t, func(t *testing.T, provName string) {
+		pool := pgtest.Pool(t)
+		s := pvFakes(t, provName, "", 0)
+		c, _ := pvClient(t, pool, pvProvider(t, provName, pvURL(s), noKeepAliveClient(nil)), 2*time.Second)
+		ctx := context.Background()
+		if _, err := c.Charge(ctx, pvParams(t, provName, "c1", "10.00")); err != nil {
+			t.Fatal(err)
+		}
+		refKey := composed(t, "refund", "r1")
+		var refunds func() int
+		if s.Adyen != nil {
+			s.Adyen.Inject(adyentest.Fault{Kind: adyentest.ResetAfter, Path: "/payments/*/refunds"})
+			ref := provider.DeriveKey(refKey, "refund", 0, adyen.MaxReferenceLen)
+			refunds = func() int { return s.Adyen.Counts(ref).Refunds }
+		} else {
+			s.PayPal.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Method: "POST", Path: "/v2/payments/captures/*/refund"})
+			ref := provider.DeriveKey(refKey, "refund", 0, paypal.MaxProviderKeyLen)
+			refunds = func() int { return s.PayPal.CountsByCustomID(ref).Refunds }
+		}
+		rp := payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: pvEUR(t, "4.00")}
+		if _, err := c.Refund(ctx, rp); !payments.OutcomeUnknown(err) {
+			t.Fatalf("lost refund response: %v, want an unknown outcome", err)
+		}
+		if in, err := c.RefundIntent(ctx, "cus_1", "r1"); err != nil || in.Status != payments.IntentUnknown {
+			t.Fatalf("refund intent: %+v %v, want UNKNOWN", in, err)
+		}
+		out, err := c.Refund(ctx, rp)
+		if err != nil || out.ProviderID == "" {
+			t.Fatalf("refund retry: %+v %v", out, err)
+		}
+		want, entries := payments.IntentSucceeded, 1
+		if provName == "adyen" { // only acknowledged: the REFUND notification decides
+			want, entries = payments.IntentPending, 0
+		}
+		if out.Status != want {
+			t.Fatalf("refund retry: %+v, want %s", out, want)
+		}
+		if n := refunds(); n != 1 {
+			t.Fatalf("%d refunds at the provider, want 1", n)
+		}
+		if e, _ := pvEntries(t, pool, refKey); e != entries {
+			t.Fatalf("%d ledger refund entries, want %d", e, entries)
+		}
+		if got := s.Net(provName)["EUR"]; got != 600 {
+			t.Fatalf("provider net %d, want 600", got)
+		}
+	})
 }
 
 // A refusal of a resumed attempt (a retry re-sending the references of an

@@ -467,6 +467,54 @@ func (r pvRig) cash(t testing.TB) string {
 	return balanceOf(t, r.ledger, ledger.ProviderCash(r.provider))
 }
 
+// checkCash fails unless the ledger's provider cash at the rig's provider
+// is want.
+func (r pvRig) checkCash(t testing.TB, want string) {
+	t.Helper()
+	if got := r.cash(t); got != want {
+		t.Fatalf("ledger provider cash %s, want %s", got, want)
+	}
+}
+
+// checkNet fails unless the net the rig's provider holds, in EUR minor
+// units, is want.
+func (r pvRig) checkNet(t testing.TB, want int64) {
+	t.Helper()
+	if got := r.fakes.Net(r.provider)["EUR"]; got != want {
+		t.Fatalf("%s net %d, want %d", r.provider, got, want)
+	}
+}
+
+// refundOutside refunds value (EUR minor units) of the Adyen payment psp
+// as Adyen's Customer Area would, outside payonce, under reference.
+func (r pvRig) refundOutside(t testing.TB, psp string, value int64, reference string) *adyen.ModificationResponse {
+	t.Helper()
+	res, err := r.prov.(*adyen.Provider).Client().Refund(context.Background(), psp,
+		adyen.ModificationRequest{Amount: adyen.Amount{Currency: "EUR", Value: value}, Reference: reference}, reference)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// charge charges amount under key and fails unless it succeeded.
+func (r pvRig) charge(t testing.TB, key, amount string) payments.Outcome {
+	t.Helper()
+	ch, err := r.client.Charge(context.Background(), pvParams(t, r.provider, key, amount))
+	if err != nil || ch.Status != payments.IntentSucceeded {
+		t.Fatalf("charge %s: %+v %v", key, ch, err)
+	}
+	return ch
+}
+
+// checkRefundIntent fails unless the refund intent of key has status want.
+func (r pvRig) checkRefundIntent(t testing.TB, key string, want payments.IntentStatus) {
+	t.Helper()
+	if in, err := r.client.RefundIntent(context.Background(), "cus_1", key); err != nil || in.Status != want {
+		t.Fatalf("refund intent %s: %+v %v, want %s", key, in, err, want)
+	}
+}
+
 // loseCharge makes a charge whose response is lost after the provider
 // acted (at PayPal, the create's: a create with a payment source captures
 // at once): the intent is left UNKNOWN.
@@ -548,127 +596,114 @@ func paypalDelivery(t testing.TB, r pvRig, typ string) (pvDelivery, string) {
 // settled state.
 func TestWebhookSettlesALostResponseAdyenPayPal(t *testing.T) {
 	t.Parallel()
-	for _, provider := range []string{"adyen", "paypal"} {
-		t.Run(provider, func(t *testing.T) {
-			t.Parallel()
-			r := pvWebhookRig(t, provider, 4)
-			ctx := context.Background()
-			p := r.loseCharge(t, "w1", "25.00")
-			r.wait(t)
-			if n := len(r.in.deliveries()); n != 5 {
-				t.Fatalf("%d deliveries, want 5", n)
-			}
-			in, err := r.client.Intent(ctx, "cus_1", "w1")
-			if err != nil || in.Status != payments.IntentSucceeded || in.ProviderID == "" {
-				t.Fatalf("intent after the webhook: %+v %v", in, err)
-			}
-			if got := r.outcomes(t); got[payments.EventApplied] != 1 || len(got) != 1 {
-				t.Fatalf("stored events %v, want one applied (the 4 redeliveries change nothing)", got)
-			}
-			if e, _ := pvEntries(t, r.pool, composed(t, "charge", "w1")); e != 1 {
-				t.Fatalf("%d ledger entries after the webhook, want 1", e)
-			}
-			out, err := r.client.Charge(ctx, p)
-			if err != nil || out.Status != payments.IntentSucceeded || out.ProviderID != in.ProviderID {
-				t.Fatalf("retry after the webhook: %+v %v", out, err)
-			}
-			pvCheckOneCharge(t, r.pool, r.client, r.fakes, provider, "w1", in.ProviderID, 2500)
-			if got := r.cash(t); got != "25.00" {
-				t.Fatalf("ledger provider cash %s, want 25.00", got)
-			}
-		})
-	}
+	forAdyenAndPayPal(t, func(t *testing.T, provider string) {
+		r := pvWebhookRig(t, provider, 4)
+		ctx := context.Background()
+		p := r.loseCharge(t, "w1", "25.00")
+		r.wait(t)
+		if n := len(r.in.deliveries()); n != 5 {
+			t.Fatalf("%d deliveries, want 5", n)
+		}
+		in, err := r.client.Intent(ctx, "cus_1", "w1")
+		if err != nil || in.Status != payments.IntentSucceeded || in.ProviderID == "" {
+			t.Fatalf("intent after the webhook: %+v %v", in, err)
+		}
+		if got := r.outcomes(t); got[payments.EventApplied] != 1 || len(got) != 1 {
+			t.Fatalf("stored events %v, want one applied (the 4 redeliveries change nothing)", got)
+		}
+		if e, _ := pvEntries(t, r.pool, composed(t, "charge", "w1")); e != 1 {
+			t.Fatalf("%d ledger entries after the webhook, want 1", e)
+		}
+		out, err := r.client.Charge(ctx, p)
+		if err != nil || out.Status != payments.IntentSucceeded || out.ProviderID != in.ProviderID {
+			t.Fatalf("retry after the webhook: %+v %v", out, err)
+		}
+		pvCheckOneCharge(t, r.pool, r.client, r.fakes, provider, "w1", in.ProviderID, 2500)
+		r.checkCash(t, "25.00")
+	})
 }
 
 // The notification arrives while the synchronous call has the provider's
 // answer but has not committed it: one posting, whoever commits first.
 func TestWebhookBeforeTheSynchronousCommitAdyenPayPal(t *testing.T) {
 	t.Parallel()
-	for _, provider := range []string{"adyen", "paypal"} {
-		t.Run(provider, func(t *testing.T) {
-			t.Parallel()
-			r := pvWebhookRig(t, provider, 0)
-			payments.SetCrashHooks(r.client, payments.CrashHooks{AfterProvider: func(context.Context, string) { r.wait(t) }})
-			out, err := r.client.Charge(context.Background(), pvParams(t, provider, "w2", "9.99"))
-			if err != nil || out.Status != payments.IntentSucceeded || out.Replayed {
-				t.Fatalf("charge: %+v %v", out, err)
-			}
-			if got := r.outcomes(t); got[payments.EventApplied] != 1 || len(got) != 1 {
-				t.Fatalf("the webhook did not settle first: %v", got)
-			}
-			pvCheckOneCharge(t, r.pool, r.client, r.fakes, provider, "w2", out.ProviderID, 999)
-			if got := r.cash(t); got != "9.99" {
-				t.Fatalf("ledger provider cash %s, want 9.99", got)
-			}
-		})
-	}
+	forAdyenAndPayPal(t, func(t *testing.T, provider string) {
+		r := pvWebhookRig(t, provider, 0)
+		payments.SetCrashHooks(r.client, payments.CrashHooks{AfterProvider: func(context.Context, string) { r.wait(t) }})
+		out, err := r.client.Charge(context.Background(), pvParams(t, provider, "w2", "9.99"))
+		if err != nil || out.Status != payments.IntentSucceeded || out.Replayed {
+			t.Fatalf("charge: %+v %v", out, err)
+		}
+		if got := r.outcomes(t); got[payments.EventApplied] != 1 || len(got) != 1 {
+			t.Fatalf("the webhook did not settle first: %v", got)
+		}
+		pvCheckOneCharge(t, r.pool, r.client, r.fakes, provider, "w2", out.ProviderID, 999)
+		r.checkCash(t, "9.99")
+	})
 }
 
 // The same real delivery posted 5 times at once is stored once and has one
 // effect.
 func TestWebhookStormAdyenPayPal(t *testing.T) {
 	t.Parallel()
-	for _, provider := range []string{"adyen", "paypal"} {
-		t.Run(provider, func(t *testing.T) {
-			t.Parallel()
-			r := pvWebhookRig(t, provider, 0)
-			ctx := context.Background()
-			r.in.drop.Store(true)
-			p := r.loseCharge(t, "w3", "40.00")
-			r.wait(t)
-			r.in.drop.Store(false)
-			if in, err := r.client.Intent(ctx, "cus_1", "w3"); err != nil || in.Status != payments.IntentUnknown {
-				t.Fatalf("intent before the storm: %+v %v", in, err)
+	forAdyenAndPayPal(t, func(t *testing.T, provider string) {
+		r := pvWebhookRig(t, provider, 0)
+		ctx := context.Background()
+		r.in.drop.Store(true)
+		p := r.loseCharge(t, "w3", "40.00")
+		r.wait(t)
+		r.in.drop.Store(false)
+		if in, err := r.client.Intent(ctx, "cus_1", "w3"); err != nil || in.Status != payments.IntentUnknown {
+			t.Fatalf("intent before the storm: %+v %v", in, err)
+		}
+		ds := r.in.deliveries()
+		if len(ds) != 1 {
+			t.Fatalf("%d deliveries recorded, want 1", len(ds))
+		}
+		d := ds[0]
+		type answer struct {
+			code int
+			body string
+		}
+		answers := make(chan answer, 5)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := 0; i < 5; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				code, body := r.in.post(t, d.header, d.body)
+				answers <- answer{code, body}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(answers)
+		for a := range answers {
+			if a.code != http.StatusOK {
+				t.Fatalf("a concurrent delivery got %d %s, want 200", a.code, a.body)
 			}
-			ds := r.in.deliveries()
-			if len(ds) != 1 {
-				t.Fatalf("%d deliveries recorded, want 1", len(ds))
+			if provider == "adyen" && a.body != "[accepted]" {
+				t.Fatalf("Adyen's acknowledgement: %q, want [accepted]", a.body)
 			}
-			d := ds[0]
-			type answer struct {
-				code int
-				body string
-			}
-			answers := make(chan answer, 5)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := 0; i < 5; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					code, body := r.in.post(t, d.header, d.body)
-					answers <- answer{code, body}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			close(answers)
-			for a := range answers {
-				if a.code != http.StatusOK {
-					t.Fatalf("a concurrent delivery got %d %s, want 200", a.code, a.body)
-				}
-				if provider == "adyen" && a.body != "[accepted]" {
-					t.Fatalf("Adyen's acknowledgement: %q, want [accepted]", a.body)
-				}
-			}
-			if got := r.outcomes(t); got[payments.EventApplied] != 1 || len(got) != 1 {
-				t.Fatalf("stored events %v, want exactly one, applied", got)
-			}
-			in, err := r.client.Intent(ctx, "cus_1", "w3")
-			if err != nil || in.Status != payments.IntentSucceeded {
-				t.Fatalf("intent after the storm: %+v %v", in, err)
-			}
-			if e, _ := pvEntries(t, r.pool, composed(t, "charge", "w3")); e != 1 {
-				t.Fatalf("%d ledger entries after the storm, want 1", e)
-			}
-			out, err := r.client.Charge(ctx, p)
-			if err != nil || out.Status != payments.IntentSucceeded || out.ProviderID != in.ProviderID {
-				t.Fatalf("retry after the storm: %+v %v", out, err)
-			}
-			pvCheckOneCharge(t, r.pool, r.client, r.fakes, provider, "w3", in.ProviderID, 4000)
-		})
-	}
+		}
+		if got := r.outcomes(t); got[payments.EventApplied] != 1 || len(got) != 1 {
+			t.Fatalf("stored events %v, want exactly one, applied", got)
+		}
+		in, err := r.client.Intent(ctx, "cus_1", "w3")
+		if err != nil || in.Status != payments.IntentSucceeded {
+			t.Fatalf("intent after the storm: %+v %v", in, err)
+		}
+		if e, _ := pvEntries(t, r.pool, composed(t, "charge", "w3")); e != 1 {
+			t.Fatalf("%d ledger entries after the storm, want 1", e)
+		}
+		out, err := r.client.Charge(ctx, p)
+		if err != nil || out.Status != payments.IntentSucceeded || out.ProviderID != in.ProviderID {
+			t.Fatalf("retry after the storm: %+v %v", out, err)
+		}
+		pvCheckOneCharge(t, r.pool, r.client, r.fakes, provider, "w3", in.ProviderID, 4000)
+	})
 }
 
 // Adyen's notifications out of order: a REFUND before the AUTHORISATION,
@@ -680,10 +715,7 @@ func TestAdyenWebhooksOutOfOrder(t *testing.T) {
 	r := pvWebhookRig(t, "adyen", 0)
 	ctx := context.Background()
 	r.in.drop.Store(true)
-	ch, err := r.client.Charge(ctx, pvParams(t, "adyen", "c1", "20.00"))
-	if err != nil || ch.Status != payments.IntentSucceeded {
-		t.Fatalf("charge: %+v %v", ch, err)
-	}
+	ch := r.charge(t, "c1", "20.00")
 	rf, err := r.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: pvEUR(t, "5.00")})
 	if err != nil || rf.Status != payments.IntentPending || rf.ProviderID == "" {
 		t.Fatalf("refund: %+v %v, want PENDING (Adyen only acknowledges)", rf, err)
@@ -715,16 +747,10 @@ func TestAdyenWebhooksOutOfOrder(t *testing.T) {
 	if got := r.eventOutcomes(t); !maps.Equal(got, want) {
 		t.Fatalf("stored events %v, want %v", got, want)
 	}
-	if in, err := r.client.RefundIntent(ctx, "cus_1", "r1"); err != nil || in.Status != payments.IntentSucceeded {
-		t.Fatalf("refund intent: %+v %v, want SUCCEEDED", in, err)
-	}
+	r.checkRefundIntent(t, "r1", payments.IntentSucceeded)
 	pvCheckOneCharge(t, r.pool, r.client, r.fakes, "adyen", "c1", ch.ProviderID, 1500)
-	if e, p := pvEntries(t, r.pool, composed(t, "refund", "r1")); e != 1 || p != 2 {
-		t.Fatalf("refund: %d ledger entries with %d postings, want 1 with 2", e, p)
-	}
-	if got := r.cash(t); got != "15.00" {
-		t.Fatalf("ledger provider cash %s, want 15.00", got)
-	}
+	checkRefundPosted(t, r.pool, "r1")
+	r.checkCash(t, "15.00")
 }
 
 // Adyen only acknowledges a refund: Refund answers PENDING, and the REFUND
@@ -733,10 +759,7 @@ func TestAdyenRefundSettledByWebhook(t *testing.T) {
 	t.Parallel()
 	r := pvWebhookRig(t, "adyen", 2)
 	ctx := context.Background()
-	ch, err := r.client.Charge(ctx, pvParams(t, "adyen", "c2", "10.00"))
-	if err != nil || ch.Status != payments.IntentSucceeded {
-		t.Fatalf("charge: %+v %v", ch, err)
-	}
+	r.charge(t, "c2", "10.00")
 	rp := payments.RefundParams{Scope: "cus_1", Key: "r2", ChargeKey: "c2", Amount: pvEUR(t, "4.00")}
 	rf, err := r.client.Refund(ctx, rp)
 	if err != nil || rf.Status != payments.IntentPending || rf.ProviderID == "" {
@@ -747,9 +770,7 @@ func TestAdyenRefundSettledByWebhook(t *testing.T) {
 	if err != nil || in.Status != payments.IntentSucceeded || in.ProviderID != rf.ProviderID {
 		t.Fatalf("refund intent after the REFUND notification: %+v %v", in, err)
 	}
-	if e, p := pvEntries(t, r.pool, composed(t, "refund", "r2")); e != 1 || p != 2 {
-		t.Fatalf("refund: %d ledger entries with %d postings, want 1 with 2", e, p)
-	}
+	checkRefundPosted(t, r.pool, "r2")
 	// A retry of the refund's key sends nothing new to Adyen.
 	again, err := r.client.Refund(ctx, rp)
 	if err != nil || again.ProviderID != rf.ProviderID {
@@ -760,12 +781,8 @@ func TestAdyenRefundSettledByWebhook(t *testing.T) {
 	if n := r.fakes.Adyen.Counts(refKey).Refunds; n != 1 {
 		t.Fatalf("%d refunds at Adyen, want 1", n)
 	}
-	if got := r.cash(t); got != "6.00" {
-		t.Fatalf("ledger provider cash %s, want 6.00", got)
-	}
-	if got := r.fakes.Net("adyen")["EUR"]; got != 600 {
-		t.Fatalf("Adyen net %d, want 600", got)
-	}
+	r.checkCash(t, "6.00")
+	r.checkNet(t, 600)
 	if got := r.outcomes(t); got[payments.EventApplied]+got[payments.EventConfirmed] != 2 || len(got) > 2 {
 		t.Fatalf("stored events %v, want the AUTHORISATION and the REFUND once each", got)
 	}
@@ -778,17 +795,10 @@ func TestAdyenRefundFailureReleasesTheReservation(t *testing.T) {
 	t.Parallel()
 	r := pvWebhookRig(t, "adyen", 0)
 	ctx := context.Background()
-	ch, err := r.client.Charge(ctx, pvParams(t, "adyen", "c3", "10.00"))
-	if err != nil || ch.Status != payments.IntentSucceeded {
-		t.Fatalf("charge: %+v %v", ch, err)
-	}
+	ch := r.charge(t, "c3", "10.00")
 	// 6.00 refunded in Adyen's Customer Area, outside payonce: Adyen will
 	// refuse a refund of more than the 4.00 left.
-	amt := adyen.Amount{Currency: "EUR", Value: 600}
-	if _, err := r.prov.(*adyen.Provider).Client().Refund(ctx, ch.ProviderID,
-		adyen.ModificationRequest{Amount: amt, Reference: "manual_refund_1"}, "manual_refund_1"); err != nil {
-		t.Fatal(err)
-	}
+	r.refundOutside(t, ch.ProviderID, 600, "manual_refund_1")
 	r.wait(t)
 
 	refund := func(key, amount string) (payments.Outcome, error) {
@@ -824,9 +834,7 @@ func TestAdyenRefundFailureReleasesTheReservation(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if in, err := r.client.RefundIntent(ctx, "cus_1", "r1"); err != nil || in.Status != payments.IntentFailed {
-		t.Fatalf("refund intent r1: %+v %v, want FAILED", in, err)
-	}
+	r.checkRefundIntent(t, "r1", payments.IntentFailed)
 	r.in.drop.Store(true)
 	r3, err := refund("r3", "10.00")
 	if err != nil || r3.Status != payments.IntentPending {
@@ -841,17 +849,13 @@ func TestAdyenRefundFailureReleasesTheReservation(t *testing.T) {
 	if code, body := r.in.post(t, nil, adyenDelivery(t, adyenItem(t, r.fakes.Adyen, "REFUND", r3.ProviderID))); code != http.StatusOK {
 		t.Fatalf("REFUND false of r3: %d %s", code, body)
 	}
-	if in, err := r.client.RefundIntent(ctx, "cus_1", "r3"); err != nil || in.Status != payments.IntentFailed {
-		t.Fatalf("refund intent r3: %+v %v, want FAILED", in, err)
-	}
+	r.checkRefundIntent(t, "r3", payments.IntentFailed)
 	r4, err := refund("r4", "4.00")
 	if err != nil || r4.Status != payments.IntentPending {
 		t.Fatalf("refund r4: %+v %v", r4, err)
 	}
 	r.wait(t)
-	if in, err := r.client.RefundIntent(ctx, "cus_1", "r4"); err != nil || in.Status != payments.IntentSucceeded {
-		t.Fatalf("refund intent r4: %+v %v, want SUCCEEDED", in, err)
-	}
+	r.checkRefundIntent(t, "r4", payments.IntentSucceeded)
 	for key, want := range map[string]int{"r1": 0, "r2": 0, "r3": 0, "r3b": 0, "r4": 1} {
 		if e, _ := pvEntries(t, r.pool, composed(t, "refund", key)); e != want {
 			t.Errorf("refund %s: %d ledger entries, want %d", key, e, want)
@@ -869,12 +873,8 @@ func TestAdyenRefundFailureReleasesTheReservation(t *testing.T) {
 	}
 	// The ledger knows the 4.00 refunded through payonce; the Customer
 	// Area's 6.00 is the reconciler's business.
-	if got := r.cash(t); got != "6.00" {
-		t.Fatalf("ledger provider cash %s, want 6.00", got)
-	}
-	if got := r.fakes.Net("adyen")["EUR"]; got != 0 {
-		t.Fatalf("Adyen net %d, want 0", got)
-	}
+	r.checkCash(t, "6.00")
+	r.checkNet(t, 0)
 }
 
 // Adyen caches a 500 produced after the payment: every retry with the key
@@ -925,10 +925,7 @@ func TestPayPalWebhooksOutOfOrder(t *testing.T) {
 	r := pvWebhookRig(t, "paypal", 0)
 	ctx := context.Background()
 	r.in.drop.Store(true)
-	ch, err := r.client.Charge(ctx, pvParams(t, "paypal", "c1", "20.00"))
-	if err != nil || ch.Status != payments.IntentSucceeded {
-		t.Fatalf("charge: %+v %v", ch, err)
-	}
+	ch := r.charge(t, "c1", "20.00")
 	rf, err := r.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: pvEUR(t, "5.00")})
 	if err != nil || rf.Status != payments.IntentSucceeded {
 		t.Fatalf("refund: %+v %v", rf, err)
@@ -947,12 +944,8 @@ func TestPayPalWebhooksOutOfOrder(t *testing.T) {
 		t.Fatalf("stored events %v, want %v", got, want)
 	}
 	pvCheckOneCharge(t, r.pool, r.client, r.fakes, "paypal", "c1", ch.ProviderID, 1500)
-	if e, p := pvEntries(t, r.pool, composed(t, "refund", "r1")); e != 1 || p != 2 {
-		t.Fatalf("refund: %d ledger entries with %d postings, want 1 with 2", e, p)
-	}
-	if got := r.cash(t); got != "15.00" {
-		t.Fatalf("ledger provider cash %s, want 15.00", got)
-	}
+	checkRefundPosted(t, r.pool, "r1")
+	r.checkCash(t, "15.00")
 }
 
 // A PayPal delivery that PayPal does not verify (another webhook id, a
@@ -960,12 +953,8 @@ func TestPayPalWebhooksOutOfOrder(t *testing.T) {
 func TestPayPalWebhookVerificationFailure(t *testing.T) {
 	t.Parallel()
 	r := pvWebhookRig(t, "paypal", 0)
-	ctx := context.Background()
 	r.in.drop.Store(true)
-	ch, err := r.client.Charge(ctx, pvParams(t, "paypal", "c1", "20.00"))
-	if err != nil || ch.Status != payments.IntentSucceeded {
-		t.Fatalf("charge: %+v %v", ch, err)
-	}
+	r.charge(t, "c1", "20.00")
 	r.wait(t)
 	r.in.drop.Store(false)
 	d, _ := paypalDelivery(t, r, "PAYMENT.CAPTURE.COMPLETED")
@@ -1051,20 +1040,13 @@ func TestAdyenOutsideRefundIsUnmatched(t *testing.T) {
 	t.Parallel()
 	r := pvWebhookRig(t, "adyen", 0)
 	ctx := context.Background()
-	ch, err := r.client.Charge(ctx, pvParams(t, "adyen", "c4", "10.00"))
-	if err != nil || ch.Status != payments.IntentSucceeded {
-		t.Fatalf("charge: %+v %v", ch, err)
-	}
+	ch := r.charge(t, "c4", "10.00")
 	rf, err := r.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c4", Amount: pvEUR(t, "5.00")})
 	if err != nil || rf.Status != payments.IntentPending {
 		t.Fatalf("refund: %+v %v", rf, err)
 	}
 	r.wait(t)
-	res, err := r.prov.(*adyen.Provider).Client().Refund(ctx, ch.ProviderID,
-		adyen.ModificationRequest{Amount: adyen.Amount{Currency: "EUR", Value: 500}, Reference: "manual_refund_2"}, "manual_refund_2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := r.refundOutside(t, ch.ProviderID, 500, "manual_refund_2")
 	r.wait(t)
 	if got := r.fakes.Net("adyen")["EUR"]; got != 0 {
 		t.Fatalf("Adyen net %d, want 0 (both refunds went through)", got)
@@ -1105,10 +1087,7 @@ func TestAdyenRefundNotificationBeforeTheSynchronousCommit(t *testing.T) {
 		return deliverFirst{base: &http.Transport{DisableKeepAlives: true}, s: s}
 	})
 	ctx := context.Background()
-	ch, err := r.client.Charge(ctx, pvParams(t, "adyen", "c5", "10.00"))
-	if err != nil || ch.Status != payments.IntentSucceeded {
-		t.Fatalf("charge: %+v %v", ch, err)
-	}
+	ch := r.charge(t, "c5", "10.00")
 	refund := func(key, amount string) (payments.Outcome, error) {
 		return r.client.Refund(ctx, payments.RefundParams{Scope: "cus_1", Key: key, ChargeKey: "c5", Amount: pvEUR(t, amount)})
 	}
@@ -1119,22 +1098,15 @@ func TestAdyenRefundNotificationBeforeTheSynchronousCommit(t *testing.T) {
 	if in, err := r.client.RefundIntent(ctx, "cus_1", "r1"); err != nil || in.Status != payments.IntentSucceeded || in.ProviderID != ok.ProviderID {
 		t.Fatalf("refund intent r1: %+v %v, want SUCCEEDED (the late PENDING must not undo it)", in, err)
 	}
-	if e, p := pvEntries(t, r.pool, composed(t, "refund", "r1")); e != 1 || p != 2 {
-		t.Fatalf("refund r1: %d ledger entries with %d postings, want 1 with 2", e, p)
-	}
+	checkRefundPosted(t, r.pool, "r1")
 	// 7.00 left; Adyen holds 7.00 too, minus 5.00 refunded outside payonce.
-	if _, err := r.prov.(*adyen.Provider).Client().Refund(ctx, ch.ProviderID,
-		adyen.ModificationRequest{Amount: adyen.Amount{Currency: "EUR", Value: 500}, Reference: "manual_refund_3"}, "manual_refund_3"); err != nil {
-		t.Fatal(err)
-	}
+	r.refundOutside(t, ch.ProviderID, 500, "manual_refund_3")
 	r.wait(t)
 	bad, err := refund("r2", "7.00")
 	if err != nil || bad.Status != payments.IntentPending {
 		t.Fatalf("refund r2: %+v %v, want PENDING", bad, err)
 	}
-	if in, err := r.client.RefundIntent(ctx, "cus_1", "r2"); err != nil || in.Status != payments.IntentFailed {
-		t.Fatalf("refund intent r2: %+v %v, want FAILED", in, err)
-	}
+	r.checkRefundIntent(t, "r2", payments.IntentFailed)
 	// Released exactly once: 7.00 can be reserved again, not 7.01.
 	var inv *provider.InvalidRequestError
 	if _, err := refund("r3", "7.01"); !errors.As(err, &inv) || inv.Code != "refund_exceeds_charge" {
@@ -1143,15 +1115,9 @@ func TestAdyenRefundNotificationBeforeTheSynchronousCommit(t *testing.T) {
 	if out, err := refund("r4", "2.00"); err != nil || out.Status != payments.IntentPending {
 		t.Fatalf("refund r4: %+v %v", out, err)
 	}
-	if in, err := r.client.RefundIntent(ctx, "cus_1", "r4"); err != nil || in.Status != payments.IntentSucceeded {
-		t.Fatalf("refund intent r4: %+v %v, want SUCCEEDED", in, err)
-	}
-	if got := r.cash(t); got != "5.00" {
-		t.Fatalf("ledger provider cash %s, want 5.00", got)
-	}
-	if got := r.fakes.Net("adyen")["EUR"]; got != 0 {
-		t.Fatalf("Adyen net %d, want 0", got)
-	}
+	r.checkRefundIntent(t, "r4", payments.IntentSucceeded)
+	r.checkCash(t, "5.00")
+	r.checkNet(t, 0)
 }
 
 // A PayPal refund whose response was lost is settled by its
@@ -1182,12 +1148,8 @@ func TestPayPalRefundedSettlesALostRefund(t *testing.T) {
 	if n := r.fakes.PayPal.CountsByCustomID(ref).Refunds; n != 1 {
 		t.Fatalf("%d refunds at PayPal, want 1", n)
 	}
-	if e, p := pvEntries(t, r.pool, composed(t, "refund", "r1")); e != 1 || p != 2 {
-		t.Fatalf("refund: %d ledger entries with %d postings, want 1 with 2", e, p)
-	}
-	if got := r.cash(t); got != "6.00" {
-		t.Fatalf("ledger provider cash %s, want 6.00", got)
-	}
+	checkRefundPosted(t, r.pool, "r1")
+	r.checkCash(t, "6.00")
 }
 
 // Adyen signs pspReference, originalReference, merchantAccountCode, merchantReference, value,
@@ -1485,9 +1447,7 @@ func TestAdyenRefundFailedAfterSuccessIsReversed(t *testing.T) {
 		t.Fatalf("refund: %+v %v", rf, err)
 	}
 	r.wait(t)
-	if in, err := r.client.RefundIntent(ctx, "cus_1", "arf"); err != nil || in.Status != payments.IntentSucceeded {
-		t.Fatalf("refund intent after REFUND: %+v %v", in, err)
-	}
+	r.checkRefundIntent(t, "arf", payments.IntentSucceeded)
 	failed := adyenRecoded(t, adyenItem(t, r.fakes.Adyen, "REFUND", rf.ProviderID), "REFUND_FAILED", "Refund rejected by card scheme")
 	var wg sync.WaitGroup
 	for range 5 {
@@ -1502,15 +1462,11 @@ func TestAdyenRefundFailedAfterSuccessIsReversed(t *testing.T) {
 	if code, body := r.in.post(t, nil, adyenDelivery(t, reversed)); code != http.StatusOK {
 		t.Fatalf("REFUNDED_REVERSED: %d %s", code, body)
 	}
-	if in, err := r.client.RefundIntent(ctx, "cus_1", "arf"); err != nil || in.Status != payments.IntentFailed {
-		t.Fatalf("refund intent after REFUND_FAILED: %+v %v, want FAILED", in, err)
-	}
+	r.checkRefundIntent(t, "arf", payments.IntentFailed)
 	if e, p := pvEntries(t, r.pool, composed(t, "refund", "arf")); e != 2 || p != 4 {
 		t.Fatalf("refund: %d entries with %d postings, want the refund and its reversal", e, p)
 	}
-	if got := r.cash(t); got != "10.00" {
-		t.Fatalf("ledger provider cash %s, want 10.00", got)
-	}
+	r.checkCash(t, "10.00")
 	booksBalanced(t, r.pool)
 	got := r.eventOutcomes(t)
 	if got[rf.ProviderID+":REFUND_FAILED:true"] != payments.EventRefundFailedAfterSuccess ||
