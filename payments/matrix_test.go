@@ -692,6 +692,19 @@ func newRefusalRig(t *testing.T, provider string) refusalRig {
 	return refusalRig{provider: provider, pool: pool, fakes: s, gate: gate, client: c}
 }
 
+// forRefusals runs test for each provider of refusalProviders and each
+// of statuses, in a parallel subtest named provider/status, on a new rig.
+func forRefusals(t *testing.T, statuses []int, test func(t *testing.T, r refusalRig, provName string, status int)) {
+	for _, provName := range refusalProviders {
+		for _, status := range statuses {
+			t.Run(fmt.Sprintf("%s/%d", provName, status), func(t *testing.T) {
+				t.Parallel()
+				test(t, newRefusalRig(t, provName), provName, status)
+			})
+		}
+	}
+}
+
 // refusalProvider is provider's adapter on its fake in s, with the fake's
 // credentials, or with the key (secret) rolled when rolled is set.
 func refusalProvider(t *testing.T, provider string, s *fakes.Set, hc *http.Client, rolled string) provider.Provider {
@@ -818,96 +831,84 @@ func wantClass(t *testing.T, status int, err error) {
 
 func TestResumedChargeRefusedStaysOpen(t *testing.T) {
 	t.Parallel()
-	for _, provName := range refusalProviders {
-		for _, status := range []int{401, 403, 404, 409, 429, 400} {
-			t.Run(fmt.Sprintf("%s/%d", provName, status), func(t *testing.T) {
-				t.Parallel()
-				r := newRefusalRig(t, provName)
-				ctx := context.Background()
-				p := r.params(t, "lost")
-				k := composed(t, "charge", p.Key)
+	forRefusals(t, []int{401, 403, 404, 409, 429, 400}, func(t *testing.T, r refusalRig, provName string, status int) {
+		ctx := context.Background()
+		p := r.params(t, "lost")
+		k := composed(t, "charge", p.Key)
 
-				r.loseNext(provider.StepCharge)
-				if _, err := r.client.Charge(ctx, p); !payments.OutcomeUnknown(err) {
-					t.Fatalf("first attempt: %v, want its answer lost", err)
-				}
-				if n := r.fakes.Charges(provName, k); n != 1 {
-					t.Fatalf("%d charges at the provider after the first attempt, want 1 (it charged)", n)
-				}
-
-				r.gate.arm(status)
-				for i := range 2 { // twice: the first refusal recorded nothing a retry would replay
-					_, err := r.client.Charge(ctx, p)
-					wantOpen(t, r, "charge", p.Key, err)
-					wantClass(t, status, err)
-					if i == 0 && status == 404 && !errors.As(err, new(*payments.RefusedRetryError)) {
-						t.Fatalf("404: %v, want a *RefusedRetryError", err)
-					}
-				}
-				if r.gate.count() == 0 {
-					t.Fatal("no retry reached the provider's edge")
-				}
-
-				r.gate.arm(0)
-				out, err := r.client.Charge(ctx, p)
-				if err != nil || out.Status != payments.IntentSucceeded || out.Replayed {
-					t.Fatalf("retry once the provider answers: %+v %v, want the original charge", out, err)
-				}
-				pvCheckOneCharge(t, r.pool, r.client, r.fakes, provName, p.Key, out.ProviderID, 1234)
-			})
+		r.loseNext(provider.StepCharge)
+		if _, err := r.client.Charge(ctx, p); !payments.OutcomeUnknown(err) {
+			t.Fatalf("first attempt: %v, want its answer lost", err)
 		}
-	}
+		if n := r.fakes.Charges(provName, k); n != 1 {
+			t.Fatalf("%d charges at the provider after the first attempt, want 1 (it charged)", n)
+		}
+
+		r.gate.arm(status)
+		for i := range 2 { // twice: the first refusal recorded nothing a retry would replay
+			_, err := r.client.Charge(ctx, p)
+			wantOpen(t, r, "charge", p.Key, err)
+			wantClass(t, status, err)
+			if i == 0 && status == 404 && !errors.As(err, new(*payments.RefusedRetryError)) {
+				t.Fatalf("404: %v, want a *RefusedRetryError", err)
+			}
+		}
+		if r.gate.count() == 0 {
+			t.Fatal("no retry reached the provider's edge")
+		}
+
+		r.gate.arm(0)
+		out, err := r.client.Charge(ctx, p)
+		if err != nil || out.Status != payments.IntentSucceeded || out.Replayed {
+			t.Fatalf("retry once the provider answers: %+v %v, want the original charge", out, err)
+		}
+		pvCheckOneCharge(t, r.pool, r.client, r.fakes, provName, p.Key, out.ProviderID, 1234)
+	})
 }
 
 // A refund's resumed attempt refused: the refund stays open with its
 // reservation, and the next retry gets the original refund.
 func TestResumedRefundRefusedStaysOpen(t *testing.T) {
 	t.Parallel()
-	for _, provName := range refusalProviders {
-		for _, status := range []int{403, 404, 400} {
-			t.Run(fmt.Sprintf("%s/%d", provName, status), func(t *testing.T) {
-				t.Parallel()
-				r := newRefusalRig(t, provName)
-				ctx := context.Background()
-				if _, err := r.client.Charge(ctx, r.params(t, "c1")); err != nil {
-					t.Fatal(err)
-				}
-				rp := payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: pvEUR(t, "4.00")}
-				rk := composed(t, "refund", "r1")
-				r.loseNext(provider.StepRefund)
-				if _, err := r.client.Refund(ctx, rp); !payments.OutcomeUnknown(err) {
-					t.Fatalf("first attempt: %v, want its answer lost", err)
-				}
-				if n := r.fakes.Refunds(provName, rk); n != 1 {
-					t.Fatalf("%d refunds at the provider after the first attempt, want 1", n)
-				}
-
-				r.gate.arm(status)
-				_, err := r.client.Refund(ctx, rp)
-				wantOpen(t, r, "refund", "r1", err)
-				wantClass(t, status, err)
-				// The reservation holds: the rest of the charge can be
-				// refunded, not more.
-				over := payments.RefundParams{Scope: "cus_1", Key: "r2", ChargeKey: "c1", Amount: pvEUR(t, "8.35")}
-				if _, err := r.client.Refund(ctx, over); !errors.Is(err, provider.ErrRefundExceedsCharge) {
-					t.Fatalf("a refund beyond what the open one left: %v, want refund_exceeds_charge", err)
-				}
-
-				r.gate.arm(0)
-				out, err := r.client.Refund(ctx, rp)
-				want := payments.IntentSucceeded
-				if provName == "adyen" { // acknowledged: the REFUND notification decides
-					want = payments.IntentPending
-				}
-				if err != nil || out.Status != want || out.ProviderID == "" {
-					t.Fatalf("retry once the provider answers: %+v %v, want %s", out, err, want)
-				}
-				if n := r.fakes.Refunds(provName, rk); n != 1 {
-					t.Fatalf("%d refunds at the provider, want 1", n)
-				}
-			})
+	forRefusals(t, []int{403, 404, 400}, func(t *testing.T, r refusalRig, provName string, status int) {
+		ctx := context.Background()
+		if _, err := r.client.Charge(ctx, r.params(t, "c1")); err != nil {
+			t.Fatal(err)
 		}
-	}
+		rp := payments.RefundParams{Scope: "cus_1", Key: "r1", ChargeKey: "c1", Amount: pvEUR(t, "4.00")}
+		rk := composed(t, "refund", "r1")
+		r.loseNext(provider.StepRefund)
+		if _, err := r.client.Refund(ctx, rp); !payments.OutcomeUnknown(err) {
+			t.Fatalf("first attempt: %v, want its answer lost", err)
+		}
+		if n := r.fakes.Refunds(provName, rk); n != 1 {
+			t.Fatalf("%d refunds at the provider after the first attempt, want 1", n)
+		}
+
+		r.gate.arm(status)
+		_, err := r.client.Refund(ctx, rp)
+		wantOpen(t, r, "refund", "r1", err)
+		wantClass(t, status, err)
+		// The reservation holds: the rest of the charge can be
+		// refunded, not more.
+		over := payments.RefundParams{Scope: "cus_1", Key: "r2", ChargeKey: "c1", Amount: pvEUR(t, "8.35")}
+		if _, err := r.client.Refund(ctx, over); !errors.Is(err, provider.ErrRefundExceedsCharge) {
+			t.Fatalf("a refund beyond what the open one left: %v, want refund_exceeds_charge", err)
+		}
+
+		r.gate.arm(0)
+		out, err := r.client.Refund(ctx, rp)
+		want := payments.IntentSucceeded
+		if provName == "adyen" { // acknowledged: the REFUND notification decides
+			want = payments.IntentPending
+		}
+		if err != nil || out.Status != want || out.ProviderID == "" {
+			t.Fatalf("retry once the provider answers: %+v %v, want %s", out, err, want)
+		}
+		if n := r.fakes.Refunds(provName, rk); n != 1 {
+			t.Fatalf("%d refunds at the provider, want 1", n)
+		}
+	})
 }
 
 // Refused credentials on a first attempt: nothing was charged, the
