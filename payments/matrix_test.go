@@ -196,7 +196,8 @@ func checkResolvedAfterCrash(t testing.TB, c *payments.Client, p payments.Charge
 	}
 }
 
-// Adyen and PayPal.
+// Adyen and PayPal: their crash matrix, lost responses and lost refund
+// responses, on their fakes.
 
 const (
 	envPCrashPoint    = "PAYONCE_PCRASH_POINT"
