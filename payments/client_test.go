@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -38,23 +37,24 @@ func setup(t *testing.T) bundle {
 
 func setupWith(t *testing.T, cfg *payments.Config) bundle {
 	t.Helper()
+	return setupStripe(t, nil, nil, cfg)
+}
+
+// setupStripe is a client (cfg, nil: defaults) on a new schema and a
+// Stripe fake started with fakeCfg; wrap, when not nil, wraps the adapter.
+func setupStripe(t *testing.T, fakeCfg *stripetest.Config, wrap func(provider.Provider) provider.Provider, cfg *payments.Config) bundle {
+	t.Helper()
 	pool := pgtest.Pool(t)
-	store, err := pgstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ledger.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := stripetest.NewServer(nil)
+	store, l := openStoreLedger(t, pool)
+	fake := stripetest.NewServer(fakeCfg)
 	t.Cleanup(fake.Close)
-	// No keep-alives: a response lost after the fake committed must reach
-	// the adapter as a lost response, not be hidden by a transport resend.
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	prov, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_payments", BaseURL: fake.URL(), HTTPClient: hc})
+	sp, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_payments", BaseURL: fake.URL(), HTTPClient: noKeepAliveClient(nil)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var prov provider.Provider = sp
+	if wrap != nil {
+		prov = wrap(sp)
 	}
 	c, err := payments.New(pool, []provider.Provider{prov}, withStore(cfg, store, l))
 	if err != nil {
@@ -97,16 +97,22 @@ func pis(t *testing.T, b bundle, key string) int {
 	return b.fake.CountsByMetadata(paystripe.MetadataKey, k).PaymentIntents
 }
 
+// balance is the bundle's provider cash at Stripe.
 func balance(t *testing.T, b bundle) string {
 	t.Helper()
-	m, err := b.ledger.Balance(context.Background(), ledger.ProviderCash("stripe"), money.EUR)
-	if errors.Is(err, ledger.ErrUnknownAccount) {
-		return "0.00"
+	return balanceOf(t, b.ledger, ledger.ProviderCash("stripe"))
+}
+
+// checkCharged fails unless key made one PaymentIntent at Stripe and the
+// ledger's provider cash at Stripe is cash.
+func checkCharged(t *testing.T, b bundle, key, cash string) {
+	t.Helper()
+	if n := pis(t, b, key); n != 1 {
+		t.Fatalf("PaymentIntents at Stripe for %s = %d, want 1", key, n)
 	}
-	if err != nil {
-		t.Fatal(err)
+	if got := balance(t, b); got != cash {
+		t.Fatalf("provider:stripe = %s, want %s", got, cash)
 	}
-	return m.AmountString()
 }
 
 func TestChargeOnceAndReplay(t *testing.T) {
@@ -121,12 +127,7 @@ func TestChargeOnceAndReplay(t *testing.T) {
 	if err != nil || !again.Replayed || again.ProviderID != first.ProviderID {
 		t.Fatalf("retry: %+v %v", again, err)
 	}
-	if n := pis(t, b, "k1"); n != 1 {
-		t.Fatalf("PaymentIntents at Stripe = %d, want 1", n)
-	}
-	if got := balance(t, b); got != "49.99" {
-		t.Fatalf("provider:stripe = %s, want 49.99", got)
-	}
+	checkCharged(t, b, "k1", "49.99")
 	in, err := b.client.Intent(ctx, "cus_1", "k1")
 	if err != nil || in.Status != payments.IntentSucceeded || in.ProviderID != first.ProviderID {
 		t.Fatalf("intent: %+v %v", in, err)
@@ -159,12 +160,7 @@ func TestLostResponseResolvedByRetry(t *testing.T) {
 	if err != nil || res.Status != payments.IntentSucceeded || res.Replayed {
 		t.Fatalf("retry: %+v %v", res, err)
 	}
-	if n := pis(t, b, "lost"); n != 1 {
-		t.Fatalf("PaymentIntents = %d, want 1", n)
-	}
-	if got := balance(t, b); got != "10.00" {
-		t.Fatalf("provider:stripe = %s, want 10.00", got)
-	}
+	checkCharged(t, b, "lost", "10.00")
 }
 
 func TestDeclineIsReplayed(t *testing.T) {
@@ -207,12 +203,7 @@ func TestConcurrentChargesOneIntent(t *testing.T) {
 	if err != nil || res.Status != payments.IntentSucceeded {
 		t.Fatalf("after the storm: %+v %v", res, err)
 	}
-	if n := pis(t, b, "storm"); n != 1 {
-		t.Fatalf("PaymentIntents = %d, want 1", n)
-	}
-	if got := balance(t, b); got != "5.00" {
-		t.Fatalf("provider:stripe = %s, want 5.00", got)
-	}
+	checkCharged(t, b, "storm", "5.00")
 }
 
 func TestBadInputRecordsNothing(t *testing.T) {
@@ -260,26 +251,30 @@ func TestBadInputRecordsNothing(t *testing.T) {
 
 func TestRetentionShorterThanDedupWindowRefused(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	store, _ := pgstore.New(b.pool, nil)
-	prov, _ := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: b.fake.URL()})
-	_, err := payments.New(b.pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: b.ledger, Retention: time.Hour})
-	var ce *payments.ConfigError
-	if !errors.As(err, &ce) || ce.Field != "Config.Retention" {
-		t.Fatalf("err = %v", err)
-	}
+	checkConfigRefused(t, setup(t), payments.Config{Retention: time.Hour}, "Config.Retention")
 }
 
-func refundBalance(t *testing.T, b bundle) string {
+// checkConfigRefused asserts that New refuses cfg (with the bundle's store
+// and ledger) with a ConfigError naming field.
+func checkConfigRefused(t *testing.T, b bundle, cfg payments.Config, field string) {
 	t.Helper()
-	m, err := b.ledger.Balance(context.Background(), ledger.CustomerRefunds, money.EUR)
-	if errors.Is(err, ledger.ErrUnknownAccount) {
-		return "0.00"
-	}
+	store, _ := openStoreLedger(t, b.pool)
+	prov, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x", BaseURL: b.fake.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m.AmountString()
+	cfg.Store, cfg.Ledger = store, b.ledger
+	_, err = payments.New(b.pool, []provider.Provider{prov}, &cfg)
+	var ce *payments.ConfigError
+	if !errors.As(err, &ce) || ce.Field != field {
+		t.Fatalf("%+v: err = %v, want a ConfigError naming %s", cfg, err, field)
+	}
+}
+
+// refundBalance is what the bundle's ledger refunded to customers.
+func refundBalance(t *testing.T, b bundle) string {
+	t.Helper()
+	return balanceOf(t, b.ledger, ledger.CustomerRefunds)
 }
 
 func TestRefundsPartialReplayedAndBounded(t *testing.T) {
@@ -393,10 +388,5 @@ func TestChargeTxCommitsTheCallersRowsWithTheOutcome(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT paid_by FROM orders WHERE id = 'o1'`).Scan(&paidBy); err != nil || paidBy != out.ProviderID {
 		t.Fatalf("order row: %q %v, want paid by %s", paidBy, err, out.ProviderID)
 	}
-	if n := pis(t, b, "tx1"); n != 1 {
-		t.Fatalf("%d PaymentIntents, want 1", n)
-	}
-	if got := balance(t, b); got != "12.00" {
-		t.Fatalf("provider cash %s, want 12.00", got)
-	}
+	checkCharged(t, b, "tx1", "12.00")
 }

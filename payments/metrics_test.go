@@ -43,42 +43,15 @@ func TestMetricsScenario(t *testing.T) {
 	// Replays reach no provider and count nothing.
 	_, _ = b.client.Charge(ctx, params(t, "m1", "10.00", stripetest.PaymentMethodVisa))
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	counts := map[string]int64{}
-	var calls uint64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					o, _ := p.Attributes.Value(attribute.Key("outcome"))
-					counts[m.Name+"{"+o.AsString()+"}"] += p.Value
-				}
-			case metricdata.Histogram[float64]:
-				if m.Name == "payments.provider_call_duration_ms" {
-					for _, p := range d.DataPoints {
-						calls += p.Count
-					}
-				}
-			}
-		}
-	}
-	want := map[string]int64{
+	counts, observations := metricTotals(t, reader, "outcome")
+	checkTotals(t, counts, map[string]int64{
 		"payments.charges" + "{succeeded}": 2,
 		"payments.charges" + "{declined}":  1,
 		"payments.charges" + "{unknown}":   1,
 		"payments.refunds" + "{succeeded}": 1,
 		"payments.unknown_outcomes" + "{}": 1,
-	}
-	for k, v := range want {
-		if counts[k] != v {
-			t.Errorf("%s = %d, want %d (all: %v)", k, counts[k], v, counts)
-		}
-	}
-	if calls != 5 {
+	})
+	if calls := observations["payments.provider_call_duration_ms"]; calls != 5 {
 		t.Errorf("provider calls timed = %d, want 5", calls)
 	}
 }
@@ -114,30 +87,55 @@ func TestWebhookMetrics(t *testing.T) {
 	post(ev, "whsec_wrong")
 	post(`{"id": "evt_m2", "object": "event", "type": `, "whsec_m")
 
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if d, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, p := range d.DataPoints {
-					for _, k := range []attribute.Key{"outcome", "reason"} {
-						if v, ok := p.Attributes.Value(k); ok {
-							got[m.Name+"{"+v.AsString()+"}"] += p.Value
-						}
-					}
-				}
-			}
-		}
-	}
-	want := map[string]int64{
+	got, _ := metricTotals(t, reader, "outcome", "reason")
+	checkTotals(t, got, map[string]int64{
 		"payments.webhook_events" + "{unmatched}":   1,
 		"payments.webhook_events" + "{duplicate}":   1,
 		"payments.webhook_refusals" + "{signature}": 1,
 		"payments.webhook_refusals" + "{malformed}": 1,
+	})
+}
+
+// metricTotals collects reader's metrics: the points of each int64 sum
+// added up by name{value} for each of keys a point carries (name{} when it
+// carries none), and the observations of each float64 histogram counted
+// by name.
+func metricTotals(t *testing.T, reader *sdkmetric.ManualReader, keys ...attribute.Key) (map[string]int64, map[string]uint64) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
 	}
+	sums, observations := map[string]int64{}, map[string]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					carried := false
+					for _, k := range keys {
+						if v, ok := p.Attributes.Value(k); ok {
+							sums[m.Name+"{"+v.AsString()+"}"] += p.Value
+							carried = true
+						}
+					}
+					if !carried {
+						sums[m.Name+"{}"] += p.Value
+					}
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					observations[m.Name] += p.Count
+				}
+			}
+		}
+	}
+	return sums, observations
+}
+
+// checkTotals fails for each total of want that got does not have.
+func checkTotals(t *testing.T, got, want map[string]int64) {
+	t.Helper()
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %d, want %d (all: %v)", k, got[k], v, got)

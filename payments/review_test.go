@@ -43,7 +43,7 @@ func TestResolvedReviewIsWhatRetriesGet(t *testing.T) {
 				}
 				proof = payments.Proof{Status: decision, ProviderID: pi, Reason: "operator: the dashboard shows it succeeded"}
 			}
-			key := composedKey(t, "3ds")
+			key := composed(t, "charge", "3ds")
 			refused := errors.New("audit log unavailable")
 			err = b.client.Operator().ResolveReview(ctx, "cus_1", key, proof, func(context.Context, pgx.Tx) error { return refused })
 			if !errors.Is(err, refused) {
@@ -103,7 +103,7 @@ func underReview(t *testing.T, b bundle, key string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := b.client.Operator().Hold(ctx, payments.Examined{Scope: "cus_1", Key: composedKey(t, key), Kind: payments.KindCharge,
+	held, err := b.client.Operator().Hold(ctx, payments.Examined{Scope: "cus_1", Key: composed(t, "charge", key), Kind: payments.KindCharge,
 		Provider: in.Provider, Status: in.Status})
 	if err != nil {
 		t.Fatalf("hold: %v", err)

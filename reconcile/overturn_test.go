@@ -16,7 +16,6 @@ import (
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
-	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 	"github.com/payonce/payonce/reconcile"
 )
@@ -37,18 +36,8 @@ func newOverturnWorld(t *testing.T) overturnWorld {
 	var handler http.Handler
 	recv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	clock := stripetest.NewManualClock(time.Now().Add(-time.Minute))
-	fake := stripetest.NewServer(&stripetest.Config{WebhookURL: "http://" + recv.Listener.Addr().String(), Clock: clock.Now})
-	t.Cleanup(fake.Close)
-	prov, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_overturn", BaseURL: fake.URL(),
-		HTTPClient:     &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
-		WebhookSecrets: []string{stripetest.DefaultWebhookSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := payments.New(pool, []provider.Provider{prov}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, fake := stripeClient(t, pool, &stripetest.Config{WebhookURL: "http://" + recv.Listener.Addr().String(), Clock: clock.Now}, nil, nil)
+	var err error
 	if handler, err = client.WebhookHandler("stripe", nil); err != nil {
 		t.Fatal(err)
 	}

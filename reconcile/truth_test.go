@@ -3,19 +3,15 @@ package reconcile_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/payonce/payonce/idempotency/pgstore"
-	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers/adyen/adyentest"
-	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 	"github.com/payonce/payonce/reconcile"
 )
@@ -151,25 +147,7 @@ func TestLookupThatCannotTellNeedsReview(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	store, err := pgstore.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := ledger.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := stripetest.NewServer(nil)
-	t.Cleanup(fake.Close)
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	sp, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_blind", BaseURL: fake.URL(), HTTPClient: hc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := payments.New(pool, []provider.Provider{blindStripe{sp}}, &payments.Config{Store: store, Ledger: l})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, fake := stripeClient(t, pool, nil, nil, func(p provider.Provider) provider.Provider { return blindStripe{p} })
 	fake.Inject(stripeReset())
 	if _, err := client.Charge(ctx, params("stripe", "blind")); !payments.OutcomeUnknown(err) {
 		t.Fatalf("lost response: %v", err)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/payonce/payonce/payments"
 
-	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/pgtest"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
@@ -65,18 +64,8 @@ func setupBusyStripe(t *testing.T, start time.Time) busyStripe {
 	pool := pgtest.Pool(t)
 	clock := stripetest.NewManualClock(start)
 	// Search an hour behind: only a consistent List can answer.
-	fake := stripetest.NewServer(&stripetest.Config{Clock: clock.Now, SearchLag: time.Hour})
-	t.Cleanup(fake.Close)
 	rc := &stripeRequests{base: &http.Transport{DisableKeepAlives: true}}
-	sp, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_busy", BaseURL: fake.URL(),
-		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: rc}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := payments.New(pool, []provider.Provider{sp}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, fake := stripeClient(t, pool, &stripetest.Config{Clock: clock.Now, SearchLag: time.Hour}, rc, nil)
 	r, err := reconcile.New(pool, client, &reconcile.Config{Grace: time.Millisecond, Schedule: []time.Duration{time.Millisecond},
 		MaxChecks: 4, Progress: func(int, int) { rc.stop() }})
 	if err != nil {
