@@ -70,18 +70,32 @@ func setup(t *testing.T, cfg *paypaltest.Config) bundle {
 	srv := paypaltest.NewServer(cfg)
 	t.Cleanup(srv.Close)
 	sent := sentRequests{&testkit.Recorder{}}
+	return bundle{srv: srv, p: newProvider(t, srv, clock, sent), clock: clock, sent: sent}
+}
+
+// newProvider returns a Provider on srv's default credentials and webhook, on clock, that
+// sends its requests through transport.
+func newProvider(t *testing.T, srv *paypaltest.Server, clock *paypaltest.ManualClock, transport http.RoundTripper) *paypal.Provider {
+	t.Helper()
 	p, err := paypal.New(&paypal.Config{
 		ClientID:   paypaltest.DefaultClientID,
 		Secret:     paypaltest.DefaultSecret,
 		BaseURL:    srv.URL(),
-		HTTPClient: &http.Client{Timeout: time.Minute, Transport: sent},
+		HTTPClient: &http.Client{Timeout: time.Minute, Transport: transport},
 		WebhookID:  paypaltest.DefaultWebhookID,
 		Clock:      clock.Now,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return bundle{srv: srv, p: p, clock: clock, sent: sent}
+	return p
+}
+
+// countedProvider is a second Provider on b's fake whose requests are counted.
+func countedProvider(t *testing.T, b bundle) (*paypal.Provider, sentRequests) {
+	t.Helper()
+	rc := sentRequests{&testkit.Recorder{}}
+	return newProvider(t, b.srv, b.clock, rc), rc
 }
 
 // sink is a webhook endpoint recording deliveries.

@@ -10,16 +10,116 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
-
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
+
+func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
+	return provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, "refund", 0, paypal.MaxProviderKeyLen),
+		ChargeID: chargeID, Amount: amount}
+}
+
+func TestRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := must(b.p.Charge(ctxT(t), chargeReq("refunded", paypaltest.PaymentMethodVisa)))(t)
+
+	r1 := refundReq("refund-1", ch.ProviderID, eur("5.00"))
+	res := must(b.p.Refund(ctxT(t), r1))(t)
+	if res.Status != provider.RefundSucceeded || !res.Amount.Equal(eur("5.00")) || res.Replayed || !strings.HasPrefix(res.ProviderID, "REFFAKE") {
+		t.Fatalf("%+v", res)
+	}
+	again := must(b.p.Refund(ctxT(t), r1))(t)
+	if again.ProviderID != res.ProviderID || !again.Replayed {
+		t.Fatalf("replay %+v", again)
+	}
+	wantCounts(t, b, r1.ProviderKey, paypaltest.Counts{Refunds: 1})
+
+	// Lost response: the retry replays, one refund exists.
+	r2 := refundReq("refund-2", ch.ProviderID, eur("15.00"))
+	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Path: "/v2/payments/captures/*/refund"})
+	_, err := b.p.Refund(ctxT(t), r2)
+	if !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost refund: %v", err)
+	}
+	// The capture is fully refunded now; the replay still answers.
+	if res := must(b.p.Refund(ctxT(t), r2))(t); !res.Replayed || res.Status != provider.RefundSucceeded {
+		t.Fatalf("%+v", res)
+	}
+	wantCounts(t, b, r2.ProviderKey, paypaltest.Counts{Refunds: 1})
+
+	_, err = b.p.Refund(ctxT(t), refundReq("refund-3", ch.ProviderID, eur("0.01")))
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "CAPTURE_FULLY_REFUNDED" || idempotency.SafeToRetry(err) {
+		t.Fatalf("%+v", ie)
+	}
+	if got := b.srv.Totals()["EUR"]; got != (paypaltest.Total{Captured: 2000, Refunded: 2000}) {
+		t.Fatalf("totals %+v", got)
+	}
+}
+
+func TestOverRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := must(b.p.Charge(ctxT(t), chargeReq("over", paypaltest.PaymentMethodVisa)))(t)
+	must(b.p.Refund(ctxT(t), refundReq("over-1", ch.ProviderID, eur("15.00"))))(t)
+	r := refundReq("over-2", ch.ProviderID, eur("5.01"))
+	_, err := b.p.Refund(ctxT(t), r)
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "REFUND_AMOUNT_EXCEEDED" {
+		t.Fatalf("%+v", ie)
+	}
+	wantCounts(t, b, r.ProviderKey, paypaltest.Counts{})
+	if got := b.srv.Totals()["EUR"]; got.Refunded != 1500 || got.Net != 500 {
+		t.Fatalf("totals %+v", got)
+	}
+	_, err = b.p.Refund(ctxT(t), refundReq("over-3", ch.ProviderID, money.MustParse("1.00", money.USD)))
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "Amount" {
+		t.Fatalf("%+v", ie)
+	}
+}
+
+func TestRefundOfUncapturedOrUnknownOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := must(b.p.Charge(ctxT(t), chargeReq("3ds", paypaltest.PaymentMethodAuthenticationRequired)))(t)
+	_, err := b.p.Refund(ctxT(t), refundReq("r", ch.ProviderID, eur("1.00")))
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "ChargeID" {
+		t.Fatalf("%+v", ie)
+	}
+	_, err = b.p.Refund(ctxT(t), refundReq("r", "ORDUNKNOWN", eur("1.00")))
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "INVALID_RESOURCE_ID" {
+		t.Fatalf("%+v", ie)
+	}
+}
+
+// FailRefund refuses what it cannot fail, and gives the amount back to the capture.
+func TestFakeFailRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := must(b.p.Charge(ctxT(t), chargeReq("fr", paypaltest.PaymentMethodVisa)))(t)
+	re := must(b.p.Refund(ctxT(t), refundReq("fr-1", ch.ProviderID, eur("20.00"))))(t)
+	if err := b.srv.FailRefund(re.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.srv.FailRefund(re.ProviderID); err == nil {
+		t.Fatal("failing a failed refund: no error")
+	}
+	if err := b.srv.FailRefund("REFUNKNOWN"); err == nil {
+		t.Fatal("failing an unknown refund: no error")
+	}
+	// The whole capture is refundable again.
+	if res := must(b.p.Refund(ctxT(t), refundReq("fr-2", ch.ProviderID, eur("20.00"))))(t); res.Status != provider.RefundSucceeded {
+		t.Fatalf("%+v", res)
+	}
+	if got := b.srv.Totals()["EUR"]; got != (paypaltest.Total{Captured: 2000, Refunded: 2000}) {
+		t.Fatalf("totals %+v", got)
+	}
+}
 
 // lookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
 var lookupOf = testkit.LookupOf
@@ -147,9 +247,7 @@ func TestLookupRefundReadsRefundsWithoutCustomID(t *testing.T) {
 	must(b.p.Refund(ctxT(t), refundReq("lrf-strip-other", ch.ProviderID, eur("6.00"))))(t)
 
 	rc := sentRequests{&testkit.Recorder{Next: stripRefundCustomIDs{base: &http.Transport{DisableKeepAlives: true}}}}
-	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret,
-		BaseURL: b.srv.URL(), HTTPClient: &http.Client{Timeout: time.Minute, Transport: rc},
-		WebhookID: paypaltest.DefaultWebhookID, Clock: b.clock.Now}))(t)
+	p := newProvider(t, b.srv, b.clock, rc)
 	got := must(p.LookupRefund(ctxT(t), lookupOf(refundReq("lrf-strip-mine", ch.ProviderID, eur("4.00")))))(t)
 	onlyRefund(t, got, mine.ProviderID, provider.RefundSucceeded, eur("4.00"))
 	reqs := rc.take()
