@@ -15,11 +15,6 @@ import (
 	"github.com/payonce/payonce/providers/internal/testkit"
 )
 
-func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
-	return provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, "refund", 0, adyen.MaxReferenceLen),
-		ChargeID: chargeID, Amount: amount}
-}
-
 // lookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
 var lookupOf = testkit.LookupOf
 

@@ -148,6 +148,10 @@ func chargeReq(key, pm string) provider.ChargeRequest {
 	}
 }
 
+func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
+	return testkit.RefundRequest(key, chargeID, amount, paypal.MaxProviderKeyLen)
+}
+
 func ctxT(t *testing.T) context.Context { return testkit.Ctx(t) }
 
 // must(call())(t) fails t if call returned an error.

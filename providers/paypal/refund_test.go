@@ -16,14 +16,8 @@ import (
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
-	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
-
-func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
-	return provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, "refund", 0, paypal.MaxProviderKeyLen),
-		ChargeID: chargeID, Amount: amount}
-}
 
 func TestRefund(t *testing.T) {
 	t.Parallel()
