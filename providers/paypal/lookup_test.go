@@ -30,7 +30,7 @@ func TestLookup(t *testing.T) {
 			t.Fatalf("lookup %+v: %+v", lr, got)
 		}
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+	wantCaptured(t, b, req.ProviderKey)
 
 	// An unknown order id, and a key PayPal never saw: no charges. The second leaves a probe
 	// order that moves no money.
@@ -99,11 +99,8 @@ func TestLookupStates(t *testing.T) {
 		}
 	}
 	// An approved order that was never captured is no charge.
-	req := chargeReq("lk-uncaptured", paypaltest.PaymentMethodAuthenticationRequired)
-	orderID := must(b.p.Charge(ctxT(t), req))(t).ProviderID
-	if err := b.srv.CompletePayerAction(orderID); err != nil {
-		t.Fatal(err)
-	}
+	req, order := approvedOrder(t, b, "lk-uncaptured")
+	orderID := order.ProviderID
 	got := must(b.p.Lookup(ctxT(t), provider.LookupRequest{ProviderID: orderID, ProviderKey: req.ProviderKey}))(t)
 	if len(got.Charges) != 0 {
 		t.Fatalf("%+v", got)
@@ -166,7 +163,7 @@ func TestLookupWithRefunds(t *testing.T) {
 			t.Fatalf("%s: requests %v, want %v", tc.name, calls, tc.calls)
 		}
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+	wantCaptured(t, b, req.ProviderKey)
 }
 
 // No refunds, a declined capture and an order waiting for the payer: zero Money of the
@@ -217,7 +214,7 @@ func TestLookupPastTheWindowFindsTheCharge(t *testing.T) {
 	if n := b.sent.count("POST", "/v2/checkout/orders"); n != creates {
 		t.Fatalf("Lookup sent a create past the window: %v", b.sent.all())
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+	wantCaptured(t, b, req.ProviderKey)
 
 	// The reconciler's and payments' requests go through the same path (provider.ErrCannotTell
 	// is never the answer when the period is bounded).

@@ -169,6 +169,22 @@ func wantCounts(t *testing.T, b bundle, customID string, want paypaltest.Counts)
 	}
 }
 
+// wantCaptured fails t unless the fake holds what a charge that succeeded leaves for customID:
+// one order, captured once.
+func wantCaptured(t *testing.T, b bundle, customID string) {
+	t.Helper()
+	wantCounts(t, b, customID, paypaltest.Counts{Orders: 1, Captures: 1})
+}
+
+// wantCaptureCalls fails t unless the Provider sent n explicit captures (POST
+// /v2/checkout/orders/{id}/capture) so far.
+func wantCaptureCalls(t *testing.T, b bundle, n int) {
+	t.Helper()
+	if got := b.sent.count("POST", "/v2/checkout/orders/*/capture"); got != n {
+		t.Fatalf("capture sent %d times, want %d", got, n)
+	}
+}
+
 // firstDelivery charges once and returns the first webhook delivery.
 func firstDelivery(t *testing.T, b bundle, s *sink) delivery {
 	t.Helper()
