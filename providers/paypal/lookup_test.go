@@ -171,7 +171,7 @@ func TestLookupWithRefunds(t *testing.T) {
 func TestLookupWithRefundsNone(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ok := must(b.p.Charge(ctxT(t), chargeReq("lrn-ok", paypaltest.PaymentMethodVisa)))(t)
+	ok := charged(t, b, "lrn-ok")
 	declined, _ := b.p.Charge(ctxT(t), chargeReq("lrn-declined", paypaltest.PaymentMethodDeclined))
 	action := must(b.p.Charge(ctxT(t), chargeReq("lrn-3ds", paypaltest.PaymentMethodAuthenticationRequired)))(t)
 	for _, id := range []string{ok.ProviderID, declined.ProviderID, action.ProviderID} {
@@ -230,7 +230,7 @@ func TestLookupPastTheWindowFindsTheCharge(t *testing.T) {
 func TestLookupPastTheWindowAbsent(t *testing.T) {
 	t.Parallel()
 	b := lagged(t)
-	must(b.p.Charge(ctxT(t), chargeReq("search-other", paypaltest.PaymentMethodVisa)))(t) // noise
+	charged(t, b, "search-other") // noise
 	absent := provider.DeriveKey("search-absent", provider.StepCharge, 0, paypal.MaxProviderKeyLen)
 	lr := provider.LookupRequest{Key: "search-absent", ProviderKey: absent, From: t0.Add(-10 * time.Minute), To: t0.Add(-5 * time.Minute)}
 

@@ -169,6 +169,12 @@ func wantCounts(t *testing.T, b bundle, customID string, want paypaltest.Counts)
 	}
 }
 
+// charged charges key with a card that succeeds: the order is captured at its create.
+func charged(t *testing.T, b bundle, key string) provider.ChargeResult {
+	t.Helper()
+	return must(b.p.Charge(ctxT(t), chargeReq(key, paypaltest.PaymentMethodVisa)))(t)
+}
+
 // wantCaptured fails t unless the fake holds what a charge that succeeded leaves for customID:
 // one order, captured once.
 func wantCaptured(t *testing.T, b bundle, customID string) {

@@ -19,10 +19,18 @@ import (
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
 
+// refundRefused sends r and returns its refusal, failing t unless it is an
+// *provider.InvalidRequestError.
+func refundRefused(t *testing.T, b bundle, r provider.RefundRequest) *provider.InvalidRequestError {
+	t.Helper()
+	_, err := b.p.Refund(ctxT(t), r)
+	return errAs[*provider.InvalidRequestError](t, err)
+}
+
 func TestRefund(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("refunded", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "refunded")
 
 	r1 := refundReq("refund-1", ch.ProviderID, eur("5.00"))
 	res := must(b.p.Refund(ctxT(t), r1))(t)
@@ -60,19 +68,17 @@ func TestRefund(t *testing.T) {
 func TestOverRefund(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("over", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "over")
 	must(b.p.Refund(ctxT(t), refundReq("over-1", ch.ProviderID, eur("15.00"))))(t)
 	r := refundReq("over-2", ch.ProviderID, eur("5.01"))
-	_, err := b.p.Refund(ctxT(t), r)
-	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "REFUND_AMOUNT_EXCEEDED" {
+	if ie := refundRefused(t, b, r); ie.Code != "REFUND_AMOUNT_EXCEEDED" {
 		t.Fatalf("%+v", ie)
 	}
 	wantCounts(t, b, r.ProviderKey, paypaltest.Counts{})
 	if got := b.srv.Totals()["EUR"]; got.Refunded != 1500 || got.Net != 500 {
 		t.Fatalf("totals %+v", got)
 	}
-	_, err = b.p.Refund(ctxT(t), refundReq("over-3", ch.ProviderID, money.MustParse("1.00", money.USD)))
-	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "Amount" {
+	if ie := refundRefused(t, b, refundReq("over-3", ch.ProviderID, money.MustParse("1.00", money.USD))); ie.Param != "Amount" {
 		t.Fatalf("%+v", ie)
 	}
 }
@@ -81,12 +87,10 @@ func TestRefundOfUncapturedOrUnknownOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ch := must(b.p.Charge(ctxT(t), chargeReq("3ds", paypaltest.PaymentMethodAuthenticationRequired)))(t)
-	_, err := b.p.Refund(ctxT(t), refundReq("r", ch.ProviderID, eur("1.00")))
-	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "ChargeID" {
+	if ie := refundRefused(t, b, refundReq("r", ch.ProviderID, eur("1.00"))); ie.Param != "ChargeID" {
 		t.Fatalf("%+v", ie)
 	}
-	_, err = b.p.Refund(ctxT(t), refundReq("r", "ORDUNKNOWN", eur("1.00")))
-	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "INVALID_RESOURCE_ID" {
+	if ie := refundRefused(t, b, refundReq("r", "ORDUNKNOWN", eur("1.00"))); ie.Code != "INVALID_RESOURCE_ID" {
 		t.Fatalf("%+v", ie)
 	}
 }
@@ -95,7 +99,7 @@ func TestRefundOfUncapturedOrUnknownOrder(t *testing.T) {
 func TestFakeFailRefund(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("fr", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "fr")
 	re := must(b.p.Refund(ctxT(t), refundReq("fr-1", ch.ProviderID, eur("20.00"))))(t)
 	if err := b.srv.FailRefund(re.ProviderID); err != nil {
 		t.Fatal(err)
@@ -128,7 +132,7 @@ var onlyRefund = testkit.OnlyRefund
 func TestLookupRefundAfterLostResponse(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "lrf")
 	other := must(b.p.Refund(ctxT(t), refundReq("lrf-other", ch.ProviderID, eur("3.00"))))(t)
 
 	lost := refundReq("lrf-lost", ch.ProviderID, eur("5.00"))
@@ -186,7 +190,7 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 func TestLookupRefundFailed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf-failed", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "lrf-failed")
 	req := refundReq("lrf-failed-refund", ch.ProviderID, eur("7.00"))
 	re := must(b.p.Refund(ctxT(t), req))(t)
 	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), lookupOf(req)))(t), re.ProviderID, provider.RefundSucceeded, eur("7.00"))
@@ -236,7 +240,7 @@ func (s stripRefundCustomIDs) RoundTrip(r *http.Request) (*http.Response, error)
 func TestLookupRefundReadsRefundsWithoutCustomID(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf-strip", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "lrf-strip")
 	mine := must(b.p.Refund(ctxT(t), refundReq("lrf-strip-mine", ch.ProviderID, eur("4.00"))))(t)
 	must(b.p.Refund(ctxT(t), refundReq("lrf-strip-other", ch.ProviderID, eur("6.00"))))(t)
 
@@ -262,7 +266,7 @@ func TestLookupRefundReadsRefundsWithoutCustomID(t *testing.T) {
 func TestLookupRefundRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf-x", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "lrf-x")
 	req := refundReq("lrf-x-refund", ch.ProviderID, eur("2.00"))
 	re := must(b.p.Refund(ctxT(t), req))(t)
 	p, rc := countedProvider(t, b)
