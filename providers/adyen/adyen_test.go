@@ -140,6 +140,19 @@ func (b bundle) wait(t *testing.T) {
 	}
 }
 
+// lookup looks up the charge req by its keys, as the reconciler does.
+func (b bundle) lookup(t *testing.T, req provider.ChargeRequest) provider.LookupResult {
+	t.Helper()
+	return must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+}
+
+// void voids the charge req: by its reference (a technical cancel) when pspReference is "", else
+// the payment pspReference (a reversal).
+func (b bundle) void(t *testing.T, req provider.ChargeRequest, pspReference string) {
+	t.Helper()
+	must(0, b.p.Void(context.Background(), provider.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey, ProviderID: pspReference}))(t)
+}
+
 func eur(s string) money.Money { return testkit.EUR(s) }
 
 func chargeReq(key, pm string) provider.ChargeRequest {
@@ -293,13 +306,13 @@ func TestChargeRequiresAction(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 	// No AUTHORISATION until the shopper is back; then Lookup sees it.
-	if got := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 {
+	if got := b.lookup(t, req); len(got.Charges) != 0 {
 		t.Fatalf("lookup before authentication: %+v", got)
 	}
 	if err := b.srv.CompleteRedirect(res.ProviderID, true); err != nil {
 		t.Fatal(err)
 	}
-	got := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := b.lookup(t, req)
 	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargeSucceeded || got.Charges[0].ProviderID != res.ProviderID {
 		t.Fatalf("lookup after authentication: %+v", got)
 	}
@@ -474,7 +487,7 @@ func TestFailAfterResolvedByLookup(t *testing.T) {
 		}
 	}
 	wantPayments(t, b, req.ProviderKey, 1)
-	got := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := b.lookup(t, req)
 	if got.Consistent || len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargeSucceeded || !got.Charges[0].Amount.Equal(req.Amount) {
 		t.Fatalf("lookup: %+v", got)
 	}

@@ -54,7 +54,7 @@ func TestLookupDuplicates(t *testing.T) {
 	ctx := context.Background()
 	req := chargeReq("order-dup", adyentest.PaymentMethodVisa)
 	res := must(b.p.Charge(ctx, req))(t)
-	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := b.lookup(t, req)
 	if len(got.Charges) != 1 || got.Charges[0].ProviderID != res.ProviderID {
 		t.Fatalf("lookup: %+v", got)
 	}
