@@ -27,9 +27,11 @@ func setupManual(t *testing.T) bundle {
 	return setupWith(t, &adyentest.Config{CaptureMode: adyentest.CaptureManual}, manual)
 }
 
-// onlyEvent returns the one event of type typ under reference, failing t otherwise.
+// onlyEvent waits for the fake's deliveries so far and returns the one event of type typ under
+// reference, failing t otherwise.
 func onlyEvent(t *testing.T, b bundle, reference, typ string) provider.WebhookEvent {
 	t.Helper()
+	b.wait(t)
 	var found []provider.WebhookEvent
 	for _, ev := range b.inbox.byReference(reference) {
 		if ev.Type == typ {
@@ -87,7 +89,6 @@ func TestTechnicalCancelOfACapturedPaymentFails(t *testing.T) {
 	}
 
 	b.void(t, req, "")
-	b.wait(t)
 	failed := onlyEvent(t, b, req.ProviderKey, "TECHNICAL_CANCEL")
 	if failed.Kind != provider.EventCancelFailed || failed.DeclineCode != adyentest.ReasonCancelCaptured || len(failed.ChargeID) != 16 {
 		t.Fatalf("technical cancel of a captured payment: %+v, want cancel_failed naming the payment with Adyen's reason", failed)
@@ -104,7 +105,6 @@ func TestTechnicalCancelOfACapturedPaymentFails(t *testing.T) {
 	// The failed cancel named the payment: a reversal refunds it, whatever its capture state.
 	b.void(t, req, failed.ChargeID)
 	b.void(t, req, failed.ChargeID) // a retry replays: one reversal
-	b.wait(t)
 	refunded := onlyEvent(t, b, req.ProviderKey, "CANCEL_OR_REFUND")
 	if refunded.Kind != provider.EventCancelled || refunded.DeclineCode != "refunded" || refunded.ChargeID != failed.ChargeID ||
 		!refunded.Amount.Equal(req.Amount) {
@@ -140,7 +140,6 @@ func TestTechnicalCancelOfAnUncapturedAuthorisation(t *testing.T) {
 	psp := got.Charges[0].ProviderID
 
 	b.void(t, req, "")
-	b.wait(t)
 	cancelled := onlyEvent(t, b, req.ProviderKey, "TECHNICAL_CANCEL")
 	if cancelled.Kind != provider.EventCancelled || cancelled.ChargeID != psp || cancelled.DeclineCode != "cancelled" {
 		t.Fatalf("technical cancel: %+v", cancelled)
@@ -154,7 +153,6 @@ func TestTechnicalCancelOfAnUncapturedAuthorisation(t *testing.T) {
 	nothing := chargeReq("order-none", adyentest.PaymentMethodVisa) // never sent
 	none := nothing.ProviderKey
 	b.void(t, nothing, "")
-	b.wait(t)
 	if ev := onlyEvent(t, b, none, "TECHNICAL_CANCEL"); ev.Kind != provider.EventCancelFailed || ev.ChargeID != "" ||
 		ev.DeclineCode != adyentest.ReasonNoPayment {
 		t.Fatalf("technical cancel of nothing: %+v", ev)
@@ -180,7 +178,6 @@ func TestReversalOfAnUncapturedAuthorisationCancels(t *testing.T) {
 		t.Fatalf("counts %+v: the capture must not be sent when the payment could not be recorded", c)
 	}
 	b.void(t, req, recorded)
-	b.wait(t)
 	ev := onlyEvent(t, b, req.ProviderKey, "CANCEL_OR_REFUND")
 	if ev.Kind != provider.EventCancelled || ev.DeclineCode != "cancelled" || ev.ChargeID != recorded {
 		t.Fatalf("reversal of an authorisation: %+v", ev)
@@ -190,7 +187,6 @@ func TestReversalOfAnUncapturedAuthorisationCancels(t *testing.T) {
 	if _, err := b.p.Client().Reversal(ctx, recorded, "again", "again"); err != nil {
 		t.Fatal(err)
 	}
-	b.wait(t)
 	again := onlyEvent(t, b, "again", "CANCEL_OR_REFUND")
 	if again.Kind != provider.EventCancelFailed || again.DeclineCode == "" || again.ChargeID != recorded {
 		t.Fatalf("second reversal: %+v", again)
@@ -215,7 +211,6 @@ func TestManualCaptureFlow(t *testing.T) {
 	if c := b.srv.Counts(req.ProviderKey); c != (adyentest.Counts{Payments: 1, Captures: 1}) {
 		t.Fatalf("counts %+v", c)
 	}
-	b.wait(t)
 	if ev := onlyEvent(t, b, req.ProviderKey, "AUTHORISATION"); ev.Kind != provider.EventChargePending {
 		t.Fatalf("AUTHORISATION under manual capture: %+v, want charge_pending (no money moved)", ev)
 	}
@@ -250,7 +245,6 @@ func TestManualCaptureFlow(t *testing.T) {
 		t.Fatalf("payments under the charge's key: %+v", c)
 	}
 	wantTotal(t, b, adyentest.Total{Authorised: 4000, Captured: 4000, Net: 4000, NetAmount: "40.00"})
-	b.wait(t)
 	if ev := onlyEvent(t, b, lost.ProviderKey, "CAPTURE"); ev.Kind != provider.EventCaptureSucceeded || ev.ChargeID != known {
 		t.Fatalf("CAPTURE: %+v", ev)
 	}
@@ -272,7 +266,6 @@ func TestRefusedCaptureStaysPending(t *testing.T) {
 	if again := must(b.p.Charge(ctx, req))(t); again.Status != provider.ChargePending {
 		t.Fatalf("resumed charge: %+v", again)
 	}
-	b.wait(t)
 	if ev := onlyEvent(t, b, req.ProviderKey, "CAPTURE"); ev.Kind != provider.EventCaptureFailed || ev.DeclineCode == "" {
 		t.Fatalf("CAPTURE: %+v", ev)
 	}
@@ -291,7 +284,6 @@ func TestRefundNeedsACapture(t *testing.T) {
 	_, res := authorisedOnly(t, b, "order-norefund")
 	r := refundReq("order-norefund-r", res.ProviderID, eur("5.00"))
 	must(b.p.Refund(ctx, r))(t)
-	b.wait(t)
 	if ev := onlyEvent(t, b, r.ProviderKey, "REFUND"); ev.Kind != provider.EventRefundFailed || ev.DeclineCode != adyentest.ReasonRefundNotCaptured {
 		t.Fatalf("refund of an uncaptured payment: %+v", ev)
 	}
@@ -363,7 +355,6 @@ func TestCaptureDelayWindow(t *testing.T) {
 	b.void(t, early, "")
 	clock.Advance(2 * time.Hour)
 	b.void(t, late, "")
-	b.wait(t)
 	if ev := onlyEvent(t, b, early.ProviderKey, "TECHNICAL_CANCEL"); ev.Kind != provider.EventCancelled {
 		t.Fatalf("cancel within the capture delay: %+v", ev)
 	}
