@@ -12,6 +12,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/adapterkit"
 )
 
 const (
@@ -415,10 +416,7 @@ func (p *Provider) Lookup(ctx context.Context, req provider.LookupRequest) (prov
 }
 
 // invalid is a request refused before sending it.
-func invalid(param, msg string) error {
-	return &provider.InvalidRequestError{Provider: providerName, Code: "payonce_invalid_parameter", Param: param,
-		Message: param + " " + msg + " (refused before sending)"}
-}
+func invalid(param, msg string) error { return adapterkit.Refused(providerName, param, msg) }
 
 func checkKeys(key, reference string) error {
 	switch {

@@ -2,7 +2,6 @@ package adyen_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -141,6 +140,19 @@ func (b bundle) wait(t *testing.T) {
 	}
 }
 
+// lookup looks up the charge req by its keys, as the reconciler does.
+func (b bundle) lookup(t *testing.T, req provider.ChargeRequest) provider.LookupResult {
+	t.Helper()
+	return must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+}
+
+// void voids the charge req: by its reference (a technical cancel) when pspReference is "", else
+// the payment pspReference (a reversal).
+func (b bundle) void(t *testing.T, req provider.ChargeRequest, pspReference string) {
+	t.Helper()
+	must(0, b.p.Void(context.Background(), provider.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey, ProviderID: pspReference}))(t)
+}
+
 func eur(s string) money.Money { return testkit.EUR(s) }
 
 func chargeReq(key, pm string) provider.ChargeRequest {
@@ -152,6 +164,10 @@ func chargeReq(key, pm string) provider.ChargeRequest {
 		Metadata:      map[string]string{"order": key},
 		Shopper:       "usr_" + key,
 	}
+}
+
+func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
+	return testkit.RefundRequest(key, chargeID, amount, adyen.MaxReferenceLen)
 }
 
 // must(call())(t) fails t if call returned an error.
@@ -290,13 +306,13 @@ func TestChargeRequiresAction(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 	// No AUTHORISATION until the shopper is back; then Lookup sees it.
-	if got := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 {
+	if got := b.lookup(t, req); len(got.Charges) != 0 {
 		t.Fatalf("lookup before authentication: %+v", got)
 	}
 	if err := b.srv.CompleteRedirect(res.ProviderID, true); err != nil {
 		t.Fatal(err)
 	}
-	got := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := b.lookup(t, req)
 	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargeSucceeded || got.Charges[0].ProviderID != res.ProviderID {
 		t.Fatalf("lookup after authentication: %+v", got)
 	}
@@ -471,7 +487,7 @@ func TestFailAfterResolvedByLookup(t *testing.T) {
 		}
 	}
 	wantPayments(t, b, req.ProviderKey, 1)
-	got := must(b.p.Lookup(context.Background(), provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := b.lookup(t, req)
 	if got.Consistent || len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargeSucceeded || !got.Charges[0].Amount.Equal(req.Amount) {
 		t.Fatalf("lookup: %+v", got)
 	}
@@ -624,235 +640,6 @@ func TestLongReferences(t *testing.T) {
 	evs := b.inbox.byReference(req.ProviderKey)
 	if len(evs) != 1 || evs[0].Key != "" || evs[0].ProviderID != res.ProviderID {
 		t.Fatalf("events %+v", evs)
-	}
-}
-
-func TestRefund(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
-	ctx := context.Background()
-	charge := must(b.p.Charge(ctx, chargeReq("order-r", adyentest.PaymentMethodVisa)))(t)
-
-	r1 := refundReq("order-r", charge.ProviderID, eur("15.00"))
-	res := must(b.p.Refund(ctx, r1))(t)
-	if res.Status != provider.RefundPending || res.ProviderID == "" || res.ProviderID == charge.ProviderID || !res.Amount.Equal(r1.Amount) || res.Replayed {
-		t.Fatalf("refund: %+v", res)
-	}
-	again := must(b.p.Refund(ctx, r1))(t)
-	if again.ProviderID != res.ProviderID {
-		t.Fatalf("replayed refund: %+v, first %+v", again, res)
-	}
-	// More than what is left: received, then REFUND success=false.
-	r2 := refundReq("order-r2", charge.ProviderID, eur("10.00"))
-	res2 := must(b.p.Refund(ctx, r2))(t)
-	if res2.Status != provider.RefundPending {
-		t.Fatalf("%+v", res2)
-	}
-	if c := b.srv.Counts(r1.ProviderKey); c.Refunds != 1 {
-		t.Fatalf("refunds for %s: %+v", r1.ProviderKey, c)
-	}
-	b.wait(t)
-	ok := b.inbox.byReference(r1.ProviderKey)
-	if len(ok) != 1 || ok[0].Kind != provider.EventRefundSucceeded || ok[0].ChargeID != charge.ProviderID ||
-		ok[0].ProviderID != res.ProviderID || !ok[0].Amount.Equal(eur("15.00")) || ok[0].ID != res.ProviderID+":REFUND:true" {
-		t.Fatalf("REFUND events: %+v", ok)
-	}
-	bad := b.inbox.byReference(r2.ProviderKey)
-	if len(bad) != 1 || bad[0].Kind != provider.EventRefundFailed || bad[0].DeclineCode == "" || bad[0].ChargeID != charge.ProviderID {
-		t.Fatalf("REFUND failure events: %+v", bad)
-	}
-	if tot := b.srv.Totals()["EUR"]; tot.Authorised != 2000 || tot.Refunded != 1500 || tot.Net != 500 {
-		t.Fatalf("totals %+v", tot)
-	}
-	_, err := b.p.Refund(ctx, provider.RefundRequest{Key: "x", ProviderKey: "x_refund_0", ChargeID: "NOSUCHPSP0000000", Amount: eur("1.00")})
-	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "unknown_psp_reference" {
-		t.Fatalf("%+v", ie)
-	}
-}
-
-// Lookup keeps one result per payment, even with duplicate deliveries, and several payments
-// when a reference was (wrongly) used under two keys.
-func TestLookupDuplicates(t *testing.T) {
-	t.Parallel()
-	b := setup(t, &adyentest.Config{DuplicateWebhooks: 2})
-	ctx := context.Background()
-	req := chargeReq("order-dup", adyentest.PaymentMethodVisa)
-	res := must(b.p.Charge(ctx, req))(t)
-	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
-	if len(got.Charges) != 1 || got.Charges[0].ProviderID != res.ProviderID {
-		t.Fatalf("lookup: %+v", got)
-	}
-	if n := len(b.inbox.byReference(req.ProviderKey)); n != 3 {
-		t.Fatalf("%d deliveries of the AUTHORISATION, want 3", n)
-	}
-	none := must(b.p.Lookup(ctx, provider.LookupRequest{Key: "x", ProviderKey: "nothing_charge_0"}))(t)
-	if len(none.Charges) != 0 || none.Charges == nil {
-		t.Fatalf("lookup of nothing: %+v", none)
-	}
-}
-
-// signedDelivery returns a delivery of one item signed with hexKey.
-func signedDelivery(t *testing.T, it adyentest.NotificationItem, hexKey string) []byte {
-	t.Helper()
-	sig := must(adyentest.Sign(it, hexKey))(t)
-	it.AdditionalData = map[string]string{"hmacSignature": sig}
-	return must(json.Marshal(adyentest.Notification{Live: "false", NotificationItems: []adyentest.NotificationEntry{{NotificationRequestItem: it}}}))(t)
-}
-
-const (
-	oldKey = "00112233445566778899AABBCCDDEEFF00112233445566778899AABBCCDDEEFF"
-	newKey = "FFEEDDCCBBAA99887766554433221100FFEEDDCCBBAA99887766554433221100"
-)
-
-func verifier(t *testing.T, keys ...string) *adyen.Provider {
-	return must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: merchant, ReturnURL: "https://r.example", HMACKeys: keys}))(t)
-}
-
-func refundItem() adyentest.NotificationItem {
-	return adyentest.NotificationItem{
-		Amount: adyentest.Amount{Currency: "EUR", Value: 1500}, EventCode: "REFUND", EventDate: "2026-03-01T12:00:00Z",
-		MerchantAccountCode: merchant, MerchantReference: "order-r_refund_0", OriginalReference: "PSP_PAYMENT_0001",
-		PSPReference: "PSP_REFUND_00001", Success: "true",
-	}
-}
-
-func TestVerifyWebhookRotationAndTampering(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	body := signedDelivery(t, refundItem(), newKey)
-
-	evs := must(verifier(t, oldKey, newKey).VerifyWebhook(ctx, nil, body))(t)
-	ev := evs[0]
-	if len(evs) != 1 || ev.ID != "PSP_REFUND_00001:REFUND:true" || ev.Type != "REFUND" || ev.Kind != provider.EventRefundSucceeded ||
-		ev.Reference != "order-r_refund_0" || ev.ProviderID != "PSP_REFUND_00001" || ev.ChargeID != "PSP_PAYMENT_0001" ||
-		!ev.Amount.Equal(eur("15.00")) || !strings.Contains(string(ev.Body), `"pspReference":"PSP_REFUND_00001"`) {
-		t.Fatalf("event %+v", ev)
-	}
-	must(verifier(t, newKey).VerifyWebhook(ctx, nil, body))(t)
-	if _, err := verifier(t, oldKey).VerifyWebhook(ctx, nil, body); !errors.Is(err, provider.ErrWebhookSignature) {
-		t.Fatalf("wrong key: %v", err)
-	}
-
-	p := verifier(t, newKey)
-	for field, edit := range map[string]func(it *adyentest.NotificationItem){
-		"pspReference":        func(it *adyentest.NotificationItem) { it.PSPReference = "PSP_FORGED_00001" },
-		"originalReference":   func(it *adyentest.NotificationItem) { it.OriginalReference = "PSP_OTHER_000001" },
-		"merchantAccountCode": func(it *adyentest.NotificationItem) { it.MerchantAccountCode = "OtherMerchant" },
-		"merchantReference":   func(it *adyentest.NotificationItem) { it.MerchantReference = "order-x_refund_0" },
-		"amount.value":        func(it *adyentest.NotificationItem) { it.Amount.Value = 150000 },
-		"amount.currency":     func(it *adyentest.NotificationItem) { it.Amount.Currency = "USD" },
-		"eventCode":           func(it *adyentest.NotificationItem) { it.EventCode = "CAPTURE" },
-		"success":             func(it *adyentest.NotificationItem) { it.Success = "false" },
-	} {
-		var n adyentest.Notification
-		if err := json.Unmarshal(body, &n); err != nil {
-			t.Fatal(err)
-		}
-		edit(&n.NotificationItems[0].NotificationRequestItem)
-		tampered := must(json.Marshal(n))(t)
-		if _, err := p.VerifyWebhook(ctx, nil, tampered); !errors.Is(err, provider.ErrWebhookSignature) {
-			t.Fatalf("tampered %s accepted: %v", field, err)
-		}
-	}
-
-	unsigned := refundItem()
-	noSig := must(json.Marshal(adyentest.Notification{Live: "false", NotificationItems: []adyentest.NotificationEntry{{NotificationRequestItem: unsigned}}}))(t)
-	if _, err := p.VerifyWebhook(ctx, nil, noSig); !errors.Is(err, provider.ErrWebhookSignature) {
-		t.Fatalf("unsigned: %v", err)
-	}
-	// One bad item refuses the whole batch.
-	good := refundItem()
-	good.AdditionalData = map[string]string{"hmacSignature": must(adyentest.Sign(good, newKey))(t)}
-	bad := refundItem()
-	bad.PSPReference = "PSP_REFUND_00002"
-	bad.AdditionalData = map[string]string{"hmacSignature": good.AdditionalData["hmacSignature"]}
-	batch := must(json.Marshal(adyentest.Notification{Live: "false", NotificationItems: []adyentest.NotificationEntry{{NotificationRequestItem: good}, {NotificationRequestItem: bad}}}))(t)
-	if _, err := p.VerifyWebhook(ctx, nil, batch); !errors.Is(err, provider.ErrWebhookSignature) || !strings.Contains(err.Error(), "notificationItems[1]") {
-		t.Fatalf("batch with a bad item: %v", err)
-	}
-}
-
-func TestVerifyWebhookMalformed(t *testing.T) {
-	t.Parallel()
-	p := verifier(t, newKey)
-	for name, body := range map[string]string{
-		"not json":         `notification`,
-		"no items":         `{"live":"false","notificationItems":[]}`,
-		"items missing":    `{"live":"false"}`,
-		"no request item":  `{"live":"false","notificationItems":[{}]}`,
-		"item not object":  `{"live":"false","notificationItems":[{"NotificationRequestItem":"x"}]}`,
-		"no pspReference":  `{"live":"false","notificationItems":[{"NotificationRequestItem":{"eventCode":"AUTHORISATION","success":"true"}}]}`,
-		"no eventCode":     `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"P","success":"true"}}]}`,
-		"no success":       `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"P","eventCode":"REFUND"}}]}`,
-		"bad success":      `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"P","eventCode":"REFUND","success":"maybe"}}]}`,
-		"bad amount value": `{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"P","eventCode":"REFUND","success":"true","amount":{"currency":"EUR","value":"10"}}}]}`,
-	} {
-		if _, err := p.VerifyWebhook(context.Background(), nil, []byte(body)); !errors.Is(err, provider.ErrWebhookMalformed) {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	// A signed item in a currency money does not know.
-	it := refundItem()
-	it.Amount.Currency = "XXZ"
-	if _, err := p.VerifyWebhook(context.Background(), nil, signedDelivery(t, it, newKey)); !errors.Is(err, provider.ErrWebhookMalformed) ||
-		!strings.Contains(err.Error(), "amount.currency") {
-		t.Fatalf("unknown currency: %v", err)
-	}
-}
-
-func TestWebhookEventKinds(t *testing.T) {
-	t.Parallel()
-	p := verifier(t, newKey)
-	for _, tc := range []struct {
-		code, success string
-		want          provider.EventKind
-	}{
-		{"AUTHORISATION", "true", provider.EventChargeSucceeded},
-		{"AUTHORISATION", "false", provider.EventChargeFailed},
-		{"REFUND", "true", provider.EventRefundSucceeded},
-		{"REFUND", "false", provider.EventRefundFailed},
-		{"REFUND_FAILED", "true", provider.EventRefundReversed},
-		{"REFUNDED_REVERSED", "true", provider.EventRefundReversed},
-		{"CAPTURE", "true", provider.EventCaptureSucceeded},
-		{"CAPTURE", "false", provider.EventCaptureFailed},
-		{"CAPTURE_FAILED", "true", provider.EventCaptureFailed},
-		{"TECHNICAL_CANCEL", "true", provider.EventCancelled},
-		{"TECHNICAL_CANCEL", "false", provider.EventCancelFailed},
-		{"CANCELLATION", "true", provider.EventCancelled},
-		{"CANCELLATION", "false", provider.EventCancelFailed},
-		{"CANCEL_OR_REFUND", "true", provider.EventCancelled},
-		{"CANCEL_OR_REFUND", "false", provider.EventCancelFailed},
-		{"REPORT_AVAILABLE", "true", provider.EventIgnored},
-	} {
-		it := refundItem()
-		it.EventCode, it.Success, it.Reason = tc.code, tc.success, "some reason"
-		evs := must(p.VerifyWebhook(context.Background(), nil, signedDelivery(t, it, newKey)))(t)
-		if evs[0].Kind != tc.want || evs[0].ID != it.PSPReference+":"+tc.code+":"+tc.success {
-			t.Fatalf("%s %s: %+v", tc.code, tc.success, evs[0])
-		}
-		if (tc.success == "false" || strings.HasSuffix(tc.code, "_FAILED") || tc.code == "REFUNDED_REVERSED") != (evs[0].DeclineCode == "some reason") {
-			t.Fatalf("%s %s: DeclineCode %q", tc.code, tc.success, evs[0].DeclineCode)
-		}
-	}
-	// A boolean success (some integrations re-encode) verifies as its string.
-	it := refundItem()
-	body := string(signedDelivery(t, it, newKey))
-	body = strings.Replace(body, `"success":"true"`, `"success":true`, 1)
-	must(p.VerifyWebhook(context.Background(), nil, []byte(body)))(t)
-}
-
-// The fake's webhooks are refused by the inbox when signed with another key.
-func TestFakeDeliveriesWrongKey(t *testing.T) {
-	t.Parallel()
-	b := setup(t, &adyentest.Config{HMACKey: oldKey})
-	must(b.p.Charge(context.Background(), chargeReq("order-wrongkey", adyentest.PaymentMethodVisa)))(t)
-	b.wait(t)
-	ev := b.srv.Events()
-	b.inbox.mu.Lock()
-	refused := b.inbox.refused
-	b.inbox.mu.Unlock()
-	if len(ev) != 1 || ev[0].Delivered != 0 || ev[0].Failed != 1 || refused < 2 || len(b.inbox.all()) != 0 {
-		t.Fatalf("events %+v, refused %d", ev, refused)
 	}
 }
 

@@ -27,9 +27,11 @@ func setupManual(t *testing.T) bundle {
 	return setupWith(t, &adyentest.Config{CaptureMode: adyentest.CaptureManual}, manual)
 }
 
-// onlyEvent returns the one event of type typ under reference, failing t otherwise.
+// onlyEvent waits for the fake's deliveries so far and returns the one event of type typ under
+// reference, failing t otherwise.
 func onlyEvent(t *testing.T, b bundle, reference, typ string) provider.WebhookEvent {
 	t.Helper()
+	b.wait(t)
 	var found []provider.WebhookEvent
 	for _, ev := range b.inbox.byReference(reference) {
 		if ev.Type == typ {
@@ -40,6 +42,20 @@ func onlyEvent(t *testing.T, b bundle, reference, typ string) provider.WebhookEv
 		t.Fatalf("%d %s events under %q, want 1: %+v", len(found), typ, reference, b.inbox.byReference(reference))
 	}
 	return found[0]
+}
+
+// authorisedOnly charges key under manual capture and stops it once the payment is authorised,
+// before the adapter sends the capture (its Progress fails). It returns the request, Progress
+// still set, and the payment.
+func authorisedOnly(t *testing.T, b bundle, key string) (provider.ChargeRequest, provider.ChargeResult) {
+	t.Helper()
+	req := chargeReq(key, adyentest.PaymentMethodVisa)
+	req.Progress = func(context.Context, string) error { return errors.New("stop before the capture") }
+	res, _ := b.p.Charge(context.Background(), req)
+	if res.ProviderID == "" {
+		t.Fatalf("charge %+v: no payment authorised", res)
+	}
+	return req, res
 }
 
 func wantTotal(t *testing.T, b bundle, want adyentest.Total) {
@@ -68,14 +84,11 @@ func TestTechnicalCancelOfACapturedPaymentFails(t *testing.T) {
 	b.wait(t)
 	b.inbox.drop.Store(false)
 	wantTotal(t, b, adyentest.Total{Authorised: 2000, Captured: 2000, Net: 2000, NetAmount: "20.00"})
-	if got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 || got.Consistent {
+	if got := b.lookup(t, req); len(got.Charges) != 0 || got.Consistent {
 		t.Fatalf("lookup without the AUTHORISATION: %+v, want nothing known, not consistent", got)
 	}
 
-	if err := b.p.Void(ctx, provider.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey}); err != nil {
-		t.Fatal(err)
-	}
-	b.wait(t)
+	b.void(t, req, "")
 	failed := onlyEvent(t, b, req.ProviderKey, "TECHNICAL_CANCEL")
 	if failed.Kind != provider.EventCancelFailed || failed.DeclineCode != adyentest.ReasonCancelCaptured || len(failed.ChargeID) != 16 {
 		t.Fatalf("technical cancel of a captured payment: %+v, want cancel_failed naming the payment with Adyen's reason", failed)
@@ -85,15 +98,13 @@ func TestTechnicalCancelOfACapturedPaymentFails(t *testing.T) {
 	if c := b.srv.Counts(req.ProviderKey); c != (adyentest.Counts{Payments: 1, Cancels: 1}) {
 		t.Fatalf("counts %+v", c)
 	}
-	if got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t); len(got.Charges) != 0 {
+	if got := b.lookup(t, req); len(got.Charges) != 0 {
 		t.Fatalf("lookup after a failed technical cancel: %+v, want no charge claimed either way", got)
 	}
 
 	// The failed cancel named the payment: a reversal refunds it, whatever its capture state.
-	void := provider.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey, ProviderID: failed.ChargeID}
-	must(0, b.p.Void(ctx, void))(t)
-	must(0, b.p.Void(ctx, void))(t) // a retry replays: one reversal
-	b.wait(t)
+	b.void(t, req, failed.ChargeID)
+	b.void(t, req, failed.ChargeID) // a retry replays: one reversal
 	refunded := onlyEvent(t, b, req.ProviderKey, "CANCEL_OR_REFUND")
 	if refunded.Kind != provider.EventCancelled || refunded.DeclineCode != "refunded" || refunded.ChargeID != failed.ChargeID ||
 		!refunded.Amount.Equal(req.Amount) {
@@ -103,7 +114,7 @@ func TestTechnicalCancelOfACapturedPaymentFails(t *testing.T) {
 	if c := b.srv.Counts(req.ProviderKey); c.Reversals != 1 {
 		t.Fatalf("counts %+v, want one reversal", c)
 	}
-	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := b.lookup(t, req)
 	if len(got.Charges) != 0 {
 		t.Fatalf("lookup: %+v", got)
 	}
@@ -122,27 +133,26 @@ func TestTechnicalCancelOfAnUncapturedAuthorisation(t *testing.T) {
 		t.Fatalf("lost response: %v", err)
 	}
 	wantTotal(t, b, adyentest.Total{Authorised: 2000, NetAmount: "0.00"})
-	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := b.lookup(t, req)
 	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargePending {
 		t.Fatalf("lookup of an uncaptured authorisation: %+v, want pending (nothing moved yet)", got)
 	}
 	psp := got.Charges[0].ProviderID
 
-	must(0, b.p.Void(ctx, provider.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
-	b.wait(t)
+	b.void(t, req, "")
 	cancelled := onlyEvent(t, b, req.ProviderKey, "TECHNICAL_CANCEL")
 	if cancelled.Kind != provider.EventCancelled || cancelled.ChargeID != psp || cancelled.DeclineCode != "cancelled" {
 		t.Fatalf("technical cancel: %+v", cancelled)
 	}
 	wantTotal(t, b, adyentest.Total{NetAmount: "0.00"})
-	got = must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got = b.lookup(t, req)
 	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargeFailed || got.Charges[0].ProviderID != psp {
 		t.Fatalf("lookup of a cancelled authorisation: %+v", got)
 	}
 	// A technical cancel of a reference nothing has fails too; it proves nothing.
-	none := provider.DeriveKey("order-none", "charge", 0, adyen.MaxReferenceLen)
-	must(0, b.p.Void(ctx, provider.VoidRequest{Key: "order-none", ProviderKey: none}))(t)
-	b.wait(t)
+	nothing := chargeReq("order-none", adyentest.PaymentMethodVisa) // never sent
+	none := nothing.ProviderKey
+	b.void(t, nothing, "")
 	if ev := onlyEvent(t, b, none, "TECHNICAL_CANCEL"); ev.Kind != provider.EventCancelFailed || ev.ChargeID != "" ||
 		ev.DeclineCode != adyentest.ReasonNoPayment {
 		t.Fatalf("technical cancel of nothing: %+v", ev)
@@ -167,8 +177,7 @@ func TestReversalOfAnUncapturedAuthorisationCancels(t *testing.T) {
 	if c := b.srv.Counts(req.ProviderKey); c != (adyentest.Counts{Payments: 1}) {
 		t.Fatalf("counts %+v: the capture must not be sent when the payment could not be recorded", c)
 	}
-	must(0, b.p.Void(ctx, provider.VoidRequest{Key: req.Key, ProviderKey: req.ProviderKey, ProviderID: recorded}))(t)
-	b.wait(t)
+	b.void(t, req, recorded)
 	ev := onlyEvent(t, b, req.ProviderKey, "CANCEL_OR_REFUND")
 	if ev.Kind != provider.EventCancelled || ev.DeclineCode != "cancelled" || ev.ChargeID != recorded {
 		t.Fatalf("reversal of an authorisation: %+v", ev)
@@ -178,7 +187,6 @@ func TestReversalOfAnUncapturedAuthorisationCancels(t *testing.T) {
 	if _, err := b.p.Client().Reversal(ctx, recorded, "again", "again"); err != nil {
 		t.Fatal(err)
 	}
-	b.wait(t)
 	again := onlyEvent(t, b, "again", "CANCEL_OR_REFUND")
 	if again.Kind != provider.EventCancelFailed || again.DeclineCode == "" || again.ChargeID != recorded {
 		t.Fatalf("second reversal: %+v", again)
@@ -203,7 +211,6 @@ func TestManualCaptureFlow(t *testing.T) {
 	if c := b.srv.Counts(req.ProviderKey); c != (adyentest.Counts{Payments: 1, Captures: 1}) {
 		t.Fatalf("counts %+v", c)
 	}
-	b.wait(t)
 	if ev := onlyEvent(t, b, req.ProviderKey, "AUTHORISATION"); ev.Kind != provider.EventChargePending {
 		t.Fatalf("AUTHORISATION under manual capture: %+v, want charge_pending (no money moved)", ev)
 	}
@@ -211,7 +218,7 @@ func TestManualCaptureFlow(t *testing.T) {
 	if capt.Kind != provider.EventCaptureSucceeded || capt.ChargeID != res.ProviderID || !capt.Amount.Equal(req.Amount) {
 		t.Fatalf("CAPTURE: %+v", capt)
 	}
-	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := b.lookup(t, req)
 	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargeSucceeded {
 		t.Fatalf("lookup after the CAPTURE: %+v", got)
 	}
@@ -238,7 +245,6 @@ func TestManualCaptureFlow(t *testing.T) {
 		t.Fatalf("payments under the charge's key: %+v", c)
 	}
 	wantTotal(t, b, adyentest.Total{Authorised: 4000, Captured: 4000, Net: 4000, NetAmount: "40.00"})
-	b.wait(t)
 	if ev := onlyEvent(t, b, lost.ProviderKey, "CAPTURE"); ev.Kind != provider.EventCaptureSucceeded || ev.ChargeID != known {
 		t.Fatalf("CAPTURE: %+v", ev)
 	}
@@ -250,9 +256,7 @@ func TestRefusedCaptureStaysPending(t *testing.T) {
 	t.Parallel()
 	b := setupManual(t)
 	ctx := context.Background()
-	req := chargeReq("order-refused-capture", adyentest.PaymentMethodVisa)
-	req.Progress = func(context.Context, string) error { return errors.New("stop before the capture") }
-	res, _ := b.p.Charge(ctx, req)
+	req, res := authorisedOnly(t, b, "order-refused-capture")
 	// Someone captured 1.00 by hand first: Adyen allows one capture, so the adapter's fails.
 	if _, err := b.p.Client().Capture(ctx, res.ProviderID, adyen.ModificationRequest{Amount: adyen.Amount{Currency: "EUR", Value: 100},
 		Reference: "by-hand"}, "by-hand"); err != nil {
@@ -262,11 +266,10 @@ func TestRefusedCaptureStaysPending(t *testing.T) {
 	if again := must(b.p.Charge(ctx, req))(t); again.Status != provider.ChargePending {
 		t.Fatalf("resumed charge: %+v", again)
 	}
-	b.wait(t)
 	if ev := onlyEvent(t, b, req.ProviderKey, "CAPTURE"); ev.Kind != provider.EventCaptureFailed || ev.DeclineCode == "" {
 		t.Fatalf("CAPTURE: %+v", ev)
 	}
-	got := must(b.p.Lookup(ctx, provider.LookupRequest{Key: req.Key, ProviderKey: req.ProviderKey}))(t)
+	got := b.lookup(t, req)
 	if len(got.Charges) != 1 || got.Charges[0].Status != provider.ChargePending {
 		t.Fatalf("lookup after a refused capture: %+v, want pending", got)
 	}
@@ -278,12 +281,9 @@ func TestRefundNeedsACapture(t *testing.T) {
 	t.Parallel()
 	b := setupManual(t)
 	ctx := context.Background()
-	req := chargeReq("order-norefund", adyentest.PaymentMethodVisa)
-	req.Progress = func(context.Context, string) error { return errors.New("stop before the capture") }
-	res, _ := b.p.Charge(ctx, req)
+	_, res := authorisedOnly(t, b, "order-norefund")
 	r := refundReq("order-norefund-r", res.ProviderID, eur("5.00"))
 	must(b.p.Refund(ctx, r))(t)
-	b.wait(t)
 	if ev := onlyEvent(t, b, r.ProviderKey, "REFUND"); ev.Kind != provider.EventRefundFailed || ev.DeclineCode != adyentest.ReasonRefundNotCaptured {
 		t.Fatalf("refund of an uncaptured payment: %+v", ev)
 	}
@@ -352,10 +352,9 @@ func TestCaptureDelayWindow(t *testing.T) {
 	late := chargeReq("order-late", adyentest.PaymentMethodVisa)
 	must(b.p.Charge(ctx, early))(t)
 	must(b.p.Charge(ctx, late))(t)
-	must(0, b.p.Void(ctx, provider.VoidRequest{Key: early.Key, ProviderKey: early.ProviderKey}))(t)
+	b.void(t, early, "")
 	clock.Advance(2 * time.Hour)
-	must(0, b.p.Void(ctx, provider.VoidRequest{Key: late.Key, ProviderKey: late.ProviderKey}))(t)
-	b.wait(t)
+	b.void(t, late, "")
 	if ev := onlyEvent(t, b, early.ProviderKey, "TECHNICAL_CANCEL"); ev.Kind != provider.EventCancelled {
 		t.Fatalf("cancel within the capture delay: %+v", ev)
 	}

@@ -100,10 +100,8 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 	if !strings.HasPrefix(res.ProviderID, "ORDFAKE") || res.Status != provider.ChargeSucceeded || !res.Amount.Equal(req.Amount) || res.Replayed {
 		t.Fatalf("first charge: %+v", res)
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
-	if n := b.sent.count("POST", "/v2/checkout/orders/*/capture"); n != 0 {
-		t.Fatalf("the adapter called capture %d times on an order its create captured", n)
-	}
+	wantCaptured(t, b, req.ProviderKey)
+	wantCaptureCalls(t, b, 0)
 	if got := b.sent.all(); len(got) != 1 || got[0] != "POST /v2/checkout/orders" {
 		t.Fatalf("requests %v, want the create alone", got)
 	}
@@ -117,10 +115,8 @@ func TestChargeSucceedsAndReplays(t *testing.T) {
 	if resumed.ProviderID != res.ProviderID || !resumed.Replayed || resumed.Status != provider.ChargeSucceeded {
 		t.Fatalf("resume from the order id: %+v", resumed)
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
-	if n := b.sent.count("POST", "/v2/checkout/orders/*/capture"); n != 0 {
-		t.Fatalf("capture called %d times", n)
-	}
+	wantCaptured(t, b, req.ProviderKey)
+	wantCaptureCalls(t, b, 0)
 	if c := b.srv.CountsByRequestID(paypal.RequestID(req.ProviderKey, paypal.StepCreate)); c != (paypaltest.Counts{Orders: 1, Captures: 1}) {
 		t.Fatalf("create request id: %+v, want the order and its capture", c)
 	}
@@ -213,13 +209,11 @@ func TestChargeDeclined(t *testing.T) {
 					t.Fatalf("attempt %d: %+v", i, res)
 				}
 			}
-			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+			wantCaptured(t, b, req.ProviderKey)
 			if got := b.srv.Totals()["EUR"]; got.Captured != 0 {
 				t.Fatalf("a declined capture moved money: %+v", got)
 			}
-			if n := b.sent.count("POST", "/v2/checkout/orders/*/capture"); n != 0 {
-				t.Fatalf("capture called %d times", n)
-			}
+			wantCaptureCalls(t, b, 0)
 		})
 	}
 }
@@ -246,66 +240,63 @@ func TestChargeRequiresAction(t *testing.T) {
 	if again.Status != provider.ChargeSucceeded || !again.Replayed {
 		t.Fatalf("again: %+v", again)
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
-	if n := b.sent.count("POST", "/v2/checkout/orders/*/capture"); n != 1 {
-		t.Fatalf("capture called %d times, want once", n)
-	}
+	wantCaptured(t, b, req.ProviderKey)
+	wantCaptureCalls(t, b, 1)
 }
 
-// The create's answer is lost after PayPal captured: the outcome is unknown, and the retry with
-// the same request id replays the captured order (200).
-func TestLostCreateResponse(t *testing.T) {
-	t.Parallel()
-	for _, kind := range []paypaltest.FaultKind{paypaltest.ResetAfter, paypaltest.FailAfter} {
-		t.Run(kind.String(), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, nil)
-			req := chargeReq("lost-create", paypaltest.PaymentMethodVisa)
-			b.srv.Inject(paypaltest.Fault{Kind: kind, Method: "POST", Path: "/v2/checkout/orders"})
-			_, err := b.p.Charge(ctxT(t), req)
-			if !payments.OutcomeUnknown(err) || !idempotency.SafeToRetry(err) {
-				t.Fatalf("err = %v, want unknown outcome", err)
-			}
-			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
-			res := must(b.p.Charge(ctxT(t), req))(t)
-			if res.Status != provider.ChargeSucceeded || !res.Replayed {
-				t.Fatalf("%+v", res)
-			}
-			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
-			if got := b.srv.Totals()["EUR"].Captured; got != 2000 {
-				t.Fatalf("captured %d", got)
-			}
-		})
+// approvedOrder charges key with a card that needs 3-D Secure and completes the payer's action:
+// the order is APPROVED, waiting for the capture the retry naming it sends. It returns the
+// request and the order.
+func approvedOrder(t *testing.T, b bundle, key string) (provider.ChargeRequest, provider.ChargeResult) {
+	t.Helper()
+	req := chargeReq(key, paypaltest.PaymentMethodAuthenticationRequired)
+	order := must(b.p.Charge(ctxT(t), req))(t)
+	if err := b.srv.CompletePayerAction(order.ProviderID); err != nil {
+		t.Fatal(err)
 	}
+	return req, order
 }
 
-// The explicit capture of a 3-D Secure order loses its answer: the retry replays it.
-func TestLostCaptureResponse(t *testing.T) {
+// The answer of the create (which captures at once), or of the explicit capture of a 3-D Secure
+// order, is lost after PayPal captured: the outcome is unknown, and the retry with the same
+// request (without the order id) replays the create, which shows the order captured (200).
+func TestLostResponse(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []paypaltest.FaultKind{paypaltest.ResetAfter, paypaltest.FailAfter} {
-		t.Run(kind.String(), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t, nil)
-			req := chargeReq("lost-capture", paypaltest.PaymentMethodAuthenticationRequired)
-			order := must(b.p.Charge(ctxT(t), req))(t)
-			if err := b.srv.CompletePayerAction(order.ProviderID); err != nil {
-				t.Fatal(err)
-			}
-			b.srv.Inject(paypaltest.Fault{Kind: kind, Method: "POST", Path: "/v2/checkout/orders/*/capture"})
-			_, err := b.p.Charge(ctxT(t), withProviderID(req, order.ProviderID))
-			if ue := errAs[*provider.UnknownOutcomeError](t, err); !idempotency.SafeToRetry(err) || (kind == paypaltest.FailAfter) != (ue.Status == 500) {
-				t.Fatalf("err = %+v", ue)
-			}
-			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
-			res := must(b.p.Charge(ctxT(t), req))(t) // without the order id: the create replays
-			if res.Status != provider.ChargeSucceeded || !res.Replayed || res.ProviderID != order.ProviderID {
-				t.Fatalf("%+v", res)
-			}
-			wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
-			if got := b.srv.Totals()["EUR"].Captured; got != 2000 {
-				t.Fatalf("captured %d", got)
-			}
-		})
+	for _, tc := range []struct {
+		step, path string
+		approved   bool // the order waits for the explicit capture, which the fault hits
+	}{
+		{"create", "/v2/checkout/orders", false},
+		{"capture", "/v2/checkout/orders/*/capture", true},
+	} {
+		for _, kind := range []paypaltest.FaultKind{paypaltest.ResetAfter, paypaltest.FailAfter} {
+			t.Run(tc.step+"/"+kind.String(), func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, nil)
+				req := chargeReq("lost-"+tc.step, paypaltest.PaymentMethodVisa)
+				first, orderID := req, ""
+				if tc.approved {
+					var order provider.ChargeResult
+					req, order = approvedOrder(t, b, "lost-"+tc.step)
+					first, orderID = withProviderID(req, order.ProviderID), order.ProviderID
+				}
+				b.srv.Inject(paypaltest.Fault{Kind: kind, Method: "POST", Path: tc.path})
+				_, err := b.p.Charge(ctxT(t), first)
+				ue := errAs[*provider.UnknownOutcomeError](t, err)
+				if !payments.OutcomeUnknown(err) || !idempotency.SafeToRetry(err) || (kind == paypaltest.FailAfter) != (ue.Status == 500) {
+					t.Fatalf("err = %+v, want an unknown outcome", ue)
+				}
+				wantCaptured(t, b, req.ProviderKey)
+				res := must(b.p.Charge(ctxT(t), req))(t)
+				if res.Status != provider.ChargeSucceeded || !res.Replayed || (orderID != "" && res.ProviderID != orderID) {
+					t.Fatalf("%+v", res)
+				}
+				wantCaptured(t, b, req.ProviderKey)
+				if got := b.srv.Totals()["EUR"].Captured; got != 2000 {
+					t.Fatalf("captured %d", got)
+				}
+			})
+		}
 	}
 }
 
@@ -314,11 +305,7 @@ func TestLostCaptureResponse(t *testing.T) {
 func TestAlreadyCapturedReadsTheOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	req := chargeReq("already-captured", paypaltest.PaymentMethodAuthenticationRequired)
-	order := must(b.p.Charge(ctxT(t), req))(t)
-	if err := b.srv.CompletePayerAction(order.ProviderID); err != nil {
-		t.Fatal(err)
-	}
+	req, order := approvedOrder(t, b, "already-captured")
 	// The retry's create replays the APPROVED order; someone captures it before the adapter.
 	req.Progress = func(ctx context.Context, orderID string) error {
 		_, err := b.p.Client().CaptureOrder(ctx, orderID, "someone-else")
@@ -328,7 +315,7 @@ func TestAlreadyCapturedReadsTheOrder(t *testing.T) {
 	if res.Status != provider.ChargeSucceeded || !res.Replayed || res.ProviderID != order.ProviderID {
 		t.Fatalf("%+v", res)
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+	wantCaptured(t, b, req.ProviderKey)
 }
 
 // Progress receives the order id as soon as the create answered; the create already captured.
@@ -365,7 +352,7 @@ func TestProgressErrorIsUnknownAndResumes(t *testing.T) {
 	if !payments.OutcomeUnknown(err) || !idempotency.SafeToRetry(err) || !strings.Contains(err.Error(), "database down") || res.ProviderID != orderID {
 		t.Fatalf("err = %v, res %+v", err, res)
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+	wantCaptured(t, b, req.ProviderKey)
 
 	// The retry, after the create's 6-hour request id window, resumes from the recorded order.
 	b.clock.Advance(7 * time.Hour)
@@ -374,7 +361,7 @@ func TestProgressErrorIsUnknownAndResumes(t *testing.T) {
 	if res.Status != provider.ChargeSucceeded || res.ProviderID != orderID || !res.Replayed {
 		t.Fatalf("%+v", res)
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+	wantCaptured(t, b, req.ProviderKey)
 	if n := b.sent.count("POST", "/v2/checkout/orders"); n != 1 {
 		t.Fatalf("%d creates, want 1", n)
 	}
@@ -388,7 +375,7 @@ func TestSameProviderKeyOtherAmountIsAMismatch(t *testing.T) {
 	req.Amount = eur("21.00")
 	_, err := b.p.Charge(ctxT(t), req)
 	errAs[*provider.KeyMismatchError](t, err)
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+	wantCaptured(t, b, req.ProviderKey)
 }
 
 // A duplicate while the first create still executes is refused (409): one order, one capture.
@@ -414,5 +401,5 @@ func TestInFlightCreate(t *testing.T) {
 	if !errors.Is(err, provider.ErrInProgress) || first != nil {
 		t.Fatalf("duplicate: %v, first: %v", err, first)
 	}
-	wantCounts(t, b, req.ProviderKey, paypaltest.Counts{Orders: 1, Captures: 1})
+	wantCaptured(t, b, req.ProviderKey)
 }

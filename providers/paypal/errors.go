@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/adapterkit"
 )
 
 // declineIssues are 422 issues by which PayPal refuses a payment itself (rather than the
@@ -95,10 +96,7 @@ func credentials(apiErr *APIError, what string) error {
 }
 
 // invalid is a request refused before sending it.
-func invalid(param, msg string) error {
-	return &provider.InvalidRequestError{Provider: providerName, Code: "payonce_invalid_parameter", Param: param,
-		Message: param + " " + msg + " (refused before sending)"}
-}
+func invalid(param, msg string) error { return adapterkit.Refused(providerName, param, msg) }
 
 // CannotTellError is [Provider.Lookup]'s answer when no lookup can say what an attempt did: it
 // has no order id, and the request does not bound when the order may have been created

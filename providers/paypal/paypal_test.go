@@ -70,18 +70,32 @@ func setup(t *testing.T, cfg *paypaltest.Config) bundle {
 	srv := paypaltest.NewServer(cfg)
 	t.Cleanup(srv.Close)
 	sent := sentRequests{&testkit.Recorder{}}
+	return bundle{srv: srv, p: newProvider(t, srv, clock, sent), clock: clock, sent: sent}
+}
+
+// newProvider returns a Provider on srv's default credentials and webhook, on clock, that
+// sends its requests through transport.
+func newProvider(t *testing.T, srv *paypaltest.Server, clock *paypaltest.ManualClock, transport http.RoundTripper) *paypal.Provider {
+	t.Helper()
 	p, err := paypal.New(&paypal.Config{
 		ClientID:   paypaltest.DefaultClientID,
 		Secret:     paypaltest.DefaultSecret,
 		BaseURL:    srv.URL(),
-		HTTPClient: &http.Client{Timeout: time.Minute, Transport: sent},
+		HTTPClient: &http.Client{Timeout: time.Minute, Transport: transport},
 		WebhookID:  paypaltest.DefaultWebhookID,
 		Clock:      clock.Now,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	return bundle{srv: srv, p: p, clock: clock, sent: sent}
+	return p
+}
+
+// countedProvider is a second Provider on b's fake whose requests are counted.
+func countedProvider(t *testing.T, b bundle) (*paypal.Provider, sentRequests) {
+	t.Helper()
+	rc := sentRequests{&testkit.Recorder{}}
+	return newProvider(t, b.srv, b.clock, rc), rc
 }
 
 // sink is a webhook endpoint recording deliveries.
@@ -134,6 +148,10 @@ func chargeReq(key, pm string) provider.ChargeRequest {
 	}
 }
 
+func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
+	return testkit.RefundRequest(key, chargeID, amount, paypal.MaxProviderKeyLen)
+}
+
 func ctxT(t *testing.T) context.Context { return testkit.Ctx(t) }
 
 // must(call())(t) fails t if call returned an error.
@@ -148,6 +166,28 @@ func wantCounts(t *testing.T, b bundle, customID string, want paypaltest.Counts)
 	t.Helper()
 	if got := b.srv.CountsByCustomID(customID); got != want {
 		t.Fatalf("fake holds %+v for custom_id %q, want %+v", got, customID, want)
+	}
+}
+
+// charged charges key with a card that succeeds: the order is captured at its create.
+func charged(t *testing.T, b bundle, key string) provider.ChargeResult {
+	t.Helper()
+	return must(b.p.Charge(ctxT(t), chargeReq(key, paypaltest.PaymentMethodVisa)))(t)
+}
+
+// wantCaptured fails t unless the fake holds what a charge that succeeded leaves for customID:
+// one order, captured once.
+func wantCaptured(t *testing.T, b bundle, customID string) {
+	t.Helper()
+	wantCounts(t, b, customID, paypaltest.Counts{Orders: 1, Captures: 1})
+}
+
+// wantCaptureCalls fails t unless the Provider sent n explicit captures (POST
+// /v2/checkout/orders/{id}/capture) so far.
+func wantCaptureCalls(t *testing.T, b bundle, n int) {
+	t.Helper()
+	if got := b.sent.count("POST", "/v2/checkout/orders/*/capture"); got != n {
+		t.Fatalf("capture sent %d times, want %d", got, n)
 	}
 }
 

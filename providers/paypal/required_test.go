@@ -2,9 +2,11 @@ package paypal_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	"github.com/payonce/payonce/providers/paypal"
@@ -97,5 +99,46 @@ func TestRequestsCarryWhatPayPalRequires(t *testing.T) {
 		if v := at(verify.JSON(t), f); !ok || v == nil || v == "" {
 			t.Errorf("verification sent without %s: %s", f, verify.Body)
 		}
+	}
+}
+
+func TestBadInputsAreNamed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ok := chargeReq("bad", paypaltest.PaymentMethodVisa)
+	for _, tc := range []struct {
+		param  string
+		modify func(r *provider.ChargeRequest)
+	}{
+		{"Key", func(r *provider.ChargeRequest) { r.Key = "" }},
+		{"ProviderKey", func(r *provider.ChargeRequest) { r.ProviderKey = "" }},
+		{"ProviderKey", func(r *provider.ChargeRequest) { r.ProviderKey = strings.Repeat("k", 128) }},
+		{"Amount", func(r *provider.ChargeRequest) { r.Amount = money.Money{} }},
+		{"Amount", func(r *provider.ChargeRequest) { r.Amount = eur("-1.00") }},
+		{"PaymentMethod", func(r *provider.ChargeRequest) { r.PaymentMethod = "" }},
+		{"Description", func(r *provider.ChargeRequest) { r.Description = strings.Repeat("d", 128) }},
+		{"ProviderID", func(r *provider.ChargeRequest) { r.ProviderID = "../orders" }},
+	} {
+		r := ok
+		tc.modify(&r)
+		_, err := b.p.Charge(ctxT(t), r)
+		if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != tc.param || !strings.Contains(ie.Message, tc.param) {
+			t.Fatalf("%s: %+v", tc.param, ie)
+		}
+	}
+	_, err := b.p.Charge(ctxT(t), chargeReq("bad-pm", "pm_card_unknown"))
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "PAYMENT_SOURCE_CANNOT_BE_USED" {
+		t.Fatalf("%+v", ie)
+	}
+	_, err = b.p.Refund(ctxT(t), provider.RefundRequest{Key: "k", ProviderKey: "k", Amount: eur("1.00")})
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "ChargeID" {
+		t.Fatalf("%+v", ie)
+	}
+	_, err = b.p.Lookup(ctxT(t), provider.LookupRequest{Key: "k"})
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Param != "ProviderKey" {
+		t.Fatalf("%+v", ie)
+	}
+	if n := b.srv.CountsByCustomID(ok.ProviderKey); n != (paypaltest.Counts{}) {
+		t.Fatalf("bad inputs reached the fake: %+v", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/adapterkit"
 )
 
 // Transaction Search limits.
@@ -189,14 +190,8 @@ func (c *Client) SearchTransactions(ctx context.Context, req TransactionSearchRe
 // an amount or a date that does not parse, or a sum out of range, is an
 // *[provider.UnknownOutcomeError]: the totals are unknown, never silently short.
 func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Currency]provider.Totals, error) {
-	switch {
-	case from.IsZero():
-		return nil, invalid("from", "is required (a zero time)")
-	case to.IsZero():
-		return nil, invalid("to", "is required (a zero time)")
-	case !from.Before(to):
-		return nil, invalid("to", fmt.Sprintf("must be after from: the window [%s, %s) is empty",
-			from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano)))
+	if err := adapterkit.RefuseWindow(providerName, from, to); err != nil {
+		return nil, err
 	}
 	start, end := time.Unix(from.Unix(), 0).UTC(), time.Unix(to.Unix(), 0).UTC()
 	totals := map[money.Currency]provider.Totals{}

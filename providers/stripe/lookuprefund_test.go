@@ -6,18 +6,12 @@ import (
 	"testing"
 
 	"github.com/payonce/payonce/idempotency"
-	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
 	paystripe "github.com/payonce/payonce/providers/stripe"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
-
-func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
-	return provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, "refund", 0, paystripe.MaxProviderKeyLen),
-		ChargeID: chargeID, Amount: amount}
-}
 
 // lookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
 var lookupOf = testkit.LookupOf

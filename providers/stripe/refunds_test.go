@@ -16,8 +16,23 @@ const refundListEndpoint = "GET /v1/refunds"
 
 func (b lookupBundle) refund(t *testing.T, chargeID, key string, amount money.Money) provider.RefundResult {
 	t.Helper()
-	return must(b.p.Refund(context.Background(), provider.RefundRequest{Key: key,
-		ProviderKey: provider.DeriveKey(key, "refund", 0, paystripe.MaxProviderKeyLen), ChargeID: chargeID, Amount: amount}))(t)
+	return must(b.p.Refund(context.Background(), refundReq(key, chargeID, amount)))(t)
+}
+
+// lookupRefunded looks lr up WithRefunds and fails t unless it finds only the charge id, its
+// refunds known to sum to refunded, after lists requests for refund lists; it returns what the
+// lookup found.
+func (b lookupBundle) lookupRefunded(t *testing.T, lr provider.LookupRequest, id string, refunded money.Money, lists int) provider.LookupResult {
+	t.Helper()
+	lr.WithRefunds = true
+	res := b.lookup(t, lr)
+	if got := onlyCharge(t, res, id); !got.RefundsKnown || !got.Refunded.Equal(refunded) || got.Refunded.Currency() != refunded.Currency() {
+		t.Fatalf("lookup %+v: %+v, want %s refunded and known", lr, got, refunded)
+	}
+	if n := b.requests.calls(refundListEndpoint); n != lists {
+		t.Fatalf("lookup %+v: %d refund lists, want %d", lr, n, lists)
+	}
+	return res
 }
 
 // onlyCharge fails t unless the Lookup found exactly one charge, id, and
@@ -48,21 +63,15 @@ func TestLookupWithRefunds(t *testing.T) {
 	b.requests.Take()
 	window := provider.LookupRequest{Key: "order-r", From: t0, To: t0}
 
-	with := window
-	with.WithRefunds = true
-	got := onlyCharge(t, b.lookup(t, with), ch.ProviderID)
-	if !got.RefundsKnown || !got.Refunded.Equal(eur("8.00")) || !got.Amount.Equal(eur("20.00")) {
-		t.Fatalf("with refunds: %+v, want 8.00 EUR refunded and known", got)
-	}
-	if n := b.requests.calls(refundListEndpoint); n != 1 {
-		t.Fatalf("%d refund lists, want 1", n)
+	if got := b.lookupRefunded(t, window, ch.ProviderID, eur("8.00"), 1).Charges[0]; !got.Amount.Equal(eur("20.00")) {
+		t.Fatalf("with refunds: %+v, want the charge's 20.00 EUR", got)
 	}
 	// The fake agrees: 10.50 was refunded, 2.50 of it failed.
 	if c := b.srv.CountsByMetadata(paystripe.MetadataKey, "order-r-refund-3"); c.Refunds != 1 {
 		t.Fatalf("the failed refund is not at the fake: %+v", c)
 	}
 
-	got = onlyCharge(t, b.lookup(t, window), ch.ProviderID)
+	got := onlyCharge(t, b.lookup(t, window), ch.ProviderID)
 	if got.RefundsKnown || got.Refunded != (money.Money{}) {
 		t.Fatalf("without WithRefunds: %+v, want nothing known", got)
 	}
@@ -71,13 +80,8 @@ func TestLookupWithRefunds(t *testing.T) {
 	}
 
 	// Search finds the charge as well, and its refunds are the same.
-	search := provider.LookupRequest{Key: "order-r", WithRefunds: true}
-	res := b.lookup(t, search)
-	if got := onlyCharge(t, res, ch.ProviderID); res.Consistent || !got.RefundsKnown || !got.Refunded.Equal(eur("8.00")) {
-		t.Fatalf("search with refunds: %+v", res)
-	}
-	if n := b.requests.calls(refundListEndpoint); n != 1 {
-		t.Fatalf("%d refund lists after search, want 1", n)
+	if res := b.lookupRefunded(t, provider.LookupRequest{Key: "order-r"}, ch.ProviderID, eur("8.00"), 1); res.Consistent {
+		t.Fatalf("search with refunds: %+v, want not consistent", res)
 	}
 }
 
@@ -96,13 +100,7 @@ func TestLookupWithRefundsNone(t *testing.T) {
 		t.Fatalf("declined charge: %+v", declined)
 	}
 	for key, c := range map[string]provider.ChargeResult{"order-n": ch, "order-d": declined} {
-		got := onlyCharge(t, b.lookup(t, provider.LookupRequest{Key: key, From: t0, WithRefunds: true}), c.ProviderID)
-		if !got.RefundsKnown || !got.Refunded.Equal(eur("0.00")) || got.Refunded.Currency() != money.EUR {
-			t.Fatalf("%s: %+v, want 0.00 EUR refunded and known", key, got)
-		}
-	}
-	if n := b.requests.calls(refundListEndpoint); n != 2 {
-		t.Fatalf("%d refund lists, want 2", n)
+		b.lookupRefunded(t, provider.LookupRequest{Key: key, From: t0}, c.ProviderID, eur("0.00"), 1)
 	}
 }
 
@@ -116,13 +114,7 @@ func TestLookupWithRefundsPaginates(t *testing.T) {
 		b.refund(t, ch.ProviderID, fmt.Sprintf("order-p-refund-%d", i), eur("0.10"))
 	}
 	b.requests.Take()
-	got := onlyCharge(t, b.lookup(t, provider.LookupRequest{Key: "order-p", From: t0, WithRefunds: true}), ch.ProviderID)
-	if !got.RefundsKnown || !got.Refunded.Equal(eur("10.10")) {
-		t.Fatalf("%+v, want 10.10 EUR refunded", got)
-	}
-	if lists := b.requests.calls(refundListEndpoint); lists != 2 {
-		t.Fatalf("%d refund list pages, want 2", lists)
-	}
+	b.lookupRefunded(t, provider.LookupRequest{Key: "order-p", From: t0}, ch.ProviderID, eur("10.10"), 2) // two pages
 }
 
 // A failing refund list fails the lookup (a read: safe to retry).

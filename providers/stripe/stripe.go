@@ -14,6 +14,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/adapterkit"
 )
 
 const (
@@ -304,10 +305,7 @@ func requestID(r *stripego.APIResponse) string {
 }
 
 // invalid is a request refused before sending it.
-func invalid(param, msg string) error {
-	return &provider.InvalidRequestError{Provider: providerName, Code: "payonce_invalid_parameter", Param: param,
-		Message: param + " " + msg + " (refused before sending)"}
-}
+func invalid(param, msg string) error { return adapterkit.Refused(providerName, param, msg) }
 
 func checkKeys(key, providerKey string) error {
 	switch {

@@ -63,6 +63,10 @@ func chargeReq(key, pm string) provider.ChargeRequest {
 	}
 }
 
+func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
+	return testkit.RefundRequest(key, chargeID, amount, paystripe.MaxProviderKeyLen)
+}
+
 // must(call())(t) fails t if call returned an error.
 func must[T any](v T, err error) func(*testing.T) T { return testkit.Must(v, err) }
 

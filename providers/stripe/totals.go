@@ -9,6 +9,7 @@ import (
 
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments/provider"
+	"github.com/payonce/payonce/providers/internal/adapterkit"
 )
 
 var _ provider.Totaler = (*Provider)(nil)
@@ -53,14 +54,8 @@ var _ provider.Totaler = (*Provider)(nil)
 // *[provider.UnknownOutcomeError] wrapping the [money.Error]: the totals
 // are unknown, never silently short.
 func (p *Provider) Totals(ctx context.Context, from, to time.Time) (map[money.Currency]provider.Totals, error) {
-	switch {
-	case from.IsZero():
-		return nil, invalid("from", "is required (a zero time)")
-	case to.IsZero():
-		return nil, invalid("to", "is required (a zero time)")
-	case !from.Before(to):
-		return nil, invalid("to", fmt.Sprintf("must be after from: the window [%s, %s) is empty",
-			from.Format(time.RFC3339Nano), to.Format(time.RFC3339Nano)))
+	if err := adapterkit.RefuseWindow(providerName, from, to); err != nil {
+		return nil, err
 	}
 	params := &stripego.BalanceTransactionListParams{
 		CreatedRange: &stripego.RangeQueryParams{GreaterThanOrEqual: from.Unix(), LesserThan: to.Unix()},

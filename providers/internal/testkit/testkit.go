@@ -91,6 +91,13 @@ func RefusesBadWindows(t *testing.T, t0 time.Time, totals func(from, to time.Tim
 	}
 }
 
+// RefundRequest is the first attempt (attempt 0) to refund amount of the charge chargeID under
+// the local key: its ProviderKey derived as payments derives it, at most maxLen long.
+func RefundRequest(key, chargeID string, amount money.Money, maxLen int) provider.RefundRequest {
+	return provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, "refund", 0, maxLen),
+		ChargeID: chargeID, Amount: amount}
+}
+
 // LookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
 func LookupOf(r provider.RefundRequest) provider.RefundLookupRequest {
 	return provider.RefundLookupRequest{Key: r.Key, ProviderKey: r.ProviderKey, ChargeID: r.ChargeID}

@@ -10,16 +10,114 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
-
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/internal/testkit"
-	"github.com/payonce/payonce/providers/paypal"
 	"github.com/payonce/payonce/providers/paypal/paypaltest"
 )
+
+// refundRefused sends r and returns its refusal, failing t unless it is an
+// *provider.InvalidRequestError.
+func refundRefused(t *testing.T, b bundle, r provider.RefundRequest) *provider.InvalidRequestError {
+	t.Helper()
+	_, err := b.p.Refund(ctxT(t), r)
+	return errAs[*provider.InvalidRequestError](t, err)
+}
+
+func TestRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := charged(t, b, "refunded")
+
+	r1 := refundReq("refund-1", ch.ProviderID, eur("5.00"))
+	res := must(b.p.Refund(ctxT(t), r1))(t)
+	if res.Status != provider.RefundSucceeded || !res.Amount.Equal(eur("5.00")) || res.Replayed || !strings.HasPrefix(res.ProviderID, "REFFAKE") {
+		t.Fatalf("%+v", res)
+	}
+	again := must(b.p.Refund(ctxT(t), r1))(t)
+	if again.ProviderID != res.ProviderID || !again.Replayed {
+		t.Fatalf("replay %+v", again)
+	}
+	wantCounts(t, b, r1.ProviderKey, paypaltest.Counts{Refunds: 1})
+
+	// Lost response: the retry replays, one refund exists.
+	r2 := refundReq("refund-2", ch.ProviderID, eur("15.00"))
+	b.srv.Inject(paypaltest.Fault{Kind: paypaltest.ResetAfter, Path: "/v2/payments/captures/*/refund"})
+	_, err := b.p.Refund(ctxT(t), r2)
+	if !payments.OutcomeUnknown(err) {
+		t.Fatalf("lost refund: %v", err)
+	}
+	// The capture is fully refunded now; the replay still answers.
+	if res := must(b.p.Refund(ctxT(t), r2))(t); !res.Replayed || res.Status != provider.RefundSucceeded {
+		t.Fatalf("%+v", res)
+	}
+	wantCounts(t, b, r2.ProviderKey, paypaltest.Counts{Refunds: 1})
+
+	_, err = b.p.Refund(ctxT(t), refundReq("refund-3", ch.ProviderID, eur("0.01")))
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "CAPTURE_FULLY_REFUNDED" || idempotency.SafeToRetry(err) {
+		t.Fatalf("%+v", ie)
+	}
+	if got := b.srv.Totals()["EUR"]; got != (paypaltest.Total{Captured: 2000, Refunded: 2000}) {
+		t.Fatalf("totals %+v", got)
+	}
+}
+
+func TestOverRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := charged(t, b, "over")
+	must(b.p.Refund(ctxT(t), refundReq("over-1", ch.ProviderID, eur("15.00"))))(t)
+	r := refundReq("over-2", ch.ProviderID, eur("5.01"))
+	if ie := refundRefused(t, b, r); ie.Code != "REFUND_AMOUNT_EXCEEDED" {
+		t.Fatalf("%+v", ie)
+	}
+	wantCounts(t, b, r.ProviderKey, paypaltest.Counts{})
+	if got := b.srv.Totals()["EUR"]; got.Refunded != 1500 || got.Net != 500 {
+		t.Fatalf("totals %+v", got)
+	}
+	if ie := refundRefused(t, b, refundReq("over-3", ch.ProviderID, money.MustParse("1.00", money.USD))); ie.Param != "Amount" {
+		t.Fatalf("%+v", ie)
+	}
+}
+
+func TestRefundOfUncapturedOrUnknownOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := must(b.p.Charge(ctxT(t), chargeReq("3ds", paypaltest.PaymentMethodAuthenticationRequired)))(t)
+	if ie := refundRefused(t, b, refundReq("r", ch.ProviderID, eur("1.00"))); ie.Param != "ChargeID" {
+		t.Fatalf("%+v", ie)
+	}
+	if ie := refundRefused(t, b, refundReq("r", "ORDUNKNOWN", eur("1.00"))); ie.Code != "INVALID_RESOURCE_ID" {
+		t.Fatalf("%+v", ie)
+	}
+}
+
+// FailRefund refuses what it cannot fail, and gives the amount back to the capture.
+func TestFakeFailRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ch := charged(t, b, "fr")
+	re := must(b.p.Refund(ctxT(t), refundReq("fr-1", ch.ProviderID, eur("20.00"))))(t)
+	if err := b.srv.FailRefund(re.ProviderID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.srv.FailRefund(re.ProviderID); err == nil {
+		t.Fatal("failing a failed refund: no error")
+	}
+	if err := b.srv.FailRefund("REFUNKNOWN"); err == nil {
+		t.Fatal("failing an unknown refund: no error")
+	}
+	// The whole capture is refundable again.
+	if res := must(b.p.Refund(ctxT(t), refundReq("fr-2", ch.ProviderID, eur("20.00"))))(t); res.Status != provider.RefundSucceeded {
+		t.Fatalf("%+v", res)
+	}
+	if got := b.srv.Totals()["EUR"]; got != (paypaltest.Total{Captured: 2000, Refunded: 2000}) {
+		t.Fatalf("totals %+v", got)
+	}
+}
 
 // lookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
 var lookupOf = testkit.LookupOf
@@ -34,7 +132,7 @@ var onlyRefund = testkit.OnlyRefund
 func TestLookupRefundAfterLostResponse(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "lrf")
 	other := must(b.p.Refund(ctxT(t), refundReq("lrf-other", ch.ProviderID, eur("3.00"))))(t)
 
 	lost := refundReq("lrf-lost", ch.ProviderID, eur("5.00"))
@@ -92,7 +190,7 @@ func TestLookupRefundAfterLostResponse(t *testing.T) {
 func TestLookupRefundFailed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf-failed", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "lrf-failed")
 	req := refundReq("lrf-failed-refund", ch.ProviderID, eur("7.00"))
 	re := must(b.p.Refund(ctxT(t), req))(t)
 	onlyRefund(t, must(b.p.LookupRefund(ctxT(t), lookupOf(req)))(t), re.ProviderID, provider.RefundSucceeded, eur("7.00"))
@@ -142,14 +240,12 @@ func (s stripRefundCustomIDs) RoundTrip(r *http.Request) (*http.Response, error)
 func TestLookupRefundReadsRefundsWithoutCustomID(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf-strip", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "lrf-strip")
 	mine := must(b.p.Refund(ctxT(t), refundReq("lrf-strip-mine", ch.ProviderID, eur("4.00"))))(t)
 	must(b.p.Refund(ctxT(t), refundReq("lrf-strip-other", ch.ProviderID, eur("6.00"))))(t)
 
 	rc := sentRequests{&testkit.Recorder{Next: stripRefundCustomIDs{base: &http.Transport{DisableKeepAlives: true}}}}
-	p := must(paypal.New(&paypal.Config{ClientID: paypaltest.DefaultClientID, Secret: paypaltest.DefaultSecret,
-		BaseURL: b.srv.URL(), HTTPClient: &http.Client{Timeout: time.Minute, Transport: rc},
-		WebhookID: paypaltest.DefaultWebhookID, Clock: b.clock.Now}))(t)
+	p := newProvider(t, b.srv, b.clock, rc)
 	got := must(p.LookupRefund(ctxT(t), lookupOf(refundReq("lrf-strip-mine", ch.ProviderID, eur("4.00")))))(t)
 	onlyRefund(t, got, mine.ProviderID, provider.RefundSucceeded, eur("4.00"))
 	reqs := rc.take()
@@ -170,7 +266,7 @@ func TestLookupRefundReadsRefundsWithoutCustomID(t *testing.T) {
 func TestLookupRefundRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ch := must(b.p.Charge(ctxT(t), chargeReq("lrf-x", paypaltest.PaymentMethodVisa)))(t)
+	ch := charged(t, b, "lrf-x")
 	req := refundReq("lrf-x-refund", ch.ProviderID, eur("2.00"))
 	re := must(b.p.Refund(ctxT(t), req))(t)
 	p, rc := countedProvider(t, b)

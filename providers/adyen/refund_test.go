@@ -15,11 +15,6 @@ import (
 	"github.com/payonce/payonce/providers/internal/testkit"
 )
 
-func refundReq(key, chargeID string, amount money.Money) provider.RefundRequest {
-	return provider.RefundRequest{Key: key, ProviderKey: provider.DeriveKey(key, "refund", 0, adyen.MaxReferenceLen),
-		ChargeID: chargeID, Amount: amount}
-}
-
 // lookupOf is the RefundLookupRequest the reconciler sends for r, without a refund id.
 var lookupOf = testkit.LookupOf
 
@@ -187,5 +182,48 @@ func TestLookupRefundEvents(t *testing.T) {
 	bare := must(adyen.New(&adyen.Config{APIKey: "k", MerchantAccount: "m", ReturnURL: "https://r.example"}))(t)
 	if _, err := bare.LookupRefund(ctx, provider.RefundLookupRequest{ProviderKey: ref}); !errors.Is(err, adyen.ErrNoNotificationSource) {
 		t.Fatalf("without a source: %v", err)
+	}
+}
+
+func TestRefund(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	charge := must(b.p.Charge(ctx, chargeReq("order-r", adyentest.PaymentMethodVisa)))(t)
+
+	r1 := refundReq("order-r", charge.ProviderID, eur("15.00"))
+	res := must(b.p.Refund(ctx, r1))(t)
+	if res.Status != provider.RefundPending || res.ProviderID == "" || res.ProviderID == charge.ProviderID || !res.Amount.Equal(r1.Amount) || res.Replayed {
+		t.Fatalf("refund: %+v", res)
+	}
+	again := must(b.p.Refund(ctx, r1))(t)
+	if again.ProviderID != res.ProviderID {
+		t.Fatalf("replayed refund: %+v, first %+v", again, res)
+	}
+	// More than what is left: received, then REFUND success=false.
+	r2 := refundReq("order-r2", charge.ProviderID, eur("10.00"))
+	res2 := must(b.p.Refund(ctx, r2))(t)
+	if res2.Status != provider.RefundPending {
+		t.Fatalf("%+v", res2)
+	}
+	if c := b.srv.Counts(r1.ProviderKey); c.Refunds != 1 {
+		t.Fatalf("refunds for %s: %+v", r1.ProviderKey, c)
+	}
+	b.wait(t)
+	ok := b.inbox.byReference(r1.ProviderKey)
+	if len(ok) != 1 || ok[0].Kind != provider.EventRefundSucceeded || ok[0].ChargeID != charge.ProviderID ||
+		ok[0].ProviderID != res.ProviderID || !ok[0].Amount.Equal(eur("15.00")) || ok[0].ID != res.ProviderID+":REFUND:true" {
+		t.Fatalf("REFUND events: %+v", ok)
+	}
+	bad := b.inbox.byReference(r2.ProviderKey)
+	if len(bad) != 1 || bad[0].Kind != provider.EventRefundFailed || bad[0].DeclineCode == "" || bad[0].ChargeID != charge.ProviderID {
+		t.Fatalf("REFUND failure events: %+v", bad)
+	}
+	if tot := b.srv.Totals()["EUR"]; tot.Authorised != 2000 || tot.Refunded != 1500 || tot.Net != 500 {
+		t.Fatalf("totals %+v", tot)
+	}
+	_, err := b.p.Refund(ctx, provider.RefundRequest{Key: "x", ProviderKey: "x_refund_0", ChargeID: "NOSUCHPSP0000000", Amount: eur("1.00")})
+	if ie := errAs[*provider.InvalidRequestError](t, err); ie.Code != "unknown_psp_reference" {
+		t.Fatalf("%+v", ie)
 	}
 }

@@ -45,3 +45,24 @@ func TestLookupWithRefundsIsUnknown(t *testing.T) {
 		}
 	}
 }
+
+// Lookup keeps one result per payment, even with duplicate deliveries, and several payments
+// when a reference was (wrongly) used under two keys.
+func TestLookupDuplicates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &adyentest.Config{DuplicateWebhooks: 2})
+	ctx := context.Background()
+	req := chargeReq("order-dup", adyentest.PaymentMethodVisa)
+	res := must(b.p.Charge(ctx, req))(t)
+	got := b.lookup(t, req)
+	if len(got.Charges) != 1 || got.Charges[0].ProviderID != res.ProviderID {
+		t.Fatalf("lookup: %+v", got)
+	}
+	if n := len(b.inbox.byReference(req.ProviderKey)); n != 3 {
+		t.Fatalf("%d deliveries of the AUTHORISATION, want 3", n)
+	}
+	none := must(b.p.Lookup(ctx, provider.LookupRequest{Key: "x", ProviderKey: "nothing_charge_0"}))(t)
+	if len(none.Charges) != 0 || none.Charges == nil {
+		t.Fatalf("lookup of nothing: %+v", none)
+	}
+}
