@@ -176,12 +176,25 @@ func (s *Store) Complete(ctx context.Context, l idempotency.Lease, c idempotency
 		remove += ", #body"
 	}
 	attrs = append(attrs, aBody)
+	if n := itemSize(l, resp, values[":hdr"]); n > maxItemBytes {
+		return invalidf("Completion.Response", "the record would take %d bytes, over DynamoDB's item limit of %d: store a smaller response (headers and body)", n, maxItemBytes)
+	}
 	_, err := s.fenced(ctx, "complete", l, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String(set + remove),
 		ExpressionAttributeNames:  namesFor(attrs...),
 		ExpressionAttributeValues: values,
 	})
 	return err
+}
+
+// maxItemBytes is DynamoDB's limit on an item's size, names and values.
+const maxItemBytes = 400 * 1024
+
+// itemSize is an upper bound of the size of l's record holding resp: its
+// key, scope and response, and 400 bytes for the other attributes
+// (names, fingerprint, numbers).
+func itemSize(l idempotency.Lease, resp idempotency.Response, hdr types.AttributeValue) int {
+	return 400 + len(recordPK(l.Scope, l.Key)) + len(l.Scope) + len(l.Key) + len(bin(hdr)) + len(resp.Body)
 }
 
 // Release implements [idempotency.Store.Release]: the lease ends now
@@ -305,10 +318,11 @@ const pruneFilter = "#st <> :processing AND ((attribute_not_exists(#ru) AND #ea 
 // left alone (and not counted).
 //
 // A Scan reads every item of the table, expired or not, and DynamoDB
-// bills the bytes read, not the items returned: the store resumes each
-// call where the previous one stopped (in this process), so one pass of
-// a Pruner over the table reads it about once, whatever its batch size.
-// Calls that find nothing more go round the table once.
+// bills the bytes read, not the items returned. The store reads pages of
+// twice limit items (100 to 1,000) and resumes each call where the
+// previous one stopped (in this process), so one pass of a Pruner over
+// the table reads it about once, whatever its batch size; a call that
+// finds fewer than limit has gone round the whole table.
 //
 // Errors: an *idempotency.InvalidError when limit is not positive; the
 // client's error, wrapped.
@@ -330,6 +344,7 @@ func (s *Store) Prune(ctx context.Context, limit int) (int, error) {
 		out, err := s.db.Scan(ctx, &dynamodb.ScanInput{
 			TableName:                s.table,
 			ExclusiveStartKey:        next,
+			Limit:                    aws.Int32(int32(min(max(2*limit, 100), 1000))),
 			FilterExpression:         aws.String(pruneFilter),
 			ExpressionAttributeNames: namesFor(aStatus, aUntil, aExpires),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
