@@ -91,8 +91,9 @@
 // expired or not, 4 KB per read unit, halved for eventually consistent
 // reads), not what the filter returns. The store resumes each Prune call
 // where the previous one stopped, so a Pruner's pass reads the table about
-// once whatever its batch size; on a large table, run it rarely (daily)
-// and let TTL do the deleting.
+// twice at most whatever its batch size (once, and once more by the call
+// that finds nothing left); on a large table, run it rarely (daily) and
+// let TTL do the deleting.
 //
 // # Scopes
 //

@@ -319,10 +319,10 @@ const pruneFilter = "#st <> :processing AND ((attribute_not_exists(#ru) AND #ea 
 //
 // A Scan reads every item of the table, expired or not, and DynamoDB
 // bills the bytes read, not the items returned. The store reads pages of
-// twice limit items (100 to 1,000) and resumes each call where the
-// previous one stopped (in this process), so one pass of a Pruner over
-// the table reads it about once, whatever its batch size; a call that
-// finds fewer than limit has gone round the whole table.
+// limit items (25 to 1,000) and resumes each call where the previous one
+// stopped (in this process), so that a Pruner's pass does not read the
+// table again for each batch; a call that finds fewer than limit has
+// gone round the whole table, so a pass reads it about twice at most.
 //
 // Errors: an *idempotency.InvalidError when limit is not positive; the
 // client's error, wrapped.
@@ -334,6 +334,7 @@ func (s *Store) Prune(ctx context.Context, limit int) (int, error) {
 	start := s.cursor
 	s.mu.Unlock()
 	next, wrapped, total := start, start == nil, 0
+	var last string // the partition key of the last item taken or passed over
 	save := func(c map[string]types.AttributeValue) {
 		s.mu.Lock()
 		s.cursor = c
@@ -344,7 +345,7 @@ func (s *Store) Prune(ctx context.Context, limit int) (int, error) {
 		out, err := s.db.Scan(ctx, &dynamodb.ScanInput{
 			TableName:                s.table,
 			ExclusiveStartKey:        next,
-			Limit:                    aws.Int32(int32(min(max(2*limit, 100), 1000))),
+			Limit:                    aws.Int32(int32(min(max(limit, 25), 1000))),
 			FilterExpression:         aws.String(pruneFilter),
 			ExpressionAttributeNames: namesFor(aStatus, aUntil, aExpires),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
@@ -355,10 +356,12 @@ func (s *Store) Prune(ctx context.Context, limit int) (int, error) {
 		}
 		for _, m := range out.Items {
 			if total == limit {
-				save(keyOf(str(m[attrPK])))
+				// On after the last item looked at, which this one is not.
+				save(keyOf(last))
 				return total, nil
 			}
-			took, err := s.pruneOne(ctx, decodeItem(m), str(m[attrPK]), now)
+			last = str(m[attrPK])
+			took, err := s.pruneOne(ctx, decodeItem(m), last, now)
 			if err != nil {
 				return total, err
 			}
