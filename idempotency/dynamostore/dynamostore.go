@@ -78,11 +78,11 @@ var (
 // New returns a Store over the table cfg.Table, which it checks with one
 // DescribeTable.
 //
-// Errors: an *idempotency.InvalidError naming a nil client, a nil cfg or
-// an empty Config.Table; an error saying how to create the table when it
-// does not exist (it wraps *types.ResourceNotFoundException); an
-// *InvalidTableError when its key is not the store's; the client's
-// error, wrapped.
+// Errors: an *idempotency.InvalidError naming the client when it is nil,
+// or Config.Table when cfg is nil, the name empty or the table's key not
+// the store's; an error saying how to create the table when it does not
+// exist (it wraps *types.ResourceNotFoundException); the client's error,
+// wrapped.
 func New(ctx context.Context, client API, cfg *Config) (*Store, error) {
 	if client == nil {
 		return nil, invalidf("client", "nil: give a *dynamodb.Client")
@@ -257,38 +257,44 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 	if err := p.Validate(); err != nil {
 		return idempotency.Claim{}, err
 	}
+	var known *item // the record as last read, not yet decided on
 	if p.RefuseForeign {
-		if _, found, err := s.read(ctx, p.Scope, p.Key); err != nil {
+		it, found, err := s.read(ctx, p.Scope, p.Key)
+		if err != nil {
 			return idempotency.Claim{}, err
-		} else if !found {
-			foreign, err := s.foreign(ctx, p)
-			if err != nil || foreign {
-				return idempotency.Claim{State: idempotency.ClaimForeign}, err
-			}
+		}
+		if found {
+			known = &it
+		} else if foreign, err := s.foreign(ctx, p); err != nil || foreign {
+			return idempotency.Claim{State: idempotency.ClaimForeign}, err
 		}
 	}
 	// Each pass ends in an answer or in a write that lost to another
 	// writer; every loss means the record moved on, so a few passes do.
 	for range 16 {
-		v := newVersion()
-		err := s.put(ctx, p, s.nowMs(), v, "attribute_not_exists(#pk)", nil, namesFor(attrPK))
-		if err == nil {
-			return idempotency.Claim{State: idempotency.ClaimAcquired, Lease: idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: v}}, nil
+		if known == nil {
+			v := newVersion()
+			err := s.put(ctx, p, s.nowMs(), v, "attribute_not_exists(#pk)", nil, namesFor(attrPK))
+			if err == nil {
+				return idempotency.Claim{State: idempotency.ClaimAcquired, Lease: idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: v}}, nil
+			}
+			if !conditionFailed(err) {
+				return idempotency.Claim{}, s.wrap("claim", p.Key, err)
+			}
+			it, found, err := s.read(ctx, p.Scope, p.Key)
+			if err != nil {
+				return idempotency.Claim{}, err
+			}
+			if !found {
+				continue // deleted since: create it
+			}
+			known = &it
 		}
-		if !conditionFailed(err) {
-			return idempotency.Claim{}, s.wrap("claim", p.Key, err)
-		}
-		it, found, err := s.read(ctx, p.Scope, p.Key)
-		if err != nil {
-			return idempotency.Claim{}, err
-		}
-		if !found {
-			continue // deleted since: create it
-		}
-		c, done, err := s.decide(ctx, p, it, s.nowMs())
+		c, done, err := s.decide(ctx, p, *known, s.nowMs())
 		if err != nil || done {
 			return c, err
 		}
+		known = nil
 	}
 	return idempotency.Claim{}, fmt.Errorf("dynamostore: claim of key %s: the record kept changing under 16 attempts", idempotency.ShortHash(p.Key))
 }

@@ -228,13 +228,21 @@ func TestNew(t *testing.T) {
 	if !errors.As(err, &nf) || !strings.Contains(err.Error(), "dynamostore.CreateTable") {
 		t.Fatalf("missing table: %v, want an error naming CreateTable", err)
 	}
+	other := dynamotest.TableName()
+	if _, err := client.CreateTable(ctx, &dynamodb.CreateTableInput{TableName: aws.String(other),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest}); err != nil {
+		t.Fatal(err)
+	}
 	for field, call := range map[string]func() error{
-		"Config.Table": func() error { _, err := dynamostore.New(ctx, client, nil); return err },
-		"client":       func() error { _, err := dynamostore.New(ctx, nil, &dynamostore.Config{Table: "t"}); return err },
-		"name":         func() error { return dynamostore.CreateTable(ctx, client, "") },
+		"Config.Table ": func() error { _, err := dynamostore.New(ctx, client, &dynamostore.Config{Table: other}); return err },
+		"Config.Table":  func() error { _, err := dynamostore.New(ctx, client, nil); return err },
+		"client":        func() error { _, err := dynamostore.New(ctx, nil, &dynamostore.Config{Table: "t"}); return err },
+		"name":          func() error { return dynamostore.CreateTable(ctx, client, "") },
 	} {
 		var ie *idempotency.InvalidError
-		if err := call(); !errors.As(err, &ie) || ie.Field != field {
+		if err := call(); !errors.As(err, &ie) || ie.Field != strings.TrimSpace(field) {
 			t.Fatalf("%s: %v, want an InvalidError naming it", field, err)
 		}
 	}

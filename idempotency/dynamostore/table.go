@@ -108,15 +108,7 @@ func checkTable(ctx context.Context, client API, name string) error {
 	}
 	ks := out.Table.KeySchema
 	if len(ks) != 1 || aws.ToString(ks[0].AttributeName) != attrPK {
-		return &InvalidTableError{Table: name}
+		return invalidf("Config.Table", "table %s has another key schema than the store's (partition key %q of type S, no sort key): create one with dynamostore.CreateTable", name, attrPK)
 	}
 	return nil
-}
-
-// InvalidTableError is returned by [New] for a table whose key is not the
-// store's (one partition key "pk" of type S, no sort key).
-type InvalidTableError struct{ Table string }
-
-func (e *InvalidTableError) Error() string {
-	return fmt.Sprintf("dynamostore: table %s has another key schema than the store's (partition key %q of type S, no sort key): create a table with dynamostore.CreateTable", e.Table, attrPK)
 }
