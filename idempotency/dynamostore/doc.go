@@ -102,8 +102,9 @@
 // twice the retention by its TTL) and refuses it when one of them holds a
 // live record. The lookup and the claim are separate steps (two scopes
 // racing for a new key may both get it, as with pgstore's READ COMMITTED
-// snapshot); a claim that refuses foreign keys costs three to four round
-// trips more when the key is new to its scope.
+// snapshot); a claim that refuses foreign keys costs a read more, and,
+// when the key is new to its scope, two or three round trips more plus
+// one per other scope that claimed it.
 //
 // # Costs
 //
