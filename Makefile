@@ -7,9 +7,10 @@ FUZZTIME ?= 30000x
 STRIPE_MOCK_VERSION := v0.203.0
 STRIPE_MOCK := .bin/stripe-mock-$(STRIPE_MOCK_VERSION)
 # Every module of the workspace (go.work): the SDK (.), the operator CLI,
-# the examples, the NATS inbox, the Redis store, the CLIs' shared plumbing (internal/cli) and
+# the examples, the NATS inbox, the Redis store, the DynamoDB store (its
+# tests install dynalite with npm into idempotency/dynamostore/.bin), the CLIs' shared plumbing (internal/cli) and
 # the lab. make test covers them all.
-PKGS := ./... ./cmd/payonce/... ./examples/... ./idempotency/inbox/natsinbox/... ./idempotency/redisstore/... ./internal/cli/... ./lab/...
+PKGS := ./... ./cmd/payonce/... ./examples/... ./idempotency/dynamostore/... ./idempotency/inbox/natsinbox/... ./idempotency/redisstore/... ./internal/cli/... ./lab/...
 
 .PHONY: test vet unit fuzz monitoring runbook demo bench prunebench scalebench chargebench design-doc design-screenshot demo-worker report-screenshot torture
 
