@@ -76,8 +76,8 @@ func TestSDKModuleGraph(t *testing.T) {
 				t.Errorf("a user of pgstore gets %s in their module graph", line)
 			}
 		}
-		// The Redis store and the NATS inbox are modules of their own: a
-		// PostgreSQL user gets neither client.
+		// The Redis and DynamoDB stores and the NATS inbox are modules of
+		// their own: a PostgreSQL user gets none of their clients.
 		for _, w := range besideTheSDK {
 			if strings.HasPrefix(line, w) {
 				t.Errorf("a user of pgstore gets %s, the client of a module beside the SDK, in their module graph", line)
@@ -87,8 +87,9 @@ func TestSDKModuleGraph(t *testing.T) {
 }
 
 // besideTheSDK are the clients the modules beside the SDK bring
-// (idempotency/redisstore, idempotency/inbox/natsinbox).
-var besideTheSDK = []string{"github.com/redis/go-redis/", "github.com/nats-io/nats.go"}
+// (idempotency/redisstore, idempotency/dynamostore,
+// idempotency/inbox/natsinbox).
+var besideTheSDK = []string{"github.com/redis/go-redis/", "github.com/aws/", "github.com/nats-io/nats.go"}
 
 // The operator binary links no provider fake, no PostgreSQL starter, no
 // chaos proxy, no browser.
