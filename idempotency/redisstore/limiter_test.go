@@ -77,12 +77,17 @@ func TestLimiterStormSharedAcrossInstances(t *testing.T) {
 	const limit, callers = 10, 200
 	const window = time.Minute
 	prefix := redistest.Prefix()
-	rdb := redistest.Client(t)
+	rdb, other := redistest.Client(t), redistest.Client(t)
 	instances := []*redisstore.Limiter{
 		newLimiter(t, rdb, limit, window, prefix),
-		newLimiter(t, redistest.Client(t), limit, window, prefix),
+		newLimiter(t, other, limit, window, prefix),
 	}
 	ctx := ctxFor(t)
+	for _, c := range []*redis.Client{rdb, other} { // both connected before the storm
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	inOneWindow(t, rdb, window, func(try int) error {
 		scope := "usr_flood" + strconv.Itoa(try)
 		before := serverNow(t, rdb)
@@ -134,6 +139,12 @@ func TestLimiterStormSharedAcrossInstances(t *testing.T) {
 		}
 		if len(afters) != callers-limit {
 			return fmt.Errorf("%d refusals, want %d", len(afters), callers-limit)
+		}
+		// Either instance refuses now, whichever counted the allowances.
+		for i, l := range instances {
+			if ok, _, err := l.Allow(ctx, scope); err != nil || ok {
+				return fmt.Errorf("instance %d after the storm: allowed %v, %v; want refused", i, ok, err)
+			}
 		}
 		return nil
 	})
