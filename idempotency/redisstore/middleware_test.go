@@ -238,7 +238,8 @@ func TestMiddlewareRateLimitSharedOnRedis(t *testing.T) {
 
 // Executor.Do on many keys at once, through three executors on three
 // clients: each key's action runs once, and every caller gets that run's
-// response (callers told "in progress" retry until they get it).
+// response (each caller is told "in progress" first, and retries until
+// it gets it).
 func TestDoStormOneExecutionPerKey(t *testing.T) {
 	t.Parallel()
 	const keys, callersPerKey = 8, 12
@@ -260,7 +261,7 @@ func TestDoStormOneExecutionPerKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var runs [keys]atomic.Int64
+	var runs, answered [keys]atomic.Int64
 	var bodies [keys][callersPerKey][]byte
 	ctx := ctxFor(t)
 	var wg sync.WaitGroup
@@ -271,8 +272,19 @@ func TestDoStormOneExecutionPerKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		req := idempotency.Request{Scope: "usr_do", Key: key, Fingerprint: fp}
-		action := func(context.Context) (idempotency.Response, error) {
+		// The action holds the key until every caller of it has had a
+		// first answer: all of them meet it running.
+		action := func(actx context.Context) (idempotency.Response, error) {
 			n := runs[k].Add(1)
+			poll := time.NewTicker(time.Millisecond)
+			defer poll.Stop()
+			for answered[k].Load()+runs[k].Load() < callersPerKey {
+				select {
+				case <-poll.C:
+				case <-actx.Done():
+					return idempotency.Response{}, actx.Err()
+				}
+			}
 			return idempotency.Response{Code: 201, Body: fmt.Appendf(nil, "key %d run %d", k, n)}, nil
 		}
 		for c := range callersPerKey {
@@ -282,9 +294,20 @@ func TestDoStormOneExecutionPerKey(t *testing.T) {
 				<-start
 				poll := time.NewTicker(2 * time.Millisecond)
 				defer poll.Stop()
-				for {
-					res, err := execs[(k+c)%len(execs)].Do(ctx, req, action)
+				ran := false
+				act := func(actx context.Context) (idempotency.Response, error) {
+					ran = true
+					return action(actx)
+				}
+				for try := 0; ; try++ {
+					res, err := execs[(k+c)%len(execs)].Do(ctx, req, act)
 					var ip *idempotency.InProgressError
+					if try == 0 {
+						if !ran && !errors.As(err, &ip) {
+							t.Errorf("key %d: a first answer while the action runs: %v, want in progress", k, err)
+						}
+						answered[k].Add(1)
+					}
 					if errors.As(err, &ip) {
 						select {
 						case <-poll.C:
