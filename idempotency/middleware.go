@@ -136,7 +136,7 @@ type MiddlewareConfig struct {
 	// and idempotency.rate_limited counts it. Replays are never counted.
 	// Default: a [MemLimiter] of RateLimit keys per RateWindow, counted in
 	// this process only; with several instances, pass pgstore.NewLimiter
-	// for one limit shared through the database.
+	// (or redisstore.NewLimiter) for one limit shared through the database.
 	Limiter Limiter
 	// RateLimit is the default limiter's new keys per scope per RateWindow.
 	// Default 100; a negative value turns rate limiting off.

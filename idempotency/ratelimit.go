@@ -17,7 +17,8 @@ type Limiter interface {
 
 // MemLimiter is a fixed-window Limiter in process memory: each instance of
 // a service counts on its own, so N instances allow up to N times the
-// limit. With PostgreSQL use pgstore's Limiter, shared by all instances.
+// limit. With PostgreSQL use pgstore's Limiter, with Redis redisstore's:
+// shared by all instances.
 // Memory is bounded: windows that ended are dropped as time passes.
 type MemLimiter struct {
 	limit  int
