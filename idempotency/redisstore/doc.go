@@ -2,10 +2,12 @@
 // designed from the record's logical model (key, fingerprint, status,
 // lease with a fencing token, response, expiry, the refusal tombstone),
 // for services that already run Redis or outgrow one PostgreSQL primary.
-// This version runs on a standalone server (Redis 7.0 or later, or a
-// Sentinel-managed primary); Redis Cluster comes later.
+// It runs on Redis 7.0 or later: a standalone server (or a
+// Sentinel-managed primary) through a *redis.Client, or a Redis Cluster
+// through a *redis.ClusterClient.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	// or: redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 //	store, err := redisstore.New(rdb, nil)
 //	...
 //	exec, err := idempotency.New(store, nil)
@@ -24,9 +26,12 @@
 // version and return idempotency.ErrLeaseLost otherwise, changing
 // nothing. A new record's version starts at a random value below 2^30, as
 // pgstore's, so that a key deleted and claimed again does not hand a
-// stalled holder's token out again. The package passes the conformance
-// suite (idempotencytest.Exercise) on a real redis-server, sealed
-// responses included.
+// stalled holder's token out again. A Complete repeated by the holder
+// with the same status after it succeeded (a retry after a lost reply) is
+// answered as a success again, not as a lost lease. The package passes
+// the conformance suite (idempotencytest.Exercise) on a real
+// redis-server, sealed responses included, and on a real Cluster of three
+// primaries with a replica each, with and without Config.WaitReplicas.
 //
 // # Clock
 //
@@ -51,6 +56,33 @@
 // ExpiredRefused to tombstones at their expiry (the response deleted,
 // the refusal kept), as pgstore's prune does. Errors name a key by its
 // short hash (idempotency.ShortHash), never in full.
+//
+// # Cluster
+//
+// Every script touches the keys of one scope only (its records and its
+// due index, all tagged {<scope>}), so of one slot, and Cluster runs it
+// on the primary of that slot. Two keys live outside the scopes' slots,
+// and only separate commands from the client write them:
+//
+//   - The prune registry, "<prefix>:prune": Complete files the scope there
+//     (ZADD LT) after its script; Prune files the scope again after
+//     pruning it (its next due instant, or out), then reads the scope's
+//     due index once more and files it sooner if a Complete came in
+//     between. Cost: one more round trip per Complete, two or three more per
+//     scope a Prune visits. What can be lost: the registry write, when the
+//     client fails between the two commands (the outcome itself is
+//     recorded). Then the scope's expired records are not found by Prune
+//     until another Complete in the scope files it again; claims are not
+//     affected (each claim decides on the record's own expiry), and Redis
+//     still deletes every record by itself (PEXPIREAT): what is delayed is
+//     the tombstone, a record kept whole, response included, until the
+//     end of its refusal horizon instead of reduced at its expiry.
+//   - The owners of a key, "<prefix>:owners:{<key>}" (see Scopes): the
+//     lookup and the filing are commands apart from the claim, as on a
+//     standalone server.
+//
+// Prune finds the registry on whichever primary holds it (the client
+// routes by key) and each scope on its own.
 //
 // # Scopes
 //
