@@ -101,6 +101,12 @@ func (s *Store) runOn(ctx context.Context, node *redis.Client, op string, acked 
 	defer conn.Close()
 	cmd := script.Run(ctx, conn, keys, args...)
 	if err := cmd.Err(); err != nil {
+		var re redis.Error
+		if s.cluster != nil && !errors.As(err, &re) {
+			// Not the server's answer (a node down, say): the slots may
+			// have moved; the caller's retry finds them.
+			s.cluster.ReloadState(ctx)
+		}
 		return reply{Cmd: cmd}, s.cluster != nil && redirected(err)
 	}
 	if !acked(cmd) {

@@ -35,6 +35,8 @@ type Cluster struct {
 	dir   string
 	mu    sync.Mutex
 	nodes map[string]*process // by address; a killed node is gone
+	dirs  map[string]string   // every node's directory, by address
+	bus   map[string]int      // every node's cluster bus port, by address
 }
 
 var cluster *Cluster // the test binary's shared one, see ClusterClient
@@ -72,7 +74,7 @@ func StartCluster(primaries, replicas int) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir, nodes: map[string]*process{}}
+	c := &Cluster{dir: dir, nodes: map[string]*process{}, dirs: map[string]string{}, bus: map[string]int{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -81,11 +83,12 @@ func StartCluster(primaries, replicas int) (*Cluster, error) {
 	}()
 	n := primaries * (1 + replicas)
 	for i := range n {
-		p, err := startNode(bin, filepath.Join(dir, strconv.Itoa(i)))
+		ndir := filepath.Join(dir, strconv.Itoa(i))
+		p, bus, err := startNode(bin, ndir)
 		if err != nil {
 			return nil, err
 		}
-		c.nodes[p.addr] = p
+		c.nodes[p.addr], c.dirs[p.addr], c.bus[p.addr] = p, ndir, bus
 		c.Addrs = append(c.Addrs, p.addr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
@@ -105,30 +108,76 @@ func StartCluster(primaries, replicas int) (*Cluster, error) {
 // startNode starts one cluster node in dir (created here), on two free
 // ports (the client's and the cluster bus'), trying other ports when one
 // was taken meanwhile.
-func startNode(bin, dir string) (*process, error) {
+func startNode(bin, dir string) (*process, int, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var last error
 	for range 5 {
 		port, err := freePort()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		bus, err := freePort()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		p, err := startOn(bin, port, dir, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(int(NodeTimeout.Milliseconds())),
-			"--cluster-announce-ip", "127.0.0.1")
+		p, err := startClusterNode(bin, port, bus, dir)
 		if err == nil {
-			return p, nil
+			return p, bus, nil
 		}
 		_ = os.Remove(filepath.Join(dir, "nodes.conf"))
 		last = err
 	}
-	return nil, last
+	return nil, 0, last
+}
+
+func startClusterNode(bin string, port, bus int, dir string) (*process, error) {
+	return startOn(bin, port, dir, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+		"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(int(NodeTimeout.Milliseconds())),
+		"--cluster-announce-ip", "127.0.0.1")
+}
+
+// Restart starts the killed node at addr again, on its ports and with its
+// cluster configuration (nodes.conf): a primary that was failed over
+// rejoins as a replica of the node promoted in its place. Restart returns
+// once the node is a replica with its link to its primary up, bounded by
+// ctx and by a minute.
+func (c *Cluster) Restart(ctx context.Context, addr string) error {
+	bin, err := binary()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if _, running := c.nodes[addr]; running {
+		c.mu.Unlock()
+		return fmt.Errorf("redistest: node %s is running", addr)
+	}
+	_, portText, _ := strings.Cut(addr, ":")
+	port, _ := strconv.Atoi(portText)
+	p, err := startClusterNode(bin, port, c.bus[addr], c.dirs[addr])
+	if err == nil {
+		c.nodes[addr] = p
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, clusterTimeout)
+	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	for {
+		repl, err := rdb.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(repl, "role:slave") && strings.Contains(repl, "master_link_status:up") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redistest: restarted node %s not a replica with its link up: %w (last: %v %q)", addr, ctx.Err(), err, repl)
+		case <-time.After(50 * time.Millisecond): // poll the node again
+		}
+	}
 }
 
 func cliBinary() (string, error) {
@@ -227,8 +276,8 @@ func parseNodes(txt string) []Node {
 
 // waitHealthy polls every running node until it reports cluster_state:ok
 // and sees every other running node; with dead set, until it also sees
-// that node failed and no longer a primary's only holder of slots (the
-// state ok says that every slot is served). With primaries set (on
+// that node failed (and the state ok says that every slot is served,
+// so by a promoted replica). With primaries set (on
 // creation), until the nodes see that many primaries, each with its
 // replicas connected.
 func (c *Cluster) waitHealthy(ctx context.Context, dead string, primaries, replicas int) error {
@@ -264,8 +313,8 @@ func (c *Cluster) waitHealthy(ctx context.Context, dead string, primaries, repli
 			for _, n := range parseNodes(txt) {
 				switch {
 				case n.Addr == dead:
-					if !n.Failed || n.Primary {
-						why = fmt.Errorf("node %s does not see %s failed and demoted yet", addrs[i], dead)
+					if !n.Failed {
+						why = fmt.Errorf("node %s does not see %s failed yet", addrs[i], dead)
 						return false
 					}
 				case n.Failed:
