@@ -34,15 +34,32 @@ type Config struct {
 	// the format and rotation). Default nil: responses are stored as they
 	// are.
 	Keyring *idempotency.Keyring
+	// WaitReplicas, when positive, makes every write that a failover must
+	// not lose (a claim that takes a lease, a heartbeat, a complete) wait
+	// until that many replicas of the key's primary acknowledge it (Redis
+	// WAIT, on the same connection, right after the script), for at most
+	// WaitTimeout. A claim not acknowledged in time is released and
+	// answered with a *NotReplicatedError (SafeToRetry: true), never
+	// executed; see the package documentation, Durability. Default 0: no
+	// wait, writes are acknowledged by the primary alone.
+	WaitReplicas int
+	// WaitTimeout bounds each wait for WaitReplicas replicas (go-redis
+	// reads WAIT's reply within it plus 10 s, whatever the client's
+	// ReadTimeout). Required (positive) with WaitReplicas. Default 0,
+	// valid only without WaitReplicas.
+	WaitTimeout time.Duration
 }
 
-// Store is an [idempotency.Store] on a standalone Redis server (7.0 or
-// later). It is safe for concurrent use. Create it with [New]; see the
+// Store is an [idempotency.Store] on Redis (7.0 or later), a standalone
+// server or a Cluster. It is safe for concurrent use. Create it with [New]; see the
 // package documentation for its guarantees.
 type Store struct {
-	rdb     redis.UniversalClient
-	prefix  string
-	keyring *idempotency.Keyring
+	rdb      redis.UniversalClient
+	cluster  *redis.ClusterClient // rdb, when it is a Cluster's client
+	prefix   string
+	keyring  *idempotency.Keyring
+	replicas int
+	waitFor  time.Duration
 }
 
 var (
@@ -51,31 +68,48 @@ var (
 	_ idempotency.Sealer    = (*Store)(nil)
 )
 
-// New returns a Store over client, a standalone server's client
-// (*redis.Client, or what redis.NewUniversalClient returns for one
-// address or a Sentinel-managed primary). A nil cfg means the defaults.
+// New returns a Store over client: a standalone server's *redis.Client
+// (also what redis.NewUniversalClient returns for one address or a
+// Sentinel-managed primary), or a Redis Cluster's *redis.ClusterClient.
+// A nil cfg means the defaults.
 //
 // Errors: an *idempotency.InvalidError naming the bad argument or field:
-// a nil client, a Redis Cluster or Ring client (not supported yet: the
-// prune registry is one key, outside the scopes' slots), a bad
-// Config.KeyPrefix.
+// a nil client, a Ring client (its shards share no slots the scripts can
+// rely on), a bad Config.KeyPrefix, a negative Config.WaitReplicas, a
+// Config.WaitTimeout missing, negative, or set without WaitReplicas.
 func New(client redis.UniversalClient, cfg *Config) (*Store, error) {
-	switch client.(type) {
-	case nil:
-		return nil, &idempotency.InvalidError{Field: "client", Reason: "nil"}
-	case *redis.ClusterClient, *redis.Ring:
-		return nil, &idempotency.InvalidError{Field: "client",
-			Reason: "Redis Cluster and Ring are not supported yet: give a standalone server's *redis.Client"}
-	}
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	s := &Store{rdb: client, prefix: cfg.KeyPrefix, keyring: cfg.Keyring}
+	s := &Store{rdb: client, prefix: cfg.KeyPrefix, keyring: cfg.Keyring, replicas: cfg.WaitReplicas, waitFor: cfg.WaitTimeout}
+	switch c := client.(type) {
+	case nil:
+		return nil, &idempotency.InvalidError{Field: "client", Reason: "nil"}
+	case *redis.Client:
+	case *redis.ClusterClient:
+		s.cluster = c
+	default:
+		return nil, &idempotency.InvalidError{Field: "client",
+			Reason: fmt.Sprintf("%T is not supported: give a standalone server's *redis.Client or a Cluster's *redis.ClusterClient", client)}
+	}
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
 	}
 	if err := validPrefix(s.prefix); err != nil {
 		return nil, err
+	}
+	switch {
+	case s.replicas < 0:
+		return nil, &idempotency.InvalidError{Field: "Config.WaitReplicas",
+			Reason: fmt.Sprintf("must be 0 (no wait) or a number of replicas, got %d", s.replicas)}
+	case s.waitFor < 0:
+		return nil, &idempotency.InvalidError{Field: "Config.WaitTimeout", Reason: "must be positive, got " + s.waitFor.String()}
+	case s.replicas > 0 && s.waitFor == 0:
+		return nil, &idempotency.InvalidError{Field: "Config.WaitTimeout",
+			Reason: "required with Config.WaitReplicas (Redis would wait forever): set it, e.g. 500ms"}
+	case s.replicas == 0 && s.waitFor > 0:
+		return nil, &idempotency.InvalidError{Field: "Config.WaitTimeout",
+			Reason: "set without Config.WaitReplicas, which says how many replicas to wait for: set both or neither"}
 	}
 	return s, nil
 }
@@ -166,10 +200,18 @@ func (s *Store) claim(ctx context.Context, p idempotency.ClaimParams, mode strin
 		policy = "refuse"
 	}
 	keys := []string{s.recordKey(p.Scope, p.Key), s.dueKey(p.Scope)}
-	out, err := claimScript.Run(ctx, s.rdb, keys, p.Key, string(p.Fingerprint), ms(p.LockTimeout), ms(p.Retention),
-		ms(p.RefuseFor()), policy, newVersion(), mode).Slice()
+	r := s.run(ctx, "claim", tookLease, claimScript, keys, p.Key, string(p.Fingerprint), ms(p.LockTimeout), ms(p.Retention),
+		ms(p.RefuseFor()), policy, newVersion(), mode)
+	out, err := r.Slice()
 	if err != nil {
 		return idempotency.Claim{}, s.wrap("claim", p.Key, err)
+	}
+	if r.notAcked != nil {
+		// The lease may not survive a failover: give it back, unused.
+		// Should the release fail too, the lease runs out by itself.
+		l := idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: toInt(out[1])}
+		_ = s.fenced(ctx, "release", l, nil, releaseScript, []string{keys[0]}, l.Version)
+		return idempotency.Claim{}, s.wrap("claim", p.Key, r.notAcked)
 	}
 	lease := func(v any) idempotency.Lease {
 		return idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: toInt(v)}
@@ -200,6 +242,19 @@ func (s *Store) claim(ctx context.Context, p idempotency.ClaimParams, mode strin
 		return idempotency.Claim{State: idempotency.ClaimReplay, Record: rec, StoreNow: fromMs(toInt(out[7]))}, nil
 	}
 	return idempotency.Claim{}, fmt.Errorf("redisstore: claim of key %s: unexpected reply %v", idempotency.ShortHash(p.Key), out[0])
+}
+
+// tookLease reports a claim's reply that hands out a lease: the write a
+// failover must not lose before the action runs.
+func tookLease(c *redis.Cmd) bool {
+	out, err := c.Slice()
+	return err == nil && len(out) > 1 && (out[0] == "acquired" || out[0] == "reclaimed")
+}
+
+// wrote reports a fenced script's reply of 1 (or more): it wrote.
+func wrote(c *redis.Cmd) bool {
+	n, err := c.Int64()
+	return err == nil && n > 0
 }
 
 // foreign reports whether a scope other than scope holds a live record of
@@ -256,9 +311,24 @@ func (s *Store) Complete(ctx context.Context, l idempotency.Lease, c idempotency
 			return &idempotency.InvalidError{Field: "Response.Header", Reason: err.Error()}
 		}
 	}
-	keys := []string{s.recordKey(l.Scope, l.Key), s.dueKey(l.Scope), s.registryKey()}
-	return s.fenced(ctx, "complete", l, completeScript, keys, l.Version, string(c.Status), resp.Code, hdr, resp.Body,
-		ms(c.Retention), l.Key, l.Scope)
+	keys := []string{s.recordKey(l.Scope, l.Key), s.dueKey(l.Scope)}
+	r := s.run(ctx, "complete", wrote, completeScript, keys, l.Version, string(c.Status), resp.Code, hdr, resp.Body,
+		ms(c.Retention), l.Key)
+	ea, err := r.Int64()
+	if err != nil {
+		return s.wrap("complete", l.Key, err)
+	}
+	if ea == 0 {
+		return idempotency.ErrLeaseLost
+	}
+	// The prune registry lives in a slot of its own: a second command.
+	// Should it fail, the outcome stands; see the package documentation,
+	// Keys and expiry.
+	_ = s.rdb.ZAddLT(ctx, s.registryKey(), redis.Z{Score: float64(ea), Member: l.Scope}).Err()
+	if r.notAcked != nil {
+		return s.wrap("complete", l.Key, r.notAcked)
+	}
+	return nil
 }
 
 // Release implements [idempotency.Store.Release]: the lease ends now, by
@@ -267,7 +337,7 @@ func (s *Store) Complete(ctx context.Context, l idempotency.Lease, c idempotency
 // Errors: idempotency.ErrLeaseLost as for [Store.Complete]; the client's
 // error, wrapped.
 func (s *Store) Release(ctx context.Context, l idempotency.Lease) error {
-	return s.fenced(ctx, "release", l, releaseScript, []string{s.recordKey(l.Scope, l.Key)}, l.Version)
+	return s.fenced(ctx, "release", l, nil, releaseScript, []string{s.recordKey(l.Scope, l.Key)}, l.Version)
 }
 
 // Heartbeat implements [idempotency.Store.Heartbeat]: the lease ends d
@@ -279,7 +349,7 @@ func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Durat
 	if d <= 0 {
 		return &idempotency.InvalidError{Field: "d", Reason: "heartbeat extension must be positive, got " + d.String()}
 	}
-	return s.fenced(ctx, "heartbeat", l, heartbeatScript, []string{s.recordKey(l.Scope, l.Key)}, l.Version, ms(d))
+	return s.fenced(ctx, "heartbeat", l, wrote, heartbeatScript, []string{s.recordKey(l.Scope, l.Key)}, l.Version, ms(d))
 }
 
 // Abandon implements [idempotency.Abandoner]: the PROCESSING record held
@@ -287,18 +357,22 @@ func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Durat
 //
 // Errors: as for [Store.Release].
 func (s *Store) Abandon(ctx context.Context, l idempotency.Lease) error {
-	return s.fenced(ctx, "abandon", l, abandonScript, []string{s.recordKey(l.Scope, l.Key)}, l.Version)
+	return s.fenced(ctx, "abandon", l, nil, abandonScript, []string{s.recordKey(l.Scope, l.Key)}, l.Version)
 }
 
 // fenced runs one of the scripts guarded by the lock version: 1 done, 0
-// lease lost.
-func (s *Store) fenced(ctx context.Context, op string, l idempotency.Lease, script *redis.Script, keys []string, args ...any) error {
-	n, err := script.Run(ctx, s.rdb, keys, args...).Int()
+// lease lost. With acked set, the write waits for Config.WaitReplicas.
+func (s *Store) fenced(ctx context.Context, op string, l idempotency.Lease, acked func(*redis.Cmd) bool, script *redis.Script, keys []string, args ...any) error {
+	r := s.run(ctx, op, acked, script, keys, args...)
+	n, err := r.Int()
 	if err != nil {
 		return s.wrap(op, l.Key, err)
 	}
 	if n == 0 {
 		return idempotency.ErrLeaseLost
+	}
+	if r.notAcked != nil {
+		return s.wrap(op, l.Key, r.notAcked)
 	}
 	return nil
 }
@@ -355,13 +429,42 @@ func (s *Store) Prune(ctx context.Context, limit int) (int, error) {
 		if err != nil {
 			return total, s.wrap("prune", "", err)
 		}
-		n, err := pruneScopeScript.Run(ctx, s.rdb, []string{s.dueKey(scope), reg}, s.recordBase(scope), limit-total, scope).Int()
+		due := s.dueKey(scope)
+		out, err := pruneScopeScript.Run(ctx, s.rdb, []string{due}, s.recordBase(scope), limit-total).Slice()
 		if err != nil {
 			return total, s.wrap("prune", "", err)
 		}
-		total += n
+		total += int(toInt(out[0]))
+		if err := s.refile(ctx, scope, due, out[1]); err != nil {
+			return total, s.wrap("prune", "", err)
+		}
 	}
 	return total, nil
+}
+
+// refile files scope in the prune registry at next, its due index's
+// earliest instant after the prune (nil: none left, the scope leaves the
+// registry). The registry is in a slot of its own, so this is a command
+// apart from the prune's script: a Complete in the scope may have lowered
+// the scope's instant in between (ZADD LT), which refiling would undo.
+// Hence the due index is read once more afterwards, and the scope filed
+// again at its earliest instant if that is sooner.
+func (s *Store) refile(ctx context.Context, scope, due string, next any) error {
+	reg := s.registryKey()
+	var err error
+	if next == nil {
+		err = s.rdb.ZRem(ctx, reg, scope).Err()
+	} else {
+		err = s.rdb.ZAdd(ctx, reg, redis.Z{Score: float64(toInt(next)), Member: scope}).Err()
+	}
+	if err != nil {
+		return err
+	}
+	first, err := s.rdb.ZRangeWithScores(ctx, due, 0, 0).Result()
+	if err != nil || len(first) == 0 {
+		return err
+	}
+	return s.rdb.ZAddLT(ctx, reg, redis.Z{Score: first[0].Score, Member: scope}).Err()
 }
 
 // decodeResponse rebuilds a stored response, opening it when sealed.

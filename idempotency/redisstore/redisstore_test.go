@@ -225,17 +225,21 @@ func TestKeysTaggedByScope(t *testing.T) {
 func TestNewRefuses(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Client(t)
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
-	t.Cleanup(func() { _ = cluster.Close() })
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	t.Cleanup(func() { _ = ring.Close() })
 	for name, tc := range map[string]struct {
 		client redis.UniversalClient
 		cfg    *redisstore.Config
 		field  string
 	}{
-		"nil client":  {nil, nil, "client"},
-		"cluster":     {cluster, nil, "client"},
-		"brace":       {rdb, &redisstore.Config{KeyPrefix: "a{b}"}, "Config.KeyPrefix"},
-		"long prefix": {rdb, &redisstore.Config{KeyPrefix: strings.Repeat("p", 65)}, "Config.KeyPrefix"},
+		"nil client":           {nil, nil, "client"},
+		"ring":                 {ring, nil, "client"},
+		"brace":                {rdb, &redisstore.Config{KeyPrefix: "a{b}"}, "Config.KeyPrefix"},
+		"long prefix":          {rdb, &redisstore.Config{KeyPrefix: strings.Repeat("p", 65)}, "Config.KeyPrefix"},
+		"negative replicas":    {rdb, &redisstore.Config{WaitReplicas: -1, WaitTimeout: time.Second}, "Config.WaitReplicas"},
+		"replicas, no timeout": {rdb, &redisstore.Config{WaitReplicas: 1}, "Config.WaitTimeout"},
+		"negative timeout":     {rdb, &redisstore.Config{WaitReplicas: 1, WaitTimeout: -time.Second}, "Config.WaitTimeout"},
+		"timeout, no replicas": {rdb, &redisstore.Config{WaitTimeout: time.Second}, "Config.WaitTimeout"},
 	} {
 		_, err := redisstore.New(tc.client, tc.cfg)
 		var ie *idempotency.InvalidError

@@ -31,8 +31,10 @@ import "github.com/redis/go-redis/v9"
 // due index (KEYS[2], "<prefix>:{<scope>}:due", a sorted set of keys by
 // the instant the prune next takes them: ea, or ru for a tombstone) lets
 // Prune find expired records without scanning; the prune registry
-// (KEYS[3], "<prefix>:prune", scopes by their earliest due instant) lets
-// it find the scopes.
+// ("<prefix>:prune", scopes by their earliest due instant) lets it find
+// the scopes. Every script touches the keys of one scope only, so of one
+// Cluster slot; the registry, in a slot of its own, is written by
+// commands of its own (see Store.Complete and Store.Prune).
 //
 // Fingerprints are compared byte by byte over their whole length (XOR,
 // OR-accumulated: sameLua), so that the time taken does not depend on
@@ -112,10 +114,26 @@ local h = redis.call('HMGET', rec, 'st', 'v', 'ea', 'rf')
 if h[1] ~= 'PROCESSING' or tonumber(h[2]) ~= tonumber(ARGV[1]) then return 0 end
 `
 
-// completeScript stores the outcome for the holder of version ARGV[1]: 1, or
-// 0 for a lost lease (nothing changed). ARGV: 2 status, 3 code, 4 hdr,
-// 5 body, 6 retention (ms), 7 key, 8 scope.
-var completeScript = redis.NewScript(nowLua + holdsLua + `
+// completeScript stores the outcome for the holder of version ARGV[1] and
+// returns the record's expiry (ea, ms), or 0 for a lost lease (nothing
+// changed). A record already finished at version ARGV[1] with the status
+// ARGV[2] was finished by this holder: the script answers its expiry
+// again (a retry after a lost reply, or after a write not acknowledged by
+// enough replicas, is not a lost lease), and rewrites its status so that
+// a WAIT that follows counts the replicas that have the outcome. ARGV:
+// 2 status, 3 code, 4 hdr, 5 body, 6 retention (ms), 7 key.
+//
+// The caller files the scope in the prune registry (ZADD LT, by ea): the
+// registry is in a slot of its own.
+var completeScript = redis.NewScript(nowLua + `
+local rec = KEYS[1]
+local h = redis.call('HMGET', rec, 'st', 'v', 'ea', 'rf')
+if tonumber(h[2]) ~= tonumber(ARGV[1]) then return 0 end
+if h[1] == ARGV[2] then
+  redis.call('HSET', rec, 'st', h[1])
+  return tonumber(h[3])
+end
+if h[1] ~= 'PROCESSING' then return 0 end
 local ea, rf = now + tonumber(ARGV[6]), tonumber(h[4] or 0)
 redis.call('HSET', rec, 'st', ARGV[2], 'code', ARGV[3], 'hdr', ARGV[4], 'body', ARGV[5],
   'co', now, 'ea', ea)
@@ -124,8 +142,7 @@ redis.call('PEXPIREAT', rec, ea + rf)
 redis.call('ZADD', KEYS[2], ea, ARGV[7])
 local exp = redis.call('PEXPIRETIME', KEYS[2])
 if exp < ea + rf then redis.call('PEXPIREAT', KEYS[2], ea + rf) end
-redis.call('ZADD', KEYS[3], 'LT', ea, ARGV[8])
-return 1
+return ea
 `)
 
 // releaseScript ends the lease of version ARGV[1] now: 1, or 0.
@@ -154,11 +171,13 @@ return 1
 // expired record is deleted, or reduced to a tombstone (its response
 // deleted, ru set) while its refusal horizon has not passed; a tombstone
 // past it is deleted. Members whose record Redis already expired are
-// dropped without counting. It then files the scope in the prune registry
-// (KEYS[2]) at its next due instant, or takes it out.
+// dropped without counting. It returns {taken, the index's earliest
+// instant or false when empty}: the caller files the scope in the prune
+// registry at that instant, or takes it out (the registry is in a slot of
+// its own).
 //
 // The records' keys are ARGV[1] .. member: not in KEYS, but in the same
-// slot as KEYS[1] by their hash tag, {<scope>}. ARGV[3] is the scope.
+// slot as KEYS[1] by their hash tag, {<scope>}.
 var pruneScopeScript = redis.NewScript(nowLua + `
 local due, limit, n = KEYS[1], tonumber(ARGV[2]), 0
 while n < limit do
@@ -189,12 +208,8 @@ while n < limit do
   end
 end
 local next = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
-if #next == 0 then
-  redis.call('ZREM', KEYS[2], ARGV[3])
-else
-  redis.call('ZADD', KEYS[2], next[2], ARGV[3])
-end
-return n
+if #next == 0 then return {n, false} end
+return {n, next[2]}
 `)
 
 // dueScopeScript returns a scope of the prune registry (KEYS[1]) that has

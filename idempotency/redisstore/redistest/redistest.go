@@ -4,8 +4,15 @@
 // from TestMain after m.Run, or use [Main]). Tests share the server and
 // keep apart by key prefix ([Prefix]): nothing is mocked.
 //
-// The binary is redis-server from PATH, else /usr/bin/redis-server
-// (Debian's redis-server package; .ci/run installs it when missing).
+// It starts Redis Clusters too ([StartCluster]): the test binary's shared
+// one (3 primaries, 1 replica each; [ClusterClient]), stopped by Stop as
+// well, or a test's own ([NewCluster]), for a test that kills nodes. A
+// program that is not a test (a benchmark) calls StartCluster and
+// [Cluster.Stop] itself.
+//
+// The binaries are redis-server and redis-cli from PATH, else from
+// /usr/bin (Debian's redis-server package, which brings redis-tools;
+// .ci/run installs it when missing).
 package redistest
 
 import (
@@ -91,17 +98,26 @@ func Prefix() string {
 	return "t" + strconv.FormatInt(serial.Add(1), 10)
 }
 
-// Stop kills the server, if one was started, and waits for it to exit.
+// Stop kills the server and the shared cluster, those started, and waits
+// for them to exit.
 func Stop() {
 	mu.Lock()
 	defer mu.Unlock()
-	if server == nil {
-		return
+	if server != nil {
+		server.stop()
+		_ = os.RemoveAll(server.dir)
+		server = nil
 	}
-	_ = server.cmd.Process.Kill()
-	<-server.done
-	_ = os.RemoveAll(server.dir)
-	server = nil
+	if cluster != nil {
+		cluster.Stop()
+		cluster = nil
+	}
+}
+
+// stop kills the server's process group and waits for it to exit.
+func (p *process) stop() {
+	killGroup(p)
+	<-p.done
 }
 
 func binary() (string, error) {
@@ -125,10 +141,19 @@ func start() (*process, error) {
 	}
 	var last error
 	for range 5 {
-		p, err := startOn(bin)
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		dir, err := os.MkdirTemp("", "redistest-")
+		if err != nil {
+			return nil, err
+		}
+		p, err := startOn(bin, port, dir)
 		if err == nil {
 			return p, nil
 		}
+		_ = os.RemoveAll(dir)
 		last = err
 	}
 	return nil, last
@@ -143,17 +168,12 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func startOn(bin string) (*process, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "redistest-")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "notice")
+// startOn runs a server on port with dir as its working directory (the
+// caller removes it), with the extra arguments args, and waits until it
+// answers PING.
+func startOn(bin string, port int, dir string, args ...string) (*process, error) {
+	cmd := exec.Command(bin, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "notice"}, args...)...)
 	cmd.SysProcAttr = sysProcAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -161,7 +181,6 @@ func startOn(bin string) (*process, error) {
 	}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	p := &process{cmd: cmd, addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, done: make(chan struct{})}
@@ -188,9 +207,7 @@ func startOn(bin string) (*process, error) {
 		close(p.done)
 	}()
 	fail := func(why string) (*process, error) {
-		_ = cmd.Process.Kill()
-		<-p.done
-		_ = os.RemoveAll(dir)
+		p.stop()
 		logMu.Lock()
 		defer logMu.Unlock()
 		return nil, fmt.Errorf("redis-server on port %d %s; its log:\n%s", port, why, log.String())
