@@ -23,7 +23,10 @@
 //
 // It reads BENCH_DATABASE_URL (make bench starts a durable throwaway
 // cluster), BENCH_SECONDS (default 5) and BENCH_ROUNDS (default 3).
-// BENCH_ONLY=stores runs (r) and (y) alone, without PostgreSQL.
+// BENCH_ONLY=stores runs (r) and (y) alone, without PostgreSQL;
+// BENCH_STORES=redis or dynamo runs only that store of the two.
+// BENCH_CPUPROFILE=file writes the bench process's CPU profile there (go
+// tool pprof file).
 package main
 
 import (
@@ -37,6 +40,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,7 +68,19 @@ const (
 var body = []byte(`{"order_id":"ord_4f9c2a","status":"created","amount":"49.99","currency":"EUR"}`)
 
 func main() {
+	if path := os.Getenv("BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: BENCH_CPUPROFILE:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
