@@ -76,6 +76,7 @@ func benchStores(ctx context.Context, d time.Duration, rounds int) error {
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	fmt.Printf("\nstores: load average before %s\n", loadavg())
 	only := os.Getenv("BENCH_STORES") // "redis" or "dynamo": that one alone
 	var r, y storeSeries
@@ -92,7 +93,7 @@ func benchStores(ctx context.Context, d time.Duration, rounds int) error {
 			return fmt.Errorf("dynamo: %w", err)
 		}
 	}
-	fmt.Printf("stores: load average after %s\n", loadavg())
+	fmt.Printf("stores: load average after %s; %s in all\n", loadavg(), time.Since(start).Round(time.Second))
 	for _, s := range append(r.all(), y.all()...) {
 		if s != nil {
 			fmt.Println(s)
@@ -359,28 +360,32 @@ func (r *rawRedis) claim(ctx context.Context, key string, v int64) ([]any, error
 		key, r.fp, storeLock.Milliseconds(), storeRetention.Milliseconds(), 0, "new", v, "create").Slice()
 }
 
-// cycleWorker claims a new key and completes it with the response Do
-// stores, checking each answer.
+// cycleWorker claims a new key and completes it (cycle).
 func (r *rawRedis) cycleWorker(prefix string) worker {
 	return func(ctx context.Context, rng *rand.Rand, i int) error {
-		key := prefix + strconv.FormatUint(rng.Uint64(), 10)
-		out, err := r.claim(ctx, key, rng.Int64N(1<<30))
-		if err != nil {
-			return err
-		}
-		if out[0] != "acquired" {
-			return fmt.Errorf("raw claim of a new key: %v", out[0])
-		}
-		n, err := r.rdb.EvalSha(ctx, r.completeSHA, []string{r.recordKey(key), r.dueKey(), r.registryKey()},
-			out[1], string(idempotency.StatusCompleted), 201, r.hdr, body, storeRetention.Milliseconds(), key, scope).Int()
-		if err != nil {
-			return err
-		}
-		if n != 1 {
-			return fmt.Errorf("raw complete lost its lease")
-		}
-		return nil
+		return r.cycle(ctx, prefix+strconv.FormatUint(rng.Uint64(), 10), rng.Int64N(1<<30))
 	}
+}
+
+// cycle claims key, new, at lock version v and completes it with the
+// response Do stores, checking each answer.
+func (r *rawRedis) cycle(ctx context.Context, key string, v int64) error {
+	out, err := r.claim(ctx, key, v)
+	if err != nil {
+		return err
+	}
+	if out[0] != "acquired" {
+		return fmt.Errorf("raw claim of a new key: %v", out[0])
+	}
+	n, err := r.rdb.EvalSha(ctx, r.completeSHA, []string{r.recordKey(key), r.dueKey(), r.registryKey()},
+		out[1], string(idempotency.StatusCompleted), 201, r.hdr, body, storeRetention.Milliseconds(), key, scope).Int()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("raw complete lost its lease")
+	}
+	return nil
 }
 
 // replayWorker runs the claim script on one of the n completed keys.
@@ -572,45 +577,51 @@ func dynamoPK(key string) map[string]types.AttributeValue {
 // rounded up to seconds, plus one.
 func purge(ms int64) int64 { return (ms+dynamostore.DefaultSkewBuffer.Milliseconds()+999)/1000 + 1 }
 
+// cycleWorker claims a new key and completes it (cycle).
 func (r *rawDynamo) cycleWorker(prefix string) worker {
 	return func(ctx context.Context, rng *rand.Rand, i int) error {
-		key := prefix + strconv.FormatUint(rng.Uint64(), 10)
-		v := rng.Int64N(1 << 30)
-		now := time.Now().UnixMilli()
-		ea, lu := now+storeRetention.Milliseconds(), now+storeLock.Milliseconds()
-		item := dynamoPK(key)
-		for k, a := range map[string]types.AttributeValue{
-			"sc": dS(scope), "k": dS(key), "fp": dS(r.fp), "st": dS(string(idempotency.StatusProcessing)),
-			"v": dN(v), "lu": dN(lu), "ca": dN(now), "ea": dN(ea), "rf": dN(0), "rfs": dN(0), "purge": dN(purge(max(ea, lu))),
-		} {
-			item[k] = a
-		}
-		if _, err := r.db.PutItem(ctx, &dynamodb.PutItemInput{
-			TableName: aws.String(dynamoTable), Item: item,
-			ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-			ExpressionAttributeNames: map[string]string{"#pk": "pk"},
-		}); err != nil {
-			return fmt.Errorf("raw claim: %w", err)
-		}
-		now = time.Now().UnixMilli()
-		ea = now + storeRetention.Milliseconds()
-		_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(dynamoTable), Key: dynamoPK(key),
-			UpdateExpression:    aws.String("SET #st = :st, #code = :code, #co = :co, #ea = :ea, #lu = :zero, #purge = :purge + #rfs, #hdr = :hdr, #body = :body"),
-			ConditionExpression: aws.String("#st = :processing AND #v = :v"),
-			ExpressionAttributeNames: map[string]string{"#st": "st", "#v": "v", "#code": "code", "#co": "co", "#ea": "ea",
-				"#lu": "lu", "#purge": "purge", "#rfs": "rfs", "#hdr": "hdr", "#body": "body"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":processing": dS(string(idempotency.StatusProcessing)), ":v": dN(v),
-				":st": dS(string(idempotency.StatusCompleted)), ":code": dN(201), ":co": dN(now), ":ea": dN(ea),
-				":zero": dN(0), ":purge": dN(purge(ea)),
-				":hdr": &types.AttributeValueMemberB{Value: r.hdr}, ":body": &types.AttributeValueMemberB{Value: body}},
-		})
-		if err != nil {
-			return fmt.Errorf("raw complete: %w", err)
-		}
-		return nil
+		return r.cycle(ctx, prefix+strconv.FormatUint(rng.Uint64(), 10), rng.Int64N(1<<30))
 	}
+}
+
+// cycle puts key's PROCESSING item at lock version v, conditioned on its
+// absence, and completes it with the response Do stores, conditioned on
+// the status and version, as the store does.
+func (r *rawDynamo) cycle(ctx context.Context, key string, v int64) error {
+	now := time.Now().UnixMilli()
+	ea, lu := now+storeRetention.Milliseconds(), now+storeLock.Milliseconds()
+	item := dynamoPK(key)
+	for k, a := range map[string]types.AttributeValue{
+		"sc": dS(scope), "k": dS(key), "fp": dS(r.fp), "st": dS(string(idempotency.StatusProcessing)),
+		"v": dN(v), "lu": dN(lu), "ca": dN(now), "ea": dN(ea), "rf": dN(0), "rfs": dN(0), "purge": dN(purge(max(ea, lu))),
+	} {
+		item[k] = a
+	}
+	if _, err := r.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(dynamoTable), Item: item,
+		ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+		ExpressionAttributeNames: map[string]string{"#pk": "pk"},
+	}); err != nil {
+		return fmt.Errorf("raw claim: %w", err)
+	}
+	now = time.Now().UnixMilli()
+	ea = now + storeRetention.Milliseconds()
+	_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(dynamoTable), Key: dynamoPK(key),
+		UpdateExpression:    aws.String("SET #st = :st, #code = :code, #co = :co, #ea = :ea, #lu = :zero, #purge = :purge + #rfs, #hdr = :hdr, #body = :body"),
+		ConditionExpression: aws.String("#st = :processing AND #v = :v"),
+		ExpressionAttributeNames: map[string]string{"#st": "st", "#v": "v", "#code": "code", "#co": "co", "#ea": "ea",
+			"#lu": "lu", "#purge": "purge", "#rfs": "rfs", "#hdr": "hdr", "#body": "body"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":processing": dS(string(idempotency.StatusProcessing)), ":v": dN(v),
+			":st": dS(string(idempotency.StatusCompleted)), ":code": dN(201), ":co": dN(now), ":ea": dN(ea),
+			":zero": dN(0), ":purge": dN(purge(ea)),
+			":hdr": &types.AttributeValueMemberB{Value: r.hdr}, ":body": &types.AttributeValueMemberB{Value: body}},
+	})
+	if err != nil {
+		return fmt.Errorf("raw complete: %w", err)
+	}
+	return nil
 }
 
 // replayWorker reads one of the n completed items, as the store reads a
