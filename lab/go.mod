@@ -8,11 +8,16 @@ replace github.com/payonce/payonce => ..
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.1
 	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
 	github.com/chromedp/chromedp v0.14.2
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/payonce/payonce/examples v0.0.0-00010101000000-000000000000
+	github.com/payonce/payonce/idempotency/dynamostore v0.0.0-00010101000000-000000000000
+	github.com/payonce/payonce/idempotency/redisstore v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/stripe/stripe-go/v79 v79.12.0
 	go.opentelemetry.io/otel v1.47.0
@@ -22,12 +27,19 @@ require (
 )
 
 require (
+	github.com/aws/aws-sdk-go-v2/credentials v1.21.3 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.12 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.25 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.12 // indirect
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/chromedp/sysutil v1.1.0 // indirect
 	github.com/gobwas/httphead v0.1.0 // indirect
 	github.com/gobwas/pool v0.2.1 // indirect
 	github.com/gobwas/ws v1.4.0 // indirect
 	github.com/schollz/progressbar/v3 v3.19.1 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/term v0.48.0 // indirect
 )
 
@@ -71,6 +83,8 @@ require (
 replace (
 	github.com/payonce/payonce/cmd/payonce => ../cmd/payonce
 	github.com/payonce/payonce/examples => ../examples
+	github.com/payonce/payonce/idempotency/dynamostore => ../idempotency/dynamostore
+	github.com/payonce/payonce/idempotency/redisstore => ../idempotency/redisstore
 )
 
 tool github.com/Shopify/toxiproxy/v2/cmd/server

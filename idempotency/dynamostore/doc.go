@@ -111,7 +111,12 @@
 // A claim of a new key is one PutItem (one write unit for a small item).
 // A claim of an existing key (replay, in progress, mismatch) is a failed
 // PutItem (billed as a write) and a strongly consistent GetItem; a reclaim
-// or renewal adds one write. Complete, release and heartbeat are one
+// or renewal adds one write. While most recent claims find an existing
+// record (a retry storm, a client that replays), the store reads first
+// instead, as pgstore's default claim strategy does: a replay is then one
+// strongly consistent GetItem (a read unit per 4 KB), and a new key costs
+// that read more; it goes back to writing first when new keys prevail
+// again ([Store.Claim]). Complete, release and heartbeat are one
 // UpdateItem each, billed by the item's size: a response of 40 KB costs
 // 40 write units to store and 10 read units per replay. An item is at
 // most 400 KB: Complete refuses a response that would not fit with an

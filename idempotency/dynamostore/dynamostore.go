@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -67,6 +68,11 @@ type Store struct {
 
 	mu     sync.Mutex
 	cursor map[string]types.AttributeValue // where the next Prune scan resumes
+
+	// hits is an exponentially weighted share, in 1/1024ths, of recent
+	// claims that found an existing record: above half, claims read first
+	// (see Store.Claim).
+	hits atomic.Int64
 }
 
 var (
@@ -242,9 +248,15 @@ func (s *Store) purgeAt(ms int64) int64 {
 //     version and the lease end read (a compare-and-swap: of many
 //     contenders exactly one wins; a heartbeat in between makes it fail).
 //
-// A key that exists costs a consistent GetItem after the failed PutItem;
-// a write whose condition fails because another writer came first is
-// decided again on a fresh read.
+// The first step adapts to the traffic, as pgstore's default
+// ClaimAdaptive strategy does: while most recent claims are of new keys
+// (the usual traffic) the claim puts first, and a key that exists costs a
+// consistent GetItem after the failed PutItem (billed as a write); while
+// most find an existing record (a retry storm, a replaying client) it
+// reads first with a consistent GetItem, so that a replay costs one read
+// and a new key a read more. A write whose condition fails because
+// another writer came first is decided again on a fresh read. Every
+// strategy gives the same answers; they differ in cost only.
 //
 // With p.RefuseForeign, a key this scope has no record of is first looked
 // up among the scopes that claimed it with RefuseForeign (see the package
@@ -258,15 +270,19 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 		return idempotency.Claim{}, err
 	}
 	var known *item // the record as last read, not yet decided on
-	if p.RefuseForeign {
+	observed := p.RefuseForeign || s.readFirst()
+	if observed {
 		it, found, err := s.read(ctx, p.Scope, p.Key)
 		if err != nil {
 			return idempotency.Claim{}, err
 		}
+		s.observe(found)
 		if found {
 			known = &it
-		} else if foreign, err := s.foreign(ctx, p); err != nil || foreign {
-			return idempotency.Claim{State: idempotency.ClaimForeign}, err
+		} else if p.RefuseForeign {
+			if foreign, err := s.foreign(ctx, p); err != nil || foreign {
+				return idempotency.Claim{State: idempotency.ClaimForeign}, err
+			}
 		}
 	}
 	// Each pass ends in an answer or in a write that lost to another
@@ -275,6 +291,10 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 		if known == nil {
 			v := newVersion()
 			err := s.put(ctx, p, s.nowMs(), v, "attribute_not_exists(#pk)", nil, namesFor(attrPK))
+			if !observed && (err == nil || conditionFailed(err)) {
+				s.observe(err != nil)
+				observed = true
+			}
 			if err == nil {
 				return idempotency.Claim{State: idempotency.ClaimAcquired, Lease: idempotency.Lease{Scope: p.Scope, Key: p.Key, Version: v}}, nil
 			}
@@ -297,6 +317,22 @@ func (s *Store) Claim(ctx context.Context, p idempotency.ClaimParams) (idempoten
 		known = nil
 	}
 	return idempotency.Claim{}, fmt.Errorf("dynamostore: claim of key %s: the record kept changing under 16 attempts", idempotency.ShortHash(p.Key))
+}
+
+// readFirst says whether the next claim reads first: while most recent
+// claims found an existing record.
+func (s *Store) readFirst() bool { return s.hits.Load() > 512 }
+
+// observe folds whether a claim found an existing record into the hit
+// share (weight 1/16). Lost updates under concurrency only blur an
+// estimate.
+func (s *Store) observe(found bool) {
+	h := s.hits.Load()
+	var x int64
+	if found {
+		x = 1024
+	}
+	s.hits.Store(h + (x-h)/16)
 }
 
 // decide answers a claim of the existing record it; done is false when a

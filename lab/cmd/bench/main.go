@@ -16,10 +16,17 @@
 //	(p) peers: replicas of other designs (peers.go) on the same table
 //	    shape, claim+complete and replay;
 //	(e) ledger: postings per second with every entry on the same two
-//	    accounts against entries on distinct accounts (ledgerbench.Run).
+//	    accounts against entries on distinct accounts (ledgerbench.Run);
+//	(r) redis, (y) dynamo: the Redis and DynamoDB stores' claim+complete
+//	    and replay against the raw limit of the same engine (stores.go),
+//	    on servers the bench starts and stops.
 //
 // It reads BENCH_DATABASE_URL (make bench starts a durable throwaway
 // cluster), BENCH_SECONDS (default 5) and BENCH_ROUNDS (default 3).
+// BENCH_ONLY=stores runs (r) and (y) alone, without PostgreSQL;
+// BENCH_STORES=redis or dynamo runs only that store of the two.
+// BENCH_CPUPROFILE=file writes the bench process's CPU profile there (go
+// tool pprof file).
 package main
 
 import (
@@ -33,6 +40,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,7 +68,19 @@ const (
 var body = []byte(`{"order_id":"ord_4f9c2a","status":"created","amount":"49.99","currency":"EUR"}`)
 
 func main() {
+	if path := os.Getenv("BENCH_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: BENCH_CPUPROFILE:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -103,12 +123,17 @@ func (s *series) String() string {
 
 func run() error {
 	ctx := context.Background()
+	seconds, rounds := envInt("BENCH_SECONDS", 5), envInt("BENCH_ROUNDS", 3)
+	d := time.Duration(seconds) * time.Second
+	if os.Getenv("BENCH_ONLY") == "stores" {
+		fmt.Printf("machine: %d cores (GOMAXPROCS %d)\n", runtime.NumCPU(), runtime.GOMAXPROCS(0))
+		fmt.Printf("%d rounds of %s per path, %d clients, interleaved\n", rounds, d, clients)
+		return benchStores(ctx, d, rounds)
+	}
 	base := os.Getenv("BENCH_DATABASE_URL")
 	if base == "" {
 		return fmt.Errorf("BENCH_DATABASE_URL is not set: run `make bench`, which starts a throwaway PostgreSQL")
 	}
-	seconds, rounds := envInt("BENCH_SECONDS", 5), envInt("BENCH_ROUNDS", 3)
-	d := time.Duration(seconds) * time.Second
 	bin, err := localpg.BinDir()
 	if err != nil {
 		return err
@@ -349,7 +374,10 @@ func run() error {
 		lr.HotPostingsPerSec, lr.HotP50.Round(time.Microsecond), lr.HotP99.Round(time.Microsecond),
 		lr.DistinctPostingsPerSec, lr.DistinctP50.Round(time.Microsecond), lr.DistinctP99.Round(time.Microsecond))
 	fmt.Printf("ratio ledger hot/distinct=%.2f\n", lr.Ratio())
-	return nil
+
+	// The Redis and DynamoDB stores, after every PostgreSQL line.
+	fmt.Fprintln(os.Stderr, "stores: redis, dynamo")
+	return benchStores(ctx, d, rounds)
 }
 
 func envInt(name string, def int) int {
