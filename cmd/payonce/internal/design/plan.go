@@ -52,12 +52,20 @@ type ActionPlan struct {
 	Collision    float64
 	KeysInWindow float64
 	Excluded     []string
-	DurationD    time.Duration
-	LockTimeout  time.Duration
-	Heartbeat    time.Duration
-	LockReason   string
-	Recovery     []string
-	Refs         []ProviderRef
+	// FieldsAssumption is the stated assumption when the significant
+	// fields were not answered ("" when they were); FieldsGuide says how
+	// to choose them.
+	FieldsAssumption string
+	FieldsGuide      string
+	// DurationAssumption is the stated assumption when the p99 was not
+	// answered ("" when it was).
+	DurationAssumption string
+	DurationD          time.Duration
+	LockTimeout        time.Duration
+	Heartbeat          time.Duration
+	LockReason         string
+	Recovery           []string
+	Refs               []ProviderRef
 }
 
 // MultiStep reports whether the action has more than one step.
@@ -225,6 +233,11 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 		if err != nil {
 			return nil, err
 		}
+		for _, s := range []string{p.DurationAssumption, p.FieldsAssumption} {
+			if s != "" {
+				d.Assumptions = append(d.Assumptions, s)
+			}
+		}
 		d.Actions = append(d.Actions, p)
 	}
 	for _, p := range a.Providers {
@@ -265,25 +278,32 @@ func planAction(act Action, a Answers, retention time.Duration) (ActionPlan, err
 			p.KeySource = "server"
 		}
 	}
-	def := 2 * time.Second
+	def, kindText := 2*time.Second, "an HTTP request"
 	if p.Kind != "http" {
-		def = 30 * time.Second
+		def, kindText = 30*time.Second, "a "+p.Kind+" job"
 	}
 	dd, err := durOr(p.Duration, def)
 	if err != nil {
 		return p, fmt.Errorf("action %s: duration: %w", p.Name, err)
 	}
-	if p.Duration == "" {
-		p.Duration = human(def) + " (assumed)"
-	}
 	p.DurationD = dd
-	// Lease: three times the stated duration, never under 30s, with
-	// heartbeats every third: a holder must miss two heartbeats to lose it.
+	// Lease: three times the p99, never under 30s, with heartbeats every
+	// third: a holder must miss two heartbeats to lose it.
 	lt := max(minLock, 3*dd)
 	lt = lt.Round(time.Second)
 	p.LockTimeout = lt
 	p.Heartbeat = lt / 3
-	p.LockReason = fmt.Sprintf("3x the stated p99 duration (%s), never under 30s; heartbeats every %s extend it, so a live holder keeps it and a crashed one frees it within %s; far below retention (%s)", human(dd), human(p.Heartbeat), human(lt), human(retention))
+	which := "stated"
+	if p.Duration == "" {
+		which = "assumed"
+		p.Duration = human(def) + " (assumed)"
+		p.DurationAssumption = fmt.Sprintf("p99 of %s assumed %s (%s): not answered; its lock timeout, %s, follows from it.", p.Name, human(def), kindText, human(lt))
+	}
+	floor := ""
+	if 3*dd < minLock {
+		floor = fmt.Sprintf(" (3x is %s, raised to the 30s floor: a shorter lease ends a live holder's on a GC pause or a slow database round trip)", human(3*dd))
+	}
+	p.LockReason = fmt.Sprintf("3x the %s p99 (%s)%s; heartbeats every %s extend it, so a live holder keeps it and a crashed one frees it within %s; far below retention (%s)", which, human(dd), floor, human(p.Heartbeat), human(lt), human(retention))
 	p.ScopeFrom = "the authenticated user or tenant (from the session or token, never the body)"
 	if p.Kind != "http" {
 		p.ScopeFrom = "the message's tenant or account, set by the producer and checked against the consumer's subscription"
@@ -309,14 +329,6 @@ func planAction(act Action, a Answers, retention time.Duration) (ActionPlan, err
 		p.Generator = "server: intent = sha256 of " + strings.Join(ids, " + ") + " (idempotency.DeriveIntent), identical on every redelivery"
 		p.IntentBits = 256
 		p.KeyExample = "acct_42_" + p.Name + "_" + DeriveIntentExample(p.Name)
-	}
-	if len(p.Fields) == 0 {
-		p.Fields = []string{"the request's business fields (amount, currency, recipient, items)"}
-	}
-	for _, f := range p.Fields {
-		if isVolatile(f) {
-			return p, fmt.Errorf("action %s: field %q is volatile (a time, a trace id or the key): it cannot be part of a fingerprint", p.Name, f)
-		}
 	}
 	p.Excluded = volatile
 	// Birthday bound over one retention period.
@@ -353,8 +365,39 @@ func planAction(act Action, a Answers, retention time.Duration) (ActionPlan, err
 			p.Refs = append(p.Refs, providerRef(prov, step))
 		}
 	}
+	if len(p.Fields) == 0 {
+		p.FieldsGuide = fieldsGuide(p.Kind)
+		switch {
+		case p.Provider != "" && strings.Contains(strings.ToLower(p.Name), "refund"):
+			p.Fields = []string{"charge_key", "amount"}
+			p.FieldsAssumption = fmt.Sprintf("Significant fields of %s assumed charge_key, amount (a refund: the charge refunded and how much): not answered; check them against your request.", p.Name)
+		case p.Provider != "":
+			p.Fields = []string{"amount", "currency", "recipient", "payment_method"}
+			p.FieldsAssumption = fmt.Sprintf("Significant fields of %s assumed amount, currency, recipient, payment_method (a payment): not answered; check them against your request.", p.Name)
+		default:
+			p.FieldsAssumption = fmt.Sprintf("Significant fields of %s not answered: none assumed, since a guess would refuse good retries or replay another request. Until you name them, its fingerprint covers the %s only, so a retry with the same key and other fields is replayed, not refused (section 3 says how to choose them).", p.Name, map[bool]string{true: "route", false: "action"}[p.Kind == "http"])
+		}
+	}
+	for _, f := range p.Fields {
+		if isVolatile(f) {
+			return p, fmt.Errorf("action %s: field %q is volatile (a time, a trace id or the key): it cannot be part of a fingerprint", p.Name, f)
+		}
+	}
 	p.Recovery = recovery(p)
 	return p, nil
+}
+
+// fieldsGuide says how to choose an action's significant fields.
+func fieldsGuide(kind string) string {
+	switch kind {
+	case "consumer":
+		return "List the payload fields that decide what the message does (its target, its content, any amount): if one differs, it is another message. Leave out the broker's delivery metadata (delivery tag, offset, redelivered flag, timestamps): it differs between deliveries of one message."
+	case "webhook":
+		return "List the event's type and the id of the object it is about: the event id is already the key's intent. Leave out the delivery's timestamps, signatures and attempt counters."
+	case "cron":
+		return "List the job's parameters (the slot it runs for is already the key's intent); a job without parameters needs none beyond its name."
+	}
+	return "List the request fields your handler reads to decide what the effect is (its target, its content, any amount): if one differs, it is another request. Leave out what differs between retries of one intent: timestamps, trace and request ids, the key, headers, field order."
 }
 
 // DeriveIntentExample is a stable 64-hex example intent for an action.

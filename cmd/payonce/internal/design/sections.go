@@ -96,10 +96,22 @@ func sections(d *Document) []Section {
 	// 3. Fingerprints.
 	rows = nil
 	for _, x := range d.Actions {
-		rows = append(rows, []string{x.Name, strings.Join(x.Fields, ", "), strings.Join(x.Excluded, "; ")})
+		covered := strings.Join(x.Fields, ", ")
+		switch {
+		case len(x.Fields) == 0:
+			covered = "not answered: the " + map[bool]string{true: "route", false: "action"}[x.Kind == "http"] + " only, until you name them (see below)"
+		case x.FieldsAssumption != "":
+			covered += " (assumed: not answered)"
+		}
+		rows = append(rows, []string{x.Name, covered, strings.Join(x.Excluded, "; ")})
 	}
-	b[2] = append(b[2], p("SHA-256, lowercase hex, over an unambiguous canonical encoding of the significant fields only, compared in constant time (crypto/subtle). The same key with another fingerprint is refused (409, or 422 for IETF-style APIs) and changes nothing; the refusal never reveals the stored fingerprint."),
+	b[2] = append(b[2], p("SHA-256, lowercase hex, over an unambiguous canonical encoding of the significant fields only, compared in constant time. The same key with another fingerprint is refused (409, or 422 for IETF-style APIs) and changes nothing; the refusal never reveals the stored fingerprint."),
 		table([]string{"action", "covered", "excluded"}, rows))
+	for _, x := range d.Actions {
+		if x.FieldsAssumption != "" {
+			b[2] = append(b[2], p("Choosing the fields of %s: %s", x.Name, x.FieldsGuide))
+		}
+	}
 
 	// 4. Concurrency control.
 	rows = nil
@@ -483,11 +495,15 @@ protect, err := idempotency.Middleware(exec, idempotency.MiddlewareConfig{
 		if pat == "" {
 			pat = "POST /" + x.Name
 		}
+		if len(x.Fields) == 0 {
+			// Never Fields: []string{} (the whole body, an anti-pattern):
+			// the route only, until the fields are named.
+			fmt.Fprintf(&s, "\t\t{Pattern: %q, Action: %q, RequireKey: true,\n\t\t\t// significant fields not answered (Assumptions): the route only until you name them\n\t\t\tFingerprint: func(r *http.Request, _ []byte) (idempotency.Fingerprint, error) {\n\t\t\t\treturn idempotency.NewFingerprint().String(\"route\", r.Pattern).Sum()\n\t\t\t}},\n", pat, x.Name)
+			continue
+		}
 		var fs []string
 		for _, f := range x.Fields {
-			if !strings.Contains(f, " ") {
-				fs = append(fs, fmt.Sprintf("%q", f))
-			}
+			fs = append(fs, fmt.Sprintf("%q", f))
 		}
 		fmt.Fprintf(&s, "\t\t{Pattern: %q, Action: %q, RequireKey: true, Fields: []string{%s}},\n", pat, x.Name, strings.Join(fs, ", "))
 	}
@@ -507,12 +523,18 @@ protect, err := idempotency.Middleware(exec, idempotency.MiddlewareConfig{
 func fingerprintGo(d *Document) string {
 	var s strings.Builder
 	for _, x := range d.Actions {
+		if len(x.Fields) == 0 {
+			what, val := "action", x.Name
+			if x.Kind == "http" {
+				what, val = "route", orDash(x.Trigger)
+			}
+			fmt.Fprintf(&s, "// %s: significant fields not answered (see Assumptions): the %s only until you\n// name them; a retry with the same key and other fields is replayed, not refused.\n", x.Name, what)
+			fmt.Fprintf(&s, "fp, err := idempotency.NewFingerprint().\n\tString(%q, %q).\n\tSum()\n\n", what, val)
+			continue
+		}
 		fmt.Fprintf(&s, "// %s: covers %s; excludes timestamps, trace ids, the key, headers.\n", x.Name, strings.Join(x.Fields, ", "))
 		fmt.Fprintf(&s, "fp, err := idempotency.NewFingerprint()")
 		for _, f := range x.Fields {
-			if strings.Contains(f, " ") {
-				continue
-			}
 			switch {
 			case strings.Contains(f, "amount"):
 				fmt.Fprintf(&s, ".\n\tDecimal(%q, in.%s)", f, goName(f))
