@@ -499,3 +499,98 @@ func TestDesignParseFormat(t *testing.T) {
 		t.Error("pdf accepted")
 	}
 }
+
+// TestDesignDecisionsFromAnswers: the retention follows the user's own
+// retry sources and windows (no provider's window for a team without
+// payments), the detection latency changes where duplicates are caught,
+// and an outbound effect gets an outbox, not "the same transaction".
+func TestDesignDecisionsFromAnswers(t *testing.T) {
+	t.Parallel()
+	a := Answers{Stack: Stack{Language: "Python", Framework: "Django", Database: "MySQL", Broker: "RabbitMQ"},
+		Actions: []Action{
+			{Name: "createOrder", Kind: "http", Trigger: "POST /orders", Fields: []string{"cart_id"}, Duration: "1s"},
+			{Name: "sendNotification", Kind: "consumer", Fields: []string{"order_id", "template"}, Duration: "4s"},
+		},
+		RetrySources: []string{"client_retries", "queue_redelivery", "webhook_resends"}, ClientRetryWindow: "48h",
+		DetectionLatency: "within 5 minutes"}
+	d, err := Build(a, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := Render(d)
+	if err := Check(d, out); err != nil {
+		t.Fatal(err)
+	}
+	s := html.UnescapeString(string(out))
+	// (The schema, D2, is the store's: TestDesignStores.)
+	s = s[:strings.Index(s, `id="d2-ddl"`)] + s[strings.Index(s, `id="d3-middleware"`):]
+	for _, bad := range []string{"Stripe", "PayPal", "Adyen", "How long clients retry"} {
+		if strings.Contains(s, bad) {
+			t.Errorf("a team without payments, whose client window is stated, is told about %q", bad)
+		}
+	}
+	for _, want := range []string{
+		"How long the broker redelivers a message assumed 3d: not answered (queue_redelivery_window)",
+		"How long your webhook senders resend a delivery assumed 3d: not answered (webhook_resend_window)",
+		"client retries (stated)",
+		"Retention not stated: 3d",
+	} {
+		if !slices.ContainsFunc(d.Assumptions, func(x string) bool { return strings.Contains(x, want) }) && !strings.Contains(s, want) {
+			t.Errorf("document lacks %q", want)
+		}
+	}
+	// Detection within 5m: the local-only order may defer; the
+	// notification, which leaves the system, may not.
+	if x := d.Actions[0]; !strings.HasPrefix(x.Detection, "may be deferred (within 5m)") {
+		t.Errorf("createOrder detection: %q", x.Detection)
+	}
+	if x := d.Actions[1]; !strings.HasPrefix(x.Detection, "in the request path all the same") {
+		t.Errorf("sendNotification detection: %q", x.Detection)
+	}
+	// The notification: outbox, delivery semantics, a dedup id; never
+	// "committed in the same transaction" as the record.
+	n := d.Actions[1]
+	for _, want := range []string{"outbox", "At-least-once", "At-most-once", "{key}_sendNotification", "idempotency key or message id"} {
+		if !strings.Contains(n.Delivery, want) {
+			t.Errorf("sendNotification delivery lacks %q: %s", want, n.Delivery)
+		}
+	}
+	if !slices.ContainsFunc(d.Assumptions, func(x string) bool { return strings.HasPrefix(x, "sendNotification assumed to send a message") }) {
+		t.Error("the outbound effect inferred from the name is not stated as an assumption")
+	}
+	for _, r := range n.Recovery {
+		if strings.HasPrefix(r, "Effects commit") {
+			t.Errorf("an outbound notification is told: %q", r)
+		}
+	}
+	if !slices.ContainsFunc(n.Recovery, func(r string) bool { return strings.Contains(r, "an outbox row in the same transaction") }) {
+		t.Errorf("the notification's recovery path has no outbox: %q", n.Recovery)
+	}
+	if !strings.Contains(s, "Outbound effects of sendNotification") || strings.Contains(s, "Outbound effects of createOrder") {
+		t.Error("section 5 does not give exactly the notification its outbound effects")
+	}
+
+	// Synchronous: every claim in the request path.
+	a.DetectionLatency = "synchronous"
+	d, err = Build(a, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range d.Actions {
+		if !strings.HasPrefix(x.Detection, "synchronous: the claim is in the request path") {
+			t.Errorf("%s detection: %q", x.Name, x.Detection)
+		}
+	}
+	// Payments: the providers' own webhook window, named.
+	a.Providers, a.Actions[0].Provider = []string{"stripe"}, "stripe"
+	d, err = Build(a, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(d.Horizons, func(h Horizon) bool { return h.Source == "webhook resends (Stripe: up to 3 days)" }) {
+		t.Errorf("horizons: %+v", d.Horizons)
+	}
+	if _, _, err := ParseLatency("whenever"); err == nil {
+		t.Error("a latency that is neither synchronous nor a duration was accepted")
+	}
+}

@@ -3,6 +3,8 @@ package design
 import (
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,13 +18,20 @@ type Document struct {
 	Service   string
 	Format    Format
 	Generated time.Time
-	// Agnostic: the stack is unknown, the design is technology-agnostic on
-	// the PostgreSQL reference schema and its code needs adaptation.
-	Agnostic    bool
-	Answers     Answers
-	Assumptions []string
-	Actions     []ActionPlan
-	Providers   []ProviderPlan
+	// Agnostic: the stack is unknown, the design is technology-agnostic:
+	// the logical model, and code that needs adaptation.
+	Agnostic bool
+	// Store is the store the record is mapped onto (StorePostgres, ...,
+	// StoreUnknown), from the database answer.
+	Store string
+	// DetectionSync: duplicates are detected in the request itself;
+	// otherwise within DetectionWithin.
+	DetectionSync   bool
+	DetectionWithin time.Duration
+	Answers         Answers
+	Assumptions     []string
+	Actions         []ActionPlan
+	Providers       []ProviderPlan
 	// Retention is the key retention chosen, RetentionReason why.
 	Retention       time.Duration
 	RetentionReason string
@@ -65,7 +74,18 @@ type ActionPlan struct {
 	Heartbeat          time.Duration
 	LockReason         string
 	Recovery           []string
-	Refs               []ProviderRef
+	// Outbound are the side effects that leave the system (a message, a
+	// call): no transaction takes them back. OutboundAssumption is set
+	// when they were inferred from the action's name.
+	Outbound           []string
+	OutboundAssumption string
+	// Delivery says how an outbound effect is delivered once (outbox,
+	// provider-side dedup id, at-least-once or at-most-once).
+	Delivery string
+	// Detection says where the duplicate is detected, from the answer to
+	// the detection-latency question.
+	Detection string
+	Refs      []ProviderRef
 }
 
 // MultiStep reports whether the action has more than one step.
@@ -164,6 +184,11 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 		a.DetectionLatency = "synchronous"
 		d.Assumptions = append(d.Assumptions, "Duplicate detection latency not stated: assumed synchronous, in the request itself (a unique constraint, not an after-the-fact job).")
 	}
+	d.DetectionSync, d.DetectionWithin, err = ParseLatency(a.DetectionLatency)
+	if err != nil {
+		return nil, err
+	}
+	d.Store = StoreOf(a.Stack.Database)
 	for i, p := range a.Providers {
 		a.Providers[i] = providerKey(p)
 		if _, ok := providerFacts[a.Providers[i]]; !ok {
@@ -172,23 +197,50 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 	}
 	sort.Strings(a.Providers)
 
-	// Retry horizons, then retention.
-	clientW, err := durOr(a.ClientRetryWindow, defaultClient)
-	if err != nil {
-		return nil, fmt.Errorf("client_retry_window: %w", err)
-	}
-	queueW, err := durOr(a.QueueRedeliveryWindow, defaultQueue)
-	if err != nil {
-		return nil, fmt.Errorf("queue_redelivery_window: %w", err)
+	// Retry horizons, then retention: from the user's own retry sources
+	// and windows; a window not answered is assumed, and said so.
+	window := func(answer string, def time.Duration, field, what string) (time.Duration, string, error) {
+		if answer != "" {
+			w, err := ParseDuration(answer)
+			if err != nil {
+				return 0, "", fmt.Errorf("%s: %w", field, err)
+			}
+			return w, "stated", nil
+		}
+		d.Assumptions = append(d.Assumptions, fmt.Sprintf("%s assumed %s: not answered (%s); retention covers it.", what, human(def), field))
+		return def, "assumed", nil
 	}
 	for _, s := range a.RetrySources {
 		switch s {
 		case "client_retries":
-			d.Horizons = append(d.Horizons, Horizon{"client retries", clientW})
+			w, how, err := window(a.ClientRetryWindow, defaultClient, "client_retry_window", "How long clients retry one key")
+			if err != nil {
+				return nil, err
+			}
+			d.Horizons = append(d.Horizons, Horizon{"client retries (" + how + ")", w})
 		case "queue_redelivery":
-			d.Horizons = append(d.Horizons, Horizon{"queue redelivery", queueW})
+			w, how, err := window(a.QueueRedeliveryWindow, defaultQueue, "queue_redelivery_window", "How long the broker redelivers a message")
+			if err != nil {
+				return nil, err
+			}
+			d.Horizons = append(d.Horizons, Horizon{"queue redelivery (" + how + ")", w})
 		case "webhook_resends":
-			d.Horizons = append(d.Horizons, Horizon{"webhook resends (Stripe and PayPal: up to 3 days)", webhookResend})
+			if a.WebhookResendWindow == "" && slices.ContainsFunc(a.Providers, func(p string) bool { return p == "stripe" || p == "paypal" }) {
+				// Known facts of the providers named, not of anyone else's.
+				var names []string
+				for _, p := range a.Providers {
+					if p == "stripe" || p == "paypal" {
+						names = append(names, providerFacts[p].Name)
+					}
+				}
+				d.Horizons = append(d.Horizons, Horizon{"webhook resends (" + strings.Join(names, " and ") + ": up to 3 days)", webhookResend})
+				break
+			}
+			w, how, err := window(a.WebhookResendWindow, webhookResend, "webhook_resend_window", "How long your webhook senders resend a delivery")
+			if err != nil {
+				return nil, err
+			}
+			d.Horizons = append(d.Horizons, Horizon{"webhook resends (" + how + ")", w})
 		case "cron_overlap":
 			d.Horizons = append(d.Horizons, Horizon{"cron overlap and catch-up (one day of slots)", 24 * time.Hour})
 		case "double_click":
@@ -212,8 +264,11 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 	}
 	if a.Retention == "" {
 		d.Retention = max(longest.Window, 24*time.Hour)
-		d.Assumptions = append(d.Assumptions, fmt.Sprintf("Retention not stated: %s, the longest retry horizon (%s).", human(d.Retention), longest.Source))
 		d.RetentionReason = "the longest retry horizon: " + longest.Source
+		if longest.Window < 24*time.Hour {
+			d.RetentionReason = fmt.Sprintf("a 24h floor: the longest retry horizon, %s (%s), is shorter, and a day costs little", longest.Source, human(longest.Window))
+		}
+		d.Assumptions = append(d.Assumptions, fmt.Sprintf("Retention not stated: %s, %s.", human(d.Retention), d.RetentionReason))
 	} else {
 		r, err := ParseDuration(a.Retention)
 		if err != nil {
@@ -233,7 +288,9 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, s := range []string{p.DurationAssumption, p.FieldsAssumption} {
+		p.Detection = detection(d, p)
+		p.Recovery = recovery(p, d.Store, a.Stack.IsGo())
+		for _, s := range []string{p.DurationAssumption, p.FieldsAssumption, p.OutboundAssumption} {
 			if s != "" {
 				d.Assumptions = append(d.Assumptions, s)
 			}
@@ -383,8 +440,50 @@ func planAction(act Action, a Answers, retention time.Duration) (ActionPlan, err
 			return p, fmt.Errorf("action %s: field %q is volatile (a time, a trace id or the key): it cannot be part of a fingerprint", p.Name, f)
 		}
 	}
-	p.Recovery = recovery(p)
+	p.Outbound = p.Effects
+	if len(p.Outbound) == 0 && p.Provider == "" {
+		if m := outboundName.FindString(strings.ToLower(p.Name)); m != "" {
+			p.Outbound = []string{"a message (" + m + ") sent outside your database"}
+			p.OutboundAssumption = fmt.Sprintf("%s assumed to send a message outside your database (its name says %q): its effects were not answered; it gets an outbox and a delivery choice in section 5.", p.Name, m)
+		}
+	}
+	if len(p.Outbound) > 0 {
+		p.Delivery = delivery(p)
+	}
 	return p, nil
+}
+
+// outboundName finds an action whose name says it sends something out.
+var outboundName = regexp.MustCompile(`notif\w*|e?mail\w*|sms|push|slack|webhook-?out\w*|sendmessage|message`)
+
+func delivery(p ActionPlan) string {
+	return fmt.Sprintf("%s leaves your system: no transaction takes it back, so it is never \"committed with\" the record. "+
+		"Write it as an outbox entry (the message and its dedup id {key}_%s) with the COMPLETED record; a relay sends it and marks it sent. "+
+		"At-least-once (the default here): a crash between the send and the mark sends it again, so the relay passes {key}_%s as the receiving service's idempotency key or message id where it takes one, and that service drops the repeat; where it takes none, a rare duplicate is the price. "+
+		"At-most-once (mark sent, then send) loses the message on that crash instead: choose it only where a duplicate is worse than a loss.",
+		strings.Join(p.Outbound, ", "), p.Name, p.Name)
+}
+
+// detection says where an action's duplicates are detected, from the
+// detection-latency answer.
+func detection(d *Document, p ActionPlan) string {
+	if d.DetectionSync {
+		return "synchronous: the claim is in the request path, before the effect; a duplicate is replayed or refused in the request itself"
+	}
+	var leaves []string
+	if p.Provider != "" {
+		leaves = append(leaves, "a payment")
+	}
+	leaves = append(leaves, p.Outbound...)
+	for _, s := range p.Steps {
+		if s.Remote {
+			leaves = append(leaves, "the remote step "+s.Name)
+		}
+	}
+	if len(leaves) > 0 {
+		return fmt.Sprintf("in the request path all the same: its effect (%s) leaves your system, and a duplicate found %s later cannot be taken back", strings.Join(leaves, ", "), human(d.DetectionWithin))
+	}
+	return fmt.Sprintf("may be deferred (within %s): accept the request with its key (202), queue it, and let the consumer claim the key before it writes; the record still decides, only later, and the client reads the outcome by key. What may not be deferred: the claim before the effect's commit", human(d.DetectionWithin))
 }
 
 // fieldsGuide says how to choose an action's significant fields.
@@ -417,7 +516,7 @@ func providerRef(p, step string) ProviderRef {
 	return ProviderRef{Provider: "Bank transfer", Step: step, Header: "EndToEndId", Value: "base32(sha256({key}_" + step + "))[:35]", Derived: true}
 }
 
-func recovery(p ActionPlan) []string {
+func recovery(p ActionPlan, store string, goCode bool) []string {
 	r := []string{
 		"Crash before the claim: nothing recorded; the retry starts fresh.",
 		fmt.Sprintf("Crash while PROCESSING: the lease ends within %s; the next retry reclaims it by compare-and-swap on lock_version and re-runs; the old holder can no longer complete (fencing).", human(p.LockTimeout)),
@@ -426,8 +525,13 @@ func recovery(p ActionPlan) []string {
 		r = append(r,
 			"Crash or timeout after the provider call: the payment intent was recorded PENDING before the call; the retry re-sends the SAME derived provider reference (the provider replays), or the reconciler looks it up and settles it; UNKNOWN is never turned into FAILED without proof.",
 			"Provider declines: FAILED is stored with the decline and replayed to every retry.")
+	} else if len(p.Outbound) > 0 {
+		r = append(r, "Its local writes, if any: "+localEffects(store, goCode))
 	} else {
-		r = append(r, "Effects commit in the same transaction as the COMPLETED record (Executor.DoTx): a crash leaves either both or neither.")
+		r = append(r, localEffects(store, goCode))
+	}
+	if len(p.Outbound) > 0 {
+		r = append(r, "Outbound effects ("+strings.Join(p.Outbound, ", ")+") are not in that transaction: "+outboxWhere(store)+", sent by a relay at least once with the dedup id {key}_"+p.Name+" (section 5).")
 	}
 	if p.MultiStep() {
 		r = append(r, "A later step fails permanently: the saga runs the completed steps' compensations in reverse order, each keyed {key}_{step}_compensate.")

@@ -123,7 +123,16 @@ func sections(d *Document) []Section {
 	if a.Concurrency == "global" {
 		b[3] = append(b[3], p("Globally distributed: every region must claim in ONE primary PostgreSQL (or a strongly consistent store); a per-region store lets one intent run once per region. Route protected writes to the primary region."))
 	}
-	b[3] = append(b[3], p("Duplicate detection latency: %s. The unique constraint detects a duplicate inside the request itself; nothing depends on an asynchronous dedup job.", a.DetectionLatency))
+	rows = nil
+	for _, x := range d.Actions {
+		rows = append(rows, []string{x.Name, x.Detection})
+	}
+	if d.DetectionSync {
+		b[3] = append(b[3], p("Duplicate detection latency: %s. Every claim is in the request path: the record detects a duplicate inside the request itself, and nothing depends on an asynchronous dedup job.", a.DetectionLatency))
+	} else {
+		b[3] = append(b[3], p("Duplicate detection latency: %s (%s). Actions whose effect stays in your database may detect duplicates later, off the request path; those whose effect leaves it may not:", a.DetectionLatency, human(d.DetectionWithin)))
+	}
+	b[3] = append(b[3], table([]string{"action", "where duplicates are detected"}, rows))
 
 	// 5. Partial failure.
 	b[4] = append(b[4], p("Each transition commits atomically with the state it describes; a crash at any instant leaves a state from which a retry or the reconciler reaches exactly one outcome."),
@@ -134,6 +143,12 @@ func sections(d *Document) []Section {
 			{"after the intent is recorded, during the provider call", "intent PENDING, outcome unknown", "the retry re-sends the same derived reference; past the provider window the reconciler looks it up and settles or flags NEEDS_REVIEW"},
 			{"after the provider answered, before the final commit", "intent PENDING at us, succeeded at the provider", "the replayed provider answer settles it; the ledger posting key makes a repeat a no-op"},
 		}))
+
+	for _, x := range d.Actions {
+		if x.Delivery != "" {
+			b[4] = append(b[4], h3("Outbound effects of "+x.Name), p("%s", x.Delivery))
+		}
+	}
 
 	// 6. Providers.
 	if len(d.Providers) == 0 {
