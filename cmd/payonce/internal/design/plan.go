@@ -166,7 +166,7 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 		d.Assumptions = append(d.Assumptions, "No protected action was named: the design covers one generic write, createOrder (POST /orders); repeat it for each of your actions.")
 	}
 	if d.Agnostic {
-		d.Assumptions = append(d.Assumptions, "The stack is unknown: this design is technology-agnostic, on payonce's PostgreSQL reference schema; every code sample needs adaptation to your language and framework.")
+		d.Assumptions = append(d.Assumptions, "The stack is unknown: this design is technology-agnostic: the record's logical model and its three atomic decisions (D2), and code samples that need adaptation to your language, framework and database.")
 	}
 	if len(a.RetrySources) == 0 {
 		a.RetrySources = []string{"client_retries", "double_click", "lb_replay"}
@@ -536,6 +536,6 @@ func recovery(p ActionPlan, store string, goCode bool) []string {
 	if p.MultiStep() {
 		r = append(r, "A later step fails permanently: the saga runs the completed steps' compensations in reverse order, each keyed {key}_{step}_compensate.")
 	}
-	r = append(r, "Transient error: the lease is released at once (locked_until = now()), the record is kept, and a retry re-drives with the same references.")
+	r = append(r, "Transient error: the lease is ended at once (its end set to the store's now), the record is kept, and a retry re-drives with the same references.")
 	return r
 }
