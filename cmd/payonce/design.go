@@ -20,6 +20,8 @@ type designFlags struct {
 	answers, scan, out, format, service string
 	noInput                             bool
 	q                                   [8]string
+	// actions are the --action specs: NAME:fields=a,b:p99=2s.
+	actions []string
 }
 
 func newDesignCmd() *cobra.Command {
@@ -35,13 +37,19 @@ test suite skeleton, alert rules, build order, runbook). Seven constraints
 fails the command and names the constraint.
 
 On a terminal it asks what the flags, the answers file and the scan have
-not answered: the output format, then seven questions (actions, stack,
-retry sources, payment providers, concurrency, key retention, detection
-latency). A question left unanswered is asked once more with examples;
-then questions 1-2 give a technology-agnostic design, 3-7 a stated
-assumption. Without a terminal (or with --no-input) nothing is asked.`,
+not answered, in at most two asks: the output format first, then seven
+questions (actions, stack, retry sources and their windows, payment
+providers, concurrency, key retention, detection latency) and, for each
+action, its significant fields and its p99 duration. The second ask
+comes only for what the first left critical and unanswered (actions,
+stack), did not understand, or named (new actions' fields and p99).
+Whatever is still unanswered is assumed, and the document's Assumptions
+box lists every assumption (questions 1-2: a technology-agnostic design).
+Without a terminal (or with --no-input) nothing is asked.`,
 		Example: `  payonce design
   payonce design --scan . --answers design.yaml --format markdown
+  payonce design --actions "POST /orders, notification worker" --stack "Python, Django, MySQL, RabbitMQ" \
+      --action orders:fields=cart_id,amount,currency:p99=800ms --action notificationWorker:fields=order_id,template:p99=5s
   payonce design --answers cmd/payonce/internal/design/testdata/checkout.yaml --scan examples/checkout`,
 		Args: cli.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -64,6 +72,7 @@ assumption. Without a terminal (or with --no-input) nothing is asked.`,
 	f.StringVar(&o.q[5], "concurrency", "", "question 5, e.g. \"multi-instance, 50000/day\"")
 	f.StringVar(&o.q[6], "retention", "", "question 6, e.g. 7d or 72h")
 	f.StringVar(&o.q[7], "latency", "", "question 7, e.g. synchronous")
+	f.StringArrayVar(&o.actions, "action", nil, "an action's significant fields and p99 (repeatable): NAME:fields=a,b:p99=2s[:effects=email]")
 	f.BoolVar(&o.noInput, "no-input", false, "never ask, even on a terminal")
 	_ = c.MarkFlagFilename("answers", "yaml", "yml", "json")
 	_ = c.MarkFlagDirname("scan")
@@ -111,6 +120,12 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 		findings = res.AntiPatterns
 		if a.Service == "" {
 			a.Service = filepath.Base(filepath.Clean(o.scan))
+		}
+	}
+	// After the scan: --action may name the actions it found.
+	for _, spec := range o.actions {
+		if err := design.ApplyActionSpec(&a, spec); err != nil {
+			return cli.Usage("design: " + err.Error())
 		}
 	}
 	if interactive && !o.noInput {

@@ -107,14 +107,19 @@ func TestDesignInteractivePTY(t *testing.T) {
 		}
 	}()
 	answers := []string{
+		// ask 1: the format first, then the seven questions
 		"markdown",
-		"", "POST /checkout, charge worker", // Q1 asked once more
+		"POST /checkout, charge worker",
 		"Go, net/http, PostgreSQL, River",
-		"", "carrier pigeons", // Q3: empty, then not understood: assumption
+		"carrier pigeons", // Q3: not understood, asked once more
 		"stripe, paypal",
 		"multi-instance, 20000/day",
 		"7d",
 		"synchronous",
+		// ask 2: Q3 again, then each action's fields and p99
+		"",                                 // Q3: still unanswered: an assumption
+		"amount, currency, recipient; 20s", // checkout
+		"",                                 // charge: assumed
 	}
 	go func() {
 		for _, a := range answers {
@@ -132,10 +137,15 @@ func TestDesignInteractivePTY(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## 1. Action analysis", "{scope}_checkout_{intent}", "{scope}_charge_{intent}", "raised from the stated 7d", "PayPal-Request-Id", "Retry sources not stated"} {
+	for _, want := range []string{"## 1. Action analysis", "{scope}_checkout_{intent}", "{scope}_charge_{intent}", "raised from the stated 7d",
+		"PayPal-Request-Id", "Retry sources not stated", "p99 of charge assumed 30s", "Significant fields of charge not answered",
+		"| checkout | amount, currency, recipient |", "3x the stated p99 (20s)"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("document lacks %q", want)
 		}
+	}
+	if bytes.Contains(b, []byte("p99 of checkout")) {
+		t.Error("the answered p99 of checkout is listed as an assumption")
 	}
 	tty.Close() // the reader drains what the command wrote, then ends
 	select {
@@ -145,16 +155,16 @@ func TestDesignInteractivePTY(t *testing.T) {
 	mu.Lock()
 	s := screen.String()
 	mu.Unlock()
-	if n := strings.Count(s, "Once more"); n != 2 || !strings.Contains(s, "Not understood either") {
-		t.Errorf("asked once more %d times, want 2 (Q1, Q3):\n%s", n, s)
+	if strings.Count(s, "Ask 1 of 2") != 1 || strings.Count(s, "Ask 2 of 2") != 1 || strings.Contains(s, "Ask 3") {
+		t.Errorf("want two asks, no third:\n%s", s)
 	}
-	if n := strings.Count(s, "Where do retries come from?"); n != 1 {
-		t.Errorf("question 3 asked %d times (plus once more), want 1", n)
+	if n := strings.Count(s, "Where do retries come from"); n != 2 || !strings.Contains(s, "(once more: retry source \"carrier pigeons\" not recognised)") {
+		t.Errorf("question 3 asked %d times, want twice, the second with the reason:\n%s", n, s)
 	}
 	if !strings.Contains(s, "key decisions:") {
 		t.Errorf("no summary on the terminal:\n%s", s)
 	}
-	if !strings.Contains(stderr.String(), "question 3 unanswered") || t.Failed() {
+	if !strings.Contains(stderr.String(), "question 3 unanswered") || !strings.Contains(stderr.String(), "action charge: fields or p99 unanswered") || t.Failed() {
 		t.Log(s)
 		t.Errorf("stderr: %s", stderr.String())
 	}
@@ -184,5 +194,45 @@ func TestDesignFlagsOnly(t *testing.T) {
 	err = designCLI([]string{"--providers", "venmo", "--out", out}, strings.NewReader(""), io.Discard, io.Discard)
 	if !errors.As(err, new(cli.UsageError)) {
 		t.Errorf("unknown provider: want a usage error, got %v", err)
+	}
+}
+
+// TestDesignActionFlag: --action gives an action's significant fields,
+// p99 and outbound effects; what it leaves out is an assumption the
+// document lists; a bad spec is a usage error naming what is wrong.
+func TestDesignActionFlag(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "x.md")
+	base := []string{"--format", "md", "--out", out, "--actions", "POST /orders, notification worker",
+		"--stack", "Python, Django, MySQL, RabbitMQ", "--retry-sources", "client retries 48h, queue redelivery 3d",
+		"--providers", "none", "--concurrency", "multi-instance, 5000/day", "--retention", "3d", "--latency", "synchronous"}
+	err := designCLI(append(base, "--action", "orders:fields=cart_id,amount:p99=20s", "--action", "notification:p99=5s:effects=email to the customer"),
+		strings.NewReader(""), io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	for _, want := range []string{"| orders | cart_id, amount |", "3x the stated p99 (20s)", "Significant fields of notification not answered"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("document lacks %q", want)
+		}
+	}
+	for _, bad := range []string{"p99 of orders", "p99 of notification", "fields of orders", "amount, currency, recipient"} {
+		if bytes.Contains(b, []byte(bad)) {
+			t.Errorf("document has %q", bad)
+		}
+	}
+	for spec, want := range map[string]string{
+		"refund:p99=2s":         "no action of that name; the actions are orders, notification",
+		"orders:fields=sent_at": `field "sent_at" is volatile`,
+		"orders:p99=fast":       `duration "fast"`,
+		"orders:colour=blue":    `unknown "colour"`,
+		"orders":                "nothing given",
+		"orders:fields=a b,c":   `field "a b"`,
+	} {
+		err := designCLI(append(base, "--action", spec), strings.NewReader(""), io.Discard, io.Discard)
+		if !errors.As(err, new(cli.UsageError)) || !strings.Contains(err.Error(), want) {
+			t.Errorf("--action %s: want a usage error with %q, got %v", spec, want, err)
+		}
 	}
 }

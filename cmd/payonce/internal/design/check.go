@@ -39,10 +39,10 @@ const (
 // Constraints describes C1..C7 for people.
 var Constraints = map[string]string{
 	C1: "every protected action has a key {scope}_{action}_{intent} with its scope from authentication and no time component",
-	C2: "every action's lock timeout exceeds its stated duration and is below retention",
+	C2: "every action's lock timeout exceeds its p99 duration (stated, or assumed in the Assumptions box) and is below retention",
 	C3: "retention covers the longest retry horizon (client, queue, webhooks, provider windows)",
 	C4: "every provider call has a deterministic provider reference derived from the key",
-	C5: "every fingerprint excludes volatile fields (timestamps, trace ids, the key itself)",
+	C5: "every fingerprint names its significant fields (or the Assumptions box says why not) and excludes volatile fields (timestamps, trace ids, the key itself)",
 	C6: "every multi-step action has a compensation or an explicit non-compensable note per step",
 	C7: "every section 1-12 and every deliverable D1-D9 is present and non-empty",
 }
@@ -70,6 +70,22 @@ func (v *Violation) Error() string {
 }
 
 var timeish = regexp.MustCompile(`(?i)\{[^}]*(time|date|now|ts|epoch|unix|clock)[^}]*\}|\d{4}-\d{2}-\d{2}|_1\d{9}(\d{3})?(_|$)`)
+var emptySum = regexp.MustCompile(`NewFingerprint\(\)\.\s*Sum\(\)`)
+
+// stated reports whether an assumption about the action named is listed,
+// with its reason, in the document's Assumptions box.
+func stated(d *Document, assumption, action string) bool {
+	if assumption == "" || !strings.Contains(assumption, action) || !strings.Contains(assumption, "not answered") {
+		return false
+	}
+	for _, s := range d.Assumptions {
+		if s == assumption {
+			return true
+		}
+	}
+	return false
+}
+
 var randomish = regexp.MustCompile(`(?i)(uuid\.new|uuidv4|random|rand\(|now|time)`)
 
 // Check verifies C1..C7 on a document and its rendering. It returns every
@@ -109,8 +125,14 @@ func Check(d *Document, rendered []byte) error {
 				bad(C4, "action %q: %s reference %q is not derived deterministically from the key", x.Name, r.Provider, r.Value)
 			}
 		}
-		if len(x.Fields) == 0 {
-			bad(C5, "action %q: fingerprint names no field", x.Name)
+		if len(x.Fields) == 0 && !stated(d, x.FieldsAssumption, x.Name) {
+			bad(C5, "action %q: fingerprint names no field, and no assumption in the Assumptions box says so with the reason", x.Name)
+		}
+		if x.FieldsAssumption != "" && !stated(d, x.FieldsAssumption, x.Name) {
+			bad(C5, "action %q: its fields were assumed but the Assumptions box does not say so", x.Name)
+		}
+		if x.DurationAssumption != "" && !stated(d, x.DurationAssumption, x.Name) {
+			bad(C2, "action %q: its lock timeout follows from an assumed p99 that the Assumptions box does not list", x.Name)
 		}
 		for _, f := range x.Fields {
 			if isVolatile(f) {
@@ -139,6 +161,16 @@ func Check(d *Document, rendered []byte) error {
 	for _, p := range d.Providers {
 		if p.WindowD > d.Retention {
 			bad(C3, "retention %s is shorter than %s's window (%s)", human(d.Retention), p.Name, human(p.WindowD))
+		}
+	}
+	if rendered != nil {
+		// The generated Go never fingerprints the whole body (an empty
+		// Fields) nor builds a fingerprint of no field (Sum errors).
+		if bytes.Contains(rendered, []byte("Fields: []string{}")) {
+			bad(C5, "the generated code has Fields: []string{}: a whole-body fingerprint")
+		}
+		if emptySum.Match(rendered) {
+			bad(C5, "the generated code sums a fingerprint of no field: it errors at run time")
 		}
 	}
 	have := map[string]Section{}

@@ -261,16 +261,29 @@ func TestDesignScanAntiPatterns(t *testing.T) {
 	}
 }
 
-// TestDesignAskOnceMore: an unanswered question is asked once more with
-// examples, never a third time; 1-2 unanswered give an agnostic design.
-func TestDesignAskOnceMore(t *testing.T) {
+// TestDesignInterviewTwoAsks: the format first, then at most two asks. The
+// second asks once more only what the first left critical and unanswered
+// or did not understand, and the fields and p99 of the actions the first
+// named; everything still unanswered is an assumption the document lists.
+func TestDesignInterviewTwoAsks(t *testing.T) {
 	t.Parallel()
 	in := strings.NewReader(strings.Join([]string{
-		"",     // format: default HTML
-		"", "", // Q1 twice unanswered
-		"", "", // Q2 twice unanswered
-		"", "client retries, queue redelivery", // Q3 on the second asking
-		"stripe", "multi-instance, 50k/day", "", "", "synchronous",
+		// ask 1
+		"",                                  // format: HTML (default)
+		"POST /orders, notification worker", // Q1
+		"",                                  // Q2: critical, asked once more
+		"carrier pigeons",                   // Q3: not understood, asked once more
+		"none",                              // Q4
+		"multi-instance, 50k/day",           // Q5
+		"",                                  // Q6: assumed
+		"",                                  // Q7: assumed
+		// ask 2
+		"Python, Django, MySQL, RabbitMQ",      // Q2
+		"client retries 48h, queue redelivery", // Q3
+		"cart_id, amount; 20s",                 // orders
+		"",                                     // notification: assumed
+		// a third ask would read these
+		"never", "never", "never",
 	}, "\n") + "\n")
 	var out bytes.Buffer
 	var a Answers
@@ -278,28 +291,152 @@ func TestDesignAskOnceMore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(out.String(), "Once more"); n != 4 {
-		t.Errorf("asked once more %d times, want 4 (Q1, Q2, Q3, Q6):\n%s", n, out.String())
+	screen := out.String()
+	if strings.Count(screen, "Ask 1 of 2") != 1 || strings.Count(screen, "Ask 2 of 2") != 1 || strings.Contains(screen, "Ask 3") {
+		t.Errorf("want exactly two asks:\n%s", screen)
 	}
-	if n := strings.Count(out.String(), Questions[1].Text); n != 1 {
-		t.Errorf("question 1 shown %d times", n)
+	if i, j := strings.Index(screen, Questions[0].Text), strings.Index(screen, Questions[1].Text); i < 0 || i > j {
+		t.Errorf("the format is not asked first:\n%s", screen)
 	}
-	if len(notes) != 3 || !strings.Contains(notes[0], "agnostic") {
-		t.Errorf("notes: %q", notes)
+	if n := strings.Count(screen, Questions[1].Text); n != 1 {
+		t.Errorf("question 1, answered in ask 1, shown %d times", n)
 	}
-	if a.Format != "" || len(a.RetrySources) != 2 || a.VolumePerDay != 50000 || a.Retention != "" || a.DetectionLatency != "synchronous" {
+	if n := strings.Count(screen, Questions[6].Text); n != 1 {
+		t.Errorf("question 6, not critical, shown %d times: an empty answer is an assumption, not asked again", n)
+	}
+	if !strings.Contains(screen, "orders: its significant fields") || !strings.Contains(screen, "notification: its significant fields") {
+		t.Errorf("ask 2 does not ask the fields and p99 of the actions named in ask 1:\n%s", screen)
+	}
+	if a.Stack.Database != "MySQL" || a.ClientRetryWindow != "48h" || len(a.RetrySources) != 2 || a.VolumePerDay != 50000 {
 		t.Errorf("answers: %+v", a)
 	}
+	if len(a.Actions) != 2 || !slices.Equal(a.Actions[0].Fields, []string{"cart_id", "amount"}) || a.Actions[0].Duration != "20s" ||
+		a.Actions[1].Fields != nil || a.Actions[1].Duration != "" {
+		t.Fatalf("actions: %+v", a.Actions)
+	}
+	for _, want := range []string{"action notification: fields or p99 unanswered", "question 6 unanswered", "question 7 unanswered"} {
+		if !slices.ContainsFunc(notes, func(n string) bool { return strings.Contains(n, want) }) {
+			t.Errorf("notes lack %q: %q", want, notes)
+		}
+	}
+
 	d, err := Build(a, nil, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out2, _ := Render(d)
-	if err := Check(d, out2); err != nil {
+	rendered, _ := Render(d)
+	if err := Check(d, rendered); err != nil {
 		t.Fatal(err)
 	}
-	if !d.Agnostic || !bytes.Contains(out2, []byte("needs adaptation")) || !bytes.Contains(out2, []byte("Retention not stated")) {
-		t.Error("an agnostic design with stated assumptions was expected")
+	if d.Actions[0].LockTimeout != time.Minute || !strings.Contains(d.Actions[0].LockReason, "3x the stated p99 (20s)") {
+		t.Errorf("orders: lock timeout %s (%s), want 1m from the stated 20s", d.Actions[0].LockTimeout, d.Actions[0].LockReason)
+	}
+	for _, want := range []string{
+		"p99 of notification assumed 30s (a consumer job): not answered",
+		"Significant fields of notification not answered",
+		"Retention not stated",
+		"Duplicate detection latency not stated",
+	} {
+		if !slices.ContainsFunc(d.Assumptions, func(s string) bool { return strings.Contains(s, want) }) {
+			t.Errorf("Assumptions box lacks %q:\n%s", want, strings.Join(d.Assumptions, "\n"))
+		}
+	}
+	if slices.ContainsFunc(d.Assumptions, func(s string) bool {
+		return strings.Contains(s, "p99 of orders") || strings.Contains(s, "fields of orders")
+	}) {
+		t.Error("an answered p99 or field list is listed as an assumption")
+	}
+}
+
+// TestDesignUnansweredFieldsNoPlaceholder: an action that is not a payment
+// and whose fields were not given gets no invented field list; the
+// document says how to choose them, and its Go neither fingerprints the
+// whole body nor sums an empty fingerprint.
+func TestDesignUnansweredFieldsNoPlaceholder(t *testing.T) {
+	t.Parallel()
+	a := Answers{Stack: Stack{Language: "Go", Framework: "net/http", Database: "PostgreSQL"},
+		Actions: []Action{{Name: "sendNotification", Kind: "http", Trigger: "POST /notifications"},
+			{Name: "charge", Kind: "http", Trigger: "POST /charges", Provider: "stripe", Duration: "3s"}},
+		Providers: []string{"stripe"}}
+	for _, f := range []Format{HTML, Markdown} {
+		a.Format = string(f)
+		d, err := Build(a, nil, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := Render(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(d, out); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		s := html.UnescapeString(string(out))
+		for _, bad := range []string{"amount, currency, recipient, items", "Fields: []string{}", "business fields"} {
+			if strings.Contains(s, bad) {
+				t.Errorf("%s: the document has %q", f, bad)
+			}
+		}
+		if emptySum.MatchString(s) {
+			t.Errorf("%s: the document sums an empty fingerprint", f)
+		}
+		for _, want := range []string{
+			"Choosing the fields of sendNotification: List the request fields your handler reads",
+			`String("route", r.Pattern).Sum()`,
+			"Significant fields of charge assumed amount, currency, recipient, payment_method (a payment): not answered",
+		} {
+			if !strings.Contains(s, want) {
+				t.Errorf("%s: the document lacks %q", f, want)
+			}
+		}
+		if len(d.Actions[0].Fields) != 0 {
+			t.Errorf("sendNotification got invented fields %q", d.Actions[0].Fields)
+		}
+	}
+}
+
+// TestDesignCheckRefusesUnstatedAssumption: an action without fields, or
+// with an assumed p99, passes only when the Assumptions box says so.
+func TestDesignCheckRefusesUnstatedAssumption(t *testing.T) {
+	t.Parallel()
+	build := func() (*Document, []byte) {
+		a := Answers{Stack: Stack{Language: "Python", Framework: "Django", Database: "MySQL"},
+			Actions: []Action{{Name: "sendNotification", Kind: "consumer"}}}
+		d, err := Build(a, nil, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := Render(d)
+		if err := Check(d, out); err != nil {
+			t.Fatal(err)
+		}
+		return d, out
+	}
+	drop := func(d *Document, sub string) {
+		d.Assumptions = slices.DeleteFunc(d.Assumptions, func(s string) bool { return strings.Contains(s, sub) })
+	}
+	d, out := build()
+	drop(d, "Significant fields of sendNotification")
+	if !slices.Contains(Violated(Check(d, out)), C5) {
+		t.Error("C5: an action without fields and no stated assumption passed")
+	}
+	d, out = build()
+	d.Actions[0].FieldsAssumption = ""
+	if !slices.Contains(Violated(Check(d, out)), C5) {
+		t.Error("C5: an action without fields and no reason passed")
+	}
+	d, out = build()
+	drop(d, "p99 of sendNotification")
+	if !slices.Contains(Violated(Check(d, out)), C2) {
+		t.Error("C2: a lock timeout from an unstated assumed p99 passed")
+	}
+	d, out = build()
+	if !slices.Contains(Violated(Check(d, append(out, []byte("Fields: []string{}")...))), C5) {
+		t.Error("C5: a whole-body fingerprint in the code passed")
+	}
+	d, out = build()
+	if !slices.Contains(Violated(Check(d, append(out, []byte("idempotency.NewFingerprint().\n\tSum()")...))), C5) {
+		t.Error("C5: an empty fingerprint sum in the code passed")
 	}
 }
 
@@ -360,5 +497,98 @@ func TestDesignParseFormat(t *testing.T) {
 	}
 	if _, err := ParseFormat("pdf"); err == nil {
 		t.Error("pdf accepted")
+	}
+}
+
+// TestDesignDecisionsFromAnswers: the retention follows the user's own
+// retry sources and windows (no provider's window for a team without
+// payments), the detection latency changes where duplicates are caught,
+// and an outbound effect gets an outbox, not "the same transaction".
+func TestDesignDecisionsFromAnswers(t *testing.T) {
+	t.Parallel()
+	a := Answers{Stack: Stack{Language: "Python", Framework: "Django", Database: "MySQL", Broker: "RabbitMQ"},
+		Actions: []Action{
+			{Name: "createOrder", Kind: "http", Trigger: "POST /orders", Fields: []string{"cart_id"}, Duration: "1s"},
+			{Name: "sendNotification", Kind: "consumer", Fields: []string{"order_id", "template"}, Duration: "4s"},
+		},
+		RetrySources: []string{"client_retries", "queue_redelivery", "webhook_resends"}, ClientRetryWindow: "48h",
+		DetectionLatency: "within 5 minutes"}
+	d, err := Build(a, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := Render(d)
+	if err := Check(d, out); err != nil {
+		t.Fatal(err)
+	}
+	s := html.UnescapeString(string(out))
+	for _, bad := range []string{"Stripe", "PayPal", "Adyen", "How long clients retry"} {
+		if strings.Contains(s, bad) {
+			t.Errorf("a team without payments, whose client window is stated, is told about %q", bad)
+		}
+	}
+	for _, want := range []string{
+		"How long the broker redelivers a message assumed 3d: not answered (queue_redelivery_window)",
+		"How long your webhook senders resend a delivery assumed 3d: not answered (webhook_resend_window)",
+		"client retries (stated)",
+		"Retention not stated: 3d",
+	} {
+		if !slices.ContainsFunc(d.Assumptions, func(x string) bool { return strings.Contains(x, want) }) && !strings.Contains(s, want) {
+			t.Errorf("document lacks %q", want)
+		}
+	}
+	// Detection within 5m: the local-only order may defer; the
+	// notification, which leaves the system, may not.
+	if x := d.Actions[0]; !strings.HasPrefix(x.Detection, "may be deferred (within 5m)") {
+		t.Errorf("createOrder detection: %q", x.Detection)
+	}
+	if x := d.Actions[1]; !strings.HasPrefix(x.Detection, "in the request path all the same") {
+		t.Errorf("sendNotification detection: %q", x.Detection)
+	}
+	// The notification: outbox, delivery semantics, a dedup id; never
+	// "committed in the same transaction" as the record.
+	n := d.Actions[1]
+	for _, want := range []string{"outbox", "At-least-once", "At-most-once", "{key}_sendNotification", "idempotency key or message id"} {
+		if !strings.Contains(n.Delivery, want) {
+			t.Errorf("sendNotification delivery lacks %q: %s", want, n.Delivery)
+		}
+	}
+	if !slices.ContainsFunc(d.Assumptions, func(x string) bool { return strings.HasPrefix(x, "sendNotification assumed to send a message") }) {
+		t.Error("the outbound effect inferred from the name is not stated as an assumption")
+	}
+	for _, r := range n.Recovery {
+		if strings.HasPrefix(r, "Effects commit") {
+			t.Errorf("an outbound notification is told: %q", r)
+		}
+	}
+	if !slices.ContainsFunc(n.Recovery, func(r string) bool { return strings.Contains(r, "an outbox row in the same transaction") }) {
+		t.Errorf("the notification's recovery path has no outbox: %q", n.Recovery)
+	}
+	if !strings.Contains(s, "Outbound effects of sendNotification") || strings.Contains(s, "Outbound effects of createOrder") {
+		t.Error("section 5 does not give exactly the notification its outbound effects")
+	}
+
+	// Synchronous: every claim in the request path.
+	a.DetectionLatency = "synchronous"
+	d, err = Build(a, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range d.Actions {
+		if !strings.HasPrefix(x.Detection, "synchronous: the claim is in the request path") {
+			t.Errorf("%s detection: %q", x.Name, x.Detection)
+		}
+	}
+	// Payments: the providers' own webhook window, named.
+	a.Providers, a.Actions[0].Provider = []string{"stripe"}, "stripe"
+	d, err = Build(a, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(d.Horizons, func(h Horizon) bool { return h.Source == "webhook resends (Stripe: up to 3 days)" }) {
+		t.Errorf("horizons: %+v", d.Horizons)
+	}
+	if _, _, err := ParseLatency("whenever"); err == nil {
+		t.Error("a latency that is neither synchronous nor a duration was accepted")
 	}
 }

@@ -3,6 +3,8 @@ package design
 import (
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,13 +18,20 @@ type Document struct {
 	Service   string
 	Format    Format
 	Generated time.Time
-	// Agnostic: the stack is unknown, the design is technology-agnostic on
-	// the PostgreSQL reference schema and its code needs adaptation.
-	Agnostic    bool
-	Answers     Answers
-	Assumptions []string
-	Actions     []ActionPlan
-	Providers   []ProviderPlan
+	// Agnostic: the stack is unknown, the design is technology-agnostic:
+	// the logical model, and code that needs adaptation.
+	Agnostic bool
+	// Store is the store the record is mapped onto (StorePostgres, ...,
+	// StoreUnknown), from the database answer.
+	Store string
+	// DetectionSync: duplicates are detected in the request itself;
+	// otherwise within DetectionWithin.
+	DetectionSync   bool
+	DetectionWithin time.Duration
+	Answers         Answers
+	Assumptions     []string
+	Actions         []ActionPlan
+	Providers       []ProviderPlan
 	// Retention is the key retention chosen, RetentionReason why.
 	Retention       time.Duration
 	RetentionReason string
@@ -52,12 +61,31 @@ type ActionPlan struct {
 	Collision    float64
 	KeysInWindow float64
 	Excluded     []string
-	DurationD    time.Duration
-	LockTimeout  time.Duration
-	Heartbeat    time.Duration
-	LockReason   string
-	Recovery     []string
-	Refs         []ProviderRef
+	// FieldsAssumption is the stated assumption when the significant
+	// fields were not answered ("" when they were); FieldsGuide says how
+	// to choose them.
+	FieldsAssumption string
+	FieldsGuide      string
+	// DurationAssumption is the stated assumption when the p99 was not
+	// answered ("" when it was).
+	DurationAssumption string
+	DurationD          time.Duration
+	LockTimeout        time.Duration
+	Heartbeat          time.Duration
+	LockReason         string
+	Recovery           []string
+	// Outbound are the side effects that leave the system (a message, a
+	// call): no transaction takes them back. OutboundAssumption is set
+	// when they were inferred from the action's name.
+	Outbound           []string
+	OutboundAssumption string
+	// Delivery says how an outbound effect is delivered once (outbox,
+	// provider-side dedup id, at-least-once or at-most-once).
+	Delivery string
+	// Detection says where the duplicate is detected, from the answer to
+	// the detection-latency question.
+	Detection string
+	Refs      []ProviderRef
 }
 
 // MultiStep reports whether the action has more than one step.
@@ -138,7 +166,7 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 		d.Assumptions = append(d.Assumptions, "No protected action was named: the design covers one generic write, createOrder (POST /orders); repeat it for each of your actions.")
 	}
 	if d.Agnostic {
-		d.Assumptions = append(d.Assumptions, "The stack is unknown: this design is technology-agnostic, on payonce's PostgreSQL reference schema; every code sample needs adaptation to your language and framework.")
+		d.Assumptions = append(d.Assumptions, "The stack is unknown: this design is technology-agnostic: the record's logical model and its three atomic decisions (D2), and code samples that need adaptation to your language, framework and database.")
 	}
 	if len(a.RetrySources) == 0 {
 		a.RetrySources = []string{"client_retries", "double_click", "lb_replay"}
@@ -156,6 +184,11 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 		a.DetectionLatency = "synchronous"
 		d.Assumptions = append(d.Assumptions, "Duplicate detection latency not stated: assumed synchronous, in the request itself (a unique constraint, not an after-the-fact job).")
 	}
+	d.DetectionSync, d.DetectionWithin, err = ParseLatency(a.DetectionLatency)
+	if err != nil {
+		return nil, err
+	}
+	d.Store = StoreOf(a.Stack.Database)
 	for i, p := range a.Providers {
 		a.Providers[i] = providerKey(p)
 		if _, ok := providerFacts[a.Providers[i]]; !ok {
@@ -164,23 +197,50 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 	}
 	sort.Strings(a.Providers)
 
-	// Retry horizons, then retention.
-	clientW, err := durOr(a.ClientRetryWindow, defaultClient)
-	if err != nil {
-		return nil, fmt.Errorf("client_retry_window: %w", err)
-	}
-	queueW, err := durOr(a.QueueRedeliveryWindow, defaultQueue)
-	if err != nil {
-		return nil, fmt.Errorf("queue_redelivery_window: %w", err)
+	// Retry horizons, then retention: from the user's own retry sources
+	// and windows; a window not answered is assumed, and said so.
+	window := func(answer string, def time.Duration, field, what string) (time.Duration, string, error) {
+		if answer != "" {
+			w, err := ParseDuration(answer)
+			if err != nil {
+				return 0, "", fmt.Errorf("%s: %w", field, err)
+			}
+			return w, "stated", nil
+		}
+		d.Assumptions = append(d.Assumptions, fmt.Sprintf("%s assumed %s: not answered (%s); retention covers it.", what, human(def), field))
+		return def, "assumed", nil
 	}
 	for _, s := range a.RetrySources {
 		switch s {
 		case "client_retries":
-			d.Horizons = append(d.Horizons, Horizon{"client retries", clientW})
+			w, how, err := window(a.ClientRetryWindow, defaultClient, "client_retry_window", "How long clients retry one key")
+			if err != nil {
+				return nil, err
+			}
+			d.Horizons = append(d.Horizons, Horizon{"client retries (" + how + ")", w})
 		case "queue_redelivery":
-			d.Horizons = append(d.Horizons, Horizon{"queue redelivery", queueW})
+			w, how, err := window(a.QueueRedeliveryWindow, defaultQueue, "queue_redelivery_window", "How long the broker redelivers a message")
+			if err != nil {
+				return nil, err
+			}
+			d.Horizons = append(d.Horizons, Horizon{"queue redelivery (" + how + ")", w})
 		case "webhook_resends":
-			d.Horizons = append(d.Horizons, Horizon{"webhook resends (Stripe and PayPal: up to 3 days)", webhookResend})
+			if a.WebhookResendWindow == "" && slices.ContainsFunc(a.Providers, func(p string) bool { return p == "stripe" || p == "paypal" }) {
+				// Known facts of the providers named, not of anyone else's.
+				var names []string
+				for _, p := range a.Providers {
+					if p == "stripe" || p == "paypal" {
+						names = append(names, providerFacts[p].Name)
+					}
+				}
+				d.Horizons = append(d.Horizons, Horizon{"webhook resends (" + strings.Join(names, " and ") + ": up to 3 days)", webhookResend})
+				break
+			}
+			w, how, err := window(a.WebhookResendWindow, webhookResend, "webhook_resend_window", "How long your webhook senders resend a delivery")
+			if err != nil {
+				return nil, err
+			}
+			d.Horizons = append(d.Horizons, Horizon{"webhook resends (" + how + ")", w})
 		case "cron_overlap":
 			d.Horizons = append(d.Horizons, Horizon{"cron overlap and catch-up (one day of slots)", 24 * time.Hour})
 		case "double_click":
@@ -204,8 +264,11 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 	}
 	if a.Retention == "" {
 		d.Retention = max(longest.Window, 24*time.Hour)
-		d.Assumptions = append(d.Assumptions, fmt.Sprintf("Retention not stated: %s, the longest retry horizon (%s).", human(d.Retention), longest.Source))
 		d.RetentionReason = "the longest retry horizon: " + longest.Source
+		if longest.Window < 24*time.Hour {
+			d.RetentionReason = fmt.Sprintf("a 24h floor: the longest retry horizon, %s (%s), is shorter, and a day costs little", longest.Source, human(longest.Window))
+		}
+		d.Assumptions = append(d.Assumptions, fmt.Sprintf("Retention not stated: %s, %s.", human(d.Retention), d.RetentionReason))
 	} else {
 		r, err := ParseDuration(a.Retention)
 		if err != nil {
@@ -224,6 +287,13 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 		p, err := planAction(act, a, d.Retention)
 		if err != nil {
 			return nil, err
+		}
+		p.Detection = detection(d, p)
+		p.Recovery = recovery(p, d.Store, a.Stack.IsGo())
+		for _, s := range []string{p.DurationAssumption, p.FieldsAssumption, p.OutboundAssumption} {
+			if s != "" {
+				d.Assumptions = append(d.Assumptions, s)
+			}
 		}
 		d.Actions = append(d.Actions, p)
 	}
@@ -265,25 +335,32 @@ func planAction(act Action, a Answers, retention time.Duration) (ActionPlan, err
 			p.KeySource = "server"
 		}
 	}
-	def := 2 * time.Second
+	def, kindText := 2*time.Second, "an HTTP request"
 	if p.Kind != "http" {
-		def = 30 * time.Second
+		def, kindText = 30*time.Second, "a "+p.Kind+" job"
 	}
 	dd, err := durOr(p.Duration, def)
 	if err != nil {
 		return p, fmt.Errorf("action %s: duration: %w", p.Name, err)
 	}
-	if p.Duration == "" {
-		p.Duration = human(def) + " (assumed)"
-	}
 	p.DurationD = dd
-	// Lease: three times the stated duration, never under 30s, with
-	// heartbeats every third: a holder must miss two heartbeats to lose it.
+	// Lease: three times the p99, never under 30s, with heartbeats every
+	// third: a holder must miss two heartbeats to lose it.
 	lt := max(minLock, 3*dd)
 	lt = lt.Round(time.Second)
 	p.LockTimeout = lt
 	p.Heartbeat = lt / 3
-	p.LockReason = fmt.Sprintf("3x the stated p99 duration (%s), never under 30s; heartbeats every %s extend it, so a live holder keeps it and a crashed one frees it within %s; far below retention (%s)", human(dd), human(p.Heartbeat), human(lt), human(retention))
+	which := "stated"
+	if p.Duration == "" {
+		which = "assumed"
+		p.Duration = human(def) + " (assumed)"
+		p.DurationAssumption = fmt.Sprintf("p99 of %s assumed %s (%s): not answered; its lock timeout, %s, follows from it.", p.Name, human(def), kindText, human(lt))
+	}
+	floor := ""
+	if 3*dd < minLock {
+		floor = fmt.Sprintf(" (3x is %s, raised to the 30s floor: a shorter lease ends a live holder's on a GC pause or a slow database round trip)", human(3*dd))
+	}
+	p.LockReason = fmt.Sprintf("3x the %s p99 (%s)%s; heartbeats every %s extend it, so a live holder keeps it and a crashed one frees it within %s; far below retention (%s)", which, human(dd), floor, human(p.Heartbeat), human(lt), human(retention))
 	p.ScopeFrom = "the authenticated user or tenant (from the session or token, never the body)"
 	if p.Kind != "http" {
 		p.ScopeFrom = "the message's tenant or account, set by the producer and checked against the consumer's subscription"
@@ -309,14 +386,6 @@ func planAction(act Action, a Answers, retention time.Duration) (ActionPlan, err
 		p.Generator = "server: intent = sha256 of " + strings.Join(ids, " + ") + " (idempotency.DeriveIntent), identical on every redelivery"
 		p.IntentBits = 256
 		p.KeyExample = "acct_42_" + p.Name + "_" + DeriveIntentExample(p.Name)
-	}
-	if len(p.Fields) == 0 {
-		p.Fields = []string{"the request's business fields (amount, currency, recipient, items)"}
-	}
-	for _, f := range p.Fields {
-		if isVolatile(f) {
-			return p, fmt.Errorf("action %s: field %q is volatile (a time, a trace id or the key): it cannot be part of a fingerprint", p.Name, f)
-		}
 	}
 	p.Excluded = volatile
 	// Birthday bound over one retention period.
@@ -353,8 +422,81 @@ func planAction(act Action, a Answers, retention time.Duration) (ActionPlan, err
 			p.Refs = append(p.Refs, providerRef(prov, step))
 		}
 	}
-	p.Recovery = recovery(p)
+	if len(p.Fields) == 0 {
+		p.FieldsGuide = fieldsGuide(p.Kind)
+		switch {
+		case p.Provider != "" && strings.Contains(strings.ToLower(p.Name), "refund"):
+			p.Fields = []string{"charge_key", "amount"}
+			p.FieldsAssumption = fmt.Sprintf("Significant fields of %s assumed charge_key, amount (a refund: the charge refunded and how much): not answered; check them against your request.", p.Name)
+		case p.Provider != "":
+			p.Fields = []string{"amount", "currency", "recipient", "payment_method"}
+			p.FieldsAssumption = fmt.Sprintf("Significant fields of %s assumed amount, currency, recipient, payment_method (a payment): not answered; check them against your request.", p.Name)
+		default:
+			p.FieldsAssumption = fmt.Sprintf("Significant fields of %s not answered: none assumed, since a guess would refuse good retries or replay another request. Until you name them, its fingerprint covers the %s only, so a retry with the same key and other fields is replayed, not refused (section 3 says how to choose them).", p.Name, map[bool]string{true: "route", false: "action"}[p.Kind == "http"])
+		}
+	}
+	for _, f := range p.Fields {
+		if isVolatile(f) {
+			return p, fmt.Errorf("action %s: field %q is volatile (a time, a trace id or the key): it cannot be part of a fingerprint", p.Name, f)
+		}
+	}
+	p.Outbound = p.Effects
+	if len(p.Outbound) == 0 && p.Provider == "" {
+		if m := outboundName.FindString(strings.ToLower(p.Name)); m != "" {
+			p.Outbound = []string{"a message (" + m + ") sent outside your database"}
+			p.OutboundAssumption = fmt.Sprintf("%s assumed to send a message outside your database (its name says %q): its effects were not answered; it gets an outbox and a delivery choice in section 5.", p.Name, m)
+		}
+	}
+	if len(p.Outbound) > 0 {
+		p.Delivery = delivery(p)
+	}
 	return p, nil
+}
+
+// outboundName finds an action whose name says it sends something out.
+var outboundName = regexp.MustCompile(`notif\w*|e?mail\w*|sms|push|slack|webhook-?out\w*|sendmessage|message`)
+
+func delivery(p ActionPlan) string {
+	return fmt.Sprintf("%s leaves your system: no transaction takes it back, so it is never \"committed with\" the record. "+
+		"Write it as an outbox entry (the message and its dedup id {key}_%s) with the COMPLETED record; a relay sends it and marks it sent. "+
+		"At-least-once (the default here): a crash between the send and the mark sends it again, so the relay passes {key}_%s as the receiving service's idempotency key or message id where it takes one, and that service drops the repeat; where it takes none, a rare duplicate is the price. "+
+		"At-most-once (mark sent, then send) loses the message on that crash instead: choose it only where a duplicate is worse than a loss.",
+		strings.Join(p.Outbound, ", "), p.Name, p.Name)
+}
+
+// detection says where an action's duplicates are detected, from the
+// detection-latency answer.
+func detection(d *Document, p ActionPlan) string {
+	if d.DetectionSync {
+		return "synchronous: the claim is in the request path, before the effect; a duplicate is replayed or refused in the request itself"
+	}
+	var leaves []string
+	if p.Provider != "" {
+		leaves = append(leaves, "a payment")
+	}
+	leaves = append(leaves, p.Outbound...)
+	for _, s := range p.Steps {
+		if s.Remote {
+			leaves = append(leaves, "the remote step "+s.Name)
+		}
+	}
+	if len(leaves) > 0 {
+		return fmt.Sprintf("in the request path all the same: its effect (%s) leaves your system, and a duplicate found %s later cannot be taken back", strings.Join(leaves, ", "), human(d.DetectionWithin))
+	}
+	return fmt.Sprintf("may be deferred (within %s): accept the request with its key (202), queue it, and let the consumer claim the key before it writes; the record still decides, only later, and the client reads the outcome by key. What may not be deferred: the claim before the effect's commit", human(d.DetectionWithin))
+}
+
+// fieldsGuide says how to choose an action's significant fields.
+func fieldsGuide(kind string) string {
+	switch kind {
+	case "consumer":
+		return "List the payload fields that decide what the message does (its target, its content, any amount): if one differs, it is another message. Leave out the broker's delivery metadata (delivery tag, offset, redelivered flag, timestamps): it differs between deliveries of one message."
+	case "webhook":
+		return "List the event's type and the id of the object it is about: the event id is already the key's intent. Leave out the delivery's timestamps, signatures and attempt counters."
+	case "cron":
+		return "List the job's parameters (the slot it runs for is already the key's intent); a job without parameters needs none beyond its name."
+	}
+	return "List the request fields your handler reads to decide what the effect is (its target, its content, any amount): if one differs, it is another request. Leave out what differs between retries of one intent: timestamps, trace and request ids, the key, headers, field order."
 }
 
 // DeriveIntentExample is a stable 64-hex example intent for an action.
@@ -374,7 +516,7 @@ func providerRef(p, step string) ProviderRef {
 	return ProviderRef{Provider: "Bank transfer", Step: step, Header: "EndToEndId", Value: "base32(sha256({key}_" + step + "))[:35]", Derived: true}
 }
 
-func recovery(p ActionPlan) []string {
+func recovery(p ActionPlan, store string, goCode bool) []string {
 	r := []string{
 		"Crash before the claim: nothing recorded; the retry starts fresh.",
 		fmt.Sprintf("Crash while PROCESSING: the lease ends within %s; the next retry reclaims it by compare-and-swap on lock_version and re-runs; the old holder can no longer complete (fencing).", human(p.LockTimeout)),
@@ -383,12 +525,17 @@ func recovery(p ActionPlan) []string {
 		r = append(r,
 			"Crash or timeout after the provider call: the payment intent was recorded PENDING before the call; the retry re-sends the SAME derived provider reference (the provider replays), or the reconciler looks it up and settles it; UNKNOWN is never turned into FAILED without proof.",
 			"Provider declines: FAILED is stored with the decline and replayed to every retry.")
+	} else if len(p.Outbound) > 0 {
+		r = append(r, "Its local writes, if any: "+localEffects(store, goCode))
 	} else {
-		r = append(r, "Effects commit in the same transaction as the COMPLETED record (Executor.DoTx): a crash leaves either both or neither.")
+		r = append(r, localEffects(store, goCode))
+	}
+	if len(p.Outbound) > 0 {
+		r = append(r, "Outbound effects ("+strings.Join(p.Outbound, ", ")+") are not in that transaction: "+outboxWhere(store)+", sent by a relay at least once with the dedup id {key}_"+p.Name+" (section 5).")
 	}
 	if p.MultiStep() {
 		r = append(r, "A later step fails permanently: the saga runs the completed steps' compensations in reverse order, each keyed {key}_{step}_compensate.")
 	}
-	r = append(r, "Transient error: the lease is released at once (locked_until = now()), the record is kept, and a retry re-drives with the same references.")
+	r = append(r, "Transient error: the lease is ended at once (its end set to the store's now), the record is kept, and a retry re-drives with the same references.")
 	return r
 }
