@@ -139,3 +139,38 @@ func TestClusterHarness(t *testing.T) {
 		t.Fatalf("primaries: %d, %v", primaries.Load(), err)
 	}
 }
+
+// Clusters of fewer than 3 primaries (which redis-cli --cluster create
+// refuses; the bench's one-primary line uses one): every slot is served,
+// and the store claims, completes and replays across them.
+func TestClusterOfFewPrimaries(t *testing.T) {
+	for _, primaries := range []int{1, 2} {
+		t.Run(fmt.Sprint(primaries), func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxFor(t)
+			c := redistest.NewCluster(t, primaries, 0)
+			rdb := c.Client()
+			t.Cleanup(func() { _ = rdb.Close() })
+			var masters atomic.Int64
+			if err := rdb.ForEachMaster(ctx, func(context.Context, *redis.Client) error { masters.Add(1); return nil }); err != nil || masters.Load() != int64(primaries) {
+				t.Fatalf("primaries: %d, %v", masters.Load(), err)
+			}
+			b := setupOn(t, rdb, nil)
+			done := idempotency.Completion{Status: idempotency.StatusCompleted, Response: idempotency.Response{Code: 201, Body: []byte("ok")}, Retention: time.Hour}
+			for i := range 16 {
+				p := params(t, fmt.Sprintf("usr_%02d", i), "a")
+				cl, err := b.store.Claim(ctx, p)
+				if err != nil || cl.State != idempotency.ClaimAcquired {
+					t.Fatalf("claim %d: %v %v", i, cl.State, err)
+				}
+				if err := b.store.Complete(ctx, cl.Lease, done); err != nil {
+					t.Fatalf("complete %d: %v", i, err)
+				}
+				again, err := b.store.Claim(ctx, p)
+				if err != nil || again.State != idempotency.ClaimReplay {
+					t.Fatalf("claim %d again: %v %v", i, again.State, err)
+				}
+			}
+		})
+	}
+}

@@ -130,6 +130,12 @@
 // then runs the action again: the write a failover can lose is one the
 // caller was told was not safe.
 //
+// WAIT goes over a connection taken with Client.Conn. go-redis v9.23.0
+// races on its own options there when maintenance notifications are in
+// their default auto mode and the server lacks them (Redis before 8):
+// give such clients MaintNotificationsConfig:
+// &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}.
+//
 // Why no claim is lost with WaitReplicas equal to the replicas of each
 // primary (one, in the test below): the action runs only after its
 // claim's WAIT counted every replica, so every replica holds the record

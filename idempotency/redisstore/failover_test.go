@@ -67,7 +67,7 @@ func failoverStorm(t *testing.T, cfg redisstore.Config) (dups, keys, execs int) 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := redistest.NewCluster(t, 3, 1)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, DialTimeout: 300 * time.Millisecond,
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, MaintNotificationsConfig: redistest.NoMaintNotifications(), DialTimeout: 300 * time.Millisecond,
 		ReadTimeout: 2 * time.Second, WriteTimeout: time.Second, MaxRedirects: 8})
 	defer rdb.Close()
 	cfg.KeyPrefix = "storm"

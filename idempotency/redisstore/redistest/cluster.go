@@ -44,7 +44,8 @@ var cluster *Cluster // the test binary's shared one, see ClusterClient
 // StartCluster starts a Redis Cluster of primaries primaries with
 // replicas replicas each, on free loopback ports, without persistence,
 // with a cluster-node-timeout of NodeTimeout. It creates the cluster with
-// `redis-cli --cluster create` and returns once every node reports
+// `redis-cli --cluster create` (with fewer than 3 primaries, which that
+// refuses, by CLUSTER ADDSLOTSRANGE and MEET) and returns once every node reports
 // cluster_state:ok, knows every other node, and every primary has its
 // replicas connected. Each server runs in a process group of its own and
 // dies with the calling process (on Linux); [Cluster.Stop] kills them and
@@ -93,16 +94,56 @@ func StartCluster(primaries, replicas int) (*Cluster, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
-	args := append([]string{"--cluster", "create"}, c.Addrs...)
-	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v; its output:\n%s", err, out)
+	if primaries < 3 {
+		// redis-cli --cluster create refuses fewer than 3 primaries:
+		// assign the slots and introduce the nodes by hand.
+		if err := c.assign(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		args := append([]string{"--cluster", "create"}, c.Addrs...)
+		args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+		if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("redistest: redis-cli --cluster create: %v; its output:\n%s", err, out)
+		}
 	}
 	if err := c.waitHealthy(ctx, "", primaries, replicas); err != nil {
 		return nil, err
 	}
 	ok = true
 	return c, nil
+}
+
+// assign splits the 16384 slots evenly over the nodes, all primaries,
+// and has each meet the first (CLUSTER SET-CONFIG-EPOCH, ADDSLOTSRANGE,
+// MEET).
+func (c *Cluster) assign(ctx context.Context) error {
+	const slots = 16384
+	host, port := splitAddr(c.Addrs[0])
+	for i, addr := range c.Addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, MaintNotificationsConfig: NoMaintNotifications()})
+		lo, hi := i*slots/len(c.Addrs), (i+1)*slots/len(c.Addrs)-1
+		// Distinct config epochs, as redis-cli gives them: nodes that
+		// claim slots at the same epoch do not settle who owns what.
+		err := rdb.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err()
+		if err == nil {
+			err = rdb.ClusterAddSlotsRange(ctx, lo, hi).Err()
+		}
+		if err == nil && i > 0 {
+			// The bus port is not port+10000 here: MEET names it.
+			err = rdb.Do(ctx, "CLUSTER", "MEET", host, port, c.bus[c.Addrs[0]]).Err()
+		}
+		_ = rdb.Close()
+		if err != nil {
+			return fmt.Errorf("redistest: assigning slots %d-%d to %s: %w", lo, hi, addr, err)
+		}
+	}
+	return nil
+}
+
+func splitAddr(addr string) (host, port string) {
+	i := strings.LastIndexByte(addr, ':')
+	return addr[:i], addr[i+1:]
 }
 
 // startNode starts one cluster node in dir (created here), on two free
@@ -192,8 +233,9 @@ func cliBinary() (string, error) {
 }
 
 // Client returns a new client of the cluster; the caller closes it.
+// Maintenance notifications are off (see NoMaintNotifications).
 func (c *Cluster) Client() *redis.ClusterClient {
-	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, MaintNotificationsConfig: NoMaintNotifications()})
 }
 
 // Stop kills every node still running (its process group) and removes the

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // startTimeout bounds the wait for the server's readiness.
@@ -87,9 +88,20 @@ func Start() (string, error) {
 // test ends.
 func Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: Addr(t)})
+	c := redis.NewClient(&redis.Options{Addr: Addr(t), MaintNotificationsConfig: NoMaintNotifications()})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// NoMaintNotifications returns the go-redis option that turns maintenance
+// notifications off. In go-redis v9.23.0 their default (auto) mode races
+// with itself on a server that lacks them (Redis before 8): the first
+// handshake refused rewrites the client's options while a connection taken
+// with Client.Conn, as redisstore's WaitReplicas does, reads them under
+// another lock. The race detector reports it; Redis 7 servers, as Debian's,
+// need the option off.
+func NoMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // Prefix returns a key prefix that no other call in this process

@@ -24,7 +24,8 @@
 // It reads BENCH_DATABASE_URL (make bench starts a durable throwaway
 // cluster), BENCH_SECONDS (default 5) and BENCH_ROUNDS (default 3).
 // BENCH_ONLY=stores runs (r) and (y) alone, without PostgreSQL;
-// BENCH_STORES=redis or dynamo runs only that store of the two.
+// BENCH_STORES=redis or dynamo runs only that store of the two, and
+// BENCH_STORES=cluster only the Redis Cluster lines.
 // BENCH_CPUPROFILE=file writes the bench process's CPU profile there (go
 // tool pprof file).
 package main

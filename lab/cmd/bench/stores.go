@@ -78,7 +78,10 @@ func benchStores(ctx context.Context, d time.Duration, rounds int) error {
 	}
 	start := time.Now()
 	fmt.Printf("\nstores: load average before %s\n", loadavg())
-	only := os.Getenv("BENCH_STORES") // "redis" or "dynamo": that one alone
+	only := os.Getenv("BENCH_STORES") // "redis", "cluster" or "dynamo": that one alone
+	if only == "cluster" {
+		return benchRedisCluster(ctx, fp, d, rounds)
+	}
 	var r, y storeSeries
 	if only != "dynamo" {
 		if r, err = benchRedis(ctx, fp, d, rounds); err != nil {
@@ -215,7 +218,9 @@ func benchRedis(ctx context.Context, fp idempotency.Fingerprint, d time.Duration
 		return storeSeries{}, err
 	}
 	defer redistest.Stop()
-	opts := func() *redis.Options { return &redis.Options{Addr: addr, PoolSize: clients, MinIdleConns: clients} }
+	opts := func() *redis.Options {
+		return &redis.Options{Addr: addr, PoolSize: clients, MinIdleConns: clients, MaintNotificationsConfig: redistest.NoMaintNotifications()}
+	}
 	t := redisTarget{sdk: redis.NewClient(opts()), raw: redis.NewClient(opts())}
 	defer t.sdk.Close()
 	defer t.raw.Close()
@@ -228,15 +233,76 @@ func benchRedis(ctx context.Context, fp idempotency.Fingerprint, d time.Duration
 	return t.measure(ctx, fp, d, rounds, "(r)")
 }
 
-// benchRedisCluster is the place of the Redis Cluster line: the sdk
-// claim+complete cycle and its raw limit (redisTarget.measure, over a
-// *redis.ClusterClient) on a local cluster of 1 and of 3 primaries, to
-// show how the store scales with primaries on this machine. It needs a
-// harness that starts a local cluster (redis-cli --cluster create), which
-// comes with redisstore's Cluster support; until then it measures
-// nothing.
+// clusterScopes is how many scopes the Redis Cluster line spreads its
+// keys over: a scope is one hash slot, so one scope would load one
+// primary however many the cluster has.
+const clusterScopes = 64
+
+// benchRedisCluster prints the Redis Cluster lines: the sdk
+// claim+complete cycle (Do of a new key, over clusterScopes scopes) on a
+// local cluster of 1 primary and of 3 primaries, no replicas, in turn, in
+// the same run. It shows what spreading the slots over primaries buys on
+// this machine, where every primary shares its cores with the others and
+// with the benchmark; on separate machines each primary adds its own.
+// The nodes run without persistence (redistest's cluster).
 func benchRedisCluster(ctx context.Context, fp idempotency.Fingerprint, d time.Duration, rounds int) error {
+	var lines []*series
+	for _, primaries := range []int{1, 3} {
+		s, err := benchRedisClusterOf(ctx, fp, d, rounds, primaries)
+		if err != nil {
+			return err
+		}
+		lines = append(lines, s)
+	}
+	for _, s := range lines {
+		fmt.Println(s)
+	}
+	fmt.Printf("redis cluster claim_complete 1 primary=%.0f/s 3 primaries=%.0f/s\n", lines[0].median().tps, lines[1].median().tps)
 	return nil
+}
+
+func benchRedisClusterOf(ctx context.Context, fp idempotency.Fingerprint, d time.Duration, rounds, primaries int) (*series, error) {
+	fmt.Fprintf(os.Stderr, "redis cluster: starting %d primaries (redistest.StartCluster)\n", primaries)
+	c, err := redistest.StartCluster(primaries, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, PoolSize: clients, MinIdleConns: clients,
+		MaintNotificationsConfig: redistest.NoMaintNotifications()})
+	defer rdb.Close()
+	store, err := redisstore.New(rdb, nil)
+	if err != nil {
+		return nil, err
+	}
+	exec, err := newStoreExecutor(store)
+	if err != nil {
+		return nil, err
+	}
+	defer exec.Close()
+	_ = measure(time.Second, scopedDoWorker(exec, fp, "cw")) // warm-up, unmeasured
+	name := "(rc) sdk claim+complete, 1 primary"
+	if primaries > 1 {
+		name = fmt.Sprintf("(rc) sdk claim+complete, %d primaries", primaries)
+	}
+	s := &series{name: name}
+	for r := range rounds {
+		fmt.Fprintf(os.Stderr, "  round %d/%d\n", r+1, rounds)
+		s.add(measure(d, scopedDoWorker(exec, fp, fmt.Sprintf("c%d_", r))))
+	}
+	return s, nil
+}
+
+// scopedDoWorker is doWorker over clusterScopes scopes.
+func scopedDoWorker(exec *idempotency.Executor, fp idempotency.Fingerprint, prefix string) worker {
+	return func(ctx context.Context, rng *rand.Rand, i int) error {
+		r := idempotency.Request{Scope: fmt.Sprintf("%s%d", scope, rng.IntN(clusterScopes)), Key: fmt.Sprintf("%s%d", prefix, rng.Uint64()), Fingerprint: fp}
+		res, err := exec.Do(ctx, r, func(ctx context.Context) (idempotency.Response, error) { return response(), nil })
+		if err == nil && res.Replayed {
+			return fmt.Errorf("a new key was replayed")
+		}
+		return err
+	}
 }
 
 // redisPersistence turns on what redisstore's doc recommends,
@@ -377,15 +443,17 @@ func (r *rawRedis) cycle(ctx context.Context, key string, v int64) error {
 	if out[0] != "acquired" {
 		return fmt.Errorf("raw claim of a new key: %v", out[0])
 	}
-	n, err := r.rdb.EvalSha(ctx, r.completeSHA, []string{r.recordKey(key), r.dueKey(), r.registryKey()},
-		out[1], string(idempotency.StatusCompleted), 201, r.hdr, body, storeRetention.Milliseconds(), key, scope).Int()
+	ea, err := r.rdb.EvalSha(ctx, r.completeSHA, []string{r.recordKey(key), r.dueKey()},
+		out[1], string(idempotency.StatusCompleted), 201, r.hdr, body, storeRetention.Milliseconds(), key).Int64()
 	if err != nil {
 		return err
 	}
-	if n != 1 {
+	if ea == 0 {
 		return fmt.Errorf("raw complete lost its lease")
 	}
-	return nil
+	// As Store.Complete: the prune registry, in a slot of its own, is a
+	// second command.
+	return r.rdb.ZAddLT(ctx, r.registryKey(), redis.Z{Score: float64(ea), Member: scope}).Err()
 }
 
 // replayWorker runs the claim script on one of the n completed keys.
