@@ -183,6 +183,14 @@
 // Choose pgstore where a lost claim must never run twice and the
 // deployment cannot promise one acknowledged replica per primary.
 //
+// # Rate limits
+//
+// [Limiter] is the middleware's limit of new keys per scope
+// (idempotency.MiddlewareConfig.Limiter) shared by every instance on the
+// same Redis: a fixed-window counter per scope, in the scope's slot, on
+// the server's clock, that expires at its window's end. It works beside
+// any store, and on a Cluster as on a standalone server.
+//
 // # Transactions
 //
 // Transactions with the caller's own writes are PostgreSQL's: Store

@@ -380,3 +380,51 @@ func TestLimiterErrors(t *testing.T) {
 		t.Errorf("server error: %v, want an error naming the scope by its short hash %s only", err, idempotency.ShortHash(scope))
 	}
 }
+
+// On a Cluster, each scope's counter lives in its scope's slot: a storm
+// over many scopes at once (spread over the primaries) allows exactly
+// limit per scope, through two clients. The nodes run on this machine's
+// clock; a storm that crossed an hour's end (a new window) is run again
+// on new scopes.
+func TestLimiterOnCluster(t *testing.T) {
+	t.Parallel()
+	const limit, scopes, perScope = 5, 24, 20
+	ctx := ctxFor(t)
+	prefix := redistest.Prefix()
+	a, b := redistest.ClusterClient(t), redistest.ClusterClient(t)
+	instances := []*redisstore.Limiter{
+		newLimiter(t, a, limit, time.Hour, prefix),
+		newLimiter(t, b, limit, time.Hour, prefix),
+	}
+	for try := range 3 {
+		before := time.Now().Truncate(time.Hour)
+		var allowed [scopes]atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range scopes * perScope {
+			wg.Go(func() {
+				<-start
+				ok, _, err := instances[i%2].Allow(ctx, fmt.Sprintf("usr_%d_%02d", try, i%scopes))
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					allowed[i%scopes].Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if !time.Now().Truncate(time.Hour).Equal(before) {
+			t.Logf("try %d crossed an hour's end; again", try)
+			continue
+		}
+		for s := range scopes {
+			if got := allowed[s].Load(); got != limit {
+				t.Errorf("scope %d: allowed %d of %d, want %d", s, got, perScope, limit)
+			}
+		}
+		return
+	}
+	t.Fatal("every try crossed an hour's end")
+}
