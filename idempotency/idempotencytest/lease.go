@@ -121,7 +121,7 @@ func testHeartbeat(t *testing.T, h Harness) {
 func testLostLease(t *testing.T, h Harness) {
 	b := setup(t, h, &idempotency.Config{LockTimeout: 2 * time.Second, HeartbeatInterval: 50 * time.Millisecond})
 	r := req(t, scopeA, "lost", "10")
-	done := b.doInBackground(r, func(ctx context.Context) (idempotency.Response, error) {
+	done := b.doInBackground(t, r, func(ctx context.Context) (idempotency.Response, error) {
 		<-ctx.Done() // runs until told its lease is gone
 		return okResponse(), nil
 	})
@@ -243,7 +243,7 @@ func testFailingHeartbeats(t *testing.T, h Harness) {
 	firstStopped := make(chan stopped, 1)
 	secondDone := make(chan struct{})
 	ctxs := make(chan context.Context, 1)
-	firstDone := b.doInBackground(r, func(ctx context.Context) (idempotency.Response, error) {
+	firstDone := b.doInBackground(t, r, func(ctx context.Context) (idempotency.Response, error) {
 		ctxs <- ctx
 		b.calls.n.Add(1)
 		<-ctx.Done()
@@ -384,7 +384,7 @@ func testSlowCompletion(t *testing.T, h Harness) {
 			return idempotency.Response{Code: 201, Body: []byte("second")}, nil
 		})
 	}
-	firstDone := b.doInBackground(r, b.calls.action(idempotency.Response{Code: 201, Body: []byte("first")}))
+	firstDone := b.doInBackground(t, r, b.calls.action(idempotency.Response{Code: 201, Body: []byte("first")}))
 	<-slow.completing
 	firstErr := <-firstDone
 	if !errors.Is(during, idempotency.ErrInProgress) || b.calls.n.Load() != 1 {

@@ -114,8 +114,10 @@ func (b *checkState) reclaimed(t *testing.T, r idempotency.Request) (p idempoten
 
 // doInBackground runs r's action in a goroutine, as a holder still at
 // work, and returns once the action has started; the channel receives
-// Do's error when it ends.
-func (b *bundle) doInBackground(r idempotency.Request, action idempotency.Action) <-chan error {
+// Do's error when it ends. A Do that ends before its action starts (the
+// store refused the claim) fails the test at once, with Do's error.
+func (b *bundle) doInBackground(t testing.TB, r idempotency.Request, action idempotency.Action) <-chan error {
+	t.Helper()
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
@@ -125,8 +127,13 @@ func (b *bundle) doInBackground(r idempotency.Request, action idempotency.Action
 		})
 		done <- err
 	}()
-	<-started
-	return done
+	select {
+	case <-started:
+		return done
+	case err := <-done:
+		t.Fatalf("the holder's Do ended before its action started: %v", err)
+		return nil
+	}
 }
 
 // storm runs fn n times at once, all released together, and waits for
