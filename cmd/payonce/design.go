@@ -18,8 +18,10 @@ import (
 // designFlags are payonce design's flags; q[n] answers question n.
 type designFlags struct {
 	answers, scan, out, format, service string
-	noInput                             bool
-	q                                   [8]string
+	// code is the folder the stack's runnable deliverables go to (--code).
+	code    string
+	noInput bool
+	q       [8]string
 	// actions are the --action specs: NAME:fields=a,b:p99=2s.
 	actions []string
 }
@@ -74,8 +76,10 @@ Without a terminal (or with --no-input) nothing is asked.`,
 	f.StringVar(&o.q[7], "latency", "", "question 7, e.g. synchronous")
 	f.StringArrayVar(&o.actions, "action", nil, "an action's significant fields and p99 (repeatable): NAME:fields=a,b:p99=2s[:effects=email]")
 	f.BoolVar(&o.noInput, "no-input", false, "never ask, even on a terminal")
+	f.StringVar(&o.code, "code", "", "also write the stack's runnable deliverables (middleware, fingerprint utility, cleanup job, tests) into this folder")
 	_ = c.MarkFlagFilename("answers", "yaml", "yml", "json")
 	_ = c.MarkFlagDirname("scan")
+	_ = c.MarkFlagDirname("code")
 	_ = c.MarkFlagFilename("out", "html", "htm", "md")
 	cli.CompleteWords(c, "format", "html", "markdown")
 	return c
@@ -149,6 +153,13 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 	if err != nil {
 		return cli.Usage("design: " + err.Error())
 	}
+	var kit *design.Kit
+	if o.code != "" {
+		if kit = design.KitOf(d); kit == nil {
+			return cli.Usage(fmt.Sprintf("design: --code: no runnable kit for the stack %q: kits exist for %s; Go stacks use payonce's own API, shown in the document",
+				strings.Join(nonEmpty(a.Stack.Language, a.Stack.Framework, a.Stack.Database), ", "), strings.Join(design.KitStacks(), ", ")))
+		}
+	}
 	doc, err := design.Render(d)
 	if err != nil {
 		return err
@@ -171,6 +182,22 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 	if err := os.WriteFile(path, doc, 0o644); err != nil {
 		return err
 	}
+	if kit != nil {
+		if err := design.WriteKit(kit, o.code); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "code: %d files of the %s kit in %s; run its tests with: %s\n", len(kit.Files()), kit.Stack, o.code, kit.Run)
+	}
 	fmt.Fprint(stdout, design.Summary(d, path))
 	return nil
+}
+
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -62,6 +62,7 @@ func sections(d *Document) []Section {
 	b := make([][]Block, len(SectionIDs))
 	a := d.Answers
 	goCode := a.Stack.IsGo()
+	kit := KitOf(d) // the stack's runnable D3..D6, when payonce has one
 
 	// 1. Action analysis.
 	for _, x := range d.Actions {
@@ -289,7 +290,10 @@ func sections(d *Document) []Section {
 	b[13] = append(b[13], storeBlocks(d)...)
 
 	// D3. Middleware.
-	if goCode {
+	if kit != nil {
+		b[14] = append(b[14], p("%s", kit.Intro))
+		b[14] = append(b[14], kitBlocks(kit.Middleware)...)
+	} else if goCode {
 		b[14] = append(b[14], p("payonce's own net/http middleware; it wraps any router built on net/http (chi, gorilla; gin and echo through their net/http adapters)."), code("go", middlewareGo(d)))
 	} else {
 		lang := orDash(a.Stack.Language)
@@ -300,7 +304,9 @@ func sections(d *Document) []Section {
 	}
 
 	// D4. Fingerprint utility.
-	if goCode {
+	if kit != nil {
+		b[15] = append(b[15], kitBlocks(kit.Fingerprint)...)
+	} else if goCode {
 		b[15] = append(b[15], code("go", fingerprintGo(d)))
 	} else {
 		b[15] = append(b[15], p("Adaptation needed: encode each significant field as name, type tag, length-prefixed value, in a fixed order, then SHA-256, lowercase hex. Pseudocode:"),
@@ -308,7 +314,9 @@ func sections(d *Document) []Section {
 	}
 
 	// D5. Cleanup job.
-	if goCode && d.Store == StorePostgres {
+	if kit != nil {
+		b[16] = append(b[16], kitBlocks(kit.Cleanup)...)
+	} else if goCode && d.Store == StorePostgres {
 		b[16] = append(b[16], code("go", `pruner, err := idempotency.NewPruner(store, &idempotency.PrunerConfig{
 	Schedule:  "@every 1m", // a pass a minute
 	BatchSize: 1000,        // short transactions that leave room for claims
@@ -324,7 +332,11 @@ defer pruner.Stop(context.Background())
 	}
 
 	// D6. Test suite skeleton.
-	if goCode {
+	if kit != nil {
+		b[17] = append(b[17], p("Run: %s", kit.Run))
+		b[17] = append(b[17], kitBlocks(kit.Tests)...)
+		b[17] = append(b[17], kitBlocks(kit.Support)...)
+	} else if goCode {
 		b[17] = append(b[17], code("go", testSkeletonGo(d)))
 	} else {
 		var ts []string
