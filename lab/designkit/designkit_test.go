@@ -15,6 +15,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/payonce/payonce/idempotency/dynamostore/dynamotest"
+	"github.com/payonce/payonce/idempotency/redisstore/redistest"
 )
 
 var (
@@ -34,8 +37,29 @@ func root(t testing.TB) string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
+// stops are run after every test, in reverse order: each language's
+// servers register their stop here (register with atExit).
+var (
+	stopsMu sync.Mutex
+	stops   []func()
+)
+
+// atExit registers f to run once every test has ended.
+func atExit(f func()) {
+	stopsMu.Lock()
+	defer stopsMu.Unlock()
+	stops = append(stops, f)
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	redistest.Stop()
+	dynamotest.Stop()
+	stopsMu.Lock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+	stopsMu.Unlock()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
 	}
