@@ -25,7 +25,9 @@ const DefaultLookupScanLimit = 1000
 // fails validation because SecretKey is required.
 type Config struct {
 	// SecretKey is the Stripe secret (or restricted) key, "sk_..." or
-	// "rk_...". Required. Idempotency keys are scoped to it at Stripe.
+	// "rk_...". Required; New refuses a publishable key ("pk_...") and a
+	// webhook signing secret ("whsec_..."). Idempotency keys are scoped to
+	// it at Stripe.
 	SecretKey string
 
 	// BaseURL is the API's base URL; tests point it at
@@ -109,6 +111,16 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.SecretKey == "" {
 		return out, &ConfigError{Field: "SecretKey", Reason: "is required"}
+	}
+	// Stripe's keys (https://docs.stripe.com/keys): secret "sk_", restricted
+	// "rk_", publishable "pk_" (for the browser and mobile apps only: the API
+	// refuses it for creating PaymentIntents or refunds), webhook signing
+	// secrets "whsec_".
+	switch {
+	case strings.HasPrefix(out.SecretKey, "pk_"):
+		return out, &ConfigError{Field: "SecretKey", Reason: "is a publishable key (pk_...), which cannot create payments: give the secret key (sk_...) or a restricted key (rk_...) with write access to PaymentIntents and Refunds, from the Dashboard's API keys page"}
+	case strings.HasPrefix(out.SecretKey, "whsec_"):
+		return out, &ConfigError{Field: "SecretKey", Reason: "is a webhook signing secret (whsec_...): give it as Config.WebhookSecrets, and the secret key (sk_...) or a restricted key (rk_...) here"}
 	}
 	if out.BaseURL == "" {
 		out.BaseURL = DefaultBaseURL

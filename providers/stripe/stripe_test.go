@@ -393,6 +393,9 @@ func TestNewConfig(t *testing.T) {
 		{&paystripe.Config{}, "SecretKey"},
 		{&paystripe.Config{SecretKey: "sk_test_x", BaseURL: "api.stripe.com"}, "BaseURL"},
 		{&paystripe.Config{SecretKey: "sk_test_x", MaxNetworkRetries: -1}, "MaxNetworkRetries"},
+		{&paystripe.Config{SecretKey: "pk_test_51Hx"}, "SecretKey"},
+		{&paystripe.Config{SecretKey: "pk_live_51Hx"}, "SecretKey"},
+		{&paystripe.Config{SecretKey: "whsec_x"}, "SecretKey"},
 	} {
 		_, err := paystripe.New(tc.cfg)
 		ce := errAs[*paystripe.ConfigError](t, err)
@@ -400,8 +403,15 @@ func TestNewConfig(t *testing.T) {
 			t.Fatalf("%+v: got %v, want field %s", tc.cfg, err, tc.field)
 		}
 	}
-	if _, err := paystripe.New(&paystripe.Config{SecretKey: "sk_test_x"}); err != nil {
-		t.Fatalf("defaults: %v", err)
+	for _, key := range []string{"sk_test_x", "rk_test_x", "sk_live_x"} {
+		if _, err := paystripe.New(&paystripe.Config{SecretKey: key}); err != nil {
+			t.Fatalf("%s with defaults: %v", key, err)
+		}
+	}
+	// A publishable key is named as such, with what to give instead.
+	_, err := paystripe.New(&paystripe.Config{SecretKey: "pk_test_51Hx"})
+	if err == nil || !strings.Contains(err.Error(), "publishable") || !strings.Contains(err.Error(), "sk_") || !strings.Contains(err.Error(), "rk_") {
+		t.Fatalf("publishable key: %v, want an error naming it and the secret and restricted keys", err)
 	}
 }
 
