@@ -202,22 +202,17 @@ func sections(d *Document) []Section {
 		"Operator actions (release, resolve) are audited in operator_audit.",
 	))
 
-	// 9. Anti-patterns.
-	ap := [][]string{
-		{"time or a fresh UUID in a key or provider reference", "every retry becomes a new request: the duplicate it was meant to stop"},
-		{"check-then-insert without a unique constraint", "two concurrent requests both see nothing and both act"},
-		{"a lock with no timeout (or an in-memory mutex)", "a crashed holder blocks the key forever; a mutex protects one process only"},
-		{"retention shorter than a retry horizon", "a late retry finds no record and runs again"},
-		{"fingerprint over the whole raw body or headers", "trace ids and timestamps differ per retry: every retry looks like a conflict"},
-		{"treating a timeout as a failure", "the provider may have charged: unknown must stay unknown until proven"},
+	// 9. Anti-patterns: the seed's ten, then payonce's own.
+	var ap [][]string
+	for _, x := range antiPatterns(d) {
+		mark := "general"
+		if x.Relevant != "" {
+			mark = "yes: " + x.Relevant
+		}
+		ap = append(ap, []string{x.Name, x.Why, x.Fix, mark})
 	}
-	if strings.Contains(strings.ToLower(a.Stack.Broker), "kafka") || strings.Contains(strings.ToLower(a.Stack.Broker), "nats") || strings.Contains(strings.ToLower(a.Stack.Broker), "river") {
-		ap = append(ap, []string{"trusting the broker's exactly-once", "it covers the broker, not your database or the provider: commit the inbox record with the effect"})
-	}
-	if goCode {
-		ap = append(ap, []string{"context.Background() around the final commit ignored, or ctx canceled before COMPLETED is written", "the work is done but the record is released: pass a detached context for the completion (the executor does)"})
-	}
-	b[8] = append(b[8], table([]string{"anti-pattern", "why it breaks"}, ap))
+	b[8] = append(b[8], p("Each anti-pattern, why it breaks, and its fix; \"yes\" marks those that threaten this design, with the reason."),
+		table([]string{"anti-pattern", "why it breaks", "the fix", "relevant here"}, ap))
 	if len(d.Findings) > 0 {
 		rows = nil
 		for _, f := range d.Findings {
@@ -249,23 +244,13 @@ func sections(d *Document) []Section {
 	}
 
 	// 11. Tests.
-	tests := []string{
-		"Same key, same fields, sequential: one effect, the second answer replayed byte for byte with Idempotent-Replayed: true.",
-		"N concurrent requests with one key: exactly one effect; the others 409 + Retry-After or the replay.",
-		"Same key, different significant field: refused (409/422), record unchanged.",
-		"Same key, different volatile field (timestamp, trace id): replayed, not refused.",
-		"Holder killed mid-action: after the lock timeout a retry reclaims and completes once; the old holder's completion is refused (fencing).",
-		"Retry after expires_at: treated as a new request, never a stale replay.",
-		"Key of another scope: 404.",
+	sc := scenarios(d)
+	rows = nil
+	for _, x := range sc {
+		rows = append(rows, []string{x.Scenario, x.Expectation, x.Verifies})
 	}
-	if len(d.Providers) > 0 {
-		tests = append(tests, "Provider response lost after the provider committed: the retry re-sends the same reference and gets the provider's replay; one charge at the provider.",
-			"Provider timeout: outcome pending, intent open; the reconciler settles it from the provider's state.")
-	}
-	if multi {
-		tests = append(tests, "A saga step fails permanently: completed steps are compensated once each, in reverse order; a crash during compensation resumes it.")
-	}
-	b[10] = append(b[10], list(tests...))
+	b[10] = append(b[10], p("Each scenario runs against a real %s, for every protected action (D6 has one test per row).", storeNameOr(d.Store)),
+		table([]string{"Scenario", "Expectation", "Verifies"}, rows))
 
 	// 12. Build order.
 	bo := buildOrder(d)
@@ -340,10 +325,10 @@ defer pruner.Stop(context.Background())
 		b[17] = append(b[17], code("go", testSkeletonGo(d)))
 	} else {
 		var ts []string
-		for _, t := range tests {
-			ts = append(ts, "test: "+t)
+		for _, t := range sc {
+			ts = append(ts, fmt.Sprintf("test %s: %s -> %s", t.Test, t.Scenario, t.Expectation))
 		}
-		b[17] = append(b[17], p("Adaptation needed: one test per scenario of section 11, against a real %s:", storeName(d.Store)), code("text", strings.Join(ts, "\n")))
+		b[17] = append(b[17], p("Adaptation needed: one test per scenario of section 11, against a real %s:", storeNameOr(d.Store)), code("text", strings.Join(ts, "\n")))
 	}
 
 	// D7. Monitoring configuration.
@@ -371,7 +356,7 @@ defer pruner.Stop(context.Background())
 	// D8. Build order checklist.
 	var items []string
 	for _, s := range bo {
-		items = append(items, "[ ] "+s[0])
+		items = append(items, "[ ] "+s[0]+" (safety: "+s[1]+")")
 	}
 	b[19] = append(b[19], list(items...))
 
@@ -437,27 +422,6 @@ func sagaDiagram(x ActionPlan) string {
 	s.WriteString("   any step fails permanently ─► COMPENSATING (completed steps, reverse order) ─► ROLLED_BACK\n")
 	s.WriteString("   compensation cannot complete ─► NEEDS_REVIEW (a human decides; audited)")
 	return s.String()
-}
-
-func buildOrder(d *Document) [][2]string {
-	bo := [][2]string{
-		{"Apply the schema (payonce migrate up, or migrate print into your tool)", "additive only: new tables and indexes; safe while the old version runs"},
-		{"Deploy the middleware in LogOnly mode on the protected routes", "observes duplicates and mismatches without refusing anything; compare its logs with expectations for a day"},
-		{"Ship clients that send Idempotency-Key (one per intent, reused on retry)", "routes accept requests without a key until clients are out (RequireKey false)"},
-		{"Switch to Enforce, then RequireKey", "flip per route behind a flag; roll back by flipping it"},
-		{"Start the pruner and the alert rules", "the pruner deletes only expired, non-PROCESSING records"},
-	}
-	if len(d.Providers) > 0 {
-		bo = append(bo, [2]string{"Route payments through payments.Client (intent before call, derived references) and start the reconciler", "deploy the reconciler before the charge path so unknown outcomes are settled from day one"})
-	}
-	for _, x := range d.Actions {
-		if x.MultiStep() {
-			bo = append(bo, [2]string{"Move multi-step actions onto sagas with compensations", "new sagas only; in-flight requests finish on the old path"})
-			break
-		}
-	}
-	bo = append(bo, [2]string{"Chaos test in staging: kill holders, drop provider answers, replay the load balancer", "the invariants of section 11 hold before the next step"})
-	return bo
 }
 
 const claimSQL = `-- claim (one round trip): a new key, or nothing when it exists
@@ -601,17 +565,18 @@ func goName(f string) string {
 
 func testSkeletonGo(d *Document) string {
 	var s strings.Builder
-	s.WriteString("package yourservice_test\n\n// Run against a real PostgreSQL, one schema per test.\n")
+	fmt.Fprintf(&s, "package yourservice_test\n\nimport \"testing\"\n\n// One test per scenario of section 11 and protected action, against a real %s.\n", storeNameOr(d.Store))
 	for _, x := range d.Actions {
 		n := goName(x.Name)
-		fmt.Fprintf(&s, `
-func Test%[1]sReplaysSameKey(t *testing.T)           { t.Parallel(); /* two calls, one effect, second replayed */ }
-func Test%[1]sConcurrentSameKeyOneEffect(t *testing.T) { t.Parallel(); /* 50 goroutines, one key: one effect */ }
-func Test%[1]sDifferentFieldsRefused(t *testing.T)     { t.Parallel(); /* 409, record unchanged */ }
-func Test%[1]sHolderKilledReclaimed(t *testing.T)      { t.Parallel(); /* lease %[2]s ends, retry completes once */ }
-`, n, human(x.LockTimeout))
-		if x.Provider != "" {
-			fmt.Fprintf(&s, "func Test%[1]sLostProviderAnswer(t *testing.T)        { t.Parallel(); /* %[2]s fake drops the answer: one charge */ }\n", n, x.Provider)
+		for _, sc := range scenarios(d) {
+			switch {
+			case (sc.Test == "LostProviderAnswer" || sc.Test == "ProviderTimeoutPending") && x.Provider == "":
+				continue
+			case strings.HasPrefix(sc.Test, "Saga") && !x.MultiStep():
+				continue
+			}
+			fmt.Fprintf(&s, "\n// %s: %s.\n// Expect: %s.\nfunc Test%s%s(t *testing.T) {\n\tt.Parallel()\n\tt.Skip(\"to write: %s\")\n}\n",
+				sc.Scenario, "verifies "+sc.Verifies, sc.Expectation, n, sc.Test, strings.ReplaceAll(sc.Scenario, `"`, `'`))
 		}
 	}
 	return s.String()
