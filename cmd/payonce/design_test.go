@@ -60,7 +60,7 @@ func TestDesignAnswersFileBothFormats(t *testing.T) {
 }
 
 // TestDesignRefusesConstraintViolation: an action longer than the
-// retention cannot get a lock timeout between the two: C2, nothing written.
+// retention cannot get a lock timeout between the two: C3, nothing written.
 func TestDesignRefusesConstraintViolation(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -68,11 +68,11 @@ func TestDesignRefusesConstraintViolation(t *testing.T) {
 	os.WriteFile(ans, []byte(`{"stack":{"language":"Go"},"retention":"7d","actions":[{"name":"export","kind":"cron","duration":"10d"}]}`), 0o644)
 	out := filepath.Join(dir, "d.html")
 	err := designCLI([]string{"--answers", ans, "--out", out}, strings.NewReader(""), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "constraint C2") {
-		t.Fatalf("want a C2 violation, got %v", err)
+	if err == nil || !strings.Contains(err.Error(), "constraint C3") {
+		t.Fatalf("want a C3 violation, got %v", err)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
-		t.Error("a document breaking C2 was written")
+		t.Error("a document breaking C3 was written")
 	}
 }
 
