@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"go/format"
 	"sort"
 	"strings"
 	"time"
@@ -445,54 +446,60 @@ UPDATE idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2 AND lock_version = $5
    AND status = 'PROCESSING';`
 
+// middlewareGo is D3 for Go stacks: a complete file of package yourservice
+// that compiles against payonce (the design package's tests build it).
+// HTTP actions without payments go through payonce's middleware; payments
+// through payments.Client with the providers' adapters; consumers through
+// the inbox (PostgreSQL) or the executor, keyed by a stable message
+// identity.
 func middlewareGo(d *Document) string {
-	var s strings.Builder
+	var routes, pays, consumers []ActionPlan
+	for _, x := range d.Actions {
+		switch {
+		case x.Kind == "http" && x.Provider != "" && len(d.Providers) > 0:
+			pays = append(pays, x)
+		case x.Kind == "http":
+			routes = append(routes, x)
+		default:
+			consumers = append(consumers, x)
+		}
+	}
 	lt, ret := minLock, d.Retention
 	for _, x := range d.Actions {
 		lt = max(lt, x.LockTimeout)
 	}
-	limiter := "\tLimiter: limiter, // pgstore.NewLimiter(pool, 100, time.Minute): shared by every instance\n"
+	pg := d.Store == StorePostgres || len(pays) > 0
+	imports := map[string]bool{`"net/http"`: true, `"time"`: true, `"github.com/payonce/payonce/idempotency"`: true}
+	var body strings.Builder
+	params := "next http.Handler, scope func(*http.Request) string"
 	switch d.Store {
 	case StorePostgres:
-		fmt.Fprintf(&s, `store, err := pgstore.New(pool, nil)
-if err != nil {
-	return err
-}
-exec, err := pgstore.NewExecutor(store, &idempotency.Config{
-	LockTimeout: %d * time.Second, // section 4
-	Retention:   %d * time.Hour,   // section 2(e)
-})
-`, int(lt/time.Second), int(ret/time.Hour))
+		params += ", pool *pgxpool.Pool"
+		imports[`"github.com/jackc/pgx/v5/pgxpool"`] = true
+		imports[`"github.com/payonce/payonce/idempotency/pgstore"`] = true
+		fmt.Fprintf(&body, "\tstore, err := pgstore.New(pool, nil)\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\t// the handler's writes and the outcome commit in one transaction: exec.WithTx()\n\texec, err := pgstore.NewExecutor(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", int(lt/time.Second), int(ret/time.Hour))
+	case StoreRedis:
+		params += ", rdb redis.UniversalClient"
+		imports[`"github.com/redis/go-redis/v9"`] = true
+		imports[`"github.com/payonce/payonce/idempotency/redisstore"`] = true
+		fmt.Fprintf(&body, "\tstore, err := redisstore.New(rdb, nil) // D2: one Lua script per state change, the server's TIME\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\texec, err := idempotency.New(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", int(lt/time.Second), int(ret/time.Hour))
+	case StoreDynamo:
+		params += ", ddb *dynamodb.Client"
+		imports[`"context"`] = true
+		imports[`"github.com/aws/aws-sdk-go-v2/service/dynamodb"`] = true
+		imports[`"github.com/payonce/payonce/idempotency/dynamostore"`] = true
+		fmt.Fprintf(&body, "\tstore, err := dynamostore.New(context.Background(), ddb, &dynamostore.Config{Table: \"idempotency\"}) // D2; SkewBuffer 2s\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\texec, err := idempotency.New(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", int(lt/time.Second), int(ret/time.Hour))
 	default:
-		switch d.Store {
-		case StoreRedis:
-			s.WriteString("store, err := redisstore.New(rdb, nil) // D2: one Lua script per state change, the server's TIME\n")
-		case StoreDynamo:
-			s.WriteString("store, err := dynamostore.New(ctx, ddb, &dynamostore.Config{Table: \"idempotency\"}) // D2; SkewBuffer 2s\n")
-		default:
-			fmt.Fprintf(&s, "// payonce ships stores for PostgreSQL, Redis and DynamoDB: on %s, implement\n// idempotency.Store with D2's three atomic decisions and pass idempotencytest.Exercise.\nstore, err := newStore()\n", storeName(d.Store))
-		}
-		fmt.Fprintf(&s, `if err != nil {
-	return err
-}
-exec, err := idempotency.New(store, &idempotency.Config{
-	LockTimeout: %d * time.Second, // section 4
-	Retention:   %d * time.Hour,   // section 2(e)
-})
-`, int(lt/time.Second), int(ret/time.Hour))
-		limiter = "\t// Limiter: the default counts per process; with several instances, share one\n"
+		params += ", store idempotency.Store"
+		fmt.Fprintf(&body, "\t// payonce ships stores for PostgreSQL, Redis and DynamoDB: on %s, implement\n\t// idempotency.Store with D2's three atomic decisions and pass idempotencytest.Exercise.\n\texec, err := idempotency.New(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", storeNameOr(d.Store), int(lt/time.Second), int(ret/time.Hour))
 	}
-	s.WriteString(`if err != nil {
-	return err
-}
-protect, err := idempotency.Middleware(exec, idempotency.MiddlewareConfig{
-	Scope:   func(r *http.Request) string { return auth.UserID(r.Context()) }, // from authentication; keys: UUIDv4 or ULID
-` + limiter + `	Routes: []idempotency.Route{
-`)
-	for _, x := range d.Actions {
-		if x.Kind != "http" {
-			continue
-		}
+	body.WriteString("\tif err != nil {\n\t\treturn nil, err\n\t}\n")
+	body.WriteString("\tprotect, err := idempotency.Middleware(exec, idempotency.MiddlewareConfig{\n\t\tScope: scope, // from authentication; client keys: UUIDv4 or ULID\n")
+	if d.Store != StorePostgres {
+		body.WriteString("\t\t// Limiter: the default counts per process; with several instances, share one\n")
+	}
+	body.WriteString("\t\tRoutes: []idempotency.Route{\n")
+	for _, x := range routes {
 		pat := x.Trigger
 		if pat == "" {
 			pat = "POST /" + x.Name
@@ -500,30 +507,111 @@ protect, err := idempotency.Middleware(exec, idempotency.MiddlewareConfig{
 		if len(x.Fields) == 0 {
 			// Never Fields: []string{} (the whole body, an anti-pattern):
 			// the route only, until the fields are named.
-			fmt.Fprintf(&s, "\t\t{Pattern: %q, Action: %q, RequireKey: true,\n\t\t\t// significant fields not answered (Assumptions): the route only until you name them\n\t\t\tFingerprint: func(r *http.Request, _ []byte) (idempotency.Fingerprint, error) {\n\t\t\t\treturn idempotency.NewFingerprint().String(\"route\", r.Pattern).Sum()\n\t\t\t}},\n", pat, x.Name)
+			fmt.Fprintf(&body, "\t\t\t{Pattern: %q, Action: %q, RequireKey: true,\n\t\t\t\t// significant fields not answered (Assumptions): the route only until you name them\n\t\t\t\tFingerprint: func(r *http.Request, _ []byte) (idempotency.Fingerprint, error) {\n\t\t\t\t\treturn idempotency.NewFingerprint().String(\"route\", r.Pattern).Sum()\n\t\t\t\t}},\n", pat, x.Name)
 			continue
 		}
 		var fs []string
 		for _, f := range x.Fields {
 			fs = append(fs, fmt.Sprintf("%q", f))
 		}
-		fmt.Fprintf(&s, "\t\t{Pattern: %q, Action: %q, RequireKey: true, Fields: []string{%s}},\n", pat, x.Name, strings.Join(fs, ", "))
+		fmt.Fprintf(&body, "\t\t\t{Pattern: %q, Action: %q, RequireKey: true, Fields: []string{%s}},\n", pat, x.Name, strings.Join(fs, ", "))
 	}
-	s.WriteString("\t},\n})\nif err != nil {\n\treturn err\n}\nhttp.ListenAndServe(addr, protect(mux))")
-	var consumers []string
-	for _, x := range d.Actions {
-		if x.Kind != "http" {
-			consumers = append(consumers, x.Name)
+	body.WriteString("\t\t},\n\t})\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\treturn protect(next), nil\n}\n")
+
+	var s strings.Builder
+	head := "// Protect wraps next (your router: net/http, chi, gorilla; gin and echo\n// through their net/http adapters) with payonce's middleware on the\n// protected routes. scope returns the authenticated user or tenant (from\n// the session or token, never the body).\nfunc Protect(" + params + ") (http.Handler, error) {\n"
+	var extra strings.Builder
+	if len(pays) > 0 {
+		imports[`"encoding/json"`] = true
+		imports[`"os"`] = true
+		imports[`"github.com/jackc/pgx/v5/pgxpool"`] = true
+		imports[`"github.com/payonce/payonce/money"`] = true
+		imports[`"github.com/payonce/payonce/payments"`] = true
+		imports[`"github.com/payonce/payonce/providers"`] = true
+		var names []string
+		for _, pv := range d.Providers {
+			names = append(names, pv.Name)
 		}
+		fmt.Fprintf(&extra, "\n// Payments (%s) go through payments.Client, not the middleware: it records\n// the intent before the call, derives each provider's reference from the\n// key, and settles unknown outcomes with the reconciler (payonce reconcile).\n// Its adapters are configured from the environment (STRIPE_*, ADYEN_*, PAYPAL_*).\nfunc NewPayments(pool *pgxpool.Pool) (*payments.Client, error) {\n\tcfg, err := providers.FromEnv(os.Getenv)\n\tif err != nil {\n\t\treturn nil, err // names the missing variable\n\t}\n\treturn providers.NewClient(pool, cfg)\n}\n", strings.Join(names, ", "))
+		for _, x := range pays {
+			prov := fmt.Sprintf("%q", x.Provider)
+			if x.Provider == "any" {
+				prov = "in.Provider"
+			}
+			fn := strings.ToLower(x.Name[:1]) + goName(x.Name)[1:] + "Handler"
+			pat := x.Trigger
+			if pat == "" {
+				pat = "POST /" + x.Name
+			}
+			if strings.Contains(strings.ToLower(x.Name), "refund") {
+				fmt.Fprintf(&extra, "\n// %s serves %s: one refund per Idempotency-Key, whatever the retries.\nfunc %s(client *payments.Client, scope func(*http.Request) string) http.HandlerFunc {\n\treturn func(w http.ResponseWriter, r *http.Request) {\n\t\tvar in struct{ ChargeKey, Amount, Currency string }\n\t\tif err := json.NewDecoder(r.Body).Decode(&in); err != nil {\n\t\t\thttp.Error(w, \"malformed body\", http.StatusBadRequest)\n\t\t\treturn\n\t\t}\n\t\tamount, err := money.Parse(in.Amount, money.Currency(in.Currency))\n\t\tif err != nil {\n\t\t\thttp.Error(w, err.Error(), http.StatusBadRequest)\n\t\t\treturn\n\t\t}\n\t\tout, err := client.Refund(r.Context(), payments.RefundParams{Scope: scope(r), Key: r.Header.Get(\"Idempotency-Key\"),\n\t\t\tChargeKey: in.ChargeKey, Amount: amount})\n\t\twriteOutcome(w, out, err)\n\t}\n}\n", fn, pat, fn)
+				continue
+			}
+			provField := ""
+			if x.Provider == "any" {
+				provField = "; Provider string"
+			}
+			fmt.Fprintf(&extra, "\n// %s serves %s: one charge per Idempotency-Key, whatever the retries.\nfunc %s(client *payments.Client, scope func(*http.Request) string) http.HandlerFunc {\n\treturn func(w http.ResponseWriter, r *http.Request) {\n\t\tvar in struct {\n\t\t\tAmount, Currency, Recipient, PaymentMethod string%s\n\t\t}\n\t\tif err := json.NewDecoder(r.Body).Decode(&in); err != nil {\n\t\t\thttp.Error(w, \"malformed body\", http.StatusBadRequest)\n\t\t\treturn\n\t\t}\n\t\tamount, err := money.Parse(in.Amount, money.Currency(in.Currency))\n\t\tif err != nil {\n\t\t\thttp.Error(w, err.Error(), http.StatusBadRequest)\n\t\t\treturn\n\t\t}\n\t\tout, err := client.Charge(r.Context(), payments.ChargeParams{Scope: scope(r), Key: r.Header.Get(\"Idempotency-Key\"),\n\t\t\tProvider: %s, Amount: amount, Recipient: in.Recipient, PaymentMethod: in.PaymentMethod})\n\t\twriteOutcome(w, out, err)\n\t}\n}\n", fn, pat, fn, provField, prov)
+		}
+		extra.WriteString("\nfunc writeOutcome(w http.ResponseWriter, out payments.Outcome, err error) {\n\tswitch {\n\tcase payments.OutcomeUnknown(err):\n\t\t// the provider's answer was lost: the client retries with the SAME key\n\t\tw.Header().Set(\"Retry-After\", \"5\")\n\t\thttp.Error(w, \"outcome unknown, retry with the same Idempotency-Key\", http.StatusServiceUnavailable)\n\tcase err != nil:\n\t\thttp.Error(w, err.Error(), http.StatusUnprocessableEntity)\n\tdefault:\n\t\tif out.Replayed {\n\t\t\tw.Header().Set(\"Idempotent-Replayed\", \"true\")\n\t\t}\n\t\tjson.NewEncoder(w).Encode(out)\n\t}\n}\n")
 	}
 	if len(consumers) > 0 {
-		do := "exec.DoTx" // PostgreSQL: the work's writes commit with the record
-		if d.Store != StorePostgres {
-			do = "exec.Do" // not a transactional store: the work must be idempotent by itself (section 5)
+		broker := strings.ToLower(d.Answers.Stack.Broker)
+		imports[`"context"`] = true
+		x := consumers[0]
+		var names []string
+		for _, c := range consumers {
+			names = append(names, c.Name)
 		}
-		fmt.Fprintf(&s, "\n\n// %s: consumers and cron jobs go through the executor with a server-derived key\nkey, _ := idempotency.ComposeKey(tenant, %q, idempotency.DeriveIntent(msg.ID))\n_, err = %s(ctx, idempotency.Request{Scope: tenant, Key: key, Fingerprint: fp}, work)", strings.Join(consumers, ", "), consumers[0], do)
+		idArgs, idDoc := "id string", "id is the message's stable identity: a business id set by the producer, never a delivery time or counter"
+		idExpr := "inbox.MessageID(id)"
+		if strings.Contains(broker, "kafka") {
+			imports[`"strconv"`] = true
+			idArgs = "topic string, partition int32, offset int64"
+			idDoc = "Kafka records have no message id: the record's identity is its topic/partition/offset (a redelivery after a rebalance is the same record); a producer-set business id also covers a producer's resend"
+			idExpr = "inbox.MessageID(topic, strconv.Itoa(int(partition)), strconv.FormatInt(offset, 10))"
+		} else if strings.Contains(broker, "rabbit") || strings.Contains(broker, "amqp") {
+			idDoc = "RabbitMQ: the message id the producer sets (or a business id), never the delivery tag"
+		}
+		fp := "idempotency.NewFingerprint().String(\"action\", " + fmt.Sprintf("%q", x.Name) + ").Sum()"
+		if len(x.Fields) > 0 {
+			fp = "idempotency.NewFingerprint().Bytes(\"payload\", payload).Sum() // or its significant fields: " + strings.Join(x.Fields, ", ")
+		}
+		if pg && d.Store == StorePostgres {
+			imports[`"github.com/jackc/pgx/v5"`] = true
+			imports[`"github.com/payonce/payonce/idempotency/inbox"`] = true
+			fmt.Fprintf(&extra, "\n// Consume handles one delivery of %s: inbox.HandleTx runs the handler in the\n// transaction that records the message as processed, so a redelivery finds\n// the effect committed or nothing. %s.\n// No provider call inside that transaction: a payment is made through\n// payments.Client, keyed by the message, after the commit.\nfunc Consume(ctx context.Context, in *inbox.Inbox[pgx.Tx], %s, payload []byte) (ack bool, err error) {\n\tfp, err := %s\n\tif err != nil {\n\t\treturn false, err\n\t}\n\tout, err := in.HandleTx(ctx, inbox.Message{Source: %q, ID: %s, Fingerprint: fp},\n\t\tfunc(ctx context.Context, tx pgx.Tx, m inbox.Message) error {\n\t\t\t_, err := tx.Exec(ctx, \"SELECT 1\") // your writes, in tx\n\t\t\treturn err\n\t\t})\n\treturn out.Ack(), err\n}\n", strings.Join(names, ", "), idDoc, idArgs, fp, x.Name, idExpr)
+		} else {
+			imports[`"github.com/payonce/payonce/idempotency/inbox"`] = true
+			fmt.Fprintf(&extra, "\n// Consume handles one delivery of %s through the executor with a key derived\n// from the message: %s. %s is not transactional with your\n// writes: each must be idempotent by itself (section 5).\nfunc Consume(ctx context.Context, exec *idempotency.Executor, tenant string, %s, payload []byte, work func(context.Context) ([]byte, error)) error {\n\tfp, err := %s\n\tif err != nil {\n\t\treturn err\n\t}\n\tkey, err := idempotency.ComposeKey(tenant, %q, %s)\n\tif err != nil {\n\t\treturn err\n\t}\n\t_, err = exec.Do(ctx, idempotency.Request{Scope: tenant, Key: key, Fingerprint: fp}, work)\n\treturn err\n}\n", strings.Join(names, ", "), idDoc, storeNameOr(d.Store), idArgs, fp, x.Name, idExpr)
+		}
 	}
-	return s.String()
+	var std, ext []string
+	for imp := range imports {
+		if strings.Contains(imp, ".") {
+			ext = append(ext, imp)
+		} else {
+			std = append(std, imp)
+		}
+	}
+	sort.Strings(std)
+	sort.Strings(ext)
+	s.WriteString("package yourservice\n\nimport (\n")
+	for _, i := range std {
+		s.WriteString("\t" + i + "\n")
+	}
+	s.WriteString("\n")
+	for _, i := range ext {
+		s.WriteString("\t" + i + "\n")
+	}
+	s.WriteString(")\n\n")
+	s.WriteString(head)
+	s.WriteString(body.String())
+	s.WriteString(extra.String())
+	if src, err := format.Source([]byte(s.String())); err == nil {
+		return strings.TrimRight(string(src), "\n")
+	}
+	return strings.TrimRight(s.String(), "\n")
 }
 
 func fingerprintGo(d *Document) string {
