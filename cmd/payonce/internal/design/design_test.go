@@ -154,7 +154,9 @@ func TestDesignCheckRefusesBrokenDoc(t *testing.T) {
 		{C4, func(d *Document) { d.Retention = 24 * time.Hour }},
 		{C5, func(d *Document) { d.Actions[1].Refs[0].Value = "uuid.New()" }},
 		{C5, func(d *Document) { d.Actions[1].Refs = nil }},
-		{C5, func(d *Document) { d.Actions[3].Outbound, d.Actions[3].Delivery = []string{"an email"}, "sent after commit" }},
+		{C5, func(d *Document) {
+			d.Actions[3].Outbound, d.Actions[3].Delivery = []string{"an email"}, "sent after commit"
+		}},
 		{C6, func(d *Document) { d.Actions[0].Steps[1].Compensation = "" }},
 		{C7, func(d *Document) { d.Sections = d.Sections[:11] }},
 		{C7, func(d *Document) { d.Sections[13].Blocks = nil }},
