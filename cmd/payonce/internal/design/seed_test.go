@@ -158,3 +158,26 @@ func TestDesignScenarioTable(t *testing.T) {
 		t.Errorf("go-chi-redis: %d scenarios, want the seed's 8 without providers or sagas", len(tab.Rows))
 	}
 }
+
+// TestDesignHTMLDecisionsFirst: the decisions come before the contents,
+// long DDL and rule files are collapsed, and no table cell may break a
+// word in the middle.
+func TestDesignHTMLDecisionsFirst(t *testing.T) {
+	t.Parallel()
+	_, out := checkoutDoc(t, HTML)
+	s := string(out)
+	if i, j := strings.Index(s, `id="decisions"`), strings.Index(s, `id="toc"`); i < 0 || i > j {
+		t.Error("the key decisions do not come before the contents")
+	}
+	if strings.Contains(s, "overflow-wrap:anywhere") || !strings.Contains(s, "word-break:normal;overflow-wrap:break-word;hyphens:manual") {
+		t.Error("table cells may break words mid-word")
+	}
+	ddl := s[strings.Index(s, `id="d2-ddl"`):strings.Index(s, `id="d3-middleware"`)]
+	rules := s[strings.Index(s, `id="d7-monitoring-config"`):strings.Index(s, `id="d8-build-order"`)]
+	if !strings.Contains(ddl, "<details><summary>") || !strings.Contains(rules, "<details><summary>") {
+		t.Error("long DDL or rule files are not collapsed")
+	}
+	if strings.Contains(s[:strings.Index(s, `id="d2-ddl"`)], "<details>") && strings.Contains(s[strings.Index(s, `id="s1-actions"`):strings.Index(s, `id="s2-keys"`)], "<details>") {
+		t.Error("short blocks of section 1 collapsed")
+	}
+}
