@@ -134,15 +134,28 @@ func Render(d *Document) ([]byte, error) {
 	return b.Bytes(), err
 }
 
-// longCode is the number of lines past which a code block (a DDL, a rule
-// file) is collapsed in HTML, so that it does not drown the decisions.
-const longCode = 40
+// longCode is the number of lines past which a schema or a rule file
+// (SQL, YAML) is collapsed in HTML, so that it does not drown the
+// decisions; longOther is the same for code the reader edits (a
+// middleware, a test suite), shown open unless very long.
+const (
+	longCode  = 40
+	longOther = 300
+)
 
 // Lines is the number of lines of a code block.
 func (b Block) Lines() int { return strings.Count(b.Text, "\n") + 1 }
 
 // Long reports whether a code block is collapsed in HTML.
-func (b Block) Long() bool { return b.Kind == "code" && b.Lines() > longCode }
+func (b Block) Long() bool {
+	if b.Kind != "code" {
+		return false
+	}
+	if b.Lang == "sql" || b.Lang == "yaml" {
+		return b.Lines() > longCode
+	}
+	return b.Lines() > longOther
+}
 
 // Decisions are the key decisions, one row per action, shown first.
 func (d *Document) Decisions() [][]string {
