@@ -21,7 +21,7 @@ func goBlocks(d *Document, id string) []string {
 	return out
 }
 
-// TestDesignGoDeliverablesCompile writes the Go deliverables (D3 and D6) of
+// TestDesignGoDeliverablesCompile writes the Go deliverables (D3, D4, D6) of
 // Go stacks into a module that uses payonce from this repository, and vets
 // it: the code the document shows compiles against payonce's real API.
 func TestDesignGoDeliverablesCompile(t *testing.T) {
@@ -54,9 +54,9 @@ func TestDesignGoDeliverablesCompile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			d, _ := answersDoc(t, tc.file, tc.edit)
-			d3, d6 := goBlocks(d, "d3-middleware"), goBlocks(d, "d6-test-suite")
-			if len(d3) != 1 || len(d6) != 1 {
-				t.Fatalf("want one Go file in D3 and D6, got %d and %d", len(d3), len(d6))
+			d3, d4, d6 := goBlocks(d, "d3-middleware"), goBlocks(d, "d4-fingerprint"), goBlocks(d, "d6-test-suite")
+			if len(d3) != 1 || len(d4) != 1 || len(d6) != 1 {
+				t.Fatalf("want one Go file in D3, D4 and D6, got %d, %d and %d", len(d3), len(d4), len(d6))
 			}
 			code := d3[0]
 			for _, bad := range []string{"msg.ID", "Fields: []string{}"} {
@@ -89,6 +89,7 @@ func TestDesignGoDeliverablesCompile(t *testing.T) {
 				"go.mod":              "module example.com/yourservice\n\ngo 1.26.0\n",
 				"go.work":             "go 1.26.0\n\nuse (\n\t.\n\t" + root + "\n\t" + filepath.Join(root, "idempotency/redisstore") + "\n\t" + filepath.Join(root, "idempotency/dynamostore") + "\n)\n",
 				"yourservice.go":      d3[0] + "\n",
+				"fingerprint.go":      d4[0] + "\n",
 				"yourservice_test.go": d6[0],
 			}
 			for n, text := range files {

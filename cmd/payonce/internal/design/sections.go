@@ -614,37 +614,53 @@ func middlewareGo(d *Document) string {
 	return strings.TrimRight(s.String(), "\n")
 }
 
+// fingerprintGo is D4 for Go stacks: a file of package yourservice with
+// one fingerprint function per action over its significant fields (the
+// design package's tests build it with D3).
 func fingerprintGo(d *Document) string {
 	var s strings.Builder
+	s.WriteString("package yourservice\n\nimport \"github.com/payonce/payonce/idempotency\"\n\n")
+	s.WriteString("// Fingerprints cover the significant fields only: never timestamps, trace\n// ids, the key or headers. Compare two with Fingerprint.Equal (constant\n// time); the middleware and the executor already do.\n")
 	for _, x := range d.Actions {
+		n := goName(x.Name)
 		if len(x.Fields) == 0 {
 			what, val := "action", x.Name
 			if x.Kind == "http" {
 				what, val = "route", orDash(x.Trigger)
 			}
-			fmt.Fprintf(&s, "// %s: significant fields not answered (see Assumptions): the %s only until you\n// name them; a retry with the same key and other fields is replayed, not refused.\n", x.Name, what)
-			fmt.Fprintf(&s, "fp, err := idempotency.NewFingerprint().\n\tString(%q, %q).\n\tSum()\n\n", what, val)
+			fmt.Fprintf(&s, "\n// %sFingerprint: significant fields not answered (see Assumptions): the %s\n// only until you name them; a retry with the same key and other fields is\n// replayed, not refused.\nfunc %sFingerprint() (idempotency.Fingerprint, error) {\n\treturn idempotency.NewFingerprint().String(%q, %q).Sum()\n}\n", n, what, n, what, val)
 			continue
 		}
-		fmt.Fprintf(&s, "// %s: covers %s; excludes timestamps, trace ids, the key, headers.\n", x.Name, strings.Join(x.Fields, ", "))
-		fmt.Fprintf(&s, "fp, err := idempotency.NewFingerprint()")
+		fmt.Fprintf(&s, "\n// %sFields are the significant fields of %s.\ntype %sFields struct {\n", n, x.Name, n)
+		for _, f := range x.Fields {
+			typ := "string"
+			if strings.Contains(f, "qty") || strings.Contains(f, "quantity") {
+				typ = "int64"
+			}
+			fmt.Fprintf(&s, "\t%s %s\n", goName(f), typ)
+		}
+		fmt.Fprintf(&s, "}\n\n// %sFingerprint covers %s.\nfunc %sFingerprint(in %sFields) (idempotency.Fingerprint, error) {\n\treturn idempotency.NewFingerprint()", n, strings.Join(x.Fields, ", "), n, n)
 		for _, f := range x.Fields {
 			switch {
 			case strings.Contains(f, "amount"):
-				fmt.Fprintf(&s, ".\n\tDecimal(%q, in.%s)", f, goName(f))
+				fmt.Fprintf(&s, ".\n\t\tDecimal(%q, in.%s)", f, goName(f))
 			case strings.Contains(f, "qty") || strings.Contains(f, "quantity"):
-				fmt.Fprintf(&s, ".\n\tInt(%q, int64(in.%s))", f, goName(f))
+				fmt.Fprintf(&s, ".\n\t\tInt(%q, in.%s)", f, goName(f))
 			default:
-				fmt.Fprintf(&s, ".\n\tString(%q, in.%s)", f, goName(f))
+				fmt.Fprintf(&s, ".\n\t\tString(%q, in.%s)", f, goName(f))
 			}
 		}
-		s.WriteString(".\n\tSum()\n\n")
+		s.WriteString(".\n\t\tSum()\n}\n")
 	}
-	return strings.TrimSpace(s.String())
+	out := s.String()
+	if src, err := format.Source([]byte(out)); err == nil {
+		out = string(src)
+	}
+	return strings.TrimSpace(out)
 }
 
 func goName(f string) string {
-	parts := strings.FieldsFunc(f, func(r rune) bool { return r == '_' || r == '-' || r == '.' })
+	parts := strings.FieldsFunc(f, func(r rune) bool { return r == '_' || r == '-' || r == '.' || r == ' ' })
 	for i, p := range parts {
 		parts[i] = strings.ToUpper(p[:1]) + p[1:]
 	}
