@@ -49,6 +49,10 @@ func TestDesignGoDeliverablesCompile(t *testing.T) {
 		{"checkout", "testdata/checkout.yaml", nil},
 		{"go-chi-redis", "testdata/stacks/go-chi-redis.yaml", nil},
 		{"go-chi-postgres-kafka-adyen", "testdata/stacks/spring-postgres-kafka-adyen.yaml", kafkaGo},
+		{"go-chi-redis-kafka", "testdata/stacks/go-chi-redis.yaml", func(a *Answers) {
+			a.Stack.Broker = "Kafka"
+			a.Actions = append(a.Actions, Action{Name: "settle", Kind: "consumer", Duration: "2s", Fields: []string{"order_id", "amount"}})
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,6 +80,10 @@ func TestDesignGoDeliverablesCompile(t *testing.T) {
 				if strings.Contains(code, "payments.") {
 					t.Error("a stack without providers gets payments code")
 				}
+			case "go-chi-redis-kafka":
+				// Redis is not transactional with the writes: the executor,
+				// keyed by the record's identity.
+				want = []string{"exec.Do(ctx", "idempotency.ComposeKey(tenant, \"settle\", inbox.MessageID(topic, strconv.Itoa(int(partition)), strconv.FormatInt(offset, 10)))"}
 			default:
 				want = []string{"in.HandleTx(", "inbox.MessageID(topic, strconv.Itoa(int(partition)), strconv.FormatInt(offset, 10))", `Provider: "adyen"`, "client.Charge("}
 			}
