@@ -86,7 +86,7 @@ func antiPatterns(d *Document) []AntiPattern {
 	}
 	add("keys-kept-forever", "keeping keys forever (no expiry or retention)",
 		"the store grows without bound, its indexes slow every claim, and stored responses keep personal data past any need",
-		fmt.Sprintf("every record carries expires_at = created_at + retention (%s here, section 2(e)), and the cleanup job (D5) deletes expired, non-PROCESSING records in short batches", human(d.Retention)), rel)
+		fmt.Sprintf("every record carries expires_at = created_at + retention (%s here, section 2(e)), and %s", human(d.Retention), expiryHow(d.Store)), rel)
 
 	rel = ""
 	if len(d.Providers) > 0 {
@@ -119,7 +119,7 @@ func antiPatterns(d *Document) []AntiPattern {
 	}
 	add("unencrypted-responses", "caching responses unencrypted (sensitive bodies at rest)",
 		"stored responses are a second copy of personal and payment data, read by anyone with database or backup access, and kept for the whole retention",
-		"encrypt stored responses at rest with a rotating key (payonce: idempotency.Encrypted), or store only a status and a body hash where a byte-for-byte replay is not needed (Route.StoreHashOnly)", rel)
+		encryptFix(a.Stack.IsGo()), rel)
 
 	rel = ""
 	if n := liveKeys(d); n >= highVolume {
@@ -288,4 +288,23 @@ func storeClock(kind string) string {
 		return "$$NOW in the update pipeline"
 	}
 	return "the database's own current time in the statement"
+}
+
+func encryptFix(goCode bool) string {
+	if goCode {
+		return "encrypt stored responses at rest with a rotating key (idempotency.Encrypted), or store only a status and a body hash where a byte-for-byte replay is not needed (Route.StoreHashOnly)"
+	}
+	return "encrypt stored responses at rest with a rotating key (an AEAD such as AES-GCM, the key id stored beside each ciphertext), or store only a status and a body hash where a byte-for-byte replay is not needed"
+}
+
+func expiryHow(store string) string {
+	switch store {
+	case StoreRedis:
+		return "every key is written with its expiry (PEXPIREAT in the same script), so Redis drops it"
+	case StoreDynamo:
+		return "the TTL attribute lets DynamoDB delete it (within about two days: reads check expires_at too)"
+	case StoreMongo:
+		return "the TTL index deletes it (its monitor runs about every 60 s: reads check expires_at too)"
+	}
+	return "the cleanup job (D5) deletes expired, non-PROCESSING records in short batches"
 }

@@ -177,6 +177,10 @@ func TestDesignHTMLDecisionsFirst(t *testing.T) {
 	if !strings.Contains(ddl, "<details><summary>") || !strings.Contains(rules, "<details><summary>") {
 		t.Error("long DDL or rule files are not collapsed")
 	}
+	_, md := checkoutDoc(t, Markdown)
+	if i, j := strings.Index(string(md), "**Key decisions**"), strings.Index(string(md), "## Contents"); i < 0 || i > j || !strings.Contains(string(md), "| checkout | {scope}_checkout_{intent} | client | 30s |") {
+		t.Error("markdown: the key decisions do not come first")
+	}
 	if mw := s[strings.Index(s, `id="d3-middleware"`):strings.Index(s, `id="d4-fingerprint"`)]; strings.Contains(mw, "<details>") {
 		t.Error("the middleware, code the reader edits, is collapsed")
 	}
