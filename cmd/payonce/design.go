@@ -38,7 +38,8 @@ test suite skeleton, alert rules, build order, runbook). Seven constraints
 (C1..C7) are checked on the document before it is written; a violation
 fails the command and names the constraint.
 
-On a terminal it asks what the flags, the answers file and the scan have
+On a terminal in a Go module (a go.mod here) without --scan, it first offers
+to scan the module. It then asks what the flags, the answers file and the scan have
 not answered, in at most two asks: the output format first, then seven
 questions (actions, stack, retry sources and their windows, payment
 providers, concurrency, key retention, detection latency) and, for each
@@ -112,6 +113,14 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 			}
 		}
 	}
+	var asker *design.Asker
+	if interactive && !o.noInput {
+		asker = design.NewAsker(stdin, stdout)
+		// A Go module here: offer to scan it (go/parser only, no build).
+		if _, err := os.Stat("go.mod"); err == nil && o.scan == "" && asker.Offer("This directory is a Go module (go.mod). Scan it for routes, payment calls, consumers, cron jobs and anti-patterns (file:line)?") {
+			o.scan = "."
+		}
+	}
 	var findings []design.Finding
 	skip := map[int]bool{}
 	if o.scan != "" {
@@ -141,7 +150,7 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 				a.Format = "html"
 			}
 		}
-		notes, err := design.NewAsker(stdin, stdout).Interview(&a, skip)
+		notes, err := asker.Interview(&a, skip)
 		if err != nil {
 			return err
 		}

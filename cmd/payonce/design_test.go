@@ -60,7 +60,7 @@ func TestDesignAnswersFileBothFormats(t *testing.T) {
 }
 
 // TestDesignRefusesConstraintViolation: an action longer than the
-// retention cannot get a lock timeout between the two: C2, nothing written.
+// retention cannot get a lock timeout between the two: C3, nothing written.
 func TestDesignRefusesConstraintViolation(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -68,11 +68,11 @@ func TestDesignRefusesConstraintViolation(t *testing.T) {
 	os.WriteFile(ans, []byte(`{"stack":{"language":"Go"},"retention":"7d","actions":[{"name":"export","kind":"cron","duration":"10d"}]}`), 0o644)
 	out := filepath.Join(dir, "d.html")
 	err := designCLI([]string{"--answers", ans, "--out", out}, strings.NewReader(""), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "constraint C2") {
-		t.Fatalf("want a C2 violation, got %v", err)
+	if err == nil || !strings.Contains(err.Error(), "constraint C3") {
+		t.Fatalf("want a C3 violation, got %v", err)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
-		t.Error("a document breaking C2 was written")
+		t.Error("a document breaking C3 was written")
 	}
 }
 
@@ -107,6 +107,7 @@ func TestDesignInteractivePTY(t *testing.T) {
 		}
 	}()
 	answers := []string{
+		"n", // cmd/payonce is a Go module: the scan offered is declined
 		// ask 1: the format first, then the seven questions
 		"markdown",
 		"POST /checkout, charge worker",
@@ -164,9 +165,26 @@ func TestDesignInteractivePTY(t *testing.T) {
 	if !strings.Contains(s, "key decisions:") {
 		t.Errorf("no summary on the terminal:\n%s", s)
 	}
+	if !strings.Contains(s, "This directory is a Go module (go.mod). Scan it") || strings.Contains(stderr.String(), "scan of .") {
+		t.Errorf("the scan of the module here was not offered, or ran though declined:\n%s", s)
+	}
 	if !strings.Contains(stderr.String(), "question 3 unanswered") || !strings.Contains(stderr.String(), "action charge: fields or p99 unanswered") || t.Failed() {
 		t.Log(s)
 		t.Errorf("stderr: %s", stderr.String())
+	}
+}
+
+// TestDesignOffersScanOfModule: on a terminal in a Go module, without
+// --scan, payonce design offers to scan it; accepted, the scan runs.
+func TestDesignOffersScanOfModule(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	o := designFlags{answers: "internal/design/testdata/checkout.yaml", out: filepath.Join(t.TempDir(), "d.md"), format: "markdown"}
+	if err := runDesign(o, strings.NewReader("\n"), &stdout, &stderr, true); err != nil { // Enter: yes
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "This directory is a Go module (go.mod). Scan it") || !strings.Contains(stderr.String(), "scan of .:") {
+		t.Errorf("the scan was not offered or not run:\n%s\n%s", stdout.String(), stderr.String())
 	}
 }
 

@@ -94,6 +94,14 @@ func (k *Asker) ask(round int, ps []prompt) (empty []prompt, bad map[int]error) 
 	return empty, bad
 }
 
+// Offer asks a yes/no question before the interview; an empty answer is
+// yes, an answer starting with n is no.
+func (k *Asker) Offer(question string) bool {
+	fmt.Fprintf(k.out, "%s [Y/n]\n> ", question)
+	s := strings.ToLower(k.line())
+	return !strings.HasPrefix(s, "n")
+}
+
 // Interview asks what the answers and the scan have not answered and
 // fills the answers, in at most two asks (see [Asker]). skip names
 // questions already answered. It returns notes on what stays unanswered.

@@ -8,43 +8,52 @@ import (
 	"strings"
 )
 
-// The seven testable constraints a generated document must meet. They
-// follow from payonce's invariants (shared/ARCHITECTURE.md): a document
-// that breaks one would lead its readers to build a system that charges
-// twice or loses an intent.
+// The seven testable constraints of the seed's reference design: a
+// document that breaks one would lead its readers to build a system that
+// runs an action twice or loses an intent. [Check] may add checks of its
+// own under these names; it never drops one.
 const (
-	// C1: every protected action has a key of the form {scope}_{action}_{intent},
-	// its scope taken from authentication, and no time component.
+	// C1: every action with side effects has an idempotency key with a
+	// stated source (client-generated, or server-derived from named
+	// identifying fields), of the form {scope}_{action}_{intent}, its
+	// scope from authentication, with no time component.
 	C1 = "C1"
-	// C2: every action's lock timeout exceeds its stated duration and is
-	// below the retention.
+	// C2: every fingerprint names its significant fields: no whole-body
+	// fingerprint, no empty field list (unless the Assumptions box says
+	// why and what it covers instead), none volatile, and it states what
+	// it excludes (timestamps, trace ids, the key itself).
 	C2 = "C2"
-	// C3: retention is at least the longest retry horizon stated (client,
-	// queue redelivery, webhook resends, provider windows).
+	// C3: every lock timeout exceeds the action's stated p99 with margin
+	// (at least 1.5x), and is below the retention.
 	C3 = "C3"
-	// C4: every provider call named has a provider reference derived
-	// deterministically from the key (no random or time part).
+	// C4: retention covers the longest retry horizon (client, queue,
+	// webhook, provider).
 	C4 = "C4"
-	// C5: every fingerprint covers named fields only, none volatile, and
-	// states what it excludes (timestamps, trace ids, the key itself).
+	// C5: every external call carries a deterministic provider reference
+	// derived from the key (no random or time part): provider calls and
+	// outbound messages alike.
 	C5 = "C5"
-	// C6: every step of a multi-step action has a compensation or an
-	// explicit non-compensable note.
+	// C6: every multi-step action has a compensation per step (or an
+	// explicit non-compensable note): a resumable state machine.
 	C6 = "C6"
-	// C7: every section 1-12 and every deliverable D1-D9 is present and
+	// C7: all 12 sections and all 9 deliverables are present and
 	// non-empty, in the rendered document too.
 	C7 = "C7"
 )
 
+// lockMargin is how far a lock timeout must exceed the p99 (C3): a lease
+// equal to the p99 ends under one slow holder in a hundred.
+const lockMargin = 1.5
+
 // Constraints describes C1..C7 for people.
 var Constraints = map[string]string{
-	C1: "every protected action has a key {scope}_{action}_{intent} with its scope from authentication and no time component",
-	C2: "every action's lock timeout exceeds its p99 duration (stated, or assumed in the Assumptions box) and is below retention",
-	C3: "retention covers the longest retry horizon (client, queue, webhooks, provider windows)",
-	C4: "every provider call has a deterministic provider reference derived from the key",
-	C5: "every fingerprint names its significant fields (or the Assumptions box says why not) and excludes volatile fields (timestamps, trace ids, the key itself)",
-	C6: "every multi-step action has a compensation or an explicit non-compensable note per step",
-	C7: "every section 1-12 and every deliverable D1-D9 is present and non-empty",
+	C1: "every action with side effects has an idempotency key with a stated source (client or server, from named fields), {scope}_{action}_{intent}, its scope from authentication and no time component",
+	C2: "every fingerprint names its significant fields (no whole-body fingerprint, no empty field list unless the Assumptions box says why) and excludes volatile fields (timestamps, trace ids, the key itself)",
+	C3: "every lock timeout exceeds the action's p99 (stated, or assumed in the Assumptions box) with margin (at least 1.5x) and is below retention",
+	C4: "retention covers the longest retry horizon (client, queue, webhook, provider)",
+	C5: "every external call carries a deterministic provider reference derived from the key",
+	C6: "every multi-step action has a compensation per step (or an explicit non-compensable note): a resumable state machine",
+	C7: "all 12 sections and all 9 deliverables are present and non-empty",
 }
 
 // ConstraintRow is one constraint as the document lists it.
@@ -108,42 +117,51 @@ func Check(d *Document, rendered []byte) error {
 				bad(C1, "action %q: the intent is derived from %q, a time that varies between retries", x.Name, f)
 			}
 		}
+		switch {
+		case x.KeySource != "client" && x.KeySource != "server":
+			bad(C1, "action %q: its key has no stated source (%q is neither client nor server)", x.Name, x.KeySource)
+		case x.KeySource == "server" && len(x.IdentifyingFields) == 0:
+			bad(C1, "action %q: its server-derived key names no identifying field to derive it from", x.Name)
+		}
 		if !strings.Contains(x.ScopeFrom, "authenticat") && !strings.Contains(x.ScopeFrom, "tenant") {
 			bad(C1, "action %q: scope %q is not taken from authentication", x.Name, x.ScopeFrom)
 		}
-		if x.LockTimeout <= x.DurationD {
-			bad(C2, "action %q: lock timeout %s does not exceed its duration %s", x.Name, x.LockTimeout, x.DurationD)
+		if float64(x.LockTimeout) < lockMargin*float64(x.DurationD) {
+			bad(C3, "action %q: lock timeout %s does not exceed its p99 %s with margin (at least %.1fx)", x.Name, x.LockTimeout, x.DurationD, lockMargin)
 		}
 		if x.LockTimeout >= d.Retention {
-			bad(C2, "action %q: lock timeout %s is not below retention %s", x.Name, x.LockTimeout, d.Retention)
+			bad(C3, "action %q: lock timeout %s is not below retention %s", x.Name, x.LockTimeout, d.Retention)
 		}
 		if x.Provider != "" && len(x.Refs) == 0 {
-			bad(C4, "action %q calls %s with no provider reference", x.Name, x.Provider)
+			bad(C5, "action %q calls %s with no provider reference", x.Name, x.Provider)
 		}
 		for _, r := range x.Refs {
 			if !r.Derived || !strings.Contains(r.Value, "{key}") || randomish.MatchString(r.Value) {
-				bad(C4, "action %q: %s reference %q is not derived deterministically from the key", x.Name, r.Provider, r.Value)
+				bad(C5, "action %q: %s reference %q is not derived deterministically from the key", x.Name, r.Provider, r.Value)
 			}
 		}
 		if len(x.Fields) == 0 && !stated(d, x.FieldsAssumption, x.Name) {
-			bad(C5, "action %q: fingerprint names no field, and no assumption in the Assumptions box says so with the reason", x.Name)
+			bad(C2, "action %q: fingerprint names no field, and no assumption in the Assumptions box says so with the reason", x.Name)
 		}
 		if x.FieldsAssumption != "" && !stated(d, x.FieldsAssumption, x.Name) {
-			bad(C5, "action %q: its fields were assumed but the Assumptions box does not say so", x.Name)
+			bad(C2, "action %q: its fields were assumed but the Assumptions box does not say so", x.Name)
 		}
 		if x.DurationAssumption != "" && !stated(d, x.DurationAssumption, x.Name) {
-			bad(C2, "action %q: its lock timeout follows from an assumed p99 that the Assumptions box does not list", x.Name)
+			bad(C3, "action %q: its lock timeout follows from an assumed p99 that the Assumptions box does not list", x.Name)
 		}
 		for _, f := range x.Fields {
 			if isVolatile(f) {
-				bad(C5, "action %q: fingerprint covers the volatile field %q", x.Name, f)
+				bad(C2, "action %q: fingerprint covers the volatile field %q", x.Name, f)
 			}
 		}
 		ex := strings.ToLower(strings.Join(x.Excluded, " "))
 		for _, must := range []string{"timestamp", "trace", "key"} {
 			if !strings.Contains(ex, must) {
-				bad(C5, "action %q: fingerprint does not state that it excludes %s", x.Name, must)
+				bad(C2, "action %q: fingerprint does not state that it excludes %s", x.Name, must)
 			}
+		}
+		if len(x.Outbound) > 0 && !strings.Contains(x.Delivery, "{key}_") {
+			bad(C5, "action %q: its outbound effect (%s) carries no dedup id derived from the key", x.Name, strings.Join(x.Outbound, ", "))
 		}
 		if x.MultiStep() {
 			for _, s := range x.Steps {
@@ -155,22 +173,22 @@ func Check(d *Document, rendered []byte) error {
 	}
 	for _, h := range d.Horizons {
 		if d.Retention < h.Window {
-			bad(C3, "retention %s is shorter than %s (%s)", human(d.Retention), h.Source, human(h.Window))
+			bad(C4, "retention %s is shorter than %s (%s)", human(d.Retention), h.Source, human(h.Window))
 		}
 	}
 	for _, p := range d.Providers {
 		if p.WindowD > d.Retention {
-			bad(C3, "retention %s is shorter than %s's window (%s)", human(d.Retention), p.Name, human(p.WindowD))
+			bad(C4, "retention %s is shorter than %s's window (%s)", human(d.Retention), p.Name, human(p.WindowD))
 		}
 	}
 	if rendered != nil {
 		// The generated Go never fingerprints the whole body (an empty
 		// Fields) nor builds a fingerprint of no field (Sum errors).
 		if bytes.Contains(rendered, []byte("Fields: []string{}")) {
-			bad(C5, "the generated code has Fields: []string{}: a whole-body fingerprint")
+			bad(C2, "the generated code has Fields: []string{}: a whole-body fingerprint")
 		}
 		if emptySum.Match(rendered) {
-			bad(C5, "the generated code sums a fingerprint of no field: it errors at run time")
+			bad(C2, "the generated code sums a fingerprint of no field: it errors at run time")
 		}
 	}
 	have := map[string]Section{}

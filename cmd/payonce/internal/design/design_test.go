@@ -143,13 +143,20 @@ func TestDesignCheckRefusesBrokenDoc(t *testing.T) {
 	}{
 		{C1, func(d *Document) { d.Actions[0].KeyFormat = "{scope}_checkout_{intent}_{timestamp}" }},
 		{C1, func(d *Document) { d.Actions[1].KeyFormat = "checkout_{intent}" }},
-		{C2, func(d *Document) { d.Actions[0].LockTimeout = time.Second }},
-		{C2, func(d *Document) { d.Actions[0].LockTimeout = 60 * 24 * time.Hour }},
-		{C3, func(d *Document) { d.Retention = 24 * time.Hour }},
-		{C4, func(d *Document) { d.Actions[1].Refs[0].Value = "uuid.New()" }},
-		{C4, func(d *Document) { d.Actions[1].Refs = nil }},
-		{C5, func(d *Document) { d.Actions[0].Fields = append(d.Actions[0].Fields, "created_at") }},
-		{C5, func(d *Document) { d.Actions[0].Excluded = []string{"headers"} }},
+		{C1, func(d *Document) { d.Actions[0].KeySource = "" }},
+		{C1, func(d *Document) { d.Actions[4].IdentifyingFields = nil }},
+		{C2, func(d *Document) { d.Actions[0].Fields = append(d.Actions[0].Fields, "created_at") }},
+		{C2, func(d *Document) { d.Actions[0].Excluded = []string{"headers"} }},
+		{C2, func(d *Document) { d.Actions[3].Fields = nil }},
+		{C3, func(d *Document) { d.Actions[0].LockTimeout = time.Second }},
+		{C3, func(d *Document) { d.Actions[0].LockTimeout = d.Actions[0].DurationD + time.Second }},
+		{C3, func(d *Document) { d.Actions[0].LockTimeout = 60 * 24 * time.Hour }},
+		{C4, func(d *Document) { d.Retention = 24 * time.Hour }},
+		{C5, func(d *Document) { d.Actions[1].Refs[0].Value = "uuid.New()" }},
+		{C5, func(d *Document) { d.Actions[1].Refs = nil }},
+		{C5, func(d *Document) {
+			d.Actions[3].Outbound, d.Actions[3].Delivery = []string{"an email"}, "sent after commit"
+		}},
 		{C6, func(d *Document) { d.Actions[0].Steps[1].Compensation = "" }},
 		{C7, func(d *Document) { d.Sections = d.Sections[:11] }},
 		{C7, func(d *Document) { d.Sections[13].Blocks = nil }},
@@ -225,6 +232,16 @@ func TestDesignScanAntiPatterns(t *testing.T) {
 		"main.go:37":    APRandomRef,
 		"main.go:39":    APLockNoTimeout,
 		"routers.go:32": APNoKey,
+		// params.SetIdempotencyKey(uuid.New().String()) in a retry loop
+		"retry.go:17": APRandomRef,
+		// p.IdempotencyKey = stripe.String(uuid.NewString())
+		"retry.go:27": APRandomRef,
+		// idem := uuid.NewString(), then the key
+		"retry.go:33": APRandomRef,
+		// token := uuid.NewString(), then params.SetIdempotencyKey(token)
+		"retry.go:43": APRandomRef,
+		// mu.Lock() around an INSERT
+		"retry.go:51": APLocalLock,
 	}
 	got := map[string]string{}
 	for _, f := range r.AntiPatterns {
@@ -238,7 +255,7 @@ func TestDesignScanAntiPatterns(t *testing.T) {
 	if len(r.AntiPatterns) != len(want) {
 		t.Errorf("want %d anti-patterns, got %d:\n%s", len(want), len(r.AntiPatterns), r.Report())
 	}
-	if len(r.Routes) != 5 || len(r.Crons) != 1 || len(r.Payments) != 2 || len(r.Consumers) != 2 ||
+	if len(r.Routes) != 5 || len(r.Crons) != 1 || len(r.Payments) != 6 || len(r.Consumers) != 2 ||
 		!slices.Contains(r.Providers, "stripe") || !slices.Contains(r.Providers, "paypal") {
 		t.Errorf("routes, consumers, cron job or provider calls not found:\n%s", r.Report())
 	}
@@ -417,26 +434,26 @@ func TestDesignCheckRefusesUnstatedAssumption(t *testing.T) {
 	}
 	d, out := build()
 	drop(d, "Significant fields of sendNotification")
-	if !slices.Contains(Violated(Check(d, out)), C5) {
-		t.Error("C5: an action without fields and no stated assumption passed")
+	if !slices.Contains(Violated(Check(d, out)), C2) {
+		t.Error("C2: an action without fields and no stated assumption passed")
 	}
 	d, out = build()
 	d.Actions[0].FieldsAssumption = ""
-	if !slices.Contains(Violated(Check(d, out)), C5) {
-		t.Error("C5: an action without fields and no reason passed")
+	if !slices.Contains(Violated(Check(d, out)), C2) {
+		t.Error("C2: an action without fields and no reason passed")
 	}
 	d, out = build()
 	drop(d, "p99 of sendNotification")
-	if !slices.Contains(Violated(Check(d, out)), C2) {
-		t.Error("C2: a lock timeout from an unstated assumed p99 passed")
+	if !slices.Contains(Violated(Check(d, out)), C3) {
+		t.Error("C3: a lock timeout from an unstated assumed p99 passed")
 	}
 	d, out = build()
-	if !slices.Contains(Violated(Check(d, append(out, []byte("Fields: []string{}")...))), C5) {
-		t.Error("C5: a whole-body fingerprint in the code passed")
+	if !slices.Contains(Violated(Check(d, append(out, []byte("Fields: []string{}")...))), C2) {
+		t.Error("C2: a whole-body fingerprint in the code passed")
 	}
 	d, out = build()
-	if !slices.Contains(Violated(Check(d, append(out, []byte("idempotency.NewFingerprint().\n\tSum()")...))), C5) {
-		t.Error("C5: an empty fingerprint sum in the code passed")
+	if !slices.Contains(Violated(Check(d, append(out, []byte("idempotency.NewFingerprint().\n\tSum()")...))), C2) {
+		t.Error("C2: an empty fingerprint sum in the code passed")
 	}
 }
 

@@ -31,6 +31,7 @@ const (
 	APRandomRef     = "random or time-based provider reference or key"
 	APInsertNoGuard = "handler inserts without ON CONFLICT"
 	APLockNoTimeout = "lock with no timeout"
+	APLocalLock     = "process-local lock around an insert"
 )
 
 // ScanResult is what a scan of a Go module tells.
@@ -95,7 +96,7 @@ var routeMethods = map[string]string{
 	"GET": "GET", "POST": "POST", "PUT": "PUT", "PATCH": "PATCH", "DELETE": "DELETE",
 }
 
-var keyName = regexp.MustCompile(`(?i)(idempot|reference|requestid|request_id|key)`)
+var keyName = regexp.MustCompile(`(?i)(idem|reference|requestid|request_id|key)`)
 
 func scanFile(res *ScanResult, fset *token.FileSet, rel string, f *ast.File, fw, prov, brk map[string]bool) {
 	imports := map[string]string{} // local name -> path
@@ -167,6 +168,21 @@ func scanFile(res *ScanResult, fset *token.FileSet, rel string, f *ast.File, fw,
 			return true
 		})
 		body := strings.Join(lits, "\n")
+		// tainted: variables holding a random or time value, and whether
+		// their assignment was already flagged (named like a key).
+		tainted := map[string]bool{}
+		randomKey := func(n ast.Node, what string, e ast.Expr) {
+			if c := randomCall(e); c != nil {
+				add(&res.AntiPatterns, c, APRandomRef, what+" from "+exprString(c.Fun)+": every retry gets a new value, so nothing is deduplicated")
+				return
+			}
+			if id, ok := e.(*ast.Ident); ok {
+				if flagged, ok := tainted[id.Name]; ok && !flagged {
+					add(&res.AntiPatterns, n, APRandomRef, what+" from "+id.Name+", a random or time value made at each attempt: every retry gets a new key, so nothing is deduplicated")
+				}
+			}
+		}
+		var locks []*ast.CallExpr
 		fnHasKey := strings.Contains(body, "Idempotency-Key") || strings.Contains(body, "PayPal-Request-Id")
 		// Calls.
 		ast.Inspect(fd.Body, func(n ast.Node) bool {
@@ -179,6 +195,12 @@ func scanFile(res *ScanResult, fset *token.FileSet, rel string, f *ast.File, fw,
 				name := sel.Sel.Name
 				recv := exprName(sel.X)
 				switch {
+				case name == "SetIdempotencyKey" && len(x.Args) == 1:
+					randomKey(x, exprString(sel), x.Args[0])
+				case name == "Set" && len(x.Args) == 2 && strings.EqualFold(patternOf(x.Args[0]), "Idempotency-Key"):
+					randomKey(x, "the Idempotency-Key header", x.Args[1])
+				case name == "Lock" && len(x.Args) == 0 && has("sync"):
+					locks = append(locks, x)
 				case (name == "HandleFunc" || name == "Handle") && len(x.Args) >= 2:
 					if pat := patternOf(x.Args[0]); pat != "" {
 						add(&res.Routes, x, KindRoute, pat)
@@ -217,12 +239,28 @@ func scanFile(res *ScanResult, fset *token.FileSet, rel string, f *ast.File, fw,
 				}
 			case *ast.AssignStmt:
 				for i, l := range x.Lhs {
-					id, ok := l.(*ast.Ident)
-					if !ok || !keyName.MatchString(id.Name) || i >= len(x.Rhs) {
+					if i >= len(x.Rhs) {
 						continue
 					}
-					if c := randomCall(x.Rhs[i]); c != nil {
-						add(&res.AntiPatterns, c, APRandomRef, id.Name+" from "+exprString(c.Fun)+": every retry gets a new value, so nothing is deduplicated")
+					var name string
+					switch l := l.(type) {
+					case *ast.Ident:
+						name = l.Name
+					case *ast.SelectorExpr: // p.IdempotencyKey = ...
+						name = l.Sel.Name
+					default:
+						continue
+					}
+					c := randomCall(x.Rhs[i])
+					if c == nil {
+						continue
+					}
+					named := keyName.MatchString(name)
+					if id, ok := l.(*ast.Ident); ok {
+						tainted[id.Name] = named
+					}
+					if named {
+						add(&res.AntiPatterns, c, APRandomRef, exprString(l)+" from "+exprString(c.Fun)+": every retry gets a new value, so nothing is deduplicated")
 					}
 				}
 			}
@@ -240,6 +278,14 @@ func scanFile(res *ScanResult, fset *token.FileSet, rel string, f *ast.File, fw,
 				add(&res.Payments, bl, KindPayment, p+" REST "+s)
 				if !fnHasKey {
 					add(&res.AntiPatterns, bl, APNoKey, p+" call without Idempotency-Key / PayPal-Request-Id")
+				}
+			}
+			if strings.Contains(u, "INSERT INTO") {
+				for j, l := range locks {
+					if l != nil && l.Pos() < bl.Pos() {
+						add(&res.AntiPatterns, l, APLocalLock, "a process-local lock ("+exprString(l.Fun)+") around an INSERT: it orders one process only; another instance or a restart inserts again: claim the key in the store")
+						locks[j] = nil
+					}
 				}
 			}
 			if handler && strings.Contains(u, "INSERT INTO") && !strings.Contains(u, "ON CONFLICT") {
