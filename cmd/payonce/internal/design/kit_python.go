@@ -407,6 +407,7 @@ talks to MySQL through PyMySQL), and a clean schema per test. The server
 is IDEMPOTENCY_MYSQL_URL, e.g. mysql://root@127.0.0.1:3306/app."""
 import os
 import pathlib
+import re
 from urllib.parse import unquote, urlparse
 
 import django
@@ -429,6 +430,11 @@ django.setup()
 
 @pytest.fixture
 def db():
+    assert re.fullmatch(r"\w+", DATABASE["database"]), "IDEMPOTENCY_MYSQL_URL: name a database, e.g. /app"
+    admin = store.connect(**dict(DATABASE, database=None))
+    with admin.cursor() as c:
+        c.execute("CREATE DATABASE IF NOT EXISTS " + DATABASE["database"])
+    admin.close()
     conn = store.connect(**DATABASE)
     with conn.cursor() as c:
         c.execute("DROP TABLE IF EXISTS idempotency_store, effects")
