@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -70,7 +71,7 @@ func startMariaDB() (string, error) {
 	exited := make(chan error, 1)
 	go func() { exited <- srv.Wait() }()
 	stop := func() {
-		_ = srv.Process.Signal(os.Interrupt) // SIGINT: mariadbd shuts down cleanly
+		_ = srv.Process.Signal(syscall.SIGTERM) // mariadbd shuts down cleanly on SIGTERM
 		select {
 		case <-exited:
 		case <-time.After(30 * time.Second):

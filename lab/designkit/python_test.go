@@ -78,7 +78,7 @@ func pyLibpqURL(t *testing.T, s string) string {
 		q.Del("search_path")
 		q.Set("options", "-c search_path="+sp)
 	}
-	u.RawQuery = q.Encode()
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20") // libpq reads no + as a space
 	return u.String()
 }
 

@@ -717,4 +717,540 @@ func djangoKit(d *Document) *Kit {
 	return k
 }
 
-func fastapiKit(d *Document) *Kit { return nil }
+// The PostgreSQL store: D2's statements, with psycopg 3.
+const pyPostgresStore = `"""The idempotency record on PostgreSQL (psycopg 3), section D2: one
+INSERT ... ON CONFLICT DO NOTHING creates the record if absent; the
+decision on an existing record is taken under its row lock (SELECT ...
+FOR UPDATE); every instant is now(), the database's clock."""
+import math
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .fingerprint import same
+
+SECONDS = "%s * interval '1 second'"
+
+
+def connect(url: str) -> psycopg.Connection:
+    return psycopg.connect(url, autocommit=False)
+
+
+` + pyClaim + `
+
+def claim(conn, key: str, scope: str, fp: str, lease: int, retention: int) -> Claim:
+    """Create the record if absent, or decide on the one there."""
+    with conn.transaction(), conn.cursor() as c:
+        c.execute("SELECT 1 FROM idempotency_store WHERE idempotency_key = %s AND user_id <> %s LIMIT 1",
+                  (key, scope))
+        if c.fetchone():
+            return Claim("other_scope")
+        c.execute(f"""
+            INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status,
+                                           lock_version, locked_until, expires_at)
+            VALUES (%s, %s, %s, 'PROCESSING', 1, now() + {SECONDS}, now() + {SECONDS})
+            ON CONFLICT (idempotency_key, user_id) DO NOTHING
+            RETURNING lock_version""", (key, scope, fp, lease, retention))
+        if c.fetchone():
+            return Claim("run", lock_version=1)
+        c.execute("""
+            SELECT fingerprint, status, lock_version, locked_until, expires_at,
+                   response_code, response_raw, now()
+              FROM idempotency_store
+             WHERE idempotency_key = %s AND user_id = %s
+               FOR UPDATE""", (key, scope))
+        rfp, status, version, locked_until, expires_at, code, raw, db_now = c.fetchone()
+        if expires_at <= db_now:  # an expired key is a new request, never a replay
+            c.execute(f"""
+                UPDATE idempotency_store
+                   SET fingerprint = %s, status = 'PROCESSING', lock_version = lock_version + 1,
+                       locked_until = now() + {SECONDS}, expires_at = now() + {SECONDS},
+                       response_code = NULL, response_body = NULL, response_raw = NULL, completed_at = NULL
+                 WHERE idempotency_key = %s AND user_id = %s AND expires_at <= now()""",
+                      (fp, lease, retention, key, scope))
+            return Claim("run", lock_version=version + 1)
+        if not same(rfp, fp):
+            return Claim("mismatch")
+        if status != "PROCESSING":
+            return Claim("replay", code=code, body=bytes(raw or b""))
+        if locked_until is not None and locked_until > db_now:
+            wait = math.ceil((locked_until - db_now).total_seconds())
+            return Claim("in_progress", retry_after=max(1, wait))
+        # The lease ended: take it over by compare-and-swap on lock_version.
+        c.execute(f"""
+            UPDATE idempotency_store
+               SET lock_version = lock_version + 1, locked_until = now() + {SECONDS}
+             WHERE idempotency_key = %s AND user_id = %s AND status = 'PROCESSING'
+               AND (locked_until IS NULL OR locked_until <= now()) AND lock_version = %s
+            RETURNING lock_version""", (lease, key, scope, version))
+        row = c.fetchone()
+        if row:
+            return Claim("run", lock_version=row[0])
+        return Claim("in_progress", retry_after=1)
+
+
+def complete(conn, key: str, scope: str, version: int, code: int, body: bytes, retention: int) -> bool:
+    """Record the outcome, fenced by the holder's lock_version, in the
+    transaction of the action's own writes: commit both, or (lease lost)
+    roll both back and return False."""
+    with conn.cursor() as c:
+        c.execute(f"""
+            UPDATE idempotency_store
+               SET status = 'COMPLETED', response_code = %s, response_raw = %s,
+                   response_body = %s, completed_at = now(), locked_until = NULL,
+                   expires_at = now() + {SECONDS}
+             WHERE idempotency_key = %s AND user_id = %s AND lock_version = %s
+               AND status = 'PROCESSING'""",
+                  (code, body, Jsonb({"content_type": "application/json"}), retention, key, scope, version))
+        if c.rowcount != 1:
+            conn.rollback()
+            return False
+    conn.commit()
+    return True
+
+
+def release(conn, key: str, scope: str, version: int) -> None:
+    """A transient failure: undo the action's writes and end the lease at
+    once, keeping the record, so that a retry re-drives it."""
+    conn.rollback()
+    with conn.cursor() as c:
+        c.execute("""
+            UPDATE idempotency_store SET locked_until = now()
+             WHERE idempotency_key = %s AND user_id = %s AND lock_version = %s
+               AND status = 'PROCESSING'""", (key, scope, version))
+    conn.commit()
+`
+
+const pyFastAPIDependency = `"""A FastAPI dependency: claim, run the route, record, replay (sections 4
+and D3). The database is IDEMPOTENCY_DATABASE_URL (a libpq URL). Use:
+
+    app = FastAPI(); install(app)
+    app.dependency_overrides[current_user] = your_auth_dependency
+
+    @app.post("/path")
+    def route(idem: Idempotency = Depends(idempotent("action"))):
+        ...  # write through idem.conn: one transaction with the record
+        return idem.respond(201, {...})
+"""
+import json
+import os
+import re
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from . import store
+from .actions import ACTIONS, RETENTION_SECONDS
+from .fingerprint import fingerprint
+
+KEY = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
+
+
+def current_user() -> str:
+    """The authenticated user's id, which scopes every key: override it
+    with your authentication dependency."""
+    raise HTTPException(401, "authentication required: the key is scoped by the user")
+
+
+class Refused(Exception):
+    """Ends the request with response: a replay or a refusal."""
+
+    def __init__(self, response: Response):
+        self.response = response
+
+
+def _error(status, message, **headers):
+    return Refused(JSONResponse({"error": message}, status_code=status, headers=headers))
+
+
+def install(app: FastAPI) -> None:
+    async def refused(request, exc: Refused):
+        return exc.response
+    app.add_exception_handler(Refused, refused)
+
+
+class Idempotency:
+    """The claimed key: its record's connection (write the action's rows
+    through it) and respond(), which records the outcome, fenced."""
+
+    def __init__(self, conn, action, key, scope, version, body):
+        self.conn, self.action, self.key, self.scope = conn, action, key, scope
+        self.version, self.body, self.done = version, body, False
+
+    def respond(self, status: int, payload) -> Response:
+        raw = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+        if not store.complete(self.conn, self.key, self.scope, self.version, status, raw, RETENTION_SECONDS):
+            self.done = True
+            raise _error(409, "the lease on this key was lost to a retry: its outcome is the retry's")
+        self.done = True
+        return Response(raw, status_code=status, media_type="application/json")
+
+
+def idempotent(action: str):
+    """The dependency protecting action (a name of ACTIONS)."""
+
+    async def dependency(request: Request, scope: str = Depends(current_user)):
+        intent = request.headers.get("Idempotency-Key", "")
+        if not KEY.fullmatch(intent):
+            raise _error(400, "Idempotency-Key header required: 1 to 200 of A-Z a-z 0-9 _ . : -, "
+                              "one per intent, the same on every retry")
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError:
+            raise _error(400, "the body is not JSON")
+        key = f"{action}_{intent}"
+        conn = await run_in_threadpool(store.connect, os.environ["IDEMPOTENCY_DATABASE_URL"])
+        try:
+            c = await run_in_threadpool(store.claim, conn, key, scope, fingerprint(action, body),
+                                        ACTIONS[action]["lock_timeout"], RETENTION_SECONDS)
+            if c.outcome == "other_scope":
+                raise _error(404, "no such idempotency key")
+            if c.outcome == "mismatch":
+                raise _error(422, "this Idempotency-Key was used with other request fields: use a new key")
+            if c.outcome == "in_progress":
+                raise _error(409, "a request with this key is in progress", **{"Retry-After": str(c.retry_after)})
+            if c.outcome == "replay":
+                raise Refused(Response(c.body, status_code=c.code, media_type="application/json",
+                                       headers={"Idempotent-Replayed": "true"}))
+            idem = Idempotency(conn, action, key, scope, c.lock_version, body)
+            try:
+                yield idem
+            finally:
+                if not idem.done:  # the route failed: a transient error, re-driven by a retry
+                    await run_in_threadpool(store.release, conn, key, scope, c.lock_version)
+        finally:
+            conn.close()
+
+    return dependency
+`
+
+const pyStripe = `"""The Stripe call of a protected action (section 7): its Idempotency-Key
+is derived from the action's key, the step and the attempt, never random,
+so a retry after a lost response re-sends the same one and Stripe replays
+the first result instead of charging again."""
+import hashlib
+
+
+def stripe_idempotency_key(key: str, step: str = "__STEP__", attempt: int = 1) -> str:
+    """{key}_{step}_{attempt}, hashed when longer than Stripe's 255."""
+    ref = f"{key}_{step}_{attempt}"
+    return ref if len(ref) <= 255 else hashlib.sha256(ref.encode("utf-8")).hexdigest()
+
+
+def create_payment_intent(stripe, idem, step: str = "__STEP__", **params):
+    """stripe.PaymentIntent.create with the derived key; metadata carries
+    the action's key for reconciliation (section 7)."""
+    return stripe.PaymentIntent.create(
+        **params, confirm=True,
+        idempotency_key=stripe_idempotency_key(idem.key, step),
+        metadata={"idempotency_key": idem.key},
+    )
+`
+
+const pyPostgresCleanup = `"""The cleanup job (D5): run it every minute (cron, a scheduler). It
+deletes expired records that are not PROCESSING, in short batches, by the
+database's clock."""
+
+PRUNE = """DELETE FROM idempotency_store
+WHERE ctid IN (SELECT ctid FROM idempotency_store
+               WHERE status <> 'PROCESSING' AND expires_at < now()
+               ORDER BY expires_at LIMIT 1000)"""
+
+
+def prune(conn) -> int:
+    """Delete expired records, 1000 at a time; returns how many."""
+    total = 0
+    while True:
+        with conn.cursor() as c:
+            c.execute(PRUNE)
+            n = c.rowcount
+        conn.commit()
+        total += n
+        if n < 1000:
+            return total
+`
+
+const pyFastAPIConftest = `"""pytest setup: a clean schema per test on IDEMPOTENCY_DATABASE_URL, e.g.
+postgresql://user@127.0.0.1:5432/app (libpq URL)."""
+import os
+import pathlib
+
+import pytest
+
+from idempotency import store
+
+URL = os.environ.setdefault("IDEMPOTENCY_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/app")
+
+
+@pytest.fixture
+def db():
+    conn = store.connect(URL)
+    with conn.cursor() as c:
+        c.execute("DROP TABLE IF EXISTS idempotency_store, effects")
+        c.execute(pathlib.Path(__file__).with_name("schema.sql").read_text())
+        c.execute("CREATE TABLE effects (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL)")
+    conn.commit()
+    yield conn
+    conn.close()
+`
+
+const pyFastAPIApp = `"""The test's FastAPI app: a user from the X-User header, a fake Stripe
+that honours Idempotency-Key, and a route of the action that charges and
+writes one row per execution through the record's connection."""
+import json
+import threading
+
+from fastapi import Depends, FastAPI, Header, HTTPException
+
+from idempotency.actions import ACTIONS
+from idempotency.dependency import Idempotency, current_user, idempotent, install
+from idempotency.payments import create_payment_intent
+
+ACTION = __ACTION_STR__
+STALLED, RELEASE = threading.Event(), threading.Event()
+
+
+class FakeStripe:
+    """Stripe's idempotency, in memory: the same Idempotency-Key returns
+    the first PaymentIntent; lose_next drops the response of a call that
+    charged (a timeout after Stripe did its work)."""
+
+    def __init__(self):
+        self.charges, self.keys, self.lose_next, self.lock = {}, [], False, threading.Lock()
+        self.PaymentIntent = self
+
+    def create(self, idempotency_key, **params):
+        with self.lock:
+            self.keys.append(idempotency_key)
+            if idempotency_key not in self.charges:
+                self.charges[idempotency_key] = {"id": f"pi_{len(self.charges) + 1}", "status": "succeeded"}
+            if self.lose_next:
+                self.lose_next = False
+                raise TimeoutError("the response from Stripe was lost")
+            return self.charges[idempotency_key]
+
+
+stripe = FakeStripe()
+
+
+def get_stripe():
+    return stripe
+
+
+def header_user(x_user: str = Header(None)) -> str:
+    if not x_user:
+        raise HTTPException(401, "authentication required")
+    return x_user
+
+
+app = FastAPI()
+install(app)
+app.dependency_overrides[current_user] = header_user
+
+
+@app.post(ACTIONS[ACTION]["path"])
+def route(idem: Idempotency = Depends(idempotent(ACTION)), stripe=Depends(get_stripe),
+          x_test_stall: str = Header(None)):
+    if x_test_stall:
+        STALLED.set()
+        RELEASE.wait(30)
+    params = {f: idem.body.get(f) for f in ACTIONS[ACTION]["fields"]}
+    intent = create_payment_intent(stripe, idem, **params)
+    with idem.conn.cursor() as c:
+        c.execute("INSERT INTO effects (body) VALUES (%s) RETURNING id", (json.dumps(params),))
+        effect_id = c.fetchone()[0]
+    return idem.respond(201, {"id": effect_id, "payment_intent": intent["id"], **params})
+`
+
+const pyFastAPITests = `"""The scenarios of section 11 on a real PostgreSQL, through FastAPI's
+test client; threads are real concurrent requests."""
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from idempotency import actions, cleanup
+from tests.app import ACTION, RELEASE, STALLED, app, stripe
+
+PATH = actions.ACTIONS[ACTION]["path"]
+BODY = {f: f"{f}-1" for f in actions.ACTIONS[ACTION]["fields"]}
+
+
+def post(key, body=BODY, user="u1", **headers):
+    headers = {"Idempotency-Key": key, **({"X-User": user} if user else {}), **headers}
+    return TestClient(app, raise_server_exceptions=False).post(PATH, json=body, headers=headers)
+
+
+def effects(db):
+    db.commit()
+    with db.cursor() as c:
+        c.execute("SELECT count(*) FROM effects")
+        return c.fetchone()[0]
+
+
+def record(db, key):
+    db.commit()
+    with db.cursor() as c:
+        c.execute("SELECT status, fingerprint, lock_version FROM idempotency_store WHERE idempotency_key = %s",
+                  (f"{ACTION}_{key}",))
+        return c.fetchone()
+
+
+def until(condition, seconds=10):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+@pytest.fixture(autouse=True)
+def fresh_stripe():
+    stripe.__init__()
+
+
+def test_sequential_retry_replays_byte_for_byte(db):
+    first, second = post("k1"), post("k1")
+    assert first.status_code == 201 and effects(db) == 1
+    assert second.status_code == 201 and second.content == first.content
+    assert second.headers["Idempotent-Replayed"] == "true"
+    assert len(stripe.charges) == 1
+
+
+def test_concurrent_requests_run_once(db):
+    n, start, results = 8, threading.Barrier(8), []
+
+    def one():
+        start.wait()
+        results.append(post("k2"))
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert effects(db) == 1 and len(stripe.keys) == 1
+    codes = sorted(r.status_code for r in results)
+    assert codes.count(201) >= 1 and set(codes) <= {201, 409}, codes
+    assert len({r.content for r in results if r.status_code == 201}) == 1
+
+
+def test_other_significant_field_is_refused(db):
+    if not BODY:
+        pytest.skip("the action has no significant fields")
+    assert post("k3").status_code == 201
+    before = record(db, "k3")
+    other = dict(BODY, **{next(iter(BODY)): "another"})
+    assert post("k3", other).status_code == 422
+    assert record(db, "k3") == before and effects(db) == 1
+
+
+def test_other_volatile_field_is_replayed(db):
+    first = post("k4")
+    again = post("k4", dict(BODY, client_sent_at="2026-01-01T00:00:00Z"))
+    assert again.status_code == 201 and again.content == first.content and effects(db) == 1
+
+
+def test_stalled_holder_is_fenced_after_its_lease(db, monkeypatch):
+    monkeypatch.setitem(actions.ACTIONS[ACTION], "lock_timeout", 1)
+    STALLED.clear(), RELEASE.clear()
+    held = {}
+    holder = threading.Thread(target=lambda: held.update(r=post("k5", **{"X-Test-Stall": "1"})))
+    holder.start()
+    assert STALLED.wait(10)
+    assert post("k5").status_code == 409  # the lease is live
+
+    def lease_ended():
+        db.commit()
+        with db.cursor() as c:
+            c.execute("SELECT locked_until <= now() FROM idempotency_store")
+            return c.fetchone()[0]
+    until(lease_ended)
+    retry = post("k5")
+    assert retry.status_code == 201 and record(db, "k5")[2] == 2
+    RELEASE.set()
+    holder.join(30)
+    assert held["r"].status_code == 409  # its completion was refused, its write rolled back
+    assert effects(db) == 1 and len(stripe.charges) == 1
+    assert post("k5").content == retry.content
+
+
+def test_lost_provider_response_is_resent_with_the_same_reference(db):
+    stripe.lose_next = True
+    assert post("k9").status_code == 500  # the charge happened; its response was lost
+    assert effects(db) == 0
+    retry = post("k9")
+    assert retry.status_code == 201 and effects(db) == 1
+    assert len(stripe.keys) == 2 and stripe.keys[0] == stripe.keys[1]
+    assert len(stripe.charges) == 1
+
+
+def test_retry_after_expiry_is_new(db):
+    first = post("k6")
+    with db.cursor() as c:
+        c.execute("UPDATE idempotency_store SET expires_at = now() - interval '1 second'")
+    db.commit()
+    again = post("k6")
+    assert again.status_code == 201 and "Idempotent-Replayed" not in again.headers
+    assert again.content != first.content and effects(db) == 2
+
+
+def test_key_of_another_user_is_404(db):
+    assert post("k7").status_code == 201
+    assert post("k7", user="u2").status_code == 404
+    assert effects(db) == 1
+
+
+def test_unauthenticated_and_keyless_requests_are_refused(db):
+    assert post("k8", user=None).status_code == 401
+    assert post("").status_code == 400
+    assert effects(db) == 0
+
+
+def test_cleanup_deletes_expired_records_only(db):
+    rows = [(f"old{i}", "COMPLETED", -1) for i in range(1001)] + [("live", "COMPLETED", 3600), ("busy", "PROCESSING", -1)]
+    with db.cursor() as c:
+        c.executemany("INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, expires_at) "
+                      "VALUES (%s, 'u1', repeat('0', 64), %s, now() + %s * interval '1 second')", rows)
+    db.commit()
+    assert cleanup.prune(db) == 1001  # more than one batch
+    with db.cursor() as c:
+        c.execute("SELECT idempotency_key FROM idempotency_store ORDER BY idempotency_key")
+        assert [r[0] for r in c.fetchall()] == ["busy", "live"]
+`
+
+func fastapiKit(d *Document) *Kit {
+	http := firstAction(d, true, "http")
+	if http == nil {
+		return nil
+	}
+	r := kitReplacer(d)
+	step := "charge"
+	for _, ref := range http.Refs {
+		step = ref.Step
+	}
+	k := &Kit{
+		Stack: "python-fastapi",
+		Intro: "A FastAPI dependency (FastAPI 0.90+) with psycopg 3 on PostgreSQL, running D2's statements as they are, and the Stripe call with its derived Idempotency-Key; Python 3.9+.",
+		Run:   "IDEMPOTENCY_DATABASE_URL=postgresql://user@127.0.0.1:5432/app python3 -m pytest -q",
+	}
+	k.Middleware = []File{
+		{Path: "idempotency/actions.py", Lang: "python", Text: r.Replace(pyActionsHead) + pyActions(d)},
+		{Path: "idempotency/store.py", Lang: "python", Text: pyPostgresStore},
+		{Path: "idempotency/dependency.py", Lang: "python", Text: pyFastAPIDependency},
+		{Path: "idempotency/payments.py", Lang: "python", Text: strings.ReplaceAll(pyStripe, "__STEP__", step)},
+	}
+	k.Fingerprint = []File{{Path: "idempotency/fingerprint.py", Lang: "python", Text: pyFingerprint}}
+	k.Cleanup = []File{{Path: "idempotency/cleanup.py", Lang: "python", Text: pyPostgresCleanup}}
+	k.Tests = []File{{Path: "tests/test_idempotency.py", Lang: "python", Text: pyFastAPITests}}
+	k.Support = []File{
+		{Path: "schema.sql", Lang: "sql", Text: referenceDDL() + "\n"},
+		{Path: "conftest.py", Lang: "python", Text: pyFastAPIConftest},
+		{Path: "tests/app.py", Lang: "python", Text: strings.ReplaceAll(pyFastAPIApp, "__ACTION_STR__", pyStr(http.Name))},
+		{Path: "idempotency/__init__.py", Lang: "python", Text: "\"\"\"Idempotency for " + strings.ReplaceAll(d.Service, `"`, `'`) + ": claim, run, record, replay.\"\"\"\n"},
+		{Path: "tests/__init__.py", Lang: "python", Text: ""},
+	}
+	return k
+}
