@@ -457,7 +457,7 @@ from django.urls import path
 from idempotency.actions import ACTIONS
 
 ACTION = __ACTION_STR__
-STALLED, RELEASE = threading.Event(), threading.Event()
+GATES = {}  # name: (stalled, release) events of a request the test holds
 
 
 class User:
@@ -483,9 +483,10 @@ class HeaderUserMiddleware:
 
 def view(request):
     body = json.loads(request.body)
-    if request.headers.get("X-Test-Stall"):
-        STALLED.set()
-        RELEASE.wait(30)
+    if request.headers.get("X-Test-Stall"):  # the test holds this request here
+        stalled, release = GATES[request.headers["X-Test-Stall"]]
+        stalled.set()
+        release.wait(30)
     with request.idempotency_db.cursor() as c:
         c.execute("INSERT INTO effects (body) VALUES (%s)", (json.dumps(body),))
         effect_id = c.lastrowid
@@ -504,15 +505,16 @@ import pytest
 from django.test import Client
 
 from idempotency import actions, cleanup, consumer
-from tests.app import ACTION, RELEASE, STALLED
+from tests.app import ACTION, GATES
 
 PATH = actions.ACTIONS[ACTION]["path"]
 BODY = {f: f"{f}-1" for f in actions.ACTIONS[ACTION]["fields"]}
 
 
-def post(key, body=BODY, user="u1", **headers):
+def post(key, body=BODY, user="u1", stall=None):
+    extra = {"HTTP_X_TEST_STALL": stall} if stall else {}
     return Client().post(PATH, body, content_type="application/json",
-                         HTTP_IDEMPOTENCY_KEY=key, HTTP_X_USER=user, **headers)
+                         HTTP_IDEMPOTENCY_KEY=key, HTTP_X_USER=user, **extra)
 
 
 def effects(db):
@@ -581,26 +583,37 @@ def test_other_volatile_field_is_replayed(db):
 
 def test_stalled_holder_is_fenced_after_its_lease(db, monkeypatch):
     monkeypatch.setitem(actions.ACTIONS[ACTION], "lock_timeout", 1)
-    STALLED.clear(), RELEASE.clear()
+    gates = {name: (threading.Event(), threading.Event()) for name in ("old", "new")}
+    GATES.update(gates)
     held = {}
-    holder = threading.Thread(target=lambda: held.update(r=post("k5", HTTP_X_TEST_STALL="1")))
-    holder.start()
-    assert STALLED.wait(10)
+
+    def hold(name):
+        held[name] = post("k5", stall=name)
+        gates[name][0].set()  # also when it fails before the gate
+
+    old = threading.Thread(target=hold, args=("old",))
+    old.start()
+    assert gates["old"][0].wait(10)
     assert post("k5").status_code == 409  # the lease is live
 
     def lease_ended():
         db.commit()
         with db.cursor() as c:
             c.execute("SELECT locked_until <= NOW(6) FROM idempotency_store")
-            return c.fetchone()[0] == 1
+            return bool(c.fetchone()[0])
     until(lease_ended)
-    retry = post("k5")
-    assert retry.status_code == 201 and record(db, "k5")[2] == 2
-    RELEASE.set()
-    holder.join(30)
-    assert held["r"].status_code == 409  # its completion was refused, its write rolled back
-    assert effects(db) == 1
-    assert post("k5").content == retry.content
+    new = threading.Thread(target=hold, args=("new",))
+    new.start()
+    assert gates["new"][0].wait(10) and "new" not in held  # the retry took the lease over
+    assert record(db, "k5")[2] == 2
+    gates["old"][1].set()
+    old.join(30)
+    assert held["old"].status_code == 409  # fenced: its completion refused, its write rolled back
+    assert effects(db) == 0
+    gates["new"][1].set()
+    new.join(30)
+    assert held["new"].status_code == 201 and effects(db) == 1
+    assert post("k5").content == held["new"].content
 
 
 def test_retry_after_expiry_is_new(db):
@@ -1009,7 +1022,7 @@ from idempotency.dependency import Idempotency, current_user, idempotent, instal
 from idempotency.payments import create_payment_intent
 
 ACTION = __ACTION_STR__
-STALLED, RELEASE = threading.Event(), threading.Event()
+GATES = {}  # name: (stalled, release) events of a request the test holds
 
 
 class FakeStripe:
@@ -1053,9 +1066,10 @@ app.dependency_overrides[current_user] = header_user
 @app.post(ACTIONS[ACTION]["path"])
 def route(idem: Idempotency = Depends(idempotent(ACTION)), stripe=Depends(get_stripe),
           x_test_stall: str = Header(None)):
-    if x_test_stall:
-        STALLED.set()
-        RELEASE.wait(30)
+    if x_test_stall:  # the test holds this request here
+        stalled, release = GATES[x_test_stall]
+        stalled.set()
+        release.wait(30)
     params = {f: idem.body.get(f) for f in ACTIONS[ACTION]["fields"]}
     intent = create_payment_intent(stripe, idem, **params)
     with idem.conn.cursor() as c:
@@ -1073,14 +1087,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from idempotency import actions, cleanup
-from tests.app import ACTION, RELEASE, STALLED, app, stripe
+from tests.app import ACTION, GATES, app, stripe
 
 PATH = actions.ACTIONS[ACTION]["path"]
 BODY = {f: f"{f}-1" for f in actions.ACTIONS[ACTION]["fields"]}
 
 
-def post(key, body=BODY, user="u1", **headers):
-    headers = {"Idempotency-Key": key, **({"X-User": user} if user else {}), **headers}
+def post(key, body=BODY, user="u1", stall=None):
+    headers = {"Idempotency-Key": key, **({"X-User": user} if user else {}), **({"X-Test-Stall": stall} if stall else {})}
     return TestClient(app, raise_server_exceptions=False).post(PATH, json=body, headers=headers)
 
 
@@ -1155,26 +1169,37 @@ def test_other_volatile_field_is_replayed(db):
 
 def test_stalled_holder_is_fenced_after_its_lease(db, monkeypatch):
     monkeypatch.setitem(actions.ACTIONS[ACTION], "lock_timeout", 1)
-    STALLED.clear(), RELEASE.clear()
+    gates = {name: (threading.Event(), threading.Event()) for name in ("old", "new")}
+    GATES.update(gates)
     held = {}
-    holder = threading.Thread(target=lambda: held.update(r=post("k5", **{"X-Test-Stall": "1"})))
-    holder.start()
-    assert STALLED.wait(10)
+
+    def hold(name):
+        held[name] = post("k5", stall=name)
+        gates[name][0].set()  # also when it fails before the gate
+
+    old = threading.Thread(target=hold, args=("old",))
+    old.start()
+    assert gates["old"][0].wait(10)
     assert post("k5").status_code == 409  # the lease is live
 
     def lease_ended():
         db.commit()
         with db.cursor() as c:
             c.execute("SELECT locked_until <= now() FROM idempotency_store")
-            return c.fetchone()[0]
+            return bool(c.fetchone()[0])
     until(lease_ended)
-    retry = post("k5")
-    assert retry.status_code == 201 and record(db, "k5")[2] == 2
-    RELEASE.set()
-    holder.join(30)
-    assert held["r"].status_code == 409  # its completion was refused, its write rolled back
-    assert effects(db) == 1 and len(stripe.charges) == 1
-    assert post("k5").content == retry.content
+    new = threading.Thread(target=hold, args=("new",))
+    new.start()
+    assert gates["new"][0].wait(10) and "new" not in held  # the retry took the lease over
+    assert record(db, "k5")[2] == 2
+    gates["old"][1].set()
+    old.join(30)
+    assert held["old"].status_code == 409  # fenced: its completion refused, its write rolled back
+    assert effects(db) == 0
+    gates["new"][1].set()
+    new.join(30)
+    assert held["new"].status_code == 201 and effects(db) == 1 and len(stripe.charges) == 1
+    assert post("k5").content == held["new"].content
 
 
 def test_lost_provider_response_is_resent_with_the_same_reference(db):
