@@ -58,7 +58,7 @@ func pyActions(d *Document) string {
 			fmt.Fprintf(&b, "        \"source\": %s,\n", pyStr(x.Trigger))
 		}
 		fmt.Fprintf(&b, "        \"fields\": [%s],\n", strings.Join(fields, ", "))
-		fmt.Fprintf(&b, "        \"lock_timeout\": %d,  # seconds: %s\n", int(x.LockTimeout.Seconds()), pyComment(x.LockReason))
+		fmt.Fprintf(&b, "        \"lock_timeout\": %d,  # seconds: 3x the p99 (%s), at least 30\n", int(x.LockTimeout.Seconds()), human(x.DurationD))
 		b.WriteString("    },\n")
 	}
 	b.WriteString("}\n")
@@ -449,7 +449,6 @@ const pyDjangoApp = `"""The test's Django app: a user from the X-User header, an
 the action that writes one row per execution through the middleware's
 connection (in the transaction of the record)."""
 import json
-import threading
 
 from django.http import JsonResponse
 from django.urls import path
