@@ -32,7 +32,11 @@ const mariaDBStart = 60 * time.Second
 // on first use; the test fails when it cannot.
 func mariaDB(t *testing.T) string {
 	t.Helper()
-	need(t, "python.sh", "mariadb-install-db", "mariadbd")
+	for _, p := range []string{"mariadb-install-db", "mariadbd"} {
+		if mariaProgram(p) == "" {
+			need(t, "python.sh", p) // fails, naming the script
+		}
+	}
 	mariaOnce.Do(func() { mariaAddr, mariaErr = startMariaDB() })
 	if mariaErr != nil {
 		t.Fatalf("designkit: MariaDB: %v", mariaErr)
@@ -47,7 +51,7 @@ func startMariaDB() (string, error) {
 	}
 	cleanup := func() { _ = os.RemoveAll(dir) }
 	data := filepath.Join(dir, "data")
-	install := exec.Command("mariadb-install-db", "--no-defaults", "--datadir="+data, "--user=root",
+	install := exec.Command(mariaProgram("mariadb-install-db"), "--no-defaults", "--datadir="+data, "--user=root",
 		"--auth-root-authentication-method=normal", "--skip-test-db")
 	if out, err := mariaRunBounded(install, mariaDBStart); err != nil {
 		cleanup()
@@ -59,7 +63,7 @@ func startMariaDB() (string, error) {
 		return "", err
 	}
 	var log bytes.Buffer
-	srv := exec.Command("mariadbd", "--no-defaults", "--datadir="+data, "--socket="+filepath.Join(dir, "sock"),
+	srv := exec.Command(mariaProgram("mariadbd"), "--no-defaults", "--datadir="+data, "--socket="+filepath.Join(dir, "sock"),
 		"--pid-file="+filepath.Join(dir, "pid"), fmt.Sprintf("--port=%d", port), "--bind-address=127.0.0.1",
 		"--user=root", "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=32M",
 		"--innodb-log-file-size=16M", "--character-set-server=utf8mb4", "--log-error="+filepath.Join(dir, "error.log"))
@@ -113,6 +117,21 @@ func startMariaDB() (string, error) {
 	}
 	atExit(stop)
 	return addr, nil
+}
+
+// mariaProgram finds a MariaDB program on PATH or in /usr/sbin, where
+// Debian puts mariadbd (not on every user's PATH); "" when it is in neither.
+func mariaProgram(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/bin"} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
 }
 
 // mariaRunBounded runs cmd, killing it after d.
