@@ -58,12 +58,36 @@ func pyActions(d *Document) string {
 			fmt.Fprintf(&b, "        \"source\": %s,\n", pyStr(x.Trigger))
 		}
 		fmt.Fprintf(&b, "        \"fields\": [%s],\n", strings.Join(fields, ", "))
+		if x.Kind == "webhook" {
+			fmt.Fprintf(&b, "        \"key_field\": %s,  # the key's intent: %s\n", pyStr(pyKeyField(x.IdentifyingFields)), pyComment(strings.Join(x.IdentifyingFields, ", ")))
+		}
 		fmt.Fprintf(&b, "        \"lock_timeout\": %d,  # seconds: 3x the p99 (%s), at least 30\n", int(x.LockTimeout.Seconds()), human(x.DurationD))
 		b.WriteString("    },\n")
 	}
 	b.WriteString("}\n")
 	fmt.Fprintf(&b, "\n# How long a key is kept (%s): %s.\nRETENTION_SECONDS = %d\n", human(d.Retention), pyComment(d.RetentionReason), int(d.Retention.Seconds()))
 	return b.String()
+}
+
+// pyKeyField is the body field of a webhook event that identifies it:
+// a provider's event id is its "id".
+func pyKeyField(ids []string) string {
+	if len(ids) == 0 {
+		return "id"
+	}
+	f := strings.ToLower(strings.TrimSpace(ids[0]))
+	if f == "id" || strings.HasSuffix(f, "event id") || strings.HasSuffix(f, "event_id") {
+		return "id"
+	}
+	var b strings.Builder
+	for _, r := range f {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else if b.Len() > 0 && !strings.HasSuffix(b.String(), "_") {
+			b.WriteByte('_')
+		}
+	}
+	return strings.Trim(b.String(), "_")
 }
 
 // pyComment keeps a text on one comment line, shortened at its first
@@ -845,6 +869,7 @@ and D3). The database is IDEMPOTENCY_DATABASE_URL (a libpq URL). Use:
         ...  # write through idem.conn: one transaction with the record
         return idem.respond(201, {...})
 """
+import hashlib
 import json
 import os
 import re
@@ -864,6 +889,13 @@ def current_user() -> str:
     """The authenticated user's id, which scopes every key: override it
     with your authentication dependency."""
     raise HTTPException(401, "authentication required: the key is scoped by the user")
+
+
+def webhook_account() -> str:
+    """The account a webhook comes from, which scopes its keys, once its
+    signature is verified (e.g. stripe.Webhook.construct_event): override
+    it with your verification."""
+    raise HTTPException(401, "unverified webhook: verify its signature first")
 
 
 class Refused(Exception):
@@ -901,17 +933,27 @@ class Idempotency:
 
 
 def idempotent(action: str):
-    """The dependency protecting action (a name of ACTIONS)."""
+    """The dependency protecting action (a name of ACTIONS): an HTTP
+    action's key is the caller's Idempotency-Key, scoped by current_user;
+    a webhook's is its event id, scoped by webhook_account."""
 
-    async def dependency(request: Request, scope: str = Depends(current_user)):
-        intent = request.headers.get("Idempotency-Key", "")
-        if not KEY.fullmatch(intent):
-            raise _error(400, "Idempotency-Key header required: 1 to 200 of A-Z a-z 0-9 _ . : -, "
-                              "one per intent, the same on every retry")
+    webhook = ACTIONS[action]["kind"] == "webhook"
+
+    async def dependency(request: Request, scope: str = Depends(webhook_account if webhook else current_user)):
         try:
             body = json.loads(await request.body() or b"{}")
         except ValueError:
             raise _error(400, "the body is not JSON")
+        if webhook:  # the sender's event id: identical on every resend
+            event = body.get(ACTIONS[action]["key_field"]) if isinstance(body, dict) else None
+            if not event:
+                raise _error(400, f"the event has no {ACTIONS[action]['key_field']}")
+            intent = hashlib.sha256(str(event).encode("utf-8")).hexdigest()
+        else:
+            intent = request.headers.get("Idempotency-Key", "")
+            if not KEY.fullmatch(intent):
+                raise _error(400, "Idempotency-Key header required: 1 to 200 of A-Z a-z 0-9 _ . : -, "
+                                  "one per intent, the same on every retry")
         key = f"{action}_{intent}"
         conn = await run_in_threadpool(store.connect, os.environ["IDEMPOTENCY_DATABASE_URL"])
         try:
@@ -1245,6 +1287,34 @@ def test_cleanup_deletes_expired_records_only(db):
         assert [r[0] for r in c.fetchall()] == ["busy", "live"]
 `
 
+const pyFastAPIWebhookApp = `
+
+WEBHOOK = __WEBHOOK_STR__
+app.dependency_overrides[webhook_account] = lambda: "acct_test"  # as if its signature was verified
+
+
+@app.post(ACTIONS[WEBHOOK]["path"])
+def webhook(idem: Idempotency = Depends(idempotent(WEBHOOK))):
+    with idem.conn.cursor() as c:
+        c.execute("INSERT INTO effects (body) VALUES (%s) RETURNING id", (json.dumps(idem.body),))
+        effect_id = c.fetchone()[0]
+    return idem.respond(200, {"effect": effect_id})
+`
+
+const pyFastAPIWebhookTest = `
+
+def test_resent_webhook_is_handled_once(db):
+    from tests.app import WEBHOOK
+    path, field = actions.ACTIONS[WEBHOOK]["path"], actions.ACTIONS[WEBHOOK]["key_field"]
+    event = {field: "evt_1", **{f: f"{f}-1" for f in actions.ACTIONS[WEBHOOK]["fields"]}}
+    client = TestClient(app, raise_server_exceptions=False)
+    first, resent = client.post(path, json=event), client.post(path, json=event)
+    assert first.status_code == 200 and resent.content == first.content
+    assert resent.headers["Idempotent-Replayed"] == "true" and effects(db) == 1
+    assert client.post(path, json=dict(event, **{field: "evt_2"})).status_code == 200 and effects(db) == 2
+    assert client.post(path, json={}).status_code == 400
+`
+
 func fastapiKit(d *Document) *Kit {
 	http := firstAction(d, true, "http")
 	if http == nil {
@@ -1268,11 +1338,17 @@ func fastapiKit(d *Document) *Kit {
 	}
 	k.Fingerprint = []File{{Path: "idempotency/fingerprint.py", Lang: "python", Text: pyFingerprint}}
 	k.Cleanup = []File{{Path: "idempotency/cleanup.py", Lang: "python", Text: pyPostgresCleanup}}
-	k.Tests = []File{{Path: "tests/test_idempotency.py", Lang: "python", Text: pyFastAPITests}}
+	app, tests := strings.ReplaceAll(pyFastAPIApp, "__ACTION_STR__", pyStr(http.Name)), pyFastAPITests
+	if w := firstAction(d, true, "webhook"); w != nil {
+		app = strings.Replace(app, "current_user, idempotent, install", "current_user, idempotent, install, webhook_account", 1)
+		app += strings.ReplaceAll(pyFastAPIWebhookApp, "__WEBHOOK_STR__", pyStr(w.Name))
+		tests += pyFastAPIWebhookTest
+	}
+	k.Tests = []File{{Path: "tests/test_idempotency.py", Lang: "python", Text: tests}}
 	k.Support = []File{
 		{Path: "schema.sql", Lang: "sql", Text: referenceDDL() + "\n"},
 		{Path: "conftest.py", Lang: "python", Text: pyFastAPIConftest},
-		{Path: "tests/app.py", Lang: "python", Text: strings.ReplaceAll(pyFastAPIApp, "__ACTION_STR__", pyStr(http.Name))},
+		{Path: "tests/app.py", Lang: "python", Text: app},
 		{Path: "idempotency/__init__.py", Lang: "python", Text: "\"\"\"Idempotency for " + strings.ReplaceAll(d.Service, `"`, `'`) + ": claim, run, record, replay.\"\"\"\n"},
 		{Path: "tests/__init__.py", Lang: "python", Text: ""},
 	}

@@ -35,7 +35,7 @@ func TestPythonKits(t *testing.T) {
 			"RETENTION_SECONDS = 604800", `"path": "/v1/charges"`, "ON CONFLICT (idempotency_key, user_id) DO NOTHING",
 			"CONSTRAINT pk_idempotency PRIMARY KEY (idempotency_key, user_id)", "response_raw", "FOR UPDATE",
 			"hmac.compare_digest", "Idempotent-Replayed", `step: str = "charge"`, "idempotency_key=stripe_idempotency_key(idem.key, step)",
-			"expires_at < now()", "class FakeStripe", "test_lost_provider_response_is_resent_with_the_same_reference"}},
+			"expires_at < now()", "class FakeStripe", `"key_field": "id",`, "def webhook_account()", "test_resent_webhook_is_handled_once", "test_lost_provider_response_is_resent_with_the_same_reference"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
