@@ -380,11 +380,12 @@ from .fingerprint import fingerprint
 
 
 def consume(conn, action: str, message_id: str, tenant: str, payload: dict, handler) -> str:
-    """Run handler(conn, payload) once per message id: returns "done",
-    "duplicate" (already handled: ack it) or "in_progress" (another
-    consumer holds it: requeue). handler writes through conn, in the
-    transaction of the COMPLETED record; its outbound effects (an email)
-    go in an outbox table in that transaction, sent by a relay."""
+    """Run handler(conn, payload, dedup_id) once per message id: returns
+    "done", "duplicate" (already handled: ack it) or "in_progress"
+    (another consumer holds it: requeue). handler writes through conn, in
+    the transaction of the COMPLETED record. An outbound effect (an email)
+    is an outbox row written there with dedup_id; a relay sends it at
+    least once, passing dedup_id to the receiving service (section 5)."""
     if not message_id:
         raise ValueError("message_id is empty: set it in the producer (or derive the key from a business id)")
     key = f"{action}_" + hashlib.sha256(message_id.encode("utf-8")).hexdigest()
@@ -395,7 +396,7 @@ def consume(conn, action: str, message_id: str, tenant: str, payload: dict, hand
         return "in_progress"
     conn.begin()
     try:
-        handler(conn, payload)
+        handler(conn, payload, f"{tenant}_{key}_{action}")
     except Exception:
         store.release(conn, key, tenant, c.lock_version)
         raise
@@ -684,10 +685,10 @@ def test_redelivered_message_is_handled_once(db):
     conn = store.connect(**settings.IDEMPOTENCY_DATABASE)
     runs = []
 
-    def handler(c, payload):
-        runs.append(payload)
+    def handler(c, payload, dedup_id):  # writes its outbox row
+        runs.append(dedup_id)
         with c.cursor() as cur:
-            cur.execute("INSERT INTO effects (body) VALUES ('message')")
+            cur.execute("INSERT INTO effects (body) VALUES (%s)", (dedup_id,))
 
     try:
         assert consumer.consume(conn, CONSUMER, "m-1", "acct-1", {}, handler) == "done"
@@ -695,7 +696,13 @@ def test_redelivered_message_is_handled_once(db):
         assert consumer.consume(conn, CONSUMER, "m-2", "acct-1", {}, handler) == "done"
     finally:
         conn.close()
-    assert len(runs) == 2 and effects(db) == 2
+    assert len(runs) == 2 and len(set(runs)) == 2 and effects(db) == 2
+    other = store.connect(**settings.IDEMPOTENCY_DATABASE)  # another consumer instance
+    try:
+        assert consumer.consume(other, CONSUMER, "m-1", "acct-1", {}, handler) == "duplicate"
+    finally:
+        other.close()
+    assert len(runs) == 2
 `
 
 // firstAction is the first action of d of one of kinds (with a route for
