@@ -253,7 +253,7 @@ export interface StoreOptions {
   retentionMs?: number;
   skewMs?: number;
   /** The application clock in ms (Date.now); DynamoDB has none. */
-  now?: () => number;
+  clock?: () => number;
 }
 
 export interface Stored { code: number; ctype: string; body: Uint8Array }
@@ -272,14 +272,14 @@ export class IdempotencyStore {
   readonly table: string;
   readonly retentionMs: number;
   readonly skewMs: number;
-  readonly now: () => number;
+  readonly clock: () => number;
 
   constructor(o: StoreOptions) {
     this.client = o.client;
     this.table = o.table ?? tableName;
     this.retentionMs = o.retentionMs ?? defaultRetentionMs;
     this.skewMs = o.skewMs ?? defaultSkewMs;
-    this.now = o.now ?? Date.now;
+    this.clock = o.clock ?? Date.now;
   }
 
   static pk(scope: string, key: string): string {
@@ -296,7 +296,7 @@ export class IdempotencyStore {
   async claim(scope: string, key: string, fp: string, leaseMs: number): Promise<Claim> {
     const pk = IdempotencyStore.pk(scope, key);
     for (let attempt = 0; attempt < 5; attempt++) {
-      const now = this.now();
+      const now = this.clock();
       const fresh = this.item(pk, scope, key, fp, 1, now, leaseMs);
       if (await this.conditional(new PutItemCommand({ TableName: this.table, Item: fresh, ConditionExpression: "attribute_not_exists(pk)" }))) {
         return { kind: "claimed", version: 1 };
@@ -342,7 +342,7 @@ export class IdempotencyStore {
    * It returns false, having written nothing, when the lease was lost.
    */
   async complete(scope: string, key: string, version: number, res: Stored, writes: TransactWriteItem[] = []): Promise<boolean> {
-    const ea = this.now() + this.retentionMs;
+    const ea = this.clock() + this.retentionMs;
     const record: TransactWriteItem = {
       Update: {
         TableName: this.table, Key: { pk: { S: IdempotencyStore.pk(scope, key) } },
@@ -370,7 +370,7 @@ export class IdempotencyStore {
     return this.conditional(new UpdateItemCommand({
       TableName: this.table, Key: { pk: { S: IdempotencyStore.pk(scope, key) } },
       UpdateExpression: "SET lu = :lu", ConditionExpression: "st = :processing AND v = :mine",
-      ExpressionAttributeValues: { ":lu": { N: String(this.now() + leaseMs) }, ":processing": { S: "PROCESSING" }, ":mine": { N: String(version) } },
+      ExpressionAttributeValues: { ":lu": { N: String(this.clock() + leaseMs) }, ":processing": { S: "PROCESSING" }, ":mine": { N: String(version) } },
     }));
   }
 
@@ -390,7 +390,7 @@ export class IdempotencyStore {
   /** read returns the live (not expired) record of (scope, key), or undefined. */
   async read(scope: string, key: string): Promise<Record<string, AttributeValue> | undefined> {
     const got = await this.client.send(new GetItemCommand({ TableName: this.table, Key: { pk: { S: IdempotencyStore.pk(scope, key) } }, ConsistentRead: true }));
-    if (!got.Item || Number(got.Item.ea.N) <= this.now()) return undefined;
+    if (!got.Item || Number(got.Item.ea.N) <= this.clock()) return undefined;
     return got.Item;
   }
 
@@ -614,7 +614,7 @@ export async function cleanup(store: IdempotencyStore, pageSize = 500): Promise<
   let deleted = 0;
   let start: Record<string, AttributeValue> | undefined;
   do {
-    const now = String(store.now());
+    const now = String(store.clock());
     const page = await store.client.send(new ScanCommand({
       TableName: store.table, Limit: pageSize, ExclusiveStartKey: start,
       ProjectionExpression: "pk", FilterExpression: "ea <= :now", ExpressionAttributeValues: { ":now": { N: now } },
@@ -819,7 +819,7 @@ export const client = new DynamoDBClient({
 /** A clock the tests move forward, instead of waiting. */
 export class Clock {
   offset = 0;
-  now = () => Date.now() + this.offset;
+  now = (): number => new Date().getTime() + this.offset;
   advance(ms: number) { this.offset += ms; }
 }
 
@@ -838,7 +838,7 @@ export async function fresh(clock: Clock): Promise<{ store: IdempotencyStore; or
   const records = "idempotency_" + id;
   const orders = "orders_" + id;
   await Promise.all([table(records), table(orders)]);
-  return { store: new IdempotencyStore({ client, table: records, now: clock.now }), orders };
+  return { store: new IdempotencyStore({ client, table: records, clock: clock.now }), orders };
 }
 
 export async function count(tableName: string): Promise<number> {
