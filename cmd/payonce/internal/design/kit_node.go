@@ -707,9 +707,11 @@ test("holder stalled past its lease: a retry takes over and completes once; the 
   const { store, orders } = await fresh(clock);
   let release!: () => void;
   const stalled = new Promise<void>((r) => { release = r; });
+  let releaseRetry!: () => void;
+  const retryHeld = new Promise<void>((r) => { releaseRetry = r; });
   const leaseMs = 1_000;
   const a = await serve(store, orders, { leaseMs, heartbeatMs: 0, hold: async (started) => { started(); await stalled; } });
-  const b = await serve(store, orders, { leaseMs });
+  const b = await serve(store, orders, { leaseMs, hold: async (started) => { started(); await retryHeld; } });
   t.after(a.close);
   t.after(b.close);
   const key = randomUUID();
@@ -718,11 +720,17 @@ test("holder stalled past its lease: a retry takes over and completes once; the 
   const early = await post(b.url, "alice", key, body());
   assert.equal(early.status, 409, "a live lease is in progress");
   clock.advance(leaseMs + skewMs + 1);
-  const retry = await post(b.url, "alice", key, body());
-  assert.deepEqual([retry.status, retry.replayed], [201, false]);
+  // The retry takes over and is held while the old holder wakes up and
+  // tries to record its outcome: the record is PROCESSING under the
+  // retry's lock version, so only the fence refuses it.
+  const retrying = post(b.url, "alice", key, body());
+  await b.started;
   release();
   const old = await holder;
   assert.equal(old.status, 409, "the old holder's completion must be refused: " + old.text);
+  releaseRetry();
+  const retry = await retrying;
+  assert.deepEqual([retry.status, retry.replayed], [201, false], retry.text);
   assert.equal(await count(orders), 1);
   const replay = await post(b.url, "alice", key, body());
   assert.deepEqual([replay.replayed, replay.text], [true, retry.text]);
