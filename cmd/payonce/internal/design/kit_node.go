@@ -451,6 +451,8 @@ const SCOPE = /^[A-Za-z0-9_.:@-]{1,54}$/;
  * idempotent protects one action: claim the key, run the handler, record
  * its response with its writes (fenced by the lock version), and replay
  * the response byte for byte to every retry (Idempotent-Replayed: true).
+ * The handler answers with res.send, res.json or res.end (one body, no
+ * res.write streaming); a 5xx or an error ends the lease for a retry.
  */
 export function idempotent(o: IdempotentOptions): RequestHandler {
   const leaseMs = o.leaseMs ?? o.action.leaseMs;
