@@ -1216,6 +1216,19 @@ class IdempotencyKitTest {
     }
 
     @Test
+    void oldHolderCannotCompleteAfterTakeover() throws Exception {
+        String k = key("alice", UUID.randomUUID().toString()), fp = Fingerprint.of(ACTION, Map.of());
+        Duration lease = Duration.ofSeconds(1);
+        long old = ((IdempotencyStore.Acquired) store.claim(k, "alice", fp, lease)).lockVersion();
+        awaitLeaseEnd(k, "alice");
+        long now = ((IdempotencyStore.Acquired) store.claim(k, "alice", fp, lease)).lockVersion();
+        assertEquals(old + 1, now);
+        assertFalse(store.complete(k, "alice", old, 201, "text/plain", "old".getBytes(StandardCharsets.UTF_8)), "the old holder completed");
+        assertTrue(store.complete(k, "alice", now, 201, "text/plain", "new".getBytes(StandardCharsets.UTF_8)));
+        assertArrayEquals("new".getBytes(StandardCharsets.UTF_8), (byte[]) column(k, "alice", "response_raw"));
+    }
+
+    @Test
     void consumerStalledHolderIsFencedAndItsWritesRolledBack() throws Exception {
         Actions.Action shortLease = CONSUMER.withLockTimeout(Duration.ofSeconds(2));
         IdempotentConsumer consumer = new IdempotentConsumer(db, store);
