@@ -1184,7 +1184,7 @@ class IdempotencyKitTest {
 
     @Test
     void stalledHolderIsTakenOverAndItsCompletionFenced() throws Exception {
-        Actions.Action shortLease = ACTION.withLockTimeout(Duration.ofSeconds(2));
+        Actions.Action shortLease = ACTION.withLockTimeout(Duration.ofSeconds(3));
         AtomicInteger runs = new AtomicInteger();
         CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
         FilterChain stalled = (rq, rs) -> {
@@ -1230,7 +1230,7 @@ class IdempotencyKitTest {
 
     @Test
     void consumerStalledHolderIsFencedAndItsWritesRolledBack() throws Exception {
-        Actions.Action shortLease = CONSUMER.withLockTimeout(Duration.ofSeconds(2));
+        Actions.Action shortLease = CONSUMER.withLockTimeout(Duration.ofSeconds(3));
         IdempotentConsumer consumer = new IdempotentConsumer(db, store);
         String intent = IdempotentConsumer.intentOf("orders.paid", 3, 4711L), k = "acct_42_" + CONSUMER.name() + "_" + intent;
         CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
