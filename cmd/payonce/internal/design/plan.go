@@ -383,7 +383,7 @@ func planAction(act Action, a Answers, retention time.Duration) (ActionPlan, err
 			}
 			p.IdentifyingFields = ids
 		}
-		p.Generator = "server: intent = sha256 of " + strings.Join(ids, " + ") + " (idempotency.DeriveIntent), identical on every redelivery"
+		p.Generator = "server: intent = sha256 of " + strings.Join(ids, " + ") + derivedBy(a) + ", identical on every redelivery"
 		p.IntentBits = 256
 		p.KeyExample = "acct_42_" + p.Name + "_" + DeriveIntentExample(p.Name)
 	}
@@ -538,4 +538,14 @@ func recovery(p ActionPlan, store string, goCode bool) []string {
 	}
 	r = append(r, "Transient error: the lease is ended at once (its end set to the store's now), the record is kept, and a retry re-drives with the same references.")
 	return r
+}
+
+// derivedBy names the function that derives a server key's intent, for Go
+// stacks (payonce's idempotency.DeriveIntent); other stacks read the rule
+// itself: hex of the SHA-256 of the identifying fields, length-prefixed.
+func derivedBy(a Answers) string {
+	if a.Stack.IsGo() {
+		return " (idempotency.DeriveIntent)"
+	}
+	return " (lowercase hex; each field length-prefixed before hashing, so that no two field lists share an encoding)"
 }

@@ -74,7 +74,7 @@ func sections(d *Document) []Section {
 	}
 
 	// 2. Key design.
-	b[1] = append(b[1], p("(a) Format: every key is {scope}_{action}_{intent}. No time-varying part is ever added: expiry is the expires_at column, not a key part. Keys are 1..255 bytes of a fixed safe charset after composition (idempotency.ComposeKey)."),
+	b[1] = append(b[1], p("(a) Format: every key is {scope}_{action}_{intent}. No time-varying part is ever added: expiry is the expires_at column, not a key part. Keys are 1..255 bytes of a fixed safe charset after composition%s.", map[bool]string{true: " (idempotency.ComposeKey)", false: ""}[goCode]),
 		p("(b) Who generates it, (c) uniqueness, (d) scope, per action (volume %d a day, retention %s, so about %.3g keys per retention period):", a.VolumePerDay, human(d.Retention), float64(a.VolumePerDay)*d.Retention.Hours()/24))
 	var rows [][]string
 	for _, x := range d.Actions {
@@ -153,7 +153,7 @@ func sections(d *Document) []Section {
 			rows = append(rows, []string{pv.Name, pv.Header, pv.MaxLen, pv.Window, pv.Reference, pv.Lookup})
 		}
 		b[5] = append(b[5], table([]string{"provider", "dedup header", "max length", "provider window", "our reference (derived from the key)", "after a lost response"}, rows),
-			p("Local retention (%s) is at least every provider window, so a retry inside a window always finds the local record; past a window minus a margin payonce never re-sends: it looks the attempt up. The attempt number is advanced only by the reconciler, never by a retry.", human(d.Retention)))
+			p("Local retention (%s) is at least every provider window, so a retry inside a window always finds the local record; past a window minus a margin never re-send: look the attempt up. The attempt number is advanced only by the reconciler, never by a retry.", human(d.Retention)))
 		rows = nil
 		for _, x := range d.Actions {
 			for _, r := range x.Refs {
@@ -188,11 +188,11 @@ func sections(d *Document) []Section {
 			code("text", sagaDiagram(x)))
 	}
 	if !multi {
-		b[6] = append(b[6], p("No action has several steps: no saga is needed. Should an action grow a second step with its own effect, make it a saga (payonce's saga package): each step keyed {key}_{step}, compensations in reverse order, every transition committed with its state."))
+		b[6] = append(b[6], p("No action has several steps: no saga is needed. Should an action grow a second step with its own effect, make it a saga%s: each step keyed {key}_{step}, compensations in reverse order, every transition committed with its state.", map[bool]string{true: " (payonce's saga package)", false: ""}[goCode]))
 	}
 
 	// 8. Security.
-	b[7] = append(b[7], list(
+	sec := []string{
 		"Scope from authentication only, never from the body; a protected route without an authenticated scope answers 401.",
 		"Client keys must carry 128 bits of entropy (the middleware's default; 400 otherwise): a guessable key could be taken first by another tenant, or replay another client's request within its own scope.",
 		"Each scope's keys are its own: the same key under another scope is another record, never that scope's answer, and no tenant can block or detect another's keys.",
@@ -201,7 +201,14 @@ func sections(d *Document) []Section {
 		"Stored responses may hold personal data: store a hash only for routes that do not need a byte-for-byte replay (StoreHashOnly), and encrypt at rest where required; Set-Cookie is never stored or replayed.",
 		"Webhooks: verify the provider's signature in constant time before anything is recorded.",
 		"Operator actions (release, resolve) are audited in operator_audit.",
-	))
+	}
+	if !goCode {
+		sec[1] = "Client keys must carry 128 bits of entropy (check the key's length and alphabet in D3; 400 otherwise): a guessable key could be taken first by another tenant, or replay another client's request within its own scope."
+		sec[3] = "Rate-limit new keys per scope (429 beyond it; count claims per scope in the store's clock window); replays are never counted."
+		sec[5] = "Stored responses may hold personal data: store a hash of the body only for routes that do not need a byte-for-byte replay, and encrypt bodies at rest where required (an AEAD with the scope and key as associated data); Set-Cookie is never stored or replayed."
+		sec[7] = "Operator actions on records (a release, a manual settlement) go through the runbook's fenced commands (D9) and are written to your incident log with who, what and why."
+	}
+	b[7] = append(b[7], list(sec...))
 
 	// 9. Anti-patterns: the seed's ten, then payonce's own.
 	var ap [][]string
@@ -226,7 +233,20 @@ func sections(d *Document) []Section {
 
 	// 10. Monitoring.
 	metrics, alerts, err := Monitoring()
-	if err != nil {
+	if !goCode {
+		rows = nil
+		for _, m := range stackMetrics(d) {
+			rows = append(rows, []string{m.Name, m.Type, orDash(m.Labels), m.Where})
+		}
+		b[9] = append(b[9], p("The metrics your idempotency layer emits (Prometheus names; any client library of your stack), where each is counted:"),
+			table([]string{"metric", "type", "labels", "counted in"}, rows))
+		rows = nil
+		for _, al := range stackAlerts(d) {
+			rows = append(rows, []string{al.Name, al.Severity, al.Expr, al.Summary})
+		}
+		b[9] = append(b[9], p("The alerts on them (D7 has the rule file), thresholds from the lock timeouts above:"),
+			table([]string{"alert", "severity", "condition", "meaning"}, rows))
+	} else if err != nil {
 		b[9] = append(b[9], p("monitoring rules unavailable: %v", err))
 	} else {
 		rows = nil
@@ -334,7 +354,10 @@ defer pruner.Stop(context.Background())
 
 	// D7. Monitoring configuration.
 	files, err := RuleFiles()
-	if err != nil {
+	if !goCode {
+		b[18] = append(b[18], p("A Prometheus rule file on the metrics of section 10 (check it with promtool check rules):"),
+			h3("idempotency.rules.yml"), code("yaml", stackRules(d)))
+	} else if err != nil {
 		b[18] = append(b[18], p("rule files unavailable: %v", err))
 	} else {
 		var names []string
@@ -362,16 +385,21 @@ defer pruner.Stop(context.Background())
 	b[19] = append(b[19], list(items...))
 
 	// D9. Runbook.
-	b[20] = append(b[20], table([]string{"symptom", "alert", "first command", "runbook"}, [][]string{
-		{"records stuck PROCESSING", "IdempotencyLockTimeoutsSustained, IdempotencyOrphanReclaimsSpike", "payonce stuck --older-than 10m", "docs/runbook.md §1"},
-		{"two processors for one key", "IdempotencyLockTimeoutsSustained", "payonce stuck; then payonce release SCOPE KEY --reason INC-…", "§2"},
-		{"table growing, pruner late", "IdempotencyStoreGrowing, IdempotencyPrunerNotRunning", "payonce prune --batch 5000", "§3"},
-		{"provider and local state diverge", "ReconcileDuplicateCharge, ReconcileNeedsReview", "payonce reconcile --format table; payonce resolve SCOPE KEY", "§4"},
-		{"key flooding", "IdempotencyKeyFlooding", "find the scope bucket; lower RateLimit", "§5"},
-		{"saga stuck or in review", "SagaStuck, SagaNeedsReview", "payonce report", "§6"},
-		{"poison messages, redelivery storm", "InboxPoisonMessages, InboxRedeliveryStorm", "see runbook", "§7"},
-		{"a cron slot that never ran or ran twice", "-", "see runbook", "§8"},
-	}), p("Never delete a PROCESSING record by hand and never mark an UNKNOWN payment failed without the provider's proof: release (fenced, audited) and let the retry or the reconciler settle it."))
+	if !goCode {
+		b[20] = append(b[20], table([]string{"symptom", "alert", "first command", "then"}, stackRunbook(d)),
+			p("Never delete a PROCESSING record by hand and never mark an unknown payment failed without the provider's proof: release it (fenced by the version, written in your incident log) and let the retry settle it."))
+	} else {
+		b[20] = append(b[20], table([]string{"symptom", "alert", "first command", "runbook"}, [][]string{
+			{"records stuck PROCESSING", "IdempotencyLockTimeoutsSustained, IdempotencyOrphanReclaimsSpike", "payonce stuck --older-than 10m", "docs/runbook.md §1"},
+			{"two processors for one key", "IdempotencyLockTimeoutsSustained", "payonce stuck; then payonce release SCOPE KEY --reason INC-…", "§2"},
+			{"table growing, pruner late", "IdempotencyStoreGrowing, IdempotencyPrunerNotRunning", "payonce prune --batch 5000", "§3"},
+			{"provider and local state diverge", "ReconcileDuplicateCharge, ReconcileNeedsReview", "payonce reconcile --format table; payonce resolve SCOPE KEY", "§4"},
+			{"key flooding", "IdempotencyKeyFlooding", "find the scope bucket; lower RateLimit", "§5"},
+			{"saga stuck or in review", "SagaStuck, SagaNeedsReview", "payonce report", "§6"},
+			{"poison messages, redelivery storm", "InboxPoisonMessages, InboxRedeliveryStorm", "see runbook", "§7"},
+			{"a cron slot that never ran or ran twice", "-", "see runbook", "§8"},
+		}), p("Never delete a PROCESSING record by hand and never mark an UNKNOWN payment failed without the provider's proof: release (fenced, audited) and let the retry or the reconciler settle it."))
+	}
 
 	var out []Section
 	for i, id := range SectionIDs {

@@ -236,6 +236,9 @@ func buildOrder(d *Document) [][2]string {
 	enforceNote := "per-route rollout: one route at a time behind a flag, the lowest-risk first; roll back by flipping the flag"
 	if len(d.Providers) > 0 {
 		enforce = "Enforce per route; payment routes last, through payments.Client (intent before the call, derived references) with the reconciler running"
+		if !d.Answers.Stack.IsGo() {
+			enforce = "Enforce per route; payment routes last, each recording its intent before the provider call and sending references derived from the key (section 6), with the reconciler running: a scheduled job that looks every unknown outcome up at the provider by its reference and settles it"
+		}
 		enforceNote += "; the reconciler is deployed before the first enforced charge, so unknown outcomes are settled from day one"
 	}
 	for _, x := range d.Actions {

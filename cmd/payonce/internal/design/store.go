@@ -159,7 +159,7 @@ func storeBlocks(d *Document) []Block {
 			b = append(b, p("payonce's schema for the components you use (lines %s), as payonce migrate up applies it; `payonce migrate print` prints it for your own migration tool. idempotency_store follows the reference DDL (PRIMARY KEY (idempotency_key, user_id), CHECK on status, lock_version, locked_until, expires_at NOT NULL, the expiry and orphan-lock partial indexes); pgstore runs the statements, with now() as the only clock.", lines),
 				code("sql", sql))
 		} else {
-			b = append(b, p("The reference DDL: one table, idempotency_store, and nothing else (payonce's payments, ledger and saga tables are for payonce's Go packages). Every instant comes from now(), the server's clock."),
+			b = append(b, p("The reference DDL: one table, idempotency_store, and nothing else. Every instant comes from now(), the server's clock."),
 				code("sql", referenceDDL()),
 				p("The three decisions, one statement each (lease %s, retention %s):", lease, ret), code("sql", claimSQL))
 		}

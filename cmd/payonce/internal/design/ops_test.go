@@ -1,0 +1,99 @@
+package design
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var otherStacks = []string{"django-mysql-rabbitmq", "express-dynamodb-sqs", "fastapi-postgres-stripe", "spring-postgres-kafka-adyen"}
+
+// TestDesignOtherStacksHoldNoPayonceInstruction: a document for a stack
+// that does not run payonce's Go packages gives no instruction its
+// engineers cannot follow: no payonce command, instrument, rule file or
+// Go API; its monitoring, alert rules and runbook are its own.
+func TestDesignOtherStacksHoldNoPayonceInstruction(t *testing.T) {
+	t.Parallel()
+	goAPI := regexp.MustCompile(`\b(idempotency|payments|pgstore|redisstore|dynamostore|inbox|reconcile|saga|providers)\.[A-Z][A-Za-z]+`)
+	cli := regexp.MustCompile(`payonce (stuck|release|prune|reconcile|resolve|report|migrate)`)
+	for _, name := range otherStacks {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d, out := answersDoc(t, "testdata/stacks/"+name+".yaml", nil)
+			if d.Answers.Stack.IsGo() {
+				t.Fatalf("%s is a Go stack", name)
+			}
+			for i, line := range strings.Split(out, "\n") {
+				low := strings.ToLower(line)
+				if strings.Contains(low, "payonce") && !strings.Contains(low, "payonce design") {
+					t.Errorf("line %d names payonce: %.200s", i+1, line)
+				}
+				if m := goAPI.FindString(line); m != "" && !strings.Contains(line, "import ") {
+					t.Errorf("line %d names payonce's Go API %s: %.200s", i+1, m, line)
+				}
+				if m := cli.FindString(line); m != "" {
+					t.Errorf("line %d gives a payonce command %q", i+1, m)
+				}
+			}
+			for _, want := range []string{"idempotency_requests_total", "IdempotencyFencedCompletion", "idempotency.rules.yml"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("no %s in the document", want)
+				}
+			}
+		})
+	}
+	// A Go stack still gets payonce's own instruments, rules and CLI.
+	_, out := answersDoc(t, "testdata/stacks/go-chi-redis.yaml", nil)
+	for _, want := range []string{"payonce stuck", "payonce-idempotency.rules.yml", "idempotency.ComposeKey"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Go document: no %q", want)
+		}
+	}
+}
+
+// TestDesignStackRulesPromtool: D7 of every other stack is a rule file
+// promtool accepts.
+func TestDesignStackRulesPromtool(t *testing.T) {
+	t.Parallel()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool is not installed: .ci/run installs Debian's prometheus package (apt-get install prometheus)")
+	}
+	dir := t.TempDir()
+	var files []string
+	for _, name := range otherStacks {
+		d, _ := answersDoc(t, "testdata/stacks/"+name+".yaml", nil)
+		f := filepath.Join(dir, name+".rules.yml")
+		if err := os.WriteFile(f, []byte(stackRules(d)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	out, err := exec.Command(promtool, append([]string{"check", "rules"}, files...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+}
+
+// TestDesignStackRunbookReleaseIsFenced: the runbook's release moves the
+// lock version on, conditioned on the version read, on every store: a
+// holder still running is fenced, and a release of a record another
+// operator already released changes nothing.
+func TestDesignStackRunbookReleaseIsFenced(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{StorePostgres, StoreMySQL, StoreDynamo, StoreMongo} {
+		c := storeCommands(kind, 0)
+		if !regexp.MustCompile(`lock_version = lock_version \+ 1|v = v \+ :one|\$inc: \{ v: 1 \}`).MatchString(c.release) {
+			t.Errorf("%s: release does not move the version on: %s", kind, c.release)
+		}
+		if !regexp.MustCompile(`lock_version = (\$3|\?)|v = :seen|v: seen`).MatchString(c.release) {
+			t.Errorf("%s: release is not conditioned on the version read: %s", kind, c.release)
+		}
+		if strings.Contains(strings.ToUpper(c.release), "DELETE") {
+			t.Errorf("%s: release deletes: %s", kind, c.release)
+		}
+	}
+}
