@@ -97,3 +97,36 @@ func TestDesignStackRunbookReleaseIsFenced(t *testing.T) {
 		}
 	}
 }
+
+// TestDesignBrokerShapesConsumerKeys: the broker answer decides what a
+// consumer's key is derived from and what section 2 says of its delivery,
+// and a derived key's uniqueness rests on its fields, not on random bits.
+func TestDesignBrokerShapesConsumerKeys(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		file, action string
+		want         []string
+		not          []string
+	}{
+		{"spring-postgres-kafka-adyen", "settleOrder", []string{"sha256 of topic + partition + offset", "Kafka records have no message id", "one per record while the topic lives"}, []string{"sha256 of message id"}},
+		{"django-mysql-rabbitmq", "sendConfirmation", []string{"properties.message_id", "delivery tag", "UUIDv4 (122 random bits) per message"}, nil},
+		{"express-dynamodb-sqs", "fulfilOrder", []string{"MessageDeduplicationId exists only on FIFO queues", "visibility timeout", "as unique as order_id"}, nil},
+	} {
+		d, out := answersDoc(t, "testdata/stacks/"+c.file+".yaml", nil)
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: no %q", c.file, w)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(out, w) {
+				t.Errorf("%s: %q", c.file, w)
+			}
+		}
+		for _, x := range d.Actions {
+			if x.Name == c.action && (x.UniqueBy == "" || x.KeySource != "server") {
+				t.Errorf("%s: %s: key source %s, uniqueness %q", c.file, x.Name, x.KeySource, x.UniqueBy)
+			}
+		}
+	}
+}

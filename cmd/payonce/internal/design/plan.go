@@ -60,7 +60,11 @@ type ActionPlan struct {
 	// colliding within one retention period, at the stated volume.
 	Collision    float64
 	KeysInWindow float64
-	Excluded     []string
+	// UniqueBy says what a server key's uniqueness rests on: the
+	// cardinality of its identifying fields, which the hash cannot add.
+	// Empty for client keys, whose intent is random.
+	UniqueBy string
+	Excluded []string
 	// FieldsAssumption is the stated assumption when the significant
 	// fields were not answered ("" when they were); FieldsGuide says how
 	// to choose them.
@@ -379,10 +383,11 @@ func planAction(act Action, a Answers, retention time.Duration) (ActionPlan, err
 			case "webhook":
 				ids = []string{"provider event id"}
 			default:
-				ids = []string{"message id"}
+				ids, _ = brokerIdentity(a.Stack.Broker)
 			}
 			p.IdentifyingFields = ids
 		}
+		p.UniqueBy = uniqueBy(p.Kind, p.IdentifyingFields, a.Stack.Broker)
 		p.Generator = "server: intent = sha256 of " + strings.Join(ids, " + ") + derivedBy(a) + ", identical on every redelivery"
 		p.IntentBits = 256
 		p.KeyExample = "acct_42_" + p.Name + "_" + DeriveIntentExample(p.Name)
@@ -548,4 +553,38 @@ func derivedBy(a Answers) string {
 		return " (idempotency.DeriveIntent)"
 	}
 	return " (lowercase hex; each field length-prefixed before hashing, so that no two field lists share an encoding)"
+}
+
+// brokerIdentity is what names one message on the broker, and what its
+// delivery semantics mean for the key (section 2).
+func brokerIdentity(broker string) ([]string, string) {
+	b := strings.ToLower(broker)
+	switch {
+	case strings.Contains(b, "kafka"):
+		return []string{"topic", "partition", "offset"}, "Kafka records have no message id: topic/partition/offset names one record for the life of the topic, so a redelivery (a rebalance, a crash before the offset commit) is the same key. A producer's resend is a new offset: where a producer may resend, it sets a business id in a header and the key uses that instead. Offsets start again when a topic is deleted and recreated: never recreate a topic within the retention."
+	case strings.Contains(b, "rabbit") || strings.Contains(b, "amqp"):
+		return []string{"message id"}, "RabbitMQ assigns no message id: the producer sets properties.message_id once per message (a UUIDv4) and keeps it on a republish; the delivery tag counts deliveries on one channel and is never an identity. A message without a message_id goes to the dead-letter queue, never through unkeyed. Delivery is at least once: a consumer that dies before its ack gets the message redelivered (redelivered=true) to any consumer."
+	case strings.Contains(b, "sqs"):
+		return []string{"business id in the body"}, "SQS delivers at least once: a message comes back after its visibility timeout if not deleted, and standard queues may rarely deliver it twice. Its MessageId is new on every send, so a producer's resend gets another one; MessageDeduplicationId exists only on FIFO queues and drops resends within 5 minutes only. The key therefore comes from a business id the producer puts in the body, one per intent."
+	case strings.Contains(b, "nats"):
+		return []string{"Nats-Msg-Id header"}, "JetStream drops a publish whose Nats-Msg-Id it saw within the stream's duplicate window (2 minutes by default); the consumer still sees redeliveries (an ack lost, AckWait passed), so the key is derived from the same Nats-Msg-Id."
+	}
+	return []string{"message id"}, ""
+}
+
+// uniqueBy is section 2(c) for a server key: the hash of the identifying
+// fields is as unique as the fields are, whatever its 256 bits.
+func uniqueBy(kind string, ids []string, broker string) string {
+	f := strings.Join(ids, " + ")
+	switch {
+	case kind == "cron":
+		return "one key per job and scheduled slot: as many keys as slots (a slot a minute is 1,440 a day)"
+	case kind == "webhook":
+		return "as unique as the provider's event ids: one per event, reused by the provider on every resend"
+	case strings.Contains(f, "offset"):
+		return "as unique as topic/partition/offset: one per record while the topic lives"
+	case strings.Contains(f, "message id") && strings.Contains(strings.ToLower(broker), "rabbit"):
+		return "as unique as the producer's message_id: a UUIDv4 (122 random bits) per message"
+	}
+	return "as unique as " + f + ": the producer must use one value per intent (a business id), never a value reused across intents"
 }
