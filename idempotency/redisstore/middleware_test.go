@@ -1,8 +1,6 @@
 package redisstore_test
 
 import (
-	"bytes"
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -10,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/idempotencytest"
 	"github.com/payonce/payonce/idempotency/redisstore"
 	"github.com/payonce/payonce/idempotency/redisstore/redistest"
 )
@@ -79,106 +77,27 @@ func clientKey() string { return rand.Text() }
 
 const order = `{"sku":"pen","qty":2}`
 
-// A storm of the same request (same key, same body) from many callers
-// through three instances: the handler runs once. It holds the key until
-// every other caller has been answered, so each of them is answered "in
-// progress" (409 with Retry-After), and each one's retry then gets the
-// first response, byte for byte, marked replayed. The same key with
-// another body is refused (422), and the record stays as it was.
-func TestMiddlewareStormRunsHandlerOnce(t *testing.T) {
+// Several instances of a service on one Redis: the middleware storm and
+// the Executor.Do storm of idempotencytest.CheckInstances.
+func TestInstances(t *testing.T) {
 	t.Parallel()
-	const callers = 48
-	var calls, answered atomic.Int64
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := calls.Add(1)
-		// Hold until everyone not running this handler has an answer.
-		poll := time.NewTicker(time.Millisecond)
-		defer poll.Stop()
-		for answered.Load()+calls.Load() < callers {
-			select {
-			case <-poll.C:
-			case <-r.Context().Done():
-				return
+	idempotencytest.CheckInstances(t, func(t *testing.T, n int) []*idempotency.Executor {
+		prefix := redistest.Prefix()
+		var out []*idempotency.Executor
+		for range n {
+			s, err := redisstore.New(redistest.Client(t), &redisstore.Config{KeyPrefix: prefix})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		w.Header().Set("Location", "/orders/o_"+strconv.FormatInt(n, 10))
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"order":"o_%d"}`, n)
-	})
-	svc := service(t, 3, handler, func(c *idempotency.MiddlewareConfig, rdb *redis.Client, prefix string) {
-		c.MismatchStatus = http.StatusUnprocessableEntity
-		l, err := redisstore.NewLimiter(rdb, 1000, time.Hour, &redisstore.Config{KeyPrefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Limiter = l
-	})
-	key := clientKey()
-
-	res := make([]*httptest.ResponseRecorder, callers)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			res[i] = post(svc[i%len(svc)].h, "usr_storm", key, order)
-			if res[i].Header().Get("Idempotent-Replayed") == "" && res[i].Code == http.StatusCreated {
-				return // the caller that ran the handler
+			e, err := idempotency.New(s, &idempotency.Config{LockTimeout: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
 			}
-			answered.Add(1)
-		}()
-	}
-	close(start)
-	wg.Wait()
-	if n := calls.Load(); n != 1 {
-		t.Fatalf("the handler ran %d times for one key, want 1", n)
-	}
-
-	var first *httptest.ResponseRecorder
-	var retry []int
-	for i, w := range res {
-		switch {
-		case w.Code == http.StatusCreated && w.Header().Get("Idempotent-Replayed") == "":
-			if first != nil {
-				t.Fatalf("two callers got a first (not replayed) response")
-			}
-			first = w
-		case w.Code == http.StatusConflict:
-			if w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), "request-in-progress") {
-				t.Fatalf("caller %d: 409 without Retry-After or not in progress: %v %s", i, w.Header(), w.Body)
-			}
-			retry = append(retry, i)
-		default:
-			t.Fatalf("caller %d: %d %v %s, want the first response or 409 in progress", i, w.Code, w.Header(), w.Body)
+			t.Cleanup(func() { _ = e.Close() })
+			out = append(out, e)
 		}
-	}
-	if first == nil || len(retry) != callers-1 {
-		t.Fatalf("first response: %v; in progress: %d, want %d", first != nil, len(retry), callers-1)
-	}
-	// Their retries (each through another instance) get the first response.
-	for _, i := range retry {
-		w := post(svc[(i+1)%len(svc)].h, "usr_storm", key, order)
-		if w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" ||
-			!bytes.Equal(w.Body.Bytes(), first.Body.Bytes()) || w.Header().Get("Location") != first.Header().Get("Location") {
-			t.Fatalf("retry of caller %d: %d %v %q, want the first response %q replayed", i, w.Code, w.Header(), w.Body, first.Body)
-		}
-	}
-
-	// The same key with another body: refused, nothing run, nothing changed.
-	mm := post(svc[0].h, "usr_storm", key, `{"sku":"pen","qty":3}`)
-	if mm.Code != http.StatusUnprocessableEntity || !strings.Contains(mm.Body.String(), "idempotency-key-reused") ||
-		strings.Contains(mm.Body.String(), "o_1") || strings.Contains(mm.Body.String(), key) {
-		t.Fatalf("another body under the key: %d %s, want 422 idempotency-key-reused without the first answer or the key", mm.Code, mm.Body)
-	}
-	if w := post(svc[2].h, "usr_storm", key, order); !bytes.Equal(w.Body.Bytes(), first.Body.Bytes()) {
-		t.Fatalf("after the mismatch: %d %q, want the first response", w.Code, w.Body)
-	}
-	if n := calls.Load(); n != 1 {
-		t.Fatalf("the handler ran %d times, want 1", n)
-	}
+		return out
+	}, &idempotencytest.InstancesConfig{Callers: 48, Keys: 8, CallersPerKey: 12})
 }
 
 // Past the limit shared on Redis by two instances, a new key is answered
@@ -234,109 +153,4 @@ func TestMiddlewareRateLimitSharedOnRedis(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-// Executor.Do on many keys at once, through three executors on three
-// clients: each key's action runs once, and every caller gets that run's
-// response (each caller is told "in progress" first, and retries until
-// it gets it).
-func TestDoStormOneExecutionPerKey(t *testing.T) {
-	t.Parallel()
-	const keys, callersPerKey = 8, 12
-	prefix := redistest.Prefix()
-	var execs []*idempotency.Executor
-	for range 3 {
-		s, err := redisstore.New(redistest.Client(t), &redisstore.Config{KeyPrefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := idempotency.New(s, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
-		execs = append(execs, e)
-	}
-	fp, err := idempotency.NewFingerprint().Decimal("amount", "10").String("currency", "EUR").Sum()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var runs, answered [keys]atomic.Int64
-	var bodies [keys][callersPerKey][]byte
-	ctx := ctxFor(t)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for k := range keys {
-		key, err := idempotency.ComposeKey("usr_do", "charge", clientKey())
-		if err != nil {
-			t.Fatal(err)
-		}
-		req := idempotency.Request{Scope: "usr_do", Key: key, Fingerprint: fp}
-		// The action holds the key until every caller of it has had a
-		// first answer: all of them meet it running.
-		action := func(actx context.Context) (idempotency.Response, error) {
-			n := runs[k].Add(1)
-			poll := time.NewTicker(time.Millisecond)
-			defer poll.Stop()
-			for answered[k].Load()+runs[k].Load() < callersPerKey {
-				select {
-				case <-poll.C:
-				case <-actx.Done():
-					return idempotency.Response{}, actx.Err()
-				}
-			}
-			return idempotency.Response{Code: 201, Body: fmt.Appendf(nil, "key %d run %d", k, n)}, nil
-		}
-		for c := range callersPerKey {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				poll := time.NewTicker(2 * time.Millisecond)
-				defer poll.Stop()
-				ran := false
-				act := func(actx context.Context) (idempotency.Response, error) {
-					ran = true
-					return action(actx)
-				}
-				for try := 0; ; try++ {
-					res, err := execs[(k+c)%len(execs)].Do(ctx, req, act)
-					var ip *idempotency.InProgressError
-					if try == 0 {
-						if !ran && !errors.As(err, &ip) {
-							t.Errorf("key %d: a first answer while the action runs: %v, want in progress", k, err)
-						}
-						answered[k].Add(1)
-					}
-					if errors.As(err, &ip) {
-						select {
-						case <-poll.C:
-							continue
-						case <-ctx.Done():
-							t.Errorf("key %d: still in progress at the deadline", k)
-							return
-						}
-					}
-					if err != nil {
-						t.Errorf("key %d: %v", k, err)
-						return
-					}
-					bodies[k][c] = res.Response.Body
-					return
-				}
-			}()
-		}
-	}
-	close(start)
-	wg.Wait()
-	for k := range keys {
-		if n := runs[k].Load(); n != 1 {
-			t.Errorf("key %d: the action ran %d times, want 1", k, n)
-		}
-		for c := range callersPerKey {
-			if want := fmt.Sprintf("key %d run 1", k); string(bodies[k][c]) != want {
-				t.Errorf("key %d caller %d: %q, want %q", k, c, bodies[k][c], want)
-			}
-		}
-	}
 }
