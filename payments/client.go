@@ -229,18 +229,64 @@ func (c *Client) ProviderNames() []string {
 	return names
 }
 
-// ChargeParams describes one charge.
+// ChargeKey is the idempotency key a charge is recorded and sent under:
+// "<scope>_charge_<key>", composed from [ChargeParams.Scope] and
+// [ChargeParams.Key] by the function [Client.Charge] uses. That composed
+// key, not the client's own, is what the providers carry (Stripe's
+// metadata payonce_key, Adyen's metadata payonce_key), what each provider
+// reference derives from ([provider.DeriveKey]: Stripe's Idempotency-Key,
+// Adyen's reference, PayPal's custom_id) and what the reconciler's reports
+// name: search a provider's dashboard for it. Errors:
+// *idempotency.InvalidError naming the bad part, as Charge returns it.
+func ChargeKey(scope, key string) (string, error) {
+	return idempotency.ComposeKey(scope, "charge", key)
+}
+
+// RefundKey is [ChargeKey] for a refund: "<scope>_refund_<key>", from
+// [RefundParams.Scope] and [RefundParams.Key], as [Client.Refund]
+// composes it.
+func RefundKey(scope, key string) (string, error) {
+	return idempotency.ComposeKey(scope, "refund", key)
+}
+
+// ChargeParams describes one charge. Each field says which providers use
+// it; every field is part of the charge's fingerprint (a retry of the key
+// with another value is refused, whichever provider ignores it).
 type ChargeParams struct {
-	// Scope is the authenticated customer or tenant.
+	// Scope is the authenticated customer or tenant, taken from
+	// authentication, never from the request body. Required, every
+	// provider: it is the first part of the composed key ([ChargeKey]).
 	Scope string
-	// Key is the client's idempotency key for this charge.
-	Key           string
-	Provider      string
-	Amount        money.Money
-	Recipient     string
+	// Key is the client's idempotency key for this charge. Required, every
+	// provider. The providers carry the composed key, [ChargeKey], not
+	// this one.
+	Key string
+	// Provider names the configured provider to charge through ("stripe",
+	// "adyen", "paypal"). Required.
+	Provider string
+	// Amount is what to charge, positive. Required, every provider (each
+	// sends it in its own units).
+	Amount money.Money
+	// Recipient is the account the money goes to, for providers that route
+	// charges (a connected account, a split's destination). Optional: it is
+	// required only by a provider implementing provider.RecipientRequirer,
+	// and none of this module's adapters does (Stripe charges land on the
+	// account of the secret key, Adyen sends no split, PayPal no payee). At
+	// most 255 bytes.
+	Recipient string
+	// PaymentMethod is the stored payment method to charge. Required, every
+	// provider: Stripe's PaymentMethod ("pm_..."), Adyen's
+	// storedPaymentMethodId, PayPal's vault id of the card. At most 255
+	// bytes.
 	PaymentMethod string
-	Description   string
-	Metadata      map[string]string
+	// Description is a human-readable note: Stripe's description, PayPal's
+	// purchase unit description; Adyen does not send it. Optional, at most
+	// 1000 bytes.
+	Description string
+	// Metadata is sent with the charge by Stripe and Adyen (beside
+	// payonce's own payonce_key entry); PayPal orders have none. Optional,
+	// see [MaxMetadataKeys] for the limits.
+	Metadata map[string]string
 	// Shopper is the paying customer as the provider knows them: Adyen's
 	// shopperReference, required by Adyen for a payment with a stored
 	// payment method (a token). Default: Scope, the authenticated customer.
@@ -363,8 +409,11 @@ func (c *Client) chargeRequest(p ChargeParams) (provider.Provider, idempotency.R
 		return nil, idempotency.Request{}, "", &ConfigError{"Provider", fmt.Sprintf("unknown provider %q", p.Provider)}
 	case !p.Amount.IsPositive():
 		return nil, idempotency.Request{}, "", &ConfigError{"Amount", fmt.Sprintf("a charge must be positive, got %s", p.Amount)}
-	case p.Recipient == "" || len(p.Recipient) > 255:
-		return nil, idempotency.Request{}, "", &ConfigError{"Recipient", "required, at most 255 bytes"}
+	case len(p.Recipient) > 255:
+		return nil, idempotency.Request{}, "", &ConfigError{"Recipient", "at most 255 bytes"}
+	case p.Recipient == "" && provider.RequiresRecipient(prov):
+		return nil, idempotency.Request{}, "", &ConfigError{"Recipient",
+			fmt.Sprintf("required by provider %q, which sends the charge to that account; set ChargeParams.Recipient", p.Provider)}
 	case p.PaymentMethod == "" || len(p.PaymentMethod) > 255:
 		return nil, idempotency.Request{}, "", &ConfigError{"PaymentMethod", "required, at most 255 bytes"}
 	case len(p.Description) > 1000:
@@ -375,7 +424,7 @@ func (c *Client) chargeRequest(p ChargeParams) (provider.Provider, idempotency.R
 	if err := checkMetadata(p.Metadata); err != nil {
 		return nil, idempotency.Request{}, "", err
 	}
-	key, err := idempotency.ComposeKey(p.Scope, "charge", p.Key)
+	key, err := ChargeKey(p.Scope, p.Key)
 	if err != nil {
 		return nil, idempotency.Request{}, "", err
 	}
@@ -673,16 +722,18 @@ type Intent struct {
 
 // Intent reads the intent of a charge by the client's key.
 func (c *Client) Intent(ctx context.Context, scope, key string) (Intent, error) {
-	return c.intent(ctx, scope, "charge", key)
+	return c.intent(ctx, scope, key, ChargeKey)
 }
 
 // RefundIntent reads the intent of a refund by the client's key.
 func (c *Client) RefundIntent(ctx context.Context, scope, key string) (Intent, error) {
-	return c.intent(ctx, scope, "refund", key)
+	return c.intent(ctx, scope, key, RefundKey)
 }
 
-func (c *Client) intent(ctx context.Context, scope, action, key string) (Intent, error) {
-	k, err := idempotency.ComposeKey(scope, action, key)
+// intent reads the intent of the client's key, composed by compose
+// ([ChargeKey], [RefundKey]).
+func (c *Client) intent(ctx context.Context, scope, key string, compose func(scope, key string) (string, error)) (Intent, error) {
+	k, err := compose(scope, key)
 	if err != nil {
 		return Intent{}, err
 	}

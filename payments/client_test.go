@@ -223,8 +223,8 @@ func TestBadInputRecordsNothing(t *testing.T) {
 	}{
 		{"Provider", with(func(p *payments.ChargeParams) { p.Provider = "nope" })},
 		{"Amount", with(func(p *payments.ChargeParams) { p.Amount = zero })},
-		{"Amount", with(func(p *payments.ChargeParams) { p.Amount = money.Money{} })}, // no currency
-		{"Recipient", with(func(p *payments.ChargeParams) { p.Recipient = "" })},
+		{"Amount", with(func(p *payments.ChargeParams) { p.Amount = money.Money{} })},                  // no currency
+		{"Recipient", with(func(p *payments.ChargeParams) { p.Recipient = strings.Repeat("r", 256) })}, // an empty one: recipient_test.go
 		{"PaymentMethod", with(func(p *payments.ChargeParams) { p.PaymentMethod = "" })},
 		{"scope", with(func(p *payments.ChargeParams) { p.Scope = "" })},
 		{"Metadata", with(func(p *payments.ChargeParams) { p.Metadata = many })},

@@ -5,8 +5,21 @@
 //	client, err := payments.New(pool, []provider.Provider{stripe}, nil)
 //	out, err := client.Charge(ctx, payments.ChargeParams{Scope: customer, Key: idempotencyKey,
 //		Provider: "stripe", Amount: money.MustParse("49.99", money.EUR),
-//		Recipient: "acct_shop", PaymentMethod: "pm_card_visa"})
+//		PaymentMethod: "pm_card_visa"})
 //	if payments.OutcomeUnknown(err) { /* retry with the SAME key */ }
+//
+// Each field of [ChargeParams] says which providers use it; Recipient is
+// required only by a provider that routes charges to one
+// ([provider.RecipientRequirer]), none of this module's adapters.
+//
+// # Keys at the provider
+//
+// A charge is recorded and sent under the composed key [ChargeKey]
+// returns, "<scope>_charge_<key>" (cust_1_charge_order-3 for Scope cust_1
+// and Key order-3), not under the client's key alone: Stripe's and
+// Adyen's metadata payonce_key hold it, every provider reference derives
+// from it, and the reconciler's reports name it. Search a provider's
+// dashboard for ChargeKey(scope, key) ([RefundKey] for a refund).
 //
 // # The flow of a charge
 //

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
@@ -313,11 +314,18 @@ SELECT provider, event_id, event_type, kind, outcome, detail, coalesce(intent_us
 // contradicted a final one, announced a second provider object for one,
 // or overturned a final one.
 func (o *Operator) DivergentEvents(ctx context.Context, since time.Time) ([]DivergentEvent, error) {
+	return DivergentEvents(ctx, o.c.pool, since)
+}
+
+// DivergentEvents is [Operator.DivergentEvents] on pool without a
+// [Client]: it needs no provider, so that an operator without provider
+// credentials (the reconciler with a nil client) still reads them.
+func DivergentEvents(ctx context.Context, pool *pgxpool.Pool, since time.Time) ([]DivergentEvent, error) {
 	var after *time.Time
 	if !since.IsZero() {
 		after = &since
 	}
-	rows, err := o.c.pool.Query(ctx, divergentEventsSQL, after)
+	rows, err := pool.Query(ctx, divergentEventsSQL, after)
 	if err != nil {
 		return nil, fmt.Errorf("payments: divergent events: %w", err)
 	}

@@ -64,11 +64,11 @@ func (c *Client) Refund(ctx context.Context, p RefundParams) (Outcome, error) {
 // RefundTx is [Client.Refund] with fn run inside the transaction that
 // records the refund's outcome (see [TxFunc]).
 func (c *Client) RefundTx(ctx context.Context, p RefundParams, fn TxFunc) (out Outcome, err error) {
-	chargeKey, err := idempotency.ComposeKey(p.Scope, "charge", p.ChargeKey)
+	chargeKey, err := ChargeKey(p.Scope, p.ChargeKey)
 	if err != nil {
 		return Outcome{}, err
 	}
-	key, err := idempotency.ComposeKey(p.Scope, "refund", p.Key)
+	key, err := RefundKey(p.Scope, p.Key)
 	if err != nil {
 		return Outcome{}, err
 	}

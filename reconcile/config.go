@@ -80,7 +80,10 @@ type Config struct {
 	// with seconds, or a descriptor such as "@every 1m"). Default
 	// "@every 1m".
 	Spec string
-	// Logger receives run summaries and failures. Default: discarded.
+	// Logger receives run summaries (one "reconcile: run" line per run,
+	// with its counts) and failures. Default: [slog.Default] as it is
+	// when New runs, so that a service's own logger shows them; set
+	// slog.New(slog.DiscardHandler) to silence them.
 	Logger *slog.Logger
 	// MeterProvider receives the reconcile instruments. Default: no-op.
 	MeterProvider metric.MeterProvider
@@ -170,7 +173,7 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, &ConfigError{"Spec", err.Error()}
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.Default()
 	}
 	return out, nil
 }

@@ -53,7 +53,7 @@ func (r *Reconciler) webhookDivergences(ctx context.Context, rep *Report) error 
 	if since != nil {
 		after = *since
 	}
-	events, err := r.client.Operator().DivergentEvents(ctx, after)
+	events, err := payments.DivergentEvents(ctx, r.pool, after) // no client needed: New accepts a nil one
 	if err != nil {
 		return fmt.Errorf("reconcile: webhook events: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"text/tabwriter"
@@ -33,6 +34,10 @@ period, asks their providers what exists, repairs what the providers prove
 (completing locally, failing with proof) and flags the rest for review; also
 reports records stuck PROCESSING and webhook events that named no intent or
 contradicted one. Prints the run's report; it is also stored (payonce report).
+--format json prints one object: the run ("id", "instance", "started",
+"finished", "error"), its "counts" ("examined", "repaired",
+"failed_with_proof", "needs_review", "rescheduled", "divergences") and its
+"items" (the divergences and repairs, [] when there are none).
 
 The providers are configured like the checkout service, by environment:
 STRIPE_API_BASE and STRIPE_SECRET_KEY; ADYEN_API_BASE, ADYEN_API_KEY,
@@ -116,7 +121,9 @@ func runReconcile(dbURL, format string, grace time.Duration, batch int) error {
 	} else if client, err = providers.NewClient(pool, cfg); err != nil {
 		return err
 	}
-	rcfg := &reconcile.Config{Grace: grace, Batch: batch}
+	// The command prints the run's summary itself; a log line on stderr
+	// would repeat it (and interleave with --format json's consumers).
+	rcfg := &reconcile.Config{Grace: grace, Batch: batch, Logger: slog.New(slog.DiscardHandler)}
 	var bar *cli.ProgressBar
 	if cli.IsTerminal(os.Stderr) {
 		bar = cli.NewProgressBar(os.Stderr, "intents examined", int64(batch))
@@ -141,7 +148,13 @@ func runReconcile(dbURL, format string, grace time.Duration, batch int) error {
 				rep.RunID, rep.Instance, rep.Examined, rep.Repaired, rep.FailedWithProof, rep.NeedsReview, rep.Rescheduled,
 				rep.Finished.Sub(rep.Started).Round(time.Millisecond))
 		}
-		if werr := writeItems(os.Stdout, format, rep.Items); werr != nil {
+		var werr error
+		if format == "json" {
+			werr = writeRunJSON(os.Stdout, rep)
+		} else {
+			werr = writeItems(os.Stdout, format, rep.Items)
+		}
+		if werr != nil {
 			return werr
 		}
 	}
@@ -203,6 +216,48 @@ func checkFormat(f string) error {
 		return nil
 	}
 	return cli.Usage(fmt.Sprintf("--format %q: table, json or csv", f))
+}
+
+// runJSON is what payonce reconcile --format json prints: one object
+// with the run, its counts and its items, so that a script reads what the
+// run did even when it found no divergence.
+type runJSON struct {
+	Run    runInfo          `json:"run"`
+	Counts runCounts        `json:"counts"`
+	Items  []reconcile.Item `json:"items"`
+}
+
+type runInfo struct {
+	ID       int64     `json:"id"`
+	Instance string    `json:"instance"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	// Error is the run's error ("" when it completed).
+	Error string `json:"error"`
+}
+
+type runCounts struct {
+	Examined        int `json:"examined"`
+	Repaired        int `json:"repaired"`
+	FailedWithProof int `json:"failed_with_proof"`
+	NeedsReview     int `json:"needs_review"`
+	Rescheduled     int `json:"rescheduled"`
+	Divergences     int `json:"divergences"`
+}
+
+func writeRunJSON(w io.Writer, rep *reconcile.Report) error {
+	out := runJSON{
+		Run: runInfo{ID: rep.RunID, Instance: rep.Instance, Started: rep.Started, Finished: rep.Finished, Error: rep.Error},
+		Counts: runCounts{Examined: rep.Examined, Repaired: rep.Repaired, FailedWithProof: rep.FailedWithProof,
+			NeedsReview: rep.NeedsReview, Rescheduled: rep.Rescheduled, Divergences: len(rep.Items)},
+		Items: rep.Items,
+	}
+	if out.Items == nil {
+		out.Items = []reconcile.Item{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }
 
 // writeItems prints report items. Keys are shown as stored (payonce's

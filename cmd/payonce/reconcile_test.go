@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -64,10 +65,21 @@ func TestReconcileAndReportCommands(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("reconcile: exit %d\n%s", code, out)
 	}
-	var items []reconcile.Item
-	if err := json.Unmarshal([]byte(out), &items); err != nil || len(items) != 1 ||
-		items[0].Action != reconcile.ActionCompleted || items[0].Kind != reconcile.KindPendingSucceededAtProvider {
+	var run struct {
+		Run struct {
+			ID       int64  `json:"id"`
+			Instance string `json:"instance"`
+		} `json:"run"`
+		Counts map[string]int   `json:"counts"`
+		Items  []reconcile.Item `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &run); err != nil || len(run.Items) != 1 ||
+		run.Items[0].Action != reconcile.ActionCompleted || run.Items[0].Kind != reconcile.KindPendingSucceededAtProvider {
 		t.Fatalf("reconcile --format json: %v\n%s", err, out)
+	}
+	wantCounts := map[string]int{"examined": 1, "repaired": 1, "failed_with_proof": 0, "needs_review": 0, "rescheduled": 0, "divergences": 1}
+	if run.Run.ID == 0 || run.Run.Instance == "" || !maps.Equal(run.Counts, wantCounts) || run.Items[0].RunID != run.Run.ID {
+		t.Fatalf("reconcile --format json: run %+v, counts %v, want %v\n%s", run.Run, run.Counts, wantCounts, out)
 	}
 	if in, err := client.Intent(context.Background(), "cus_cli", "order-1"); err != nil || in.Status != payments.IntentSucceeded {
 		t.Fatalf("intent after payonce reconcile: %+v %v", in, err)
@@ -75,6 +87,13 @@ func TestReconcileAndReportCommands(t *testing.T) {
 	out, code = runCLI(t, cliEnv, "reconcile", "--grace", "1ms", "--database-url", url)
 	if code != 0 || !strings.Contains(out, "examined 0") || !strings.Contains(out, "no divergences") {
 		t.Fatalf("a second run: exit %d\n%s", code, out)
+	}
+	// A run that found nothing still says what it examined.
+	out, code = runCLI(t, cliEnv, "reconcile", "--grace", "1ms", "--format", "json", "--database-url", url)
+	run.Items = nil
+	if err := json.Unmarshal([]byte(out), &run); code != 0 || err != nil || run.Items == nil || len(run.Items) != 0 ||
+		run.Counts["examined"] != 0 || len(run.Counts) != len(wantCounts) {
+		t.Fatalf("an empty run, --format json: exit %d %v\n%s", code, err, out)
 	}
 
 	out, code = runCLI(t, nil, "report", "--format", "csv", "--kind", string(reconcile.KindPendingSucceededAtProvider), "--database-url", url)

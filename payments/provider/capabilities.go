@@ -47,6 +47,25 @@ func MaxReferenceLen(p Provider) int {
 	return 255
 }
 
+// RecipientRequirer is implemented by providers that send
+// ChargeRequest.Recipient (a connected account, a split's destination):
+// for them payments refuses a charge without one before anything is
+// recorded (a *payments.ConfigError naming Recipient and the provider).
+// For every other provider Recipient is optional. None of this module's
+// adapters sends it: Stripe charges land on the account of the secret
+// key (no Connect destination), Adyen's payments carry no split, PayPal's
+// orders no payee.
+type RecipientRequirer interface {
+	RequiresRecipient() bool
+}
+
+// RequiresRecipient reports whether p sends ChargeRequest.Recipient (see
+// [RecipientRequirer]).
+func RequiresRecipient(p Provider) bool {
+	r, ok := p.(RecipientRequirer)
+	return ok && r.RequiresRecipient()
+}
+
 // Validator is implemented by providers with input limits of their own
 // (metadata sizes, reference lengths): payments calls ValidateCharge
 // before anything is recorded, so that a request the provider would refuse

@@ -36,7 +36,10 @@ type Config struct {
 	BaseURL string
 
 	// HTTPClient sends the requests. Default: a client with a
-	// [DefaultHTTPTimeout] (30 s) timeout.
+	// [DefaultHTTPTimeout] (30 s) timeout. Against the stripetest fake,
+	// use its Server.Client: without keep-alives, so that the fake's lost
+	// responses (ResetAfter) reach the adapter instead of being resent
+	// and replayed by net/http.
 	HTTPClient *http.Client
 
 	// MaxNetworkRetries is how many times stripe-go itself retries a

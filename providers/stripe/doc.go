@@ -22,7 +22,13 @@
 //
 // Every write carries the caller's ProviderKey as its Idempotency-Key
 // (refused when empty or longer than [MaxProviderKeyLen]) and the local key
-// in its metadata under [MetadataKey]. Stripe keeps keys at least 24 hours
+// in its metadata under [MetadataKey]. Through payments, the local key is
+// the composed one, "<scope>_charge_<key>", not the client's key alone: a
+// charge of customer cust_1 with the key order-3 carries payonce_key
+// cust_1_charge_order-3, and Stripe's search finds it by
+// metadata['payonce_key']:'cust_1_charge_order-3'. Compose it with
+// [github.com/payonce/payonce/payments.ChargeKey] (RefundKey for a
+// refund), the function payments uses. Stripe keeps keys at least 24 hours
 // ([Provider.DedupWindow]): a retry with the same key within that window is
 // answered from Stripe's cache, Replayed in the result. After it, only
 // [Provider.Lookup] tells what exists.

@@ -29,6 +29,8 @@ const (
 
 	// MetadataKey is the metadata entry carrying payonce's local key on
 	// every PaymentIntent and refund, so that [Provider.Lookup] finds them.
+	// Through payments, its value is the composed key
+	// (payments.ChargeKey: "cust_1_charge_order-3"), not the client's key.
 	MetadataKey = "payonce_key"
 
 	// Stripe's metadata limits.

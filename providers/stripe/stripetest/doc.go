@@ -108,11 +108,12 @@
 // duplicate arrives while the first still executes", "the client gives up on a request the
 // provider received") rather than after a sleep that a loaded machine outlasts.
 //
-// net/http's Transport resends, on a reused keep-alive connection, a request that carries an
-// Idempotency-Key header when the connection fails before the response, and stripe-go makes its
-// bodies rewindable. With keep-alives on, a [ResetAfter] may therefore be retried by net/http
-// itself and surface as a successful replay. Disable keep-alives in the test's HTTP client to
-// observe the lost response.
+// Send through [Server.Client] to see every fault: net/http's Transport resends, on a reused
+// keep-alive connection, a request that carries an Idempotency-Key header when the connection
+// fails before the response, and stripe-go makes its bodies rewindable. With keep-alives on, a
+// [ResetAfter] may therefore be retried by net/http itself and surface as a successful replay.
+// Server.Client turns keep-alives off; a client of your own must too
+// (http.Transport.DisableKeepAlives) to observe the lost response.
 //
 // # Webhooks
 //

@@ -3,7 +3,6 @@ package stripetest_test
 import (
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/stripe/stripe-go/v79"
 	"github.com/stripe/stripe-go/v79/paymentintent"
@@ -20,7 +19,7 @@ func Example() {
 	b := stripe.GetBackendWithConfig(stripe.APIBackend, &stripe.BackendConfig{
 		URL:               stripe.String(srv.URL()),
 		MaxNetworkRetries: stripe.Int64(0),
-		HTTPClient:        &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		HTTPClient:        srv.Client(), // no keep-alives: the lost response reaches the caller
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
 	})
 	paymentIntents := paymentintent.Client{B: b, Key: "sk_test_example"}

@@ -30,7 +30,8 @@ const (
 
 	// ResetAfter executes the request, caches its real response for the key, and then drops the
 	// connection (TCP RST) without answering: the response is lost. A retry with the same key
-	// replays the real response.
+	// replays the real response. Send through [Server.Client]: a client that keeps connections
+	// alive resends the request by itself on a reused connection and never sees the loss.
 	ResetAfter = fakekit.ResetAfter
 
 	// Hang blocks the request until the client gives up (its context ends) or the Server is
@@ -75,7 +76,9 @@ var faultType = fakekit.FaultType[Fault]{
 }
 
 // Inject queues a one-shot fault for the next matching request; queued faults are matched in
-// the order they were injected and each applies once. It panics if f is invalid.
+// the order they were injected and each applies once. It panics if f is invalid. A
+// [ResetAfter] reaches a caller only through a client without keep-alives, such as
+// [Server.Client]'s (see "Faults" in the package documentation).
 func (s *Server) Inject(f Fault) { s.faults.MustInject(f) }
 
 // WaitHeld waits until at least n requests are held at once by a [Latency] fault (waiting out

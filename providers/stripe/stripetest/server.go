@@ -134,6 +134,21 @@ func (s *Server) Start() { s.life.Start(s) }
 // URL returns the base URL (for stripe.BackendConfig.URL), or "" if the server is not started.
 func (s *Server) URL() string { return s.life.URL() }
 
+// ClientTimeout bounds each request of a [Server.Client] client, so that a test that
+// forgot to end a [Hang] fails instead of hanging.
+const ClientTimeout = time.Minute
+
+// Client returns an HTTP client for the Server's URL, for the adapter's Config.HTTPClient or
+// stripe-go's BackendConfig.HTTPClient, with keep-alives off and a [ClientTimeout] timeout.
+// Each request opens its own connection, so that a [ResetAfter] reaches the caller as the
+// lost response it models. A client that keeps connections alive may never see it: when a
+// reused connection breaks before the response, net/http resends a request that carries an
+// Idempotency-Key on its own, the fake replays the cached response, and the fault heals
+// unseen. Each call returns a new client.
+func (s *Server) Client() *http.Client {
+	return &http.Client{Timeout: ClientTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+}
+
 // Close releases hung requests, stops webhook delivery (undelivered events are dropped) and
 // waits for the delivery goroutine, and, if the server was started, shuts it down and waits for
 // outstanding requests.
