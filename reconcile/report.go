@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -40,9 +41,35 @@ type Item struct {
 	ProviderState string              `json:"provider_state"`
 	Action        Action              `json:"action"`
 	Detail        string              `json:"detail"`
-	Age           time.Duration       `json:"age_seconds"`
-	At            time.Time           `json:"at"`
-	RunID         int64               `json:"run_id"`
+	// Age is how long the intent had been open; JSON gives it in seconds
+	// (age_seconds), as the CSV does.
+	Age   time.Duration `json:"age_seconds"`
+	At    time.Time     `json:"at"`
+	RunID int64         `json:"run_id"`
+}
+
+// MarshalJSON writes Age as seconds (age_seconds), not nanoseconds.
+func (x Item) MarshalJSON() ([]byte, error) {
+	type plain Item
+	return json.Marshal(struct {
+		plain
+		Age float64 `json:"age_seconds"`
+	}{plain(x), x.Age.Seconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (x *Item) UnmarshalJSON(b []byte) error {
+	type plain Item
+	var v struct {
+		plain
+		Age float64 `json:"age_seconds"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*x = Item(v.plain)
+	x.Age = time.Duration(v.Age * float64(time.Second))
+	return nil
 }
 
 func (r *Report) add(x Item) {
