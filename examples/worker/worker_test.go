@@ -19,7 +19,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/providers"
 	"github.com/payonce/payonce/providers/fakes"
@@ -298,7 +298,7 @@ func TestChargeJobRetriedOneCharge(t *testing.T) {
 	if state, attempt := wait(t, pool, again.Job.ID, 30*time.Second); state != "completed" || attempt != 1 {
 		t.Fatalf("the second charge job %s after %d attempts, want completed after 1", state, attempt)
 	}
-	key, _ := idempotency.ComposeKey("cus_w", "charge", "pay-1")
+	key, _ := payments.ChargeKey("cus_w", "pay-1")
 	if n := fk.Charges("stripe", key); n != 1 {
 		t.Fatalf("%d PaymentIntents at Stripe, want 1", n)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/internal/cli"
+	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/pgtest/localpg"
 	"github.com/payonce/payonce/providers/fakes"
 )
@@ -218,7 +218,7 @@ func runWorkerDemo(dbURL string, orders, charges int, seed uint64) error {
 	}
 	charged := 0
 	for i := range min(charges, len(list)) {
-		key, _ := idempotency.ComposeKey("cus_demo", "charge", fmt.Sprintf("pay-%05d", i))
+		key, _ := payments.ChargeKey("cus_demo", fmt.Sprintf("pay-%05d", i))
 		switch n := fk.Charges("stripe", key); n {
 		case 1:
 			charged++

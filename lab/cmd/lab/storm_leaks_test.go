@@ -12,6 +12,7 @@ import (
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/lab/internal/keyscan"
+	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/pgtest"
 	"github.com/payonce/payonce/reconcile"
 )
@@ -34,7 +35,7 @@ func TestLeakCheckFindsKeysWhereverTheyLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.close()
-	composed, _ := idempotency.ComposeKey("cus_001", "charge", charge)
+	composed, _ := payments.ChargeKey("cus_001", charge)
 
 	// A worker's file: a record with the composed key, a clean span, and
 	// a line cut short by a kill.

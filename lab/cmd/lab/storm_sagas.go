@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/lab/internal/keyscan"
+	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/fakes"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -510,7 +510,7 @@ func (res *sagaResult) check(ctx context.Context, pool *pgxpool.Pool, fk *fakes.
 		for _, u := range c.unexpected {
 			problem("checkout %s: unexpected answer %s", id, u)
 		}
-		chargeKey, err := idempotency.ComposeKey(c.customer, "charge", c.key+"_charge")
+		chargeKey, err := payments.ChargeKey(c.customer, c.key+"_charge")
 		if err != nil {
 			return err
 		}

@@ -13,10 +13,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/ledger"
 	"github.com/payonce/payonce/money"
+	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/providers/fakes"
 )
 
@@ -108,7 +108,7 @@ func report(ctx context.Context, r stormReport) error {
 	perProvider := map[string]int{}
 	var problems []string
 	for _, p := range r.pays {
-		key, err := idempotency.ComposeKey(p.customer, "charge", p.key)
+		key, err := payments.ChargeKey(p.customer, p.key)
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/payments"
 )
 
 // storedIntent is a payment intent as payonce recorded it.
@@ -51,7 +51,7 @@ func (r *tortureRun) check(ctx context.Context, open int) error {
 	var dups, lost, contradicted, neverArrived, charges int
 	var reviews []string
 	for _, p := range r.pays {
-		key, err := idempotency.ComposeKey(p.customer, "charge", p.key)
+		key, err := payments.ChargeKey(p.customer, p.key)
 		if err != nil {
 			return err
 		}
@@ -126,7 +126,7 @@ func (r *tortureRun) check(ctx context.Context, open int) error {
 		if p.refundKey == "" {
 			continue
 		}
-		key, err := idempotency.ComposeKey(p.customer, "refund", p.refundKey)
+		key, err := payments.RefundKey(p.customer, p.refundKey)
 		if err != nil {
 			return err
 		}

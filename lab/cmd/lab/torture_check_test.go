@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
 	"github.com/payonce/payonce/payments"
 	"github.com/payonce/payonce/pgtest"
@@ -59,7 +58,7 @@ func TestTortureCheckFindsViolations(t *testing.T) {
 	// behind payonce's back: a PaymentIntent carrying p's key
 	sneak := func(p *payment) {
 		t.Helper()
-		key, err := idempotency.ComposeKey(p.customer, "charge", p.key)
+		key, err := payments.ChargeKey(p.customer, p.key)
 		if err != nil {
 			t.Fatal(err)
 		}
