@@ -67,10 +67,16 @@ func sections(d *Document) []Section {
 
 	// 1. Action analysis.
 	for _, x := range d.Actions {
+		imp := x.Impact
+		if x.ImpactAssumption != "" {
+			imp += " (assumed: see Assumptions)"
+		}
 		b[0] = append(b[0], h3(x.Name), table([]string{"property", "value"}, [][]string{
 			{"kind", x.Kind}, {"trigger", orDash(x.Trigger)}, {"stated duration (p99)", x.Duration},
-			{"side effects", effects(x)}, {"found at", orDash(x.Location)},
-		}), p("Failure recovery path:"), list(x.Recovery...))
+			{"side effects", effects(x)}, {"a duplicate costs", imp},
+			{"significant fields", fieldsText(x)}, {"found at", orDash(x.Location)},
+		}), p("Retry sources that reach %s:", x.Name), list(x.RetrySources...),
+			p("Failure recovery path:"), list(x.Recovery...))
 	}
 
 	// 2. Key design.
@@ -120,6 +126,17 @@ func sections(d *Document) []Section {
 	}
 	b[3] = append(b[3], p("Concurrency: %s. The store arbitrates, not process memory: the claim is %s, so exactly one of any number of concurrent requests (across processes and machines) holds the lease; the others get the replay or 409 with Retry-After. An orphaned lease is reclaimed by compare-and-swap on lock_version, the fencing token that stops a stale holder from completing.", a.Concurrency, storeClaim(d.Store)),
 		table([]string{"action", "stated duration", "lock timeout", "heartbeat", "why"}, rows))
+	maxSkew, whose, beyond := skewAssumption(d)
+	b[3] = append(b[3], h3("Clock skew"),
+		p("Whose clock decides a lease's end and a record's expiry: %s. The maximum skew assumed is %s (Assumptions): a holder stops on its own clock that long before its lease can end in the store (the lease margin, a tenth of the shortest lock timeout), which absorbs a store clock that steps ahead. Beyond it, %s.", whose, human(maxSkew), beyond))
+	rows = nil
+	for _, x := range d.Actions {
+		gets, why := contested(x, a)
+		rows = append(rows, []string{x.Name, gets, human(x.LockTimeout), why})
+	}
+	b[3] = append(b[3], h3("Contested lock"),
+		p("What a second request for a key still in flight gets. The choice is between answering at once (409 Conflict with Retry-After) and waiting or blocking (polling the record, or a row lock such as SELECT ... FOR UPDATE held across the action). This design answers at once everywhere and never holds a database lock across the action: the lease is a state of the record, not a lock, so a connection is held only for the claim's round trip."),
+		table([]string{"action", "a second request for an in-flight key gets", "lock timeout", "why"}, rows))
 	if a.Concurrency == "global" {
 		b[3] = append(b[3], p("Globally distributed: every region must claim in ONE primary PostgreSQL (or a strongly consistent store); a per-region store lets one intent run once per region. Route protected writes to the primary region."))
 	}
