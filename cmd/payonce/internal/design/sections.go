@@ -340,7 +340,7 @@ defer pruner.Stop(context.Background())
 		b[17] = append(b[17], kitBlocks(kit.Tests)...)
 		b[17] = append(b[17], kitBlocks(kit.Support)...)
 	} else if goCode {
-		b[17] = append(b[17], code("go", testSkeletonGo(d)))
+		b[17] = append(b[17], p("The scenarios of section 11, runnable: `payonce design --code DIR` writes D3, D4 and this file into DIR. Run: %s", goTestRun(d)), code("go", testSkeletonGo(d)))
 	} else {
 		var ts []string
 		for _, t := range sc {
@@ -494,21 +494,21 @@ func middlewareGo(d *Document) string {
 		params += ", pool *pgxpool.Pool"
 		imports[`"github.com/jackc/pgx/v5/pgxpool"`] = true
 		imports[`"github.com/payonce/payonce/idempotency/pgstore"`] = true
-		fmt.Fprintf(&body, "\tstore, err := pgstore.New(pool, nil)\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\t// the handler's writes and the outcome commit in one transaction: exec.WithTx()\n\texec, err := pgstore.NewExecutor(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", int(lt/time.Second), int(ret/time.Hour))
+		body.WriteString("\tstore, err := pgstore.New(pool, nil)\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\t// the handler's writes and the outcome commit in one transaction: exec.WithTx()\n\texec, err := pgstore.NewExecutor(store, cfg)\n")
 	case StoreRedis:
 		params += ", rdb redis.UniversalClient"
 		imports[`"github.com/redis/go-redis/v9"`] = true
 		imports[`"github.com/payonce/payonce/idempotency/redisstore"`] = true
-		fmt.Fprintf(&body, "\tstore, err := redisstore.New(rdb, nil) // D2: one Lua script per state change, the server's TIME\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\texec, err := idempotency.New(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", int(lt/time.Second), int(ret/time.Hour))
+		body.WriteString("\tstore, err := redisstore.New(rdb, nil) // D2: one Lua script per state change, the server's TIME\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\texec, err := idempotency.New(store, cfg)\n")
 	case StoreDynamo:
 		params += ", ddb *dynamodb.Client"
 		imports[`"context"`] = true
 		imports[`"github.com/aws/aws-sdk-go-v2/service/dynamodb"`] = true
 		imports[`"github.com/payonce/payonce/idempotency/dynamostore"`] = true
-		fmt.Fprintf(&body, "\tstore, err := dynamostore.New(context.Background(), ddb, &dynamostore.Config{Table: \"idempotency\"}) // D2; SkewBuffer 2s\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\texec, err := idempotency.New(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", int(lt/time.Second), int(ret/time.Hour))
+		body.WriteString("\tstore, err := dynamostore.New(context.Background(), ddb, &dynamostore.Config{Table: \"idempotency\"}) // D2; SkewBuffer 2s\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\texec, err := idempotency.New(store, cfg)\n")
 	default:
 		params += ", store idempotency.Store"
-		fmt.Fprintf(&body, "\t// payonce ships stores for PostgreSQL, Redis and DynamoDB: on %s, implement\n\t// idempotency.Store with D2's three atomic decisions and pass idempotencytest.Exercise.\n\texec, err := idempotency.New(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", storeNameOr(d.Store), int(lt/time.Second), int(ret/time.Hour))
+		fmt.Fprintf(&body, "\t// payonce ships stores for PostgreSQL, Redis and DynamoDB: on %s, implement\n\t// idempotency.Store with D2's three atomic decisions and pass idempotencytest.Exercise.\n\texec, err := idempotency.New(store, cfg)\n", storeNameOr(d.Store))
 	}
 	body.WriteString("\tif err != nil {\n\t\treturn nil, err\n\t}\n")
 	body.WriteString("\tprotect, err := idempotency.Middleware(exec, idempotency.MiddlewareConfig{\n\t\tScope: scope, // from authentication; client keys: UUIDv4 or ULID\n")
@@ -536,7 +536,10 @@ func middlewareGo(d *Document) string {
 	body.WriteString("\t\t},\n\t})\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\treturn protect(next), nil\n}\n")
 
 	var s strings.Builder
-	head := "// Protect wraps next (your router: net/http, chi, gorilla; gin and echo\n// through their net/http adapters) with payonce's middleware on the\n// protected routes. scope returns the authenticated user or tenant (from\n// the session or token, never the body).\nfunc Protect(" + params + ") (http.Handler, error) {\n"
+	args := paramNames(params)
+	head := fmt.Sprintf("// Config is the executor's configuration: the lease of section 4 and the\n// retention of section 2(e).\nfunc Config() *idempotency.Config {\n\treturn &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t}\n}\n\n", int(lt/time.Second), int(ret/time.Hour)) +
+		"// Protect wraps next (your router: net/http, chi, gorilla; gin and echo\n// through their net/http adapters) with payonce's middleware on the\n// protected routes. scope returns the authenticated user or tenant (from\n// the session or token, never the body).\nfunc Protect(" + params + ") (http.Handler, error) {\n\treturn ProtectWith(" + args + ", Config())\n}\n\n" +
+		"// ProtectWith is Protect with another executor configuration (the tests\n// of D6 shorten the lease and the retention).\nfunc ProtectWith(" + params + ", cfg *idempotency.Config) (http.Handler, error) {\n"
 	var extra strings.Builder
 	if len(pays) > 0 {
 		imports[`"encoding/json"`] = true
@@ -682,25 +685,6 @@ func goName(f string) string {
 		parts[i] = strings.ToUpper(p[:1]) + p[1:]
 	}
 	return strings.Join(parts, "")
-}
-
-func testSkeletonGo(d *Document) string {
-	var s strings.Builder
-	fmt.Fprintf(&s, "package yourservice_test\n\nimport \"testing\"\n\n// One test per scenario of section 11 and protected action, against a real %s.\n", storeNameOr(d.Store))
-	for _, x := range d.Actions {
-		n := goName(x.Name)
-		for _, sc := range scenarios(d) {
-			switch {
-			case (sc.Test == "LostProviderAnswer" || sc.Test == "ProviderTimeoutPending") && x.Provider == "":
-				continue
-			case strings.HasPrefix(sc.Test, "Saga") && !x.MultiStep():
-				continue
-			}
-			fmt.Fprintf(&s, "\n// %s: %s.\n// Expect: %s.\nfunc Test%s%s(t *testing.T) {\n\tt.Parallel()\n\tt.Skip(\"to write: %s\")\n}\n",
-				sc.Scenario, "verifies "+sc.Verifies, sc.Expectation, n, sc.Test, strings.ReplaceAll(sc.Scenario, `"`, `'`))
-		}
-	}
-	return s.String()
 }
 
 func crashRows(d *Document) [][]string {
