@@ -550,11 +550,22 @@ func testSkeletonGo(d *Document) string {
 	}
 	var notes []string
 	for _, x := range d.Actions {
-		switch {
-		case x.Kind == "http" && x.Provider != "" && len(d.Providers) > 0:
-			notes = append(notes, x.Name+" goes through payments.Client: payonce's own suite runs these scenarios, the lost provider answer and the provider timeout included, against each provider's fake (providertest)")
-		case x.Kind != "http":
-			notes = append(notes, x.Name+" is a "+x.Kind+": Consume is keyed by the message's identity; test it as the routes are tested, delivering one message twice, concurrently and after a crash")
+		if x.Kind == "http" && !(x.Provider != "" && len(d.Providers) > 0) {
+			continue
+		}
+		var names []string
+		for _, sc := range scenarios(d) {
+			switch {
+			case (sc.Test == "LostProviderAnswer" || sc.Test == "ProviderTimeoutPending") && x.Provider == "":
+			case strings.HasPrefix(sc.Test, "Saga") && !x.MultiStep():
+			default:
+				names = append(names, "Test"+goName(x.Name)+sc.Test)
+			}
+		}
+		if x.Kind == "http" {
+			notes = append(notes, fmt.Sprintf("%s goes through payments.Client, not Protect: not generated here. Its scenarios (%s) are payonce's own tests of payments.Client and the saga package, run against each provider's fake (payonce's payments/, saga/ and providers/providertest); write yours against your provider's test mode", x.Name, strings.Join(names, ", ")))
+		} else {
+			notes = append(notes, fmt.Sprintf("%s is a %s handled by Consume, keyed by the message's identity: not generated here. Write its scenarios (%s) as the routes' are written, delivering one message twice, concurrently and after a crash", x.Name, x.Kind, strings.Join(names, ", ")))
 		}
 	}
 	var s strings.Builder
