@@ -199,3 +199,14 @@ func contested(x ActionPlan, a Answers) (gets, why string) {
 	}
 	return gets, why
 }
+
+// skewAbsorbed says what absorbs a skew up to the one assumed.
+func skewAbsorbed(goCode bool, store string) string {
+	switch {
+	case store == StoreDynamo:
+		return "every lease is taken over only once it ended that long ago by the claimant's clock, so instances whose clocks differ by less never take over a live lease."
+	case goCode:
+		return "a holder stops on its own monotonic clock that long before its lease can end in the store (the executor's lease margin, a tenth of the shortest lock timeout), which absorbs a store clock that steps ahead."
+	}
+	return "every lock timeout is at least 30s and 1.5x its p99 (C3), far more than that, so a store clock that steps ahead by up to it does not end a live holder's lease; a holder that takes longer than its lock timeout is taken over."
+}

@@ -128,7 +128,7 @@ func sections(d *Document) []Section {
 		table([]string{"action", "stated duration", "lock timeout", "heartbeat", "why"}, rows))
 	maxSkew, whose, beyond := skewAssumption(d)
 	b[3] = append(b[3], h3("Clock skew"),
-		p("Whose clock decides a lease's end and a record's expiry: %s. The maximum skew assumed is %s (Assumptions): a holder stops on its own clock that long before its lease can end in the store (the lease margin, a tenth of the shortest lock timeout), which absorbs a store clock that steps ahead. Beyond it, %s.", whose, human(maxSkew), beyond))
+		p("Whose clock decides a lease's end and a record's expiry: %s. The maximum skew assumed is %s (Assumptions): %s Beyond it, %s.", whose, human(maxSkew), skewAbsorbed(goCode, d.Store), beyond))
 	rows = nil
 	for _, x := range d.Actions {
 		gets, why := contested(x, a)
