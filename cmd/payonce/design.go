@@ -165,7 +165,10 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 	var kit *design.Kit
 	if o.code != "" {
 		if kit = design.KitOf(d); kit == nil {
-			return cli.Usage(fmt.Sprintf("design: --code: no runnable kit for the stack %q: kits exist for %s; Go stacks use payonce's own API, shown in the document",
+			kit = design.GoKit(d)
+		}
+		if kit == nil {
+			return cli.Usage(fmt.Sprintf("design: --code: no runnable kit for the stack %q: kits exist for %s, and for Go",
 				strings.Join(nonEmpty(a.Stack.Language, a.Stack.Framework, a.Stack.Database), ", "), strings.Join(design.KitStacks(), ", ")))
 		}
 	}

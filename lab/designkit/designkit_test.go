@@ -71,6 +71,12 @@ func TestMain(m *testing.M) {
 // of the test's and returns the kit's folder.
 func generate(t *testing.T, stack string) string {
 	t.Helper()
+	return generateFrom(t, filepath.Join(root(t), "cmd", "payonce", "internal", "design", "testdata", "stacks", stack+".yaml"))
+}
+
+// generateFrom is generate for the answers file at answers.
+func generateFrom(t *testing.T, answers string) string {
+	t.Helper()
 	r := root(t)
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "designkit-")
@@ -89,10 +95,9 @@ func generate(t *testing.T, stack string) string {
 	}
 	dir := t.TempDir()
 	kit := filepath.Join(dir, "kit")
-	answers := filepath.Join(r, "cmd", "payonce", "internal", "design", "testdata", "stacks", stack+".yaml")
 	cmd := exec.Command(payonce, "design", "--no-input", "--answers", answers, "--out", filepath.Join(dir, "design.md"), "--format", "markdown", "--code", kit)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("payonce design --code for %s: %v\n%s", stack, err, out)
+		t.Fatalf("payonce design --code for %s: %v\n%s", filepath.Base(answers), err, out)
 	}
 	return kit
 }

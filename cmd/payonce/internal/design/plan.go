@@ -90,6 +90,13 @@ type ActionPlan struct {
 	// the detection-latency question.
 	Detection string
 	Refs      []ProviderRef
+	// Impact is what a duplicate costs (money moved twice, a duplicate
+	// record, a second e-mail); ImpactAssumption is set when it was
+	// assumed because the action's effects were not answered.
+	Impact           string
+	ImpactAssumption string
+	// RetrySources are the retry sources that reach this action.
+	RetrySources []string
 }
 
 // MultiStep reports whether the action has more than one step.
@@ -294,18 +301,32 @@ func Build(a Answers, findings []Finding, now time.Time) (*Document, error) {
 		}
 		p.Detection = detection(d, p)
 		p.Recovery = recovery(p, d.Store, a.Stack.IsGo())
-		for _, s := range []string{p.DurationAssumption, p.FieldsAssumption, p.OutboundAssumption} {
+		var assumed bool
+		p.Impact, assumed = impact(p, providersOf(a.Providers))
+		if assumed {
+			p.ImpactAssumption = fmt.Sprintf("Duplicate impact of %s assumed %s: its effects were not answered; name them (effects) if it also sends or calls something outside your database.", p.Name, p.Impact)
+		}
+		p.RetrySources = retrySourcesOf(p, a)
+		for _, s := range []string{p.DurationAssumption, p.FieldsAssumption, p.OutboundAssumption, p.ImpactAssumption} {
 			if s != "" {
 				d.Assumptions = append(d.Assumptions, s)
 			}
 		}
 		d.Actions = append(d.Actions, p)
 	}
-	for _, p := range a.Providers {
-		d.Providers = append(d.Providers, providerFacts[p])
-	}
+	d.Providers = providersOf(a.Providers)
+	maxSkew, _, _ := skewAssumption(d)
+	d.Assumptions = append(d.Assumptions, fmt.Sprintf("Clock skew (not asked): at most %s assumed between %s; section 4 says whose clock decides and what happens beyond it.", human(maxSkew), map[bool]string{true: "the application hosts' clocks (DynamoDB compares them)", false: "the store's clock and a holder's own count of its lease"}[d.Store == StoreDynamo]))
 	d.Sections = sections(d)
 	return d, nil
+}
+
+func providersOf(names []string) []ProviderPlan {
+	var out []ProviderPlan
+	for _, p := range names {
+		out = append(out, providerFacts[p])
+	}
+	return out
 }
 
 func durOr(s string, def time.Duration) (time.Duration, error) {

@@ -67,10 +67,16 @@ func sections(d *Document) []Section {
 
 	// 1. Action analysis.
 	for _, x := range d.Actions {
+		imp := x.Impact
+		if x.ImpactAssumption != "" {
+			imp += " (assumed: see Assumptions)"
+		}
 		b[0] = append(b[0], h3(x.Name), table([]string{"property", "value"}, [][]string{
 			{"kind", x.Kind}, {"trigger", orDash(x.Trigger)}, {"stated duration (p99)", x.Duration},
-			{"side effects", effects(x)}, {"found at", orDash(x.Location)},
-		}), p("Failure recovery path:"), list(x.Recovery...))
+			{"side effects", effects(x)}, {"a duplicate costs", imp},
+			{"significant fields", fieldsText(x)}, {"found at", orDash(x.Location)},
+		}), p("Retry sources that reach %s:", x.Name), list(x.RetrySources...),
+			p("Failure recovery path:"), list(x.Recovery...))
 	}
 
 	// 2. Key design.
@@ -130,6 +136,17 @@ func sections(d *Document) []Section {
 	}
 	b[3] = append(b[3], p("Concurrency: %s. The store arbitrates, not process memory: the claim is %s, so exactly one of any number of concurrent requests (across processes and machines) holds the lease; the others get the replay or 409 with Retry-After. An orphaned lease is reclaimed by compare-and-swap on lock_version, the fencing token that stops a stale holder from completing.", a.Concurrency, storeClaim(d.Store)),
 		table([]string{"action", "stated duration", "lock timeout", "heartbeat", "why"}, rows))
+	maxSkew, whose, beyond := skewAssumption(d)
+	b[3] = append(b[3], h3("Clock skew"),
+		p("Whose clock decides a lease's end and a record's expiry: %s. The maximum skew assumed is %s (Assumptions): %s Beyond it, %s.", whose, human(maxSkew), skewAbsorbed(goCode, d.Store), beyond))
+	rows = nil
+	for _, x := range d.Actions {
+		gets, why := contested(x, a)
+		rows = append(rows, []string{x.Name, gets, human(x.LockTimeout), why})
+	}
+	b[3] = append(b[3], h3("Contested lock"),
+		p("What a second request for a key still in flight gets. The choice is between answering at once (409 Conflict with Retry-After) and waiting or blocking (polling the record, or a row lock such as SELECT ... FOR UPDATE held across the action). This design answers at once everywhere and never holds a database lock across the action: the lease is a state of the record, not a lock, so a connection is held only for the claim's round trip."),
+		table([]string{"action", "a second request for an in-flight key gets", "lock timeout", "why"}, rows))
 	if a.Concurrency == "global" {
 		b[3] = append(b[3], p("Globally distributed: every region must claim in ONE primary PostgreSQL (or a strongly consistent store); a per-region store lets one intent run once per region. Route protected writes to the primary region."))
 	}
@@ -353,7 +370,7 @@ defer pruner.Stop(context.Background())
 		b[17] = append(b[17], kitBlocks(kit.Tests)...)
 		b[17] = append(b[17], kitBlocks(kit.Support)...)
 	} else if goCode {
-		b[17] = append(b[17], code("go", testSkeletonGo(d)))
+		b[17] = append(b[17], p("The scenarios of section 11, runnable: `payonce design --code DIR` writes D3, D4 and this file into DIR. Run: %s", goTestRun(d)), code("go", testSkeletonGo(d)))
 	} else {
 		var ts []string
 		for _, t := range sc {
@@ -515,21 +532,21 @@ func middlewareGo(d *Document) string {
 		params += ", pool *pgxpool.Pool"
 		imports[`"github.com/jackc/pgx/v5/pgxpool"`] = true
 		imports[`"github.com/payonce/payonce/idempotency/pgstore"`] = true
-		fmt.Fprintf(&body, "\tstore, err := pgstore.New(pool, nil)\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\t// the handler's writes and the outcome commit in one transaction: exec.WithTx()\n\texec, err := pgstore.NewExecutor(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", int(lt/time.Second), int(ret/time.Hour))
+		body.WriteString("\tstore, err := pgstore.New(pool, nil)\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\t// the handler's writes and the outcome commit in one transaction: exec.WithTx()\n\texec, err := pgstore.NewExecutor(store, cfg)\n")
 	case StoreRedis:
 		params += ", rdb redis.UniversalClient"
 		imports[`"github.com/redis/go-redis/v9"`] = true
 		imports[`"github.com/payonce/payonce/idempotency/redisstore"`] = true
-		fmt.Fprintf(&body, "\tstore, err := redisstore.New(rdb, nil) // D2: one Lua script per state change, the server's TIME\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\texec, err := idempotency.New(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", int(lt/time.Second), int(ret/time.Hour))
+		body.WriteString("\tstore, err := redisstore.New(rdb, nil) // D2: one Lua script per state change, the server's TIME\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\texec, err := idempotency.New(store, cfg)\n")
 	case StoreDynamo:
 		params += ", ddb *dynamodb.Client"
 		imports[`"context"`] = true
 		imports[`"github.com/aws/aws-sdk-go-v2/service/dynamodb"`] = true
 		imports[`"github.com/payonce/payonce/idempotency/dynamostore"`] = true
-		fmt.Fprintf(&body, "\tstore, err := dynamostore.New(context.Background(), ddb, &dynamostore.Config{Table: \"idempotency\"}) // D2; SkewBuffer 2s\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\texec, err := idempotency.New(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", int(lt/time.Second), int(ret/time.Hour))
+		body.WriteString("\tstore, err := dynamostore.New(context.Background(), ddb, &dynamostore.Config{Table: \"idempotency\"}) // D2; SkewBuffer 2s\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\texec, err := idempotency.New(store, cfg)\n")
 	default:
 		params += ", store idempotency.Store"
-		fmt.Fprintf(&body, "\t// payonce ships stores for PostgreSQL, Redis and DynamoDB: on %s, implement\n\t// idempotency.Store with D2's three atomic decisions and pass idempotencytest.Exercise.\n\texec, err := idempotency.New(store, &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t})\n", storeNameOr(d.Store), int(lt/time.Second), int(ret/time.Hour))
+		fmt.Fprintf(&body, "\t// payonce ships stores for PostgreSQL, Redis and DynamoDB: on %s, implement\n\t// idempotency.Store with D2's three atomic decisions and pass idempotencytest.Exercise.\n\texec, err := idempotency.New(store, cfg)\n", storeNameOr(d.Store))
 	}
 	body.WriteString("\tif err != nil {\n\t\treturn nil, err\n\t}\n")
 	body.WriteString("\tprotect, err := idempotency.Middleware(exec, idempotency.MiddlewareConfig{\n\t\tScope: scope, // from authentication; client keys: UUIDv4 or ULID\n")
@@ -557,7 +574,10 @@ func middlewareGo(d *Document) string {
 	body.WriteString("\t\t},\n\t})\n\tif err != nil {\n\t\treturn nil, err\n\t}\n\treturn protect(next), nil\n}\n")
 
 	var s strings.Builder
-	head := "// Protect wraps next (your router: net/http, chi, gorilla; gin and echo\n// through their net/http adapters) with payonce's middleware on the\n// protected routes. scope returns the authenticated user or tenant (from\n// the session or token, never the body).\nfunc Protect(" + params + ") (http.Handler, error) {\n"
+	args := paramNames(params)
+	head := fmt.Sprintf("// Config is the executor's configuration: the lease of section 4 and the\n// retention of section 2(e).\nfunc Config() *idempotency.Config {\n\treturn &idempotency.Config{\n\t\tLockTimeout: %d * time.Second, // section 4\n\t\tRetention:   %d * time.Hour,   // section 2(e)\n\t}\n}\n\n", int(lt/time.Second), int(ret/time.Hour)) +
+		"// Protect wraps next (your router: net/http, chi, gorilla; gin and echo\n// through their net/http adapters) with payonce's middleware on the\n// protected routes. scope returns the authenticated user or tenant (from\n// the session or token, never the body).\nfunc Protect(" + params + ") (http.Handler, error) {\n\treturn ProtectWith(" + args + ", Config())\n}\n\n" +
+		"// ProtectWith is Protect with another executor configuration (the tests\n// of D6 shorten the lease and the retention).\nfunc ProtectWith(" + params + ", cfg *idempotency.Config) (http.Handler, error) {\n"
 	var extra strings.Builder
 	if len(pays) > 0 {
 		imports[`"encoding/json"`] = true
@@ -703,25 +723,6 @@ func goName(f string) string {
 		parts[i] = strings.ToUpper(p[:1]) + p[1:]
 	}
 	return strings.Join(parts, "")
-}
-
-func testSkeletonGo(d *Document) string {
-	var s strings.Builder
-	fmt.Fprintf(&s, "package yourservice_test\n\nimport \"testing\"\n\n// One test per scenario of section 11 and protected action, against a real %s.\n", storeNameOr(d.Store))
-	for _, x := range d.Actions {
-		n := goName(x.Name)
-		for _, sc := range scenarios(d) {
-			switch {
-			case (sc.Test == "LostProviderAnswer" || sc.Test == "ProviderTimeoutPending") && x.Provider == "":
-				continue
-			case strings.HasPrefix(sc.Test, "Saga") && !x.MultiStep():
-				continue
-			}
-			fmt.Fprintf(&s, "\n// %s: %s.\n// Expect: %s.\nfunc Test%s%s(t *testing.T) {\n\tt.Parallel()\n\tt.Skip(\"to write: %s\")\n}\n",
-				sc.Scenario, "verifies "+sc.Verifies, sc.Expectation, n, sc.Test, strings.ReplaceAll(sc.Scenario, `"`, `'`))
-		}
-	}
-	return s.String()
 }
 
 func crashRows(d *Document) [][]string {

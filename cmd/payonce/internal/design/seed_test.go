@@ -144,13 +144,15 @@ func TestDesignScenarioTable(t *testing.T) {
 			t.Errorf("checkout: section 11 lacks %q", want)
 		}
 	}
-	for _, fn := range []string{"func TestCheckoutSagaResumesCompensation(", "func TestCheckoutLostProviderAnswer(", "func TestInventoryConcurrentSameKeyOneEffect("} {
+	// Routes Protect guards get runnable tests (lab/designkit runs them);
+	// payments and consumers are named with what covers them.
+	for _, fn := range []string{"func TestInventoryConcurrentSameKeyOneEffect(", "func TestInventoryHolderKilledReclaimed(", "TestCheckoutSagaResumesCompensation", "TestCheckoutLostProviderAnswer", "TestWebhookReplaysSameKey"} {
 		if !strings.Contains(s, fn) {
 			t.Errorf("D6 lacks %s", fn)
 		}
 	}
-	if strings.Contains(s, "func TestInventoryLostProviderAnswer(") || strings.Contains(s, "func TestChargeSagaResumesCompensation(") {
-		t.Error("D6 has a provider or saga test for an action without one")
+	if strings.Contains(s, "LostProviderAnswer(") || strings.Contains(s, "TestChargeSagaResumesCompensation") || strings.Contains(s, "t.Skip(\"to write") {
+		t.Error("D6 has a provider or saga test for an action without one, or a stub")
 	}
 	d, _ = answersDoc(t, "testdata/stacks/go-chi-redis.yaml", nil)
 	tab = sectionOf(d, "s11-tests").Blocks[1]

@@ -115,18 +115,18 @@ func TestDesignStacksDecisions(t *testing.T) {
 	}{
 		{"django-mysql-rabbitmq", map[string]time.Duration{"createBooking": 30 * time.Second, "sendConfirmation": 90 * time.Second},
 			[]string{"p99 of sendConfirmation assumed 30s", "Significant fields of sendConfirmation not answered", "How long the broker redelivers"},
-			[]string{"createBooking", "How long clients retry", "sendConfirmation assumed to send"}},
+			[]string{"p99 of createBooking", "fields of createBooking", "How long clients retry", "sendConfirmation assumed to send"}},
 		{"fastapi-postgres-stripe", map[string]time.Duration{"charge": 30 * time.Second, "stripeWebhook": 90 * time.Second},
 			[]string{"p99 of stripeWebhook assumed 30s"},
 			[]string{"p99 of charge", "fields of charge", "fields of stripeWebhook", "webhook senders"}},
 		{"express-dynamodb-sqs", map[string]time.Duration{"createOrder": 30 * time.Second, "fulfilOrder": 135 * time.Second},
-			[]string{"How long clients retry one key assumed 1d"}, []string{"createOrder", "fulfilOrder", "How long the broker"}},
+			[]string{"How long clients retry one key assumed 1d", "Duplicate impact of fulfilOrder assumed"}, []string{"p99 of createOrder", "fields of createOrder", "p99 of fulfilOrder", "fields of fulfilOrder", "How long the broker"}},
 		{"spring-postgres-kafka-adyen", map[string]time.Duration{"authorise": 30 * time.Second, "settleOrder": 6 * time.Minute},
 			[]string{"Significant fields of settleOrder not answered"},
 			[]string{"p99 of settleOrder", "p99 of authorise", "fields of authorise", "How long"}},
 		{"go-chi-redis", map[string]time.Duration{"createTransfer": 36 * time.Second, "sendNotification": 30 * time.Second},
 			[]string{"p99 of sendNotification assumed 2s", "Significant fields of sendNotification not answered", "sendNotification assumed to send a message"},
-			[]string{"createTransfer"}},
+			[]string{"p99 of createTransfer", "fields of createTransfer", "Duplicate impact of sendNotification"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
