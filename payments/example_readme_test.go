@@ -36,7 +36,7 @@ func Example_chargeAndRefund() {
 	charge := func(key, method string) {
 		res, err := client.Charge(ctx, payments.ChargeParams{
 			Scope: "cus_1", Key: key, Provider: "stripe",
-			Amount: money.MustParse("49.99", money.EUR), Recipient: "acct_shop", PaymentMethod: method,
+			Amount: money.MustParse("49.99", money.EUR), PaymentMethod: method,
 		})
 		switch {
 		case payments.OutcomeUnknown(err): // the provider's answer was lost: retry with the SAME key, never a new one
