@@ -17,8 +17,8 @@ func TestJavaKitForSpringPostgres(t *testing.T) {
 	}
 	actions := files["src/main/java/idempotency/Actions.java"]
 	for _, want := range []string{
-		`Map.entry("POST /payments", new Action("authorise", List.of("amount", "currency", "merchant_account", "payment_method", "shopper_reference"), Duration.ofSeconds(30)))`,
-		`Map.entry("settleOrder", new Action("settleOrder", List.of(), Duration.ofSeconds(360)))`,
+		`Map.entry("POST /payments", new Action("authorise", List.of("amount", "currency", "merchant_account", "payment_method", "shopper_reference"), Duration.ofSeconds(30), Duration.ofMillis(10000)))`,
+		`Map.entry("settleOrder", new Action("settleOrder", List.of(), Duration.ofSeconds(360), Duration.ofMillis(120000)))`,
 		"Duration.ofSeconds(2592000L)", // retention 30d
 	} {
 		if !strings.Contains(actions, want) {
@@ -84,7 +84,7 @@ func TestJavaKitFollowsTheDocument(t *testing.T) {
 		t.Fatal("no kit")
 	}
 	actions := k.Middleware[0].Text
-	want := `Map.entry("PUT /carts/checkout", new Action("authorise", List.of("cart_id", "total"), Duration.ofSeconds(60)))`
+	want := `Map.entry("PUT /carts/checkout", new Action("authorise", List.of("cart_id", "total"), Duration.ofSeconds(60), Duration.ofMillis(20000)))`
 	if !strings.Contains(actions, want) || !strings.Contains(actions, "Duration.ofSeconds(3888000L)") {
 		t.Errorf("Actions.java does not follow the answers (want %s and 45d):\n%s", want, actions)
 	}
