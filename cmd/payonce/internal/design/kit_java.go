@@ -1141,6 +1141,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import jakarta.servlet.FilterChain;
@@ -1443,6 +1444,16 @@ class IdempotencyKitTest {
             one.shutdownNow();
             filter.destroy();
         }
+    }
+
+    @Test
+    void heartbeatThatCannotKeepItsLeaseIsRefused() {
+        for (Duration every : List.of(ACTION.lockTimeout(), ACTION.lockTimeout().plusSeconds(1), Duration.ofMillis(-1))) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ACTION.withHeartbeat(every));
+            assertTrue(e.getMessage().contains("shorter than the lock timeout"), e.getMessage());
+        }
+        assertEquals(Duration.ZERO, ACTION.withHeartbeat(Duration.ZERO).heartbeat());
+        assertEquals(Duration.ofSeconds(1), ACTION.withLockTimeout(Duration.ofSeconds(3)).heartbeat());
     }
 
     @Test

@@ -26,7 +26,8 @@ func TestJavaKitForSpringPostgres(t *testing.T) {
 		}
 	}
 	store := files["src/main/java/idempotency/IdempotencyStore.java"]
-	for _, want := range []string{"INSERT INTO idempotency_store", "ON CONFLICT (idempotency_key, user_id) DO NOTHING", "AND lock_version = ?", "locked_until <= now()"} {
+	for _, want := range []string{"INSERT INTO idempotency_store", "ON CONFLICT (idempotency_key, user_id) DO NOTHING", "AND lock_version = ?", "locked_until <= now()",
+		"static final String HEARTBEAT", "scheduleWithFixedDelay", "public boolean renew("} {
 		if !strings.Contains(store, want) {
 			t.Errorf("IdempotencyStore.java lacks %q", want)
 		}
@@ -44,7 +45,8 @@ func TestJavaKitForSpringPostgres(t *testing.T) {
 		t.Error("the filter does not say how Spring registers it")
 	}
 	tests := files["src/test/java/idempotency/IdempotencyKitTest.java"]
-	for _, want := range []string{`ROUTE = "POST /payments"`, "providerResponseLost", "sameKeyOtherSignificantField", "cleanupDeletes"} {
+	for _, want := range []string{`ROUTE = "POST /payments"`, "providerResponseLost", "sameKeyOtherSignificantField", "cleanupDeletes",
+		"liveHolderKeepsItsLeasePastTheLockTimeout", "leaseLostByTheHeartbeatIsRefusedAndTheNewHolderStands", "withHeartbeat(Duration.ZERO)"} {
 		if !strings.Contains(tests, want) {
 			t.Errorf("the tests lack %q", want)
 		}

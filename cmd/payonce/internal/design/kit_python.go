@@ -163,6 +163,16 @@ from . import store
 log = logging.getLogger(__name__)
 
 
+def check(action: str, lease: float, interval: float) -> None:
+    """Refuses a heartbeat that cannot keep its lease: it must be shorter
+    than the lock timeout (a third of it is the design's), or 0 (off)."""
+    if lease <= 0:
+        raise ValueError(f"ACTIONS[{action!r}]: lock_timeout must be positive seconds, got {lease!r}")
+    if interval < 0 or interval >= lease:
+        raise ValueError(f"ACTIONS[{action!r}]: heartbeat ({interval!r}s) must be shorter than lock_timeout "
+                         f"({lease!r}s), a third of it is the design's, or 0 to turn heartbeats off")
+
+
 class Heartbeat:
     """Renews (key, scope, version)'s lease for lease seconds every
     interval seconds (0: no heartbeat) until stop(). connect() opens the
@@ -406,6 +416,7 @@ from django.http import HttpResponse, JsonResponse
 
 from . import store
 from .actions import ACTIONS, RETENTION_SECONDS
+from . import heartbeat
 from .fingerprint import fingerprint
 from .heartbeat import Heartbeat
 
@@ -424,6 +435,8 @@ class IdempotencyMiddleware:
         self.get_response = get_response
         self.routes = {(a["method"], a["path"]): name
                        for name, a in ACTIONS.items() if a["kind"] == "http" and "path" in a}
+        for name in self.routes.values():
+            heartbeat.check(name, ACTIONS[name]["lock_timeout"], ACTIONS[name]["heartbeat"])
 
     def __call__(self, request):
         name = self.routes.get((request.method, request.path))
@@ -909,6 +922,15 @@ def test_lease_lost_by_the_heartbeat_is_refused_and_the_new_holder_stands(db, mo
     replay = post("k11")
     assert replay.status_code == 201 and replay.content == outcome
     assert replay.headers["Idempotent-Replayed"] == "true"
+
+
+def test_heartbeat_that_cannot_keep_its_lease_is_refused():
+    from idempotency import heartbeat
+    for lease, every in ((30, 30), (30, 45), (30, -1), (0, 0)):
+        with pytest.raises(ValueError, match="lock_timeout"):
+            heartbeat.check(ACTION, lease, every)
+    heartbeat.check(ACTION, 30, 10)
+    heartbeat.check(ACTION, 30, 0)  # off
 `
 
 // firstAction is the first action of d of one of kinds (with a route for
@@ -1109,6 +1131,7 @@ from starlette.concurrency import run_in_threadpool
 
 from . import store
 from .actions import ACTIONS, RETENTION_SECONDS
+from . import heartbeat
 from .fingerprint import fingerprint
 from .heartbeat import Heartbeat
 
@@ -1171,6 +1194,7 @@ def idempotent(action: str):
     a webhook's is its event id, scoped by webhook_account."""
 
     webhook = ACTIONS[action]["kind"] == "webhook"
+    heartbeat.check(action, ACTIONS[action]["lock_timeout"], ACTIONS[action]["heartbeat"])
 
     async def dependency(request: Request, scope: str = Depends(webhook_account if webhook else current_user)):
         try:
