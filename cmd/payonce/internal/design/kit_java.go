@@ -68,9 +68,9 @@ func javaKit(d *Document) *Kit {
 
 // javaAction is one action as the Java code declares it.
 type javaAction struct {
-	Name, Route, Trigger, Lock string
-	LockSeconds                int64
-	Fields                     []string
+	Name, Route, Trigger, Lock, Heartbeat string
+	LockSeconds, HeartbeatMillis          int64
+	Fields                                []string
 }
 
 type javaKitData struct {
@@ -89,7 +89,8 @@ func javaData(d *Document) javaKitData {
 	for _, x := range d.Actions {
 		fields := slices.Clone(x.Fields)
 		slices.Sort(fields)
-		a := javaAction{Name: x.Name, Trigger: x.Trigger, Lock: human(x.LockTimeout), LockSeconds: int64(x.LockTimeout.Seconds()), Fields: fields}
+		a := javaAction{Name: x.Name, Trigger: x.Trigger, Lock: human(x.LockTimeout), LockSeconds: int64(x.LockTimeout.Seconds()),
+			Heartbeat: human(x.Heartbeat), HeartbeatMillis: x.Heartbeat.Milliseconds(), Fields: fields}
 		if x.Kind == "http" {
 			a.Route = javaRoute(x)
 			data.HTTP = append(data.HTTP, a)
@@ -170,14 +171,39 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 
-/** The protected actions of the design document: their significant fields (section 3), lock timeouts (section 4) and the retention (section 2(e)). */
+/** The protected actions of the design document: their significant fields (section 3), lock timeouts and heartbeats (section 4) and the retention (section 2(e)). */
 public final class Actions {
     private Actions() {}
 
-    /** One protected action. fields are sorted by name: the fingerprint covers them in this order. */
-    public record Action(String name, List<String> fields, Duration lockTimeout) {
+    /**
+     * One protected action. fields are sorted by name: the fingerprint covers them in this order.
+     * While it runs, its lease of lockTimeout is renewed every heartbeat (zero: never), so a live
+     * holder keeps it and a crashed one frees it within lockTimeout.
+     */
+    public record Action(String name, List<String> fields, Duration lockTimeout, Duration heartbeat) {
+        public Action {
+            if (lockTimeout.isNegative() || lockTimeout.isZero()) {
+                throw new IllegalArgumentException("action " + name + ": the lock timeout must be positive, got " + lockTimeout);
+            }
+            if (heartbeat.isNegative() || heartbeat.compareTo(lockTimeout) >= 0) {
+                throw new IllegalArgumentException("action " + name + ": the heartbeat (" + heartbeat + ") must be shorter than the lock timeout ("
+                        + lockTimeout + "), a third of it is the design's, or zero to turn heartbeats off");
+            }
+        }
+
+        /** An action whose lease is renewed every third of it. */
+        public Action(String name, List<String> fields, Duration lockTimeout) {
+            this(name, fields, lockTimeout, lockTimeout.dividedBy(3));
+        }
+
+        /** The same action with another lease, renewed every third of it. */
         public Action withLockTimeout(Duration lease) {
             return new Action(name, fields, lease);
+        }
+
+        /** The same action renewing its lease every period; Duration.ZERO turns heartbeats off. */
+        public Action withHeartbeat(Duration period) {
+            return new Action(name, fields, lockTimeout, period);
         }
     }
 
@@ -186,12 +212,12 @@ public final class Actions {
 
     /** HTTP actions by "METHOD /path". */
     public static final Map<String, Action> HTTP = Map.ofEntries({{range $i, $a := .HTTP}}{{if $i}},{{end}}
-            Map.entry({{q $a.Route}}, new Action({{q $a.Name}}, List.of({{strs $a.Fields}}), Duration.ofSeconds({{$a.LockSeconds}}))){{end}});
+            Map.entry({{q $a.Route}}, new Action({{q $a.Name}}, List.of({{strs $a.Fields}}), Duration.ofSeconds({{$a.LockSeconds}}), Duration.ofMillis({{$a.HeartbeatMillis}}))){{end}});
 
     /** Consumer actions by name. */
     public static final Map<String, Action> CONSUMERS = Map.ofEntries({{range $i, $a := .Consumers}}{{if $i}},{{end}}
             // {{c $a.Trigger}}
-            Map.entry({{q $a.Name}}, new Action({{q $a.Name}}, List.of({{strs $a.Fields}}), Duration.ofSeconds({{$a.LockSeconds}}))){{end}});
+            Map.entry({{q $a.Name}}, new Action({{q $a.Name}}, List.of({{strs $a.Fields}}), Duration.ofSeconds({{$a.LockSeconds}}), Duration.ofMillis({{$a.HeartbeatMillis}}))){{end}});
 }
 `)
 
@@ -202,15 +228,22 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.logging.Logger;
 import javax.sql.DataSource;
 
 /**
  * The record of D2 on PostgreSQL: claim (create if absent, else decide on
  * the row read), take over an ended lease by compare-and-set on
- * lock_version, and complete fenced by the holder's lock_version. Every
- * instant is now(), the database's clock.
+ * lock_version, keep a live holder's lease with a heartbeat, and complete
+ * fenced by the holder's lock_version. Every instant is now(), the
+ * database's clock.
  */
 public final class IdempotencyStore {
+    private static final Logger LOG = Logger.getLogger(IdempotencyStore.class.getName());
     public sealed interface Claim permits Acquired, Replay, Busy, Mismatch {}
     /** This caller holds the lease under lockVersion: run the action. */
     public record Acquired(long lockVersion) implements Claim {}
@@ -252,6 +285,10 @@ public final class IdempotencyStore {
             UPDATE idempotency_store
                SET status = 'COMPLETED', response_code = ?, response_body = jsonb_build_object('content_type', ?::text),
                    response_raw = ?, completed_at = now(), locked_until = NULL
+             WHERE idempotency_key = ? AND user_id = ? AND lock_version = ? AND status = 'PROCESSING'""";
+    // the heartbeat: extend the holder's lease, fenced by its lock_version
+    static final String HEARTBEAT = """
+            UPDATE idempotency_store SET locked_until = now() + ? * interval '1 millisecond'
              WHERE idempotency_key = ? AND user_id = ? AND lock_version = ? AND status = 'PROCESSING'""";
     // the action failed without an outcome to keep: end the lease now, so
     // that a retry takes over at once
@@ -329,6 +366,93 @@ public final class IdempotencyStore {
         }
     }
 
+    /** The heartbeat: extends the holder's lease to now() + lease if lockVersion still holds it; false when it does not. */
+    public boolean renew(String key, String scope, long lockVersion, Duration lease) throws SQLException {
+        try (Connection c = db.getConnection(); PreparedStatement s = c.prepareStatement(HEARTBEAT)) {
+            c.setAutoCommit(true);
+            s.setQueryTimeout((int) Math.max(1, lease.toSeconds()));
+            s.setLong(1, lease.toMillis());
+            s.setString(2, key);
+            s.setString(3, scope);
+            s.setLong(4, lockVersion);
+            return s.executeUpdate() == 1;
+        }
+    }
+
+    /**
+     * Keeps lockVersion's lease of action while the action runs: on beats, every
+     * action.heartbeat(), a renewal on a connection of its own from the DataSource. Close
+     * the lease before completing: no renewal runs after close returns.
+     */
+    public Lease hold(ScheduledExecutorService beats, String key, String scope, long lockVersion, Actions.Action action) {
+        Lease lease = new Lease(key);
+        long every = action.heartbeat().toMillis();
+        if (every > 0) {
+            lease.started(beats.scheduleWithFixedDelay(() -> lease.beat(() -> renew(key, scope, lockVersion, action.lockTimeout())),
+                    every, every, TimeUnit.MILLISECONDS));
+        }
+        return lease;
+    }
+
+    /** A held lease and its heartbeat. */
+    public static final class Lease implements AutoCloseable {
+        interface Renewal {
+            boolean renew() throws SQLException;
+        }
+
+        private final String key;
+        private final CompletableFuture<Void> lost = new CompletableFuture<>();
+        private ScheduledFuture<?> beat;
+        private boolean closed;
+
+        private Lease(String key) {
+            this.key = key;
+        }
+
+        /** False once a renewal found the lease taken over: check it before an effect the record cannot roll back. */
+        public boolean held() {
+            return !lost.isDone();
+        }
+
+        /** Completes when a renewal finds the lease taken over: the holder's completion will be refused. */
+        public CompletableFuture<Void> lost() {
+            return lost.copy();
+        }
+
+        private synchronized void started(ScheduledFuture<?> f) {
+            beat = f;
+            if (closed) {
+                f.cancel(false);
+            }
+        }
+
+        private synchronized void beat(Renewal r) {
+            if (closed || lost.isDone()) {
+                return;
+            }
+            try {
+                if (!r.renew()) {
+                    lost.complete(null);
+                    if (beat != null) {
+                        beat.cancel(false);
+                    }
+                    LOG.warning("idempotency: key " + Fingerprint.shortHash(key) + ": lease lost to another holder; heartbeat stopped");
+                }
+            } catch (SQLException | RuntimeException e) { // the database is away: try again at the next beat
+                LOG.warning("idempotency: key " + Fingerprint.shortHash(key) + ": heartbeat failed: " + e.getClass().getSimpleName());
+            }
+        }
+
+        /** Stops the heartbeat, waiting for a renewal in flight. */
+        @Override
+        public synchronized void close() {
+            closed = true;
+            if (beat != null) {
+                beat.cancel(false);
+            }
+        }
+    }
+
     /** Ends the holder's lease now, keeping nothing: a retry runs the action again. */
     public void release(String key, String scope, long lockVersion) throws SQLException {
         try (Connection c = db.getConnection(); PreparedStatement s = c.prepareStatement(RELEASE)) {
@@ -377,12 +501,18 @@ import java.nio.charset.StandardCharsets;
 import java.sql.SQLException;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.function.Function;
 import java.util.logging.Logger;
 import java.util.regex.Pattern;
 
 /**
- * Claim, run, record, replay for the HTTP actions of Actions.HTTP. In Spring Boot 3:
+ * Claim, run, record, replay for the HTTP actions of Actions.HTTP. While the
+ * handler runs, a heartbeat renews the lease every action.heartbeat() (the
+ * request attribute LEASE_ATTRIBUTE holds it: check held() before an effect
+ * the record cannot roll back); a request whose lease was taken over
+ * meanwhile gets a 409 and records nothing. In Spring Boot 3:
  *
  * <pre>
  * &#64;Bean
@@ -400,6 +530,8 @@ import java.util.regex.Pattern;
 public final class IdempotencyFilter implements Filter {
     /** The request attribute holding the composed key {scope}_{action}_{intent}, for provider references. */
     public static final String KEY_ATTRIBUTE = "idempotency.key";
+    /** The request attribute holding the request's IdempotencyStore.Lease. */
+    public static final String LEASE_ATTRIBUTE = "idempotency.lease";
     /** Parses a request body into its fields (with Spring: Jackson's ObjectMapper). */
     public interface BodyParser {
         Map<String, ?> parse(byte[] body, String contentType) throws IOException;
@@ -424,6 +556,11 @@ public final class IdempotencyFilter implements Filter {
     private final Map<String, Actions.Action> routes;
     private final Function<HttpServletRequest, String> scopeOf;
     private final BodyParser parser;
+    private final ScheduledExecutorService beats = Executors.newScheduledThreadPool(2, r -> {
+        Thread t = new Thread(r, "idempotency-heartbeat");
+        t.setDaemon(true);
+        return t;
+    });
 
     public IdempotencyFilter(IdempotencyStore store, Map<String, Actions.Action> routes,
                              Function<HttpServletRequest, String> scopeOf, BodyParser parser) {
@@ -491,22 +628,36 @@ public final class IdempotencyFilter implements Filter {
             }
             res.getOutputStream().write(r.body() == null ? new byte[0] : r.body());
         } else if (claim instanceof IdempotencyStore.Acquired a) {
-            run(new CachedBody(req, body), res, chain, key, scope, a.lockVersion());
+            run(new CachedBody(req, body), res, chain, action, key, scope, a.lockVersion());
         }
     }
 
-    private void run(HttpServletRequest req, HttpServletResponse res, FilterChain chain, String key, String scope, long version)
+    /** Stops the heartbeats. */
+    @Override
+    public void destroy() {
+        beats.shutdownNow();
+    }
+
+    private void run(HttpServletRequest req, HttpServletResponse res, FilterChain chain, Actions.Action action, String key, String scope, long version)
             throws IOException, ServletException {
         req.setAttribute(KEY_ATTRIBUTE, key);
         Buffered out = new Buffered(res);
         boolean kept = false;
+        IdempotencyStore.Lease lease = store.hold(beats, key, scope, version, action);
+        req.setAttribute(LEASE_ATTRIBUTE, lease);
         try {
-            chain.doFilter(req, out);
+            try {
+                chain.doFilter(req, out);
+            } finally {
+                lease.close(); // before completing: no renewal races the fenced update
+            }
             byte[] body = out.bytes();
             if (out.getStatus() < 500) { // a 5xx is no outcome: the retry runs again
                 kept = true;
                 if (!store.complete(key, scope, version, out.getStatus(), out.getContentType(), body)) {
                     LOG.warning("idempotency: key " + Fingerprint.shortHash(key) + ": lease lost before completion; the new holder's outcome stands");
+                    problem(res, 409, "This request lost its lease to a retry, whose outcome stands: retry to get it.");
+                    return;
                 }
             }
             res.setStatus(out.getStatus());
@@ -605,6 +756,8 @@ import java.security.NoSuchAlgorithmException;
 import java.sql.Connection;
 import java.util.HexFormat;
 import java.util.Map;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
 import javax.sql.DataSource;
 
 /**
@@ -625,7 +778,7 @@ import javax.sql.DataSource;
  * }
  * </pre>
  */
-public final class IdempotentConsumer {
+public final class IdempotentConsumer implements AutoCloseable {
     /** The action's writes, on the transaction its COMPLETED record commits in. */
     public interface Work {
         void run(Connection tx) throws Exception;
@@ -635,10 +788,21 @@ public final class IdempotentConsumer {
 
     private final DataSource db;
     private final IdempotencyStore store;
+    private final ScheduledExecutorService beats = Executors.newScheduledThreadPool(1, r -> {
+        Thread t = new Thread(r, "idempotency-heartbeat");
+        t.setDaemon(true);
+        return t;
+    });
 
     public IdempotentConsumer(DataSource db, IdempotencyStore store) {
         this.db = db;
         this.store = store;
+    }
+
+    /** Stops the heartbeats. */
+    @Override
+    public void close() {
+        beats.shutdownNow();
     }
 
     /** The intent of a message named by a business id. */
@@ -675,7 +839,12 @@ public final class IdempotentConsumer {
         try (Connection tx = db.getConnection()) {
             tx.setAutoCommit(false);
             try {
-                work.run(tx);
+                IdempotencyStore.Lease lease = store.hold(beats, key, scope, version, action);
+                try {
+                    work.run(tx); // while a heartbeat keeps the lease
+                } finally {
+                    lease.close(); // before completing: no renewal races the fenced update
+                }
                 if (!store.complete(tx, key, scope, version, 200, null, new byte[0])) {
                     tx.rollback();
                     return Outcome.FENCED;
@@ -972,6 +1141,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import jakarta.servlet.FilterChain;
@@ -997,6 +1167,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -1182,9 +1353,113 @@ class IdempotencyKitTest {
         assertArrayEquals(first.body(), again.body());
     }
 
+    /** Polls the database until its clock passes the end the lease of (key, scope) has now. */
+    static void awaitClockPastLeaseEnd(String key, String scope) throws Exception {
+        Object end = column(key, scope, "extract(epoch FROM locked_until)");
+        assertNotNull(end, "the key holds no lease");
+        long deadline = System.nanoTime() + WAIT.toNanos();
+        while (true) {
+            try (Connection c = db.getConnection(); PreparedStatement s = c.prepareStatement("SELECT extract(epoch FROM now()) > ?")) {
+                s.setObject(1, end);
+                try (ResultSet r = s.executeQuery()) {
+                    assertTrue(r.next());
+                    if (r.getBoolean(1)) {
+                        return;
+                    }
+                }
+            }
+            assertTrue(System.nanoTime() < deadline, "the database's clock did not pass the lease's end within " + WAIT);
+            Thread.sleep(20); // polling a condition with a deadline
+        }
+    }
+
+    /** A handler that signals it runs, waits for release, then runs app(runs); lease receives the request's lease. */
+    static FilterChain held(AtomicInteger runs, CountDownLatch entered, CountDownLatch release, AtomicReference<IdempotencyStore.Lease> lease) {
+        return (rq, rs) -> {
+            lease.set((IdempotencyStore.Lease) rq.getAttribute(IdempotencyFilter.LEASE_ATTRIBUTE));
+            entered.countDown();
+            try {
+                assertTrue(release.await(WAIT.toSeconds(), TimeUnit.SECONDS));
+            } catch (InterruptedException e) {
+                throw new IllegalStateException(e);
+            }
+            app(runs).doFilter(rq, rs);
+        };
+    }
+
+    @Test
+    void liveHolderKeepsItsLeasePastTheLockTimeout() throws Exception {
+        IdempotencyFilter filter = filter(ACTION.withLockTimeout(Duration.ofSeconds(2)).withHeartbeat(Duration.ofMillis(250)));
+        AtomicInteger runs = new AtomicInteger();
+        CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
+        String intent = UUID.randomUUID().toString(), k = key("alice", intent);
+        ExecutorService one = Executors.newSingleThreadExecutor();
+        try {
+            Future<Http.Reply> holder = one.submit(() -> call(filter, held(runs, entered, release, new AtomicReference<>()), "alice", intent, form()));
+            assertTrue(entered.await(WAIT.toSeconds(), TimeUnit.SECONDS));
+            awaitClockPastLeaseEnd(k, "alice"); // unrenewed, the lease as claimed would have ended
+            Http.Reply retry = call(filter, app(runs), "alice", intent, form());
+            assertEquals(409, retry.status(), "a retry took a live holder's lease over");
+            assertNotNull(retry.header("Retry-After"));
+            assertEquals(0, runs.get(), "the retry ran the action");
+            release.countDown();
+            Http.Reply done = holder.get(WAIT.toSeconds(), TimeUnit.SECONDS);
+            assertEquals(201, done.status());
+            assertEquals(1L, ((Number) column(k, "alice", "lock_version")).longValue(), "the lease changed hands");
+            assertArrayEquals(done.body(), call(filter, app(runs), "alice", intent, form()).body());
+            assertEquals(1, runs.get(), "the action ran more than once");
+        } finally {
+            one.shutdownNow();
+            filter.destroy();
+        }
+    }
+
+    @Test
+    void leaseLostByTheHeartbeatIsRefusedAndTheNewHolderStands() throws Exception {
+        IdempotencyFilter filter = filter(ACTION.withHeartbeat(Duration.ofMillis(100)));
+        AtomicInteger runs = new AtomicInteger();
+        AtomicReference<IdempotencyStore.Lease> lease = new AtomicReference<>();
+        CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
+        String intent = UUID.randomUUID().toString(), k = key("alice", intent);
+        byte[] outcome = "{\"by\":\"the new holder\"}".getBytes(StandardCharsets.UTF_8);
+        ExecutorService one = Executors.newSingleThreadExecutor();
+        try {
+            Future<Http.Reply> holder = one.submit(() -> call(filter, held(runs, entered, release, lease), "alice", intent, form()));
+            assertTrue(entered.await(WAIT.toSeconds(), TimeUnit.SECONDS));
+            // another holder takes the key over: a new fencing token, its own lease
+            sql("UPDATE idempotency_store SET lock_version = lock_version + 1, locked_until = now() + interval '1 minute' WHERE idempotency_key = ? AND user_id = ?", k, "alice");
+            lease.get().lost().get(WAIT.toSeconds(), TimeUnit.SECONDS); // the heartbeat's renewal matched no row
+            assertFalse(lease.get().held());
+            long now = ((Number) column(k, "alice", "lock_version")).longValue();
+            assertTrue(store.complete(k, "alice", now, 201, "application/json", outcome));
+            release.countDown();
+            Http.Reply old = holder.get(WAIT.toSeconds(), TimeUnit.SECONDS);
+            assertEquals(409, old.status(), "the holder that lost its lease answered as if it had recorded");
+            assertArrayEquals(outcome, (byte[]) column(k, "alice", "response_raw"), "the old holder overwrote the new one's outcome");
+            Http.Reply replay = call(filter, app(runs), "alice", intent, form());
+            assertEquals("true", replay.header("Idempotent-Replayed"));
+            assertArrayEquals(outcome, replay.body());
+            assertEquals(1, runs.get());
+        } finally {
+            one.shutdownNow();
+            filter.destroy();
+        }
+    }
+
+    @Test
+    void heartbeatThatCannotKeepItsLeaseIsRefused() {
+        for (Duration every : List.of(ACTION.lockTimeout(), ACTION.lockTimeout().plusSeconds(1), Duration.ofMillis(-1))) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ACTION.withHeartbeat(every));
+            assertTrue(e.getMessage().contains("shorter than the lock timeout"), e.getMessage());
+        }
+        assertEquals(Duration.ZERO, ACTION.withHeartbeat(Duration.ZERO).heartbeat());
+        assertEquals(Duration.ofSeconds(1), ACTION.withLockTimeout(Duration.ofSeconds(3)).heartbeat());
+    }
+
     @Test
     void stalledHolderIsTakenOverAndItsCompletionFenced() throws Exception {
-        Actions.Action shortLease = ACTION.withLockTimeout(Duration.ofSeconds(3));
+        // a paused holder (a stop-the-world pause, a partition): its heartbeat is silent too
+        Actions.Action shortLease = ACTION.withLockTimeout(Duration.ofSeconds(3)).withHeartbeat(Duration.ZERO);
         AtomicInteger runs = new AtomicInteger();
         CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);
         FilterChain stalled = (rq, rs) -> {
@@ -1207,7 +1482,7 @@ class IdempotencyKitTest {
             assertEquals(201, retry.status());
             assertEquals(2L, ((Number) column(k, "alice", "lock_version")).longValue());
             release.countDown();
-            old.get(WAIT.toSeconds(), TimeUnit.SECONDS);
+            assertEquals(409, old.get(WAIT.toSeconds(), TimeUnit.SECONDS).status(), "the fenced holder answered as if it had recorded");
             assertArrayEquals(retry.body(), (byte[]) column(k, "alice", "response_raw"), "the old holder's completion overwrote the new one's");
             assertArrayEquals(retry.body(), call(filter(shortLease), app(runs), "alice", intent, form()).body());
         } finally {
@@ -1230,7 +1505,7 @@ class IdempotencyKitTest {
 
     @Test
     void consumerStalledHolderIsFencedAndItsWritesRolledBack() throws Exception {
-        Actions.Action shortLease = CONSUMER.withLockTimeout(Duration.ofSeconds(3));
+        Actions.Action shortLease = CONSUMER.withLockTimeout(Duration.ofSeconds(3)).withHeartbeat(Duration.ZERO); // a paused consumer
         IdempotentConsumer consumer = new IdempotentConsumer(db, store);
         String intent = IdempotentConsumer.intentOf("orders.paid", 3, 4711L), k = "acct_42_" + CONSUMER.name() + "_" + intent;
         CountDownLatch entered = new CountDownLatch(1), release = new CountDownLatch(1);

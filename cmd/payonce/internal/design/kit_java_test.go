@@ -17,8 +17,8 @@ func TestJavaKitForSpringPostgres(t *testing.T) {
 	}
 	actions := files["src/main/java/idempotency/Actions.java"]
 	for _, want := range []string{
-		`Map.entry("POST /payments", new Action("authorise", List.of("amount", "currency", "merchant_account", "payment_method", "shopper_reference"), Duration.ofSeconds(30)))`,
-		`Map.entry("settleOrder", new Action("settleOrder", List.of(), Duration.ofSeconds(360)))`,
+		`Map.entry("POST /payments", new Action("authorise", List.of("amount", "currency", "merchant_account", "payment_method", "shopper_reference"), Duration.ofSeconds(30), Duration.ofMillis(10000)))`,
+		`Map.entry("settleOrder", new Action("settleOrder", List.of(), Duration.ofSeconds(360), Duration.ofMillis(120000)))`,
 		"Duration.ofSeconds(2592000L)", // retention 30d
 	} {
 		if !strings.Contains(actions, want) {
@@ -26,7 +26,8 @@ func TestJavaKitForSpringPostgres(t *testing.T) {
 		}
 	}
 	store := files["src/main/java/idempotency/IdempotencyStore.java"]
-	for _, want := range []string{"INSERT INTO idempotency_store", "ON CONFLICT (idempotency_key, user_id) DO NOTHING", "AND lock_version = ?", "locked_until <= now()"} {
+	for _, want := range []string{"INSERT INTO idempotency_store", "ON CONFLICT (idempotency_key, user_id) DO NOTHING", "AND lock_version = ?", "locked_until <= now()",
+		"static final String HEARTBEAT", "scheduleWithFixedDelay", "public boolean renew("} {
 		if !strings.Contains(store, want) {
 			t.Errorf("IdempotencyStore.java lacks %q", want)
 		}
@@ -44,7 +45,8 @@ func TestJavaKitForSpringPostgres(t *testing.T) {
 		t.Error("the filter does not say how Spring registers it")
 	}
 	tests := files["src/test/java/idempotency/IdempotencyKitTest.java"]
-	for _, want := range []string{`ROUTE = "POST /payments"`, "providerResponseLost", "sameKeyOtherSignificantField", "cleanupDeletes"} {
+	for _, want := range []string{`ROUTE = "POST /payments"`, "providerResponseLost", "sameKeyOtherSignificantField", "cleanupDeletes",
+		"liveHolderKeepsItsLeasePastTheLockTimeout", "leaseLostByTheHeartbeatIsRefusedAndTheNewHolderStands", "withHeartbeat(Duration.ZERO)"} {
 		if !strings.Contains(tests, want) {
 			t.Errorf("the tests lack %q", want)
 		}
@@ -84,7 +86,7 @@ func TestJavaKitFollowsTheDocument(t *testing.T) {
 		t.Fatal("no kit")
 	}
 	actions := k.Middleware[0].Text
-	want := `Map.entry("PUT /carts/checkout", new Action("authorise", List.of("cart_id", "total"), Duration.ofSeconds(60)))`
+	want := `Map.entry("PUT /carts/checkout", new Action("authorise", List.of("cart_id", "total"), Duration.ofSeconds(60), Duration.ofMillis(20000)))`
 	if !strings.Contains(actions, want) || !strings.Contains(actions, "Duration.ofSeconds(3888000L)") {
 		t.Errorf("Actions.java does not follow the answers (want %s and 45d):\n%s", want, actions)
 	}

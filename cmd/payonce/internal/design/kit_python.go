@@ -3,7 +3,9 @@ package design
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // The Python kits: a Django middleware on MySQL/MariaDB (PyMySQL) and a
@@ -62,11 +64,17 @@ func pyActions(d *Document) string {
 			fmt.Fprintf(&b, "        \"key_field\": %s,  # the key's intent: %s\n", pyStr(pyKeyField(x.IdentifyingFields)), pyComment(strings.Join(x.IdentifyingFields, ", ")))
 		}
 		fmt.Fprintf(&b, "        \"lock_timeout\": %d,  # seconds: 3x the p99 (%s), at least 30\n", int(x.LockTimeout.Seconds()), human(x.DurationD))
+		fmt.Fprintf(&b, "        \"heartbeat\": %s,  # seconds: the lease is extended this often while the action runs\n", pySeconds(x.Heartbeat))
 		b.WriteString("    },\n")
 	}
 	b.WriteString("}\n")
 	fmt.Fprintf(&b, "\n# How long a key is kept (%s): %s.\nRETENTION_SECONDS = %d\n", human(d.Retention), pyComment(d.RetentionReason), int(d.Retention.Seconds()))
 	return b.String()
+}
+
+// pySeconds is d in seconds as a Python number, to the millisecond.
+func pySeconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', -1, 64)
 }
 
 // pyKeyField is the body field of a webhook event that identifies it:
@@ -101,8 +109,9 @@ func pyComment(s string) string {
 }
 
 const pyActionsHead = `"""The protected actions of __SERVICE__ (section 1 of the design): the
-significant fields the fingerprint covers (section 3) and the lock timeout
-(section 4) of each. Tests may lower a lock timeout; nothing else should.
+significant fields the fingerprint covers (section 3), the lock timeout and
+the heartbeat (section 4) of each. Tests may lower a lock timeout or a
+heartbeat (0 turns it off); nothing else should.
 """
 
 `
@@ -136,6 +145,94 @@ def same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode("ascii"), b.encode("ascii"))
 `
 
+// pyHeartbeat is the lease's heartbeat, the same for both stacks: a
+// thread with a connection of its own runs the store's fenced renew.
+const pyHeartbeat = `"""The heartbeat of a held lease (section 4): while the action runs, a
+thread extends the lease every interval, on a database connection of its
+own, by the database's clock and fenced by the holder's lock_version. A
+live holder keeps its key however long the action takes; a crashed one
+stops beating and its lease ends within the lock timeout. When a renewal
+matches no row, another holder took the key over: the heartbeat stops,
+lost is set, and the holder's fenced completion will be refused."""
+import hashlib
+import logging
+import threading
+
+from . import store
+
+log = logging.getLogger(__name__)
+
+
+def check(action: str, lease: float, interval: float) -> None:
+    """Refuses a heartbeat that cannot keep its lease: it must be shorter
+    than the lock timeout (a third of it is the design's), or 0 (off)."""
+    if lease <= 0:
+        raise ValueError(f"ACTIONS[{action!r}]: lock_timeout must be positive seconds, got {lease!r}")
+    if interval < 0 or interval >= lease:
+        raise ValueError(f"ACTIONS[{action!r}]: heartbeat ({interval!r}s) must be shorter than lock_timeout "
+                         f"({lease!r}s), a third of it is the design's, or 0 to turn heartbeats off")
+
+
+class Heartbeat:
+    """Renews (key, scope, version)'s lease for lease seconds every
+    interval seconds (0: no heartbeat) until stop(). connect() opens the
+    heartbeat's connection; it is closed when the heartbeat ends."""
+
+    def __init__(self, connect, key: str, scope: str, version: int, lease: float, interval: float):
+        self.connect, self.key, self.scope, self.version = connect, key, scope, version
+        self.lease, self.interval = lease, interval
+        self.lost = threading.Event()  # set once a renewal found the lease taken over
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="idempotency-heartbeat", daemon=True)
+
+    def start(self) -> "Heartbeat":
+        if self.interval > 0:
+            self._thread.start()
+        return self
+
+    def held(self) -> bool:
+        """False once the lease is known lost: check it before an effect
+        outside the record's transaction (an email, a provider call)."""
+        return not self.lost.is_set()
+
+    def stop(self) -> None:
+        """Stops renewing and waits for a renewal in flight: call it before
+        completing. Calling it again does nothing."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(30)
+
+    def _beat(self) -> None:
+        conn = None
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    if conn is None:
+                        conn = self.connect()
+                    if not store.renew(conn, self.key, self.scope, self.version, self.lease):
+                        self.lost.set()
+                        log.warning("idempotency: key %s: lease lost to another holder; heartbeat stopped",
+                                    short_hash(self.key))
+                        return
+                except Exception as e:  # the database is away: try again at the next beat
+                    log.warning("idempotency: key %s: heartbeat failed: %s", short_hash(self.key), type(e).__name__)
+                    if conn is not None:
+                        try:
+                            conn.close()
+                        except Exception:
+                            pass
+                        conn = None
+        finally:
+            if conn is not None:
+                conn.close()
+
+
+def short_hash(key: str) -> str:
+    """The first 12 hex digits of the key's SHA-256: a log line never
+    holds a full key."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+`
+
 // pyClaim is the shape both stores return.
 const pyClaim = `@dataclass
 class Claim:
@@ -166,6 +263,7 @@ import math
 from dataclasses import dataclass
 
 import pymysql
+from pymysql.constants import CLIENT
 
 from .fingerprint import same
 
@@ -173,8 +271,11 @@ DEADLOCK = 1213  # InnoDB chose this transaction as a deadlock victim: retry
 
 
 def connect(**params) -> pymysql.connections.Connection:
-    """A connection whose session clock is UTC (DATETIME keeps no zone)."""
-    conn = pymysql.connect(autocommit=False, init_command="SET time_zone = '+00:00'", **params)
+    """A connection whose session clock is UTC (DATETIME keeps no zone).
+    An UPDATE's rowcount is the rows it matched (FOUND_ROWS), not those it
+    changed, so that a renewal within the same microsecond still counts."""
+    conn = pymysql.connect(autocommit=False, init_command="SET time_zone = '+00:00'",
+                           client_flag=CLIENT.FOUND_ROWS, **params)
     return conn
 
 
@@ -268,6 +369,21 @@ def complete(conn, key: str, scope: str, version: int, code: int, body: bytes, r
     return True
 
 
+def renew(conn, key: str, scope: str, version: int, lease: float) -> bool:
+    """The heartbeat: extend the holder's lease to NOW(6) + lease, fenced
+    by its lock_version; False when the lease is no longer the holder's.
+    conn is the heartbeat's own connection (see connect's heartbeat)."""
+    with conn.cursor() as c:
+        c.execute("""
+            UPDATE idempotency_store
+               SET locked_until = NOW(6) + INTERVAL %s MICROSECOND
+             WHERE idempotency_key = %s AND user_id = %s AND status = 'PROCESSING'
+               AND lock_version = %s""", (int(lease * 1_000_000), key, scope, version))
+        held = c.rowcount == 1
+    conn.commit()
+    return held
+
+
 def release(conn, key: str, scope: str, version: int) -> None:
     """A transient failure: undo the action's writes and end the lease at
     once, keeping the record, so that a retry re-drives it."""
@@ -287,7 +403,10 @@ D3). Add it to MIDDLEWARE after AuthenticationMiddleware; settings:
                             "password": ..., "database": ...}  # PyMySQL
 
 The view writes its own rows through request.idempotency_db: they commit
-in one InnoDB transaction with the COMPLETED record, or not at all.
+in one InnoDB transaction with the COMPLETED record, or not at all. While
+the view runs, a heartbeat extends the lease (request.idempotency_lease:
+check its held() before an effect outside that transaction); a request
+whose lease was taken over meanwhile gets a 409 and records nothing.
 """
 import json
 import re
@@ -297,7 +416,9 @@ from django.http import HttpResponse, JsonResponse
 
 from . import store
 from .actions import ACTIONS, RETENTION_SECONDS
+from . import heartbeat
 from .fingerprint import fingerprint
+from .heartbeat import Heartbeat
 
 KEY = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
@@ -314,6 +435,8 @@ class IdempotencyMiddleware:
         self.get_response = get_response
         self.routes = {(a["method"], a["path"]): name
                        for name, a in ACTIONS.items() if a["kind"] == "http" and "path" in a}
+        for name in self.routes.values():
+            heartbeat.check(name, ACTIONS[name]["lock_timeout"], ACTIONS[name]["heartbeat"])
 
     def __call__(self, request):
         name = self.routes.get((request.method, request.path))
@@ -351,7 +474,15 @@ class IdempotencyMiddleware:
             return response
         conn.begin()
         request.idempotency_db = conn
-        response = self.get_response(request)  # Django turns a view's exception into a 500
+        # Django connections are per thread: the heartbeat opens its own.
+        lease = Heartbeat(lambda: store.connect(**settings.IDEMPOTENCY_DATABASE), key, scope, c.lock_version,
+                          ACTIONS[name]["lock_timeout"], ACTIONS[name]["heartbeat"])
+        request.idempotency_lease = lease
+        lease.start()
+        try:
+            response = self.get_response(request)  # Django turns a view's exception into a 500
+        finally:
+            lease.stop()  # before completing: no renewal races the fenced update
         if response.status_code >= 500:
             store.release(conn, key, scope, c.lock_version)
             return response
@@ -368,7 +499,8 @@ or use a business id), so every redelivery finds the same record.
 With pika: channel.basic_consume(queue, on_message_callback=callback), where
 
     def callback(ch, method, properties, body):
-        consume(conn, "__CONSUMER__", properties.message_id, tenant, json.loads(body), handler)
+        consume(conn, "__CONSUMER__", properties.message_id, tenant, json.loads(body), handler,
+                connect=lambda: store.connect(**settings.IDEMPOTENCY_DATABASE))
         ch.basic_ack(method.delivery_tag)  # only after the record is written
 """
 import hashlib
@@ -377,15 +509,18 @@ import json
 from . import store
 from .actions import ACTIONS, RETENTION_SECONDS
 from .fingerprint import fingerprint
+from .heartbeat import Heartbeat
 
 
-def consume(conn, action: str, message_id: str, tenant: str, payload: dict, handler) -> str:
+def consume(conn, action: str, message_id: str, tenant: str, payload: dict, handler, connect) -> str:
     """Run handler(conn, payload, dedup_id) once per message id: returns
     "done", "duplicate" (already handled: ack it) or "in_progress"
     (another consumer holds it: requeue). handler writes through conn, in
     the transaction of the COMPLETED record. An outbound effect (an email)
     is an outbox row written there with dedup_id; a relay sends it at
-    least once, passing dedup_id to the receiving service (section 5)."""
+    least once, passing dedup_id to the receiving service (section 5).
+    connect() opens another connection, for the heartbeat that keeps the
+    lease while handler runs."""
     if not message_id:
         raise ValueError("message_id is empty: set it in the producer (or derive the key from a business id)")
     key = f"{action}_" + hashlib.sha256(message_id.encode("utf-8")).hexdigest()
@@ -395,11 +530,15 @@ def consume(conn, action: str, message_id: str, tenant: str, payload: dict, hand
     if c.outcome == "in_progress":
         return "in_progress"
     conn.begin()
+    lease = Heartbeat(connect, key, tenant, c.lock_version, ACTIONS[action]["lock_timeout"],
+                      ACTIONS[action]["heartbeat"]).start()
     try:
         handler(conn, payload, f"{tenant}_{key}_{action}")
     except Exception:
+        lease.stop()
         store.release(conn, key, tenant, c.lock_version)
         raise
+    lease.stop()  # before completing: no renewal races the fenced update
     ok = store.complete(conn, key, tenant, c.lock_version, 200, json.dumps({"ok": True}).encode(), RETENTION_SECONDS)
     return "done" if ok else "in_progress"
 `
@@ -482,6 +621,7 @@ from idempotency.actions import ACTIONS
 
 ACTION = __ACTION_STR__
 GATES = {}  # name: (stalled, release) events of a request the test holds
+LEASES = {}  # name: the lease of a request the test holds
 
 
 class User:
@@ -509,6 +649,7 @@ def view(request):
     body = json.loads(request.body)
     if request.headers.get("X-Test-Stall"):  # the test holds this request here
         stalled, release = GATES[request.headers["X-Test-Stall"]]
+        LEASES[request.headers["X-Test-Stall"]] = request.idempotency_lease
         stalled.set()
         release.wait(30)
     with request.idempotency_db.cursor() as c:
@@ -528,8 +669,8 @@ import time
 import pytest
 from django.test import Client
 
-from idempotency import actions, cleanup, consumer
-from tests.app import ACTION, GATES
+from idempotency import actions, cleanup, consumer, store
+from tests.app import ACTION, GATES, LEASES
 
 PATH = actions.ACTIONS[ACTION]["path"]
 BODY = {f: f"{f}-1" for f in actions.ACTIONS[ACTION]["fields"]}
@@ -607,6 +748,7 @@ def test_other_volatile_field_is_replayed(db):
 
 def test_stalled_holder_is_fenced_after_its_lease(db, monkeypatch):
     monkeypatch.setitem(actions.ACTIONS[ACTION], "lock_timeout", 1)
+    monkeypatch.setitem(actions.ACTIONS[ACTION], "heartbeat", 0)  # a paused holder: its heartbeat stopped too
     gates = {name: (threading.Event(), threading.Event()) for name in ("old", "new")}
     GATES.update(gates)
     held = {}
@@ -690,19 +832,105 @@ def test_redelivered_message_is_handled_once(db):
         with c.cursor() as cur:
             cur.execute("INSERT INTO effects (body) VALUES (%s)", (dedup_id,))
 
+    beat = lambda: store.connect(**settings.IDEMPOTENCY_DATABASE)  # noqa: E731
     try:
-        assert consumer.consume(conn, CONSUMER, "m-1", "acct-1", {}, handler) == "done"
-        assert consumer.consume(conn, CONSUMER, "m-1", "acct-1", {}, handler) == "duplicate"
-        assert consumer.consume(conn, CONSUMER, "m-2", "acct-1", {}, handler) == "done"
+        assert consumer.consume(conn, CONSUMER, "m-1", "acct-1", {}, handler, beat) == "done"
+        assert consumer.consume(conn, CONSUMER, "m-1", "acct-1", {}, handler, beat) == "duplicate"
+        assert consumer.consume(conn, CONSUMER, "m-2", "acct-1", {}, handler, beat) == "done"
     finally:
         conn.close()
     assert len(runs) == 2 and len(set(runs)) == 2 and effects(db) == 2
     other = store.connect(**settings.IDEMPOTENCY_DATABASE)  # another consumer instance
     try:
-        assert consumer.consume(other, CONSUMER, "m-1", "acct-1", {}, handler) == "duplicate"
+        assert consumer.consume(other, CONSUMER, "m-1", "acct-1", {}, handler, beat) == "duplicate"
     finally:
         other.close()
     assert len(runs) == 2
+`
+
+// pyHeartbeatTests are the heartbeat's scenarios, for both stores:
+// __NOW__ is the store's clock and __MINUTE__ a minute in its SQL.
+const pyHeartbeatTests = `
+
+def lease_end(db, key):
+    """The end of key's lease, as the store has it now."""
+    db.commit()
+    with db.cursor() as c:
+        c.execute("SELECT locked_until FROM idempotency_store WHERE idempotency_key = %s", (f"{ACTION}_{key}",))
+        return c.fetchone()[0]
+
+
+def store_clock_past(db, instant):
+    """Whether the store's clock has passed instant."""
+    db.commit()
+    with db.cursor() as c:
+        c.execute("SELECT __NOW__ > %s", (instant,))
+        return bool(c.fetchone()[0])
+
+
+def hold(name, key):
+    """Starts a request the view holds at its gate; returns its thread, its
+    (stalled, release) events and the dict its response lands in."""
+    gate = GATES[name] = (threading.Event(), threading.Event())
+    held = {}
+
+    def run():
+        held[name] = post(key, stall=name)
+        gate[0].set()  # also when it fails before the gate
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert gate[0].wait(10) and name not in held, held
+    return thread, gate[1], held
+
+
+def test_live_holder_keeps_its_lease_past_the_lock_timeout(db, monkeypatch):
+    monkeypatch.setitem(actions.ACTIONS[ACTION], "lock_timeout", 2)
+    monkeypatch.setitem(actions.ACTIONS[ACTION], "heartbeat", 0.25)
+    holder, release, held = hold("live", "k10")
+    claimed_until = lease_end(db, "k10")  # no earlier than the end of the lease as claimed
+    until(lambda: store_clock_past(db, claimed_until))  # unrenewed, the lease would have ended
+    retry = post("k10")
+    assert retry.status_code == 409 and "Retry-After" in retry.headers  # the heartbeat kept it
+    assert effects(db) == 0  # the retry did not run the action
+    release.set()
+    holder.join(30)
+    assert held["live"].status_code == 201 and effects(db) == 1
+    assert record(db, "k10")[2] == 1  # never taken over
+    again = post("k10")
+    assert again.content == held["live"].content and effects(db) == 1
+
+
+def test_lease_lost_by_the_heartbeat_is_refused_and_the_new_holder_stands(db, monkeypatch):
+    monkeypatch.setitem(actions.ACTIONS[ACTION], "heartbeat", 0.1)
+    holder, release, held = hold("lost", "k11")
+    lease, key = LEASES["lost"], f"{ACTION}_k11"
+    with db.cursor() as c:  # another holder takes the key over: a new fencing token, its own lease
+        c.execute("UPDATE idempotency_store SET lock_version = lock_version + 1, locked_until = __NOW__ + __MINUTE__ "
+                  "WHERE idempotency_key = %s", (key,))
+    db.commit()
+    assert lease.lost.wait(10), "the heartbeat did not see its lease taken over"
+    assert not lease.held()
+    version, outcome = record(db, "k11")[2], b'{"by":"the new holder"}'
+    with db.cursor() as c:  # the new holder's write and outcome, in one transaction
+        c.execute("INSERT INTO effects (body) VALUES ('the new holder')")
+    assert store.complete(db, key, "u1", version, 201, outcome, actions.RETENTION_SECONDS)
+    release.set()
+    holder.join(30)
+    assert held["lost"].status_code == 409  # its completion refused, its write rolled back
+    assert effects(db) == 1 and record(db, "k11")[2] == version
+    replay = post("k11")
+    assert replay.status_code == 201 and replay.content == outcome
+    assert replay.headers["Idempotent-Replayed"] == "true"
+
+
+def test_heartbeat_that_cannot_keep_its_lease_is_refused():
+    from idempotency import heartbeat
+    for lease, every in ((30, 30), (30, 45), (30, -1), (0, 0)):
+        with pytest.raises(ValueError, match="lock_timeout"):
+            heartbeat.check(ACTION, lease, every)
+    heartbeat.check(ACTION, 30, 10)
+    heartbeat.check(ACTION, 30, 0)  # off
 `
 
 // firstAction is the first action of d of one of kinds (with a route for
@@ -739,13 +967,15 @@ func djangoKit(d *Document) *Kit {
 		{Path: "idempotency/actions.py", Lang: "python", Text: r.Replace(pyActionsHead) + pyActions(d)},
 		{Path: "idempotency/store.py", Lang: "python", Text: pyMySQLStore},
 		{Path: "idempotency/middleware.py", Lang: "python", Text: pyDjangoMiddleware},
+		{Path: "idempotency/heartbeat.py", Lang: "python", Text: pyHeartbeat},
 	}
-	tests := strings.ReplaceAll(pyDjangoTests, "__ACTION_STR__", pyStr(http.Name))
+	tests := strings.ReplaceAll(pyDjangoTests, "__ACTION_STR__", pyStr(http.Name)) +
+		strings.NewReplacer("__NOW__", "NOW(6)", "__MINUTE__", "INTERVAL 1 MINUTE").Replace(pyHeartbeatTests)
 	if c := firstAction(d, false, "consumer"); c != nil {
 		k.Middleware = append(k.Middleware, File{Path: "idempotency/consumer.py", Lang: "python", Text: strings.ReplaceAll(pyDjangoConsumer, "__CONSUMER__", c.Name)})
 		tests += strings.ReplaceAll(pyDjangoConsumerTest, "__CONSUMER_STR__", pyStr(c.Name))
 	} else {
-		tests = strings.Replace(tests, "from idempotency import actions, cleanup, consumer", "from idempotency import actions, cleanup", 1)
+		tests = strings.Replace(tests, "from idempotency import actions, cleanup, consumer, store", "from idempotency import actions, cleanup, store", 1)
 	}
 	k.Fingerprint = []File{{Path: "idempotency/fingerprint.py", Lang: "python", Text: pyFingerprint}}
 	k.Cleanup = []File{{Path: "idempotency/cleanup.py", Lang: "python", Text: pyMySQLCleanup}}
@@ -853,6 +1083,20 @@ def complete(conn, key: str, scope: str, version: int, code: int, body: bytes, r
     return True
 
 
+def renew(conn, key: str, scope: str, version: int, lease: float) -> bool:
+    """The heartbeat: extend the holder's lease to now() + lease, fenced
+    by its lock_version; False when the lease is no longer the holder's.
+    conn is the heartbeat's own connection."""
+    with conn.cursor() as c:
+        c.execute(f"""
+            UPDATE idempotency_store SET locked_until = now() + {SECONDS}
+             WHERE idempotency_key = %s AND user_id = %s AND status = 'PROCESSING'
+               AND lock_version = %s""", (lease, key, scope, version))
+        held = c.rowcount == 1
+    conn.commit()
+    return held
+
+
 def release(conn, key: str, scope: str, version: int) -> None:
     """A transient failure: undo the action's writes and end the lease at
     once, keeping the record, so that a retry re-drives it."""
@@ -887,7 +1131,9 @@ from starlette.concurrency import run_in_threadpool
 
 from . import store
 from .actions import ACTIONS, RETENTION_SECONDS
+from . import heartbeat
 from .fingerprint import fingerprint
+from .heartbeat import Heartbeat
 
 KEY = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
@@ -924,14 +1170,17 @@ def install(app: FastAPI) -> None:
 
 class Idempotency:
     """The claimed key: its record's connection (write the action's rows
-    through it) and respond(), which records the outcome, fenced."""
+    through it), its lease (kept alive by a heartbeat while the route runs:
+    check lease.held() before an effect outside the record's transaction)
+    and respond(), which records the outcome, fenced."""
 
-    def __init__(self, conn, action, key, scope, version, body):
+    def __init__(self, conn, action, key, scope, version, body, lease):
         self.conn, self.action, self.key, self.scope = conn, action, key, scope
-        self.version, self.body, self.done = version, body, False
+        self.version, self.body, self.done, self.lease = version, body, False, lease
 
     def respond(self, status: int, payload) -> Response:
         raw = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+        self.lease.stop()  # before completing: no renewal races the fenced update
         if not store.complete(self.conn, self.key, self.scope, self.version, status, raw, RETENTION_SECONDS):
             self.done = True
             raise _error(409, "the lease on this key was lost to a retry: its outcome is the retry's")
@@ -945,6 +1194,7 @@ def idempotent(action: str):
     a webhook's is its event id, scoped by webhook_account."""
 
     webhook = ACTIONS[action]["kind"] == "webhook"
+    heartbeat.check(action, ACTIONS[action]["lock_timeout"], ACTIONS[action]["heartbeat"])
 
     async def dependency(request: Request, scope: str = Depends(webhook_account if webhook else current_user)):
         try:
@@ -975,10 +1225,14 @@ def idempotent(action: str):
             if c.outcome == "replay":
                 raise Refused(Response(c.body, status_code=c.code, media_type="application/json",
                                        headers={"Idempotent-Replayed": "true"}))
-            idem = Idempotency(conn, action, key, scope, c.lock_version, body)
+            url = os.environ["IDEMPOTENCY_DATABASE_URL"]
+            lease = Heartbeat(lambda: store.connect(url), key, scope, c.lock_version,
+                              ACTIONS[action]["lock_timeout"], ACTIONS[action]["heartbeat"]).start()
+            idem = Idempotency(conn, action, key, scope, c.lock_version, body, lease)
             try:
                 yield idem
             finally:
+                await run_in_threadpool(lease.stop)
                 if not idem.done:  # the route failed: a transient error, re-driven by a retry
                     await run_in_threadpool(store.release, conn, key, scope, c.lock_version)
         finally:
@@ -1071,6 +1325,7 @@ from idempotency.payments import create_payment_intent
 
 ACTION = __ACTION_STR__
 GATES = {}  # name: (stalled, release) events of a request the test holds
+LEASES = {}  # name: the lease of a request the test holds
 
 
 class FakeStripe:
@@ -1116,6 +1371,7 @@ def route(idem: Idempotency = Depends(idempotent(ACTION)), stripe=Depends(get_st
           x_test_stall: str = Header(None)):
     if x_test_stall:  # the test holds this request here
         stalled, release = GATES[x_test_stall]
+        LEASES[x_test_stall] = idem.lease
         stalled.set()
         release.wait(30)
     params = {f: idem.body.get(f) for f in ACTIONS[ACTION]["fields"]}
@@ -1134,8 +1390,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from idempotency import actions, cleanup
-from tests.app import ACTION, GATES, app, stripe
+from idempotency import actions, cleanup, store
+from tests.app import ACTION, GATES, LEASES, app, stripe
 
 PATH = actions.ACTIONS[ACTION]["path"]
 BODY = {f: f"{f}-1" for f in actions.ACTIONS[ACTION]["fields"]}
@@ -1217,6 +1473,7 @@ def test_other_volatile_field_is_replayed(db):
 
 def test_stalled_holder_is_fenced_after_its_lease(db, monkeypatch):
     monkeypatch.setitem(actions.ACTIONS[ACTION], "lock_timeout", 1)
+    monkeypatch.setitem(actions.ACTIONS[ACTION], "heartbeat", 0)  # a paused holder: its heartbeat stopped too
     gates = {name: (threading.Event(), threading.Event()) for name in ("old", "new")}
     GATES.update(gates)
     held = {}
@@ -1341,11 +1598,13 @@ func fastapiKit(d *Document) *Kit {
 		{Path: "idempotency/actions.py", Lang: "python", Text: r.Replace(pyActionsHead) + pyActions(d)},
 		{Path: "idempotency/store.py", Lang: "python", Text: pyPostgresStore},
 		{Path: "idempotency/dependency.py", Lang: "python", Text: pyFastAPIDependency},
+		{Path: "idempotency/heartbeat.py", Lang: "python", Text: pyHeartbeat},
 		{Path: "idempotency/payments.py", Lang: "python", Text: strings.ReplaceAll(pyStripe, "__STEP__", step)},
 	}
 	k.Fingerprint = []File{{Path: "idempotency/fingerprint.py", Lang: "python", Text: pyFingerprint}}
 	k.Cleanup = []File{{Path: "idempotency/cleanup.py", Lang: "python", Text: pyPostgresCleanup}}
-	app, tests := strings.ReplaceAll(pyFastAPIApp, "__ACTION_STR__", pyStr(http.Name)), pyFastAPITests
+	app := strings.ReplaceAll(pyFastAPIApp, "__ACTION_STR__", pyStr(http.Name))
+	tests := pyFastAPITests + strings.NewReplacer("__NOW__", "now()", "__MINUTE__", "interval '1 minute'").Replace(pyHeartbeatTests)
 	if w := firstAction(d, true, "webhook"); w != nil {
 		app = strings.Replace(app, "current_user, idempotent, install", "current_user, idempotent, install, webhook_account", 1)
 		app += strings.ReplaceAll(pyFastAPIWebhookApp, "__WEBHOOK_STR__", pyStr(w.Name))

@@ -28,14 +28,19 @@ func TestPythonKits(t *testing.T) {
 			`"fields": ["room_id", "check_in", "check_out", "guests"]`, `"lock_timeout": 30,`, `"lock_timeout": 90,`,
 			"RETENTION_SECONDS = 259200", `"path": "/api/bookings/"`, "ON DUPLICATE KEY UPDATE duplicates = duplicates + 1",
 			"FOR UPDATE", "NOW(6)", "ENGINE=InnoDB", "hmac.compare_digest", "Idempotent-Replayed",
-			"AND lock_version = %s", "ORDER BY expires_at\n LIMIT 1000", "Retry-After"}},
+			"AND lock_version = %s", "ORDER BY expires_at\n LIMIT 1000", "Retry-After",
+			`"heartbeat": 10,`, `"heartbeat": 30,`, "idempotency/heartbeat.py", "def renew(", "client_flag=CLIENT.FOUND_ROWS",
+			"lease.stop()  # before completing", "test_live_holder_keeps_its_lease_past_the_lock_timeout",
+			"test_lease_lost_by_the_heartbeat_is_refused_and_the_new_holder_stands", `"heartbeat", 0)  # a paused holder`}},
 		{"fastapi-postgres-stripe", "python-fastapi", []string{
 			"idempotency/dependency.py", "def idempotent(action: str)", "idempotency/payments.py",
 			`"fields": ["customer_id", "amount", "currency", "payment_method"]`, `"lock_timeout": 30,`,
 			"RETENTION_SECONDS = 604800", `"path": "/v1/charges"`, "ON CONFLICT (idempotency_key, user_id) DO NOTHING",
 			"CONSTRAINT pk_idempotency PRIMARY KEY (idempotency_key, user_id)", "response_raw", "FOR UPDATE",
 			"hmac.compare_digest", "Idempotent-Replayed", `step: str = "charge"`, "idempotency_key=stripe_idempotency_key(idem.key, step)",
-			"expires_at < now()", "class FakeStripe", `"key_field": "id",`, "def webhook_account()", "test_resent_webhook_is_handled_once", "test_lost_provider_response_is_resent_with_the_same_reference"}},
+			"expires_at < now()", "class FakeStripe", `"key_field": "id",`, "def webhook_account()", "test_resent_webhook_is_handled_once", "test_lost_provider_response_is_resent_with_the_same_reference",
+			`"heartbeat": 10,`, "idempotency/heartbeat.py", "def renew(", "self.lease.stop()  # before completing",
+			"test_live_holder_keeps_its_lease_past_the_lock_timeout", "test_lease_lost_by_the_heartbeat_is_refused_and_the_new_holder_stands"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
@@ -93,7 +98,7 @@ func TestPythonKitFollowsAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := kitText(KitOf(d))
-	for _, w := range []string{`"lock_timeout": 60,`, `"fields": ["room_id", "o\"dd"]`, "RETENTION_SECONDS = 864000"} {
+	for _, w := range []string{`"lock_timeout": 60,`, `"heartbeat": 20,`, `"fields": ["room_id", "o\"dd"]`, "RETENTION_SECONDS = 864000"} {
 		if !strings.Contains(s, w) {
 			t.Errorf("kit lacks %q", w)
 		}
