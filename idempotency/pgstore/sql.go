@@ -33,7 +33,7 @@ package pgstore
 //
 // $3 fingerprint, $4 lock timeout (s), $5 retention (s), $6 refuse foreign,
 // $7 refusal horizon of the new record (s; 0: none, ExpiredIsNew), $8 and
-// $9 the holder's instance name ('': none) and incarnation (see
+// $9 the holder's instance name (empty: none) and incarnation (see
 // releaseHeldSQL).
 const claimSQL = `WITH existing AS (
     SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
@@ -73,7 +73,7 @@ SELECT false, repeat('0', 64), 'PROCESSING', NULL, NULL, NULL, 0, NULL, now(), N
 // insert (random initial lock version, database-clock times).
 //
 // $3 fingerprint, $4 lock timeout (s), $5 retention (s), $6 refusal
-// horizon (s; 0: none), $7 and $8 the holder's instance ('': none) and
+// horizon (s; 0: none), $7 and $8 the holder's instance (empty: none) and
 // incarnation.
 const claimNewSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at, refuse_for, holder_instance, holder_incarnation)
 VALUES ($1, $2, $3, 'PROCESSING', floor(random() * 1073741824)::int,
@@ -100,7 +100,7 @@ const readSQL = `SELECT false AS is_new, fingerprint, status, response_code, res
 // ended, as the claim and the operator's tooling read it.
 //
 // $3 lock version seen, $4 lock timeout (s), $5 and $6 the new holder's
-// instance ('': none) and incarnation.
+// instance (empty: none) and incarnation.
 const reclaimSQL = `UPDATE idempotency_store
    SET lock_version = lock_version + 1,
        locked_until = now() + make_interval(secs => $4),
@@ -116,7 +116,7 @@ RETURNING lock_version`
 //
 // $3 lock version seen, $4 fingerprint, $5 lock timeout (s), $6 retention
 // (s), $7 refusal horizon (s; 0: none), $8 and $9 the new holder's
-// instance ('': none) and incarnation.
+// instance (empty: none) and incarnation.
 const renewSQL = `UPDATE idempotency_store
    SET fingerprint = $4, status = 'PROCESSING',
        response_code = NULL, response_body = NULL, response_raw = NULL,
