@@ -231,9 +231,7 @@ func TestRestartedInstanceReleasesAtOnce(t *testing.T) {
 	if _, err := retry(t, b, e, intents[0]); !errors.Is(err, idempotency.ErrInProgress) {
 		t.Fatalf("retry before the restart: %v, want ErrInProgress (the dead holder's lease)", err)
 	}
-	if n := restart(t, b.url, "worker-1"); n != len(intents) {
-		t.Fatalf("the restarted instance ended %d leases, want %d", n, len(intents))
-	}
+	released := restart(t, b.url, "worker-1")
 	for _, intent := range intents {
 		res, err := retry(t, b, e, intent)
 		if err != nil || res.Replayed || !res.Reclaimed {
@@ -243,6 +241,9 @@ func TestRestartedInstanceReleasesAtOnce(t *testing.T) {
 		if res, err := retry(t, b, e, intent); err != nil || !res.Replayed {
 			t.Fatalf("%s: later retry: %+v %v, want a replay", intent, res, err)
 		}
+	}
+	if released != len(intents) {
+		t.Fatalf("the restarted instance reports %d leases ended, want %d", released, len(intents))
 	}
 }
 
@@ -333,6 +334,50 @@ func TestOtherInstanceReleasesNothing(t *testing.T) {
 		t.Fatalf("retry after worker-a restarted: %+v %v, want it reclaimed and finished", res, err)
 	}
 	requireFinishedOnce(t, b, intent)
+}
+
+// A lease taken over records its new holder: a key released by its holder
+// of instance worker-x (a transient error) and reclaimed by a store
+// without an instance name is no longer worker-x's, and worker-x starting
+// again leaves the new holder's lease alone. So does a renewal of an
+// expired record.
+func TestTakeoverRecordsNewHolder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	x := mustStore(t, b.pool, &pgstore.Config{Instance: "worker-x"})
+	renewed := params(t, "renewed")
+	r, err := x.Claim(ctx, renewed)
+	if err != nil || r.State != idempotency.ClaimAcquired {
+		t.Fatalf("claim: %v %v", r.State, err)
+	}
+	if err := x.Complete(ctx, r.Lease, outcomeOf(renewed.Key)); err != nil {
+		t.Fatal(err)
+	}
+	advance(b.pool)(t, 48*time.Hour)
+	if r, err = b.store.Claim(ctx, renewed); err != nil || r.State != idempotency.ClaimAcquired {
+		t.Fatalf("renewal: %v %v", r.State, err)
+	}
+	p := params(t, "taken-over")
+	c, err := x.Claim(ctx, p)
+	if err != nil || c.State != idempotency.ClaimAcquired {
+		t.Fatalf("claim: %v %v", c.State, err)
+	}
+	if err := x.Release(ctx, c.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = b.store.Claim(ctx, p); err != nil || c.State != idempotency.ClaimReclaimed {
+		t.Fatalf("reclaim: %v %v", c.State, err)
+	}
+
+	if n := restart(t, b.url, "worker-x"); n != 0 {
+		t.Fatalf("worker-x ended %d leases it no longer holds, want 0", n)
+	}
+	for _, k := range []idempotency.ClaimParams{p, renewed} {
+		if got, err := b.store.Claim(ctx, k); err != nil || got.State != idempotency.ClaimInProgress {
+			t.Fatalf("%s after worker-x restarted: %v %v, want in progress (the new holder's lease)", k.Key, got.State, err)
+		}
+	}
 }
 
 // A bad instance name is refused, naming the field and what to use.

@@ -188,17 +188,19 @@ SELECT EXISTS (SELECT 1 FROM counted),
 const limitCleanupSQL = `DELETE FROM idempotency_rate_limits WHERE window_start < now() - make_interval(secs => $1)`
 
 // releaseHeldSQL ends at once the live leases that earlier incarnations
-// of instance $1 hold (any incarnation but $2, this process's), and raises
-// their lock version: those processes are gone (the instance runs again
+// of instance $1 hold (any incarnation but $2, this process's), as
+// releaseSQL ends one: those processes are gone (the instance runs again
 // under its name), so a retry reclaims their keys at once instead of
-// waiting for the leases to run out, and anything of theirs that still
-// runs is fenced off (its Complete, Release and Heartbeat find another
-// version). The leases are found through idx_idempotency_orphan_locks
-// (PROCESSING records only). A row locked by an open transaction (a claim
-// inside a caller's transaction on a session the server has not yet seen
-// die) is skipped rather than waited for: its lease is not visible to
-// others until it commits, and it runs out as before. It returns how many
-// leases it ended.
+// waiting for the leases to run out. The lock version does not change
+// here: the reclaim raises it, which fences off anything of the old holder
+// from the moment another holder exists, and not before (a holder that was
+// only stalled and records its outcome before any retry comes leaves the
+// one outcome there is). The leases are found through
+// idx_idempotency_orphan_locks (live PROCESSING records: the actions in
+// flight). A row locked by an open transaction (a session of the dead
+// process that the server has not yet seen die) is skipped rather than
+// waited for: its lease runs out as before. It returns how many leases it
+// ended.
 const releaseHeldSQL = `WITH held AS (
     SELECT idempotency_key, user_id
       FROM idempotency_store
@@ -207,7 +209,7 @@ const releaseHeldSQL = `WITH held AS (
        FOR UPDATE SKIP LOCKED
 ), released AS (
     UPDATE idempotency_store AS s
-       SET lock_version = s.lock_version + 1, locked_until = now()
+       SET locked_until = now()
       FROM held AS h
      WHERE s.idempotency_key = h.idempotency_key AND s.user_id = h.user_id
     RETURNING 1

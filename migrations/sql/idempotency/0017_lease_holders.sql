@@ -3,10 +3,10 @@
 -- StatefulSet pod or a systemd unit instance; pgstore's Config.Instance)
 -- and the random id of that process's incarnation. When an instance
 -- starts again under its name, it ends at once the live leases of its
--- earlier incarnations, whose processes are gone, and raises their lock
--- version (their fencing token), so that a retry finishes the key at once
--- instead of waiting for the lease to run out, and a holder of that
--- incarnation that is somehow still running can record nothing.
+-- earlier incarnations, whose processes are gone, so that a retry takes
+-- the key over at once (raising its lock version, the fencing token that
+-- keeps anything of the old holder from recording an outcome) instead of
+-- waiting for the lease to run out.
 --
 -- Both columns are NULL for existing rows and for stores without an
 -- instance name: adding them rewrites nothing, and such leases run out as
