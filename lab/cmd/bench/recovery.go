@@ -152,24 +152,29 @@ func benchRecovery(ctx context.Context, url string, rounds int) error {
 	if err != nil {
 		return err
 	}
-	var all []time.Duration
+	var all, ready []time.Duration
 	for r := 0; r < rounds; r++ {
 		fmt.Fprintf(os.Stderr, "recovery round %d/%d\n", r+1, rounds)
-		took, err := recoveryRound(ctx, url, client, fp, r)
+		took, up, err := recoveryRound(ctx, url, client, fp, r)
 		if err != nil {
 			return fmt.Errorf("recovery round %d: %w", r+1, err)
 		}
-		all = append(all, took...)
+		all, ready = append(all, took...), append(ready, up...)
 	}
 	slices.Sort(all)
+	slices.Sort(ready)
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	fmt.Printf("\n(k) recovery: %d holders x %d keys SIGKILLed mid-action and restarted at once under their instance names, %d rounds; kill -> retry finished (retry every %s)\n",
 		recoveryHolders, recoveryKeysPerHolder, rounds, recoveryRetryEvery)
+	fmt.Printf("(k) of which the restart, kill -> restarted instance's leases ended: p50 %s, max %s\n", ms(ready[len(ready)/2]), ms(ready[len(ready)-1]))
 	fmt.Printf("recovery p50=%s p99=%s lease=%s\n", ms(all[len(all)/2]), ms(all[len(all)*99/100]), client.Config().LockTimeout)
 	return nil
 }
 
-func recoveryRound(ctx context.Context, url string, client *pgstore.Executor, fp idempotency.Fingerprint, round int) ([]time.Duration, error) {
+// recoveryRound returns, per key, the time from the kill until a retry
+// finished it, and per holder, until its restarted instance had ended the
+// dead incarnation's leases.
+func recoveryRound(ctx context.Context, url string, client *pgstore.Executor, fp idempotency.Fingerprint, round int) (took, ready []time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
 	defer cancel()
 	holders := make([]*exec.Cmd, recoveryHolders)
@@ -189,7 +194,7 @@ func recoveryRound(ctx context.Context, url string, client *pgstore.Executor, fp
 		}
 		cmd, out, err := recoveryProc("hold", url, instanceName(h), keys[h])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		holders[h] = cmd
 		go func() {
@@ -209,10 +214,10 @@ func recoveryRound(ctx context.Context, url string, client *pgstore.Executor, fp
 		select {
 		case err := <-started:
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case <-ctx.Done():
-			return nil, fmt.Errorf("the holders' actions did not start: %w", ctx.Err())
+			return nil, nil, fmt.Errorf("the holders' actions did not start: %w", ctx.Err())
 		}
 	}
 
@@ -221,17 +226,22 @@ func recoveryRound(ctx context.Context, url string, client *pgstore.Executor, fp
 	for _, h := range holders {
 		_ = h.Process.Signal(syscall.SIGKILL)
 	}
-	restarts := make(chan error, recoveryHolders)
+	type restarted struct {
+		at  time.Duration
+		err error
+	}
+	restarts := make(chan restarted, recoveryHolders)
 	for h, cmd := range holders {
 		_ = cmd.Wait()
 		go func() {
-			restarts <- restartHolder(url, instanceName(h))
+			at, err := restartHolder(url, instanceName(h), killed)
+			restarts <- restarted{at, err}
 		}()
 	}
 
 	// The client's retries, every key at once.
 	var executed atomic.Int64
-	took := make([]time.Duration, 0, recoveryHolders*recoveryKeysPerHolder)
+	took = make([]time.Duration, 0, recoveryHolders*recoveryKeysPerHolder)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, recoveryHolders*recoveryKeysPerHolder)
@@ -269,37 +279,40 @@ func recoveryRound(ctx context.Context, url string, client *pgstore.Executor, fp
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for range holders {
-		if err := <-restarts; err != nil {
-			return nil, err
+		r := <-restarts
+		if r.err != nil {
+			return nil, nil, r.err
 		}
+		ready = append(ready, r.at)
 	}
 	if n := executed.Load(); n != recoveryHolders*recoveryKeysPerHolder {
-		return nil, fmt.Errorf("%d executions for %d keys", n, recoveryHolders*recoveryKeysPerHolder)
+		return nil, nil, fmt.Errorf("%d executions for %d keys", n, recoveryHolders*recoveryKeysPerHolder)
 	}
-	return took, nil
+	return took, ready, nil
 }
 
 func instanceName(h int) string { return "bench-holder-" + strconv.Itoa(h) }
 
-// restartHolder starts holder instance again and checks that it ended the
-// dead incarnation's leases.
-func restartHolder(url, instance string) error {
+// restartHolder starts holder instance again, checks that it ended the
+// dead incarnation's leases, and returns when it said so, since killed.
+func restartHolder(url, instance string, killed time.Time) (time.Duration, error) {
 	cmd, out, err := recoveryProc("restart", url, instance, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var line string
 	if out.Scan() {
 		line = out.Text()
 	}
+	at := time.Since(killed)
 	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("restarted %s: %v", instance, err)
+		return 0, fmt.Errorf("restarted %s: %v", instance, err)
 	}
 	if line != "ready "+strconv.Itoa(recoveryKeysPerHolder) {
-		return fmt.Errorf("restarted %s said %q, want %d leases ended", instance, line, recoveryKeysPerHolder)
+		return 0, fmt.Errorf("restarted %s said %q, want %d leases ended", instance, line, recoveryKeysPerHolder)
 	}
-	return nil
+	return at, nil
 }
