@@ -81,10 +81,10 @@
 // # Group commit
 //
 // By default, a Store gathers the new-key claims, and separately the
-// completions, that its callers make while one of the same kind is in
-// flight, and sends each group as one multi-row statement in one short
-// transaction: one round trip, one plan and one commit for the group
-// instead of one each. A caller returns only once the commit that holds
+// completions and the heartbeats, that its callers make while one of the
+// same kind is in flight, and sends each group as one multi-row statement
+// in one short transaction: one round trip, one plan and one commit for
+// the group instead of one each. A caller returns only once the commit that holds
 // its own row is done; a caller that finds nothing in flight runs its own
 // statement at once; a group gives up on a row lock after 50 ms (a longer
 // transaction holds that row) and its callers then run alone, on a

@@ -320,7 +320,7 @@ type scopedKey struct{ scope, key string }
 // Group commit's instruments (Config.MeterProvider).
 const (
 	// MetricGroups counts group statements sent, by kind (claim,
-	// complete) and outcome: committed; rolled_back (the server refused
+	// complete, heartbeat) and outcome: committed; rolled_back (the server refused
 	// the group, typically a row held by a longer transaction past the
 	// 50 ms lock timeout, and its callers ran alone); failed (the outcome
 	// was unknown: the connection broke or the server ended the session,
@@ -346,15 +346,15 @@ func newGroupMetrics(mp metric.MeterProvider) (groupMetrics, error) {
 	var g groupMetrics
 	var err error
 	if g.groups, err = m.Int64Counter(MetricGroups, metric.WithDescription(
-		"Group statements sent by group commit, by kind (claim, complete) and outcome (committed, rolled_back: its callers ran alone; failed: outcome unknown, its callers resolved their rows).")); err != nil {
+		"Group statements sent by group commit, by kind (claim, complete, heartbeat) and outcome (committed, rolled_back: its callers ran alone; failed: outcome unknown, its callers resolved their rows).")); err != nil {
 		return g, err
 	}
 	if g.rows, err = m.Int64Counter(MetricGroupRows, metric.WithDescription(
-		"Rows stored by committed group statements, by kind (claim, complete).")); err != nil {
+		"Rows stored by committed group statements, by kind (claim, complete, heartbeat).")); err != nil {
 		return g, err
 	}
 	g.kind, g.outcome = map[string]metric.AddOption{}, map[[2]string]metric.AddOption{}
-	for _, k := range []string{"claim", "complete"} {
+	for _, k := range []string{"claim", "complete", "heartbeat"} {
 		g.kind[k] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", k)))
 		for _, o := range []string{"committed", "rolled_back", "failed"} {
 			g.outcome[[2]string{k, o}] = metric.WithAttributeSet(attribute.NewSet(

@@ -32,6 +32,7 @@ type Store struct {
 	// (group commit); nil with Config.NoGroupCommit.
 	claims      *grouper[*newClaim]
 	completions *grouper[*pendingCompletion]
+	heartbeats  *grouper[*pendingHeartbeat]
 	// groupedRows counts the rows that group statements committed.
 	groupedRows atomic.Int64
 	metrics     groupMetrics
@@ -94,8 +95,8 @@ type Config struct {
 	// transaction mode), which New checks the pool is configured for.
 	Pooler Pooler
 	// NoGroupCommit turns group commit off. By default, the new-key
-	// claims and the completions that callers of this Store make while one
-	// of the same kind is in flight wait for it and then go together: one
+	// claims, the completions and the heartbeats that callers of this
+	// Store make while one of the same kind is in flight wait for it and then go together: one
 	// statement, one transaction and one commit per group instead of one
 	// each. Each caller still returns only once its own row is durable; a
 	// caller that finds nothing in flight runs its own statement at once,
@@ -195,6 +196,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if cfg == nil || !cfg.NoGroupCommit {
 		s.claims = &grouper[*newClaim]{maxFlights: 1, stall: groupStall, flush: s.flushClaims}
 		s.completions = &grouper[*pendingCompletion]{maxFlights: 1, stall: groupStall, flush: s.flushCompletions}
+		s.heartbeats = &grouper[*pendingHeartbeat]{maxFlights: 1, stall: groupStall, flush: s.flushHeartbeats}
 	}
 	return s, nil
 }
@@ -528,6 +530,9 @@ func (s *Store) Abandon(ctx context.Context, l idempotency.Lease) error {
 func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Duration) error {
 	if d <= 0 {
 		return &idempotency.InvalidError{Field: "d", Reason: "heartbeat extension must be positive"}
+	}
+	if s.heartbeats != nil {
+		return s.heartbeatGrouped(ctx, l, d.Seconds())
 	}
 	return fenced(ctx, s.pool, "heartbeat", heartbeatSQL, l.Key, l.Scope, l.Version, d.Seconds())
 }

@@ -392,3 +392,55 @@ func TestInstanceNameValidated(t *testing.T) {
 		}
 	}
 }
+
+// Heartbeats of many actions at once go in groups, fenced per row: the
+// leases still held are extended, a heartbeat under a lease lost to a
+// takeover gets ErrLeaseLost and leaves the new holder's lease as it was.
+func TestGroupCommitHeartbeats(t *testing.T) {
+	t.Parallel()
+	b := groupStore(t)
+	ctx := context.Background()
+	const n = 32
+	leases := make([]idempotency.Lease, n)
+	stale := map[int]bool{}
+	for i := range leases {
+		p := params(t, fmt.Sprintf("beat-%d", i))
+		leases[i] = mustClaim(t, b.store, p.Key)
+		if i%4 == 3 { // taken over: leases[i] is lost
+			stale[i] = true
+			if err := b.store.Release(ctx, leases[i]); err != nil {
+				t.Fatal(err)
+			}
+			if c, err := b.store.Claim(ctx, p); err != nil || c.State != idempotency.ClaimReclaimed {
+				t.Fatalf("takeover: %v %v", c.State, err)
+			}
+		}
+	}
+	before := b.store.GroupedRows()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, l := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = b.store.Heartbeat(ctx, l, time.Hour)
+		}()
+	}
+	wg.Wait()
+	for i, l := range leases {
+		var left time.Duration
+		if err := b.pool.QueryRow(ctx, `SELECT extract(epoch FROM locked_until - now())::float8 * 1e9 FROM idempotency_store
+			WHERE idempotency_key = $1 AND user_id = $2`, l.Key, l.Scope).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case stale[i] && (!errors.Is(errs[i], idempotency.ErrLeaseLost) || left > 30*time.Minute):
+			t.Errorf("lost lease %d: %v, lease left %s; want ErrLeaseLost and the new holder's minute", i, errs[i], left)
+		case !stale[i] && (errs[i] != nil || left < 30*time.Minute):
+			t.Errorf("lease %d: %v, lease left %s; want it extended to an hour", i, errs[i], left)
+		}
+	}
+	if b.store.GroupedRows() == before {
+		t.Error("no heartbeat went in a group: the test proves nothing")
+	}
+}
