@@ -73,10 +73,12 @@
 // blip shorter than that stops no healthy action. A shorter lease
 // recovers a lost host's keys sooner and stops cut-off holders sooner
 // (their actions cancelled, their keys retried), at the cost of a
-// heartbeat every LockTimeout/3 for every action that runs that long
-// (one primary-key UPDATE; an action shorter than that sends none). With
-// instance names, crashes and restarts no longer wait for the lease, so
-// the lease only has to be short enough for lost hosts.
+// heartbeat every LockTimeout/3 for every action that runs that long (an
+// action shorter than that sends none); group commit sends the
+// heartbeats of a process's actions together, one statement and one
+// commit per group (see Group commit). With instance names, crashes and
+// restarts no longer wait for the lease, so the lease only has to be
+// short enough for lost hosts.
 //
 // # Group commit
 //

@@ -282,7 +282,7 @@ const approxSizeSQL = `SELECT reltuples::float8 FROM pg_class WHERE oid = 'idemp
 // drives pgbench with them).
 func Statements() map[string]string {
 	return map[string]string{
-		"claim": claimSQL, "claim_new": claimNewSQL, "claim_new_group": claimNewGroupSQL, "complete_group": completeGroupSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
+		"claim": claimSQL, "claim_new": claimNewSQL, "claim_new_group": claimNewGroupSQL, "complete_group": completeGroupSQL, "heartbeat_group": heartbeatGroupSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
 		"release": releaseSQL, "release_held": releaseHeldSQL, "abandon": abandonSQL, "fence": fenceSQL, "limit": limitSQL, "heartbeat": heartbeatSQL, "get": getSQL, "prune": pruneSQL,
 	}
 }
