@@ -130,8 +130,8 @@ type Config struct {
 	// outcome is still refused by fencing). Stores of one process share
 	// its incarnation, so a second store under the same name ends nothing
 	// of the first's. At most 128 bytes of letters, digits and . _ - : @ /.
-	// Default "": leases carry no holder and run out after their
-	// LockTimeout, as a holder that never comes back's always do.
+	// Default "": leases record no holder, and a crashed holder's keys
+	// wait for its leases to run out (the executor's LockTimeout).
 	Instance string
 	// MeterProvider receives group commit's instruments:
 	// idempotency.store_groups (groups sent, by kind and outcome) and
