@@ -96,9 +96,9 @@ type Config struct {
 	Pooler Pooler
 	// NoGroupCommit turns group commit off. By default, the new-key
 	// claims, the completions and the heartbeats that callers of this
-	// Store make while one of the same kind is in flight wait for it and then go together: one
-	// statement, one transaction and one commit per group instead of one
-	// each. Each caller still returns only once its own row is durable; a
+	// Store make while one of the same kind is in flight wait for it and
+	// then go together: one statement, one transaction and one commit per
+	// group instead of one each. Each caller still returns only once its own row is durable; a
 	// caller that finds nothing in flight runs its own statement at once,
 	// exactly as without group commit; a group never waits behind a row
 	// held by a longer transaction (see the package doc). Group commit
