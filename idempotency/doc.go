@@ -118,7 +118,10 @@
 // a crashed holder's key sooner. The cost is more heartbeats, and a
 // database stall of LockTimeout minus LeaseMargin stops actions that
 // were healthy. A longer lease keeps a cut-off holder running, unseen,
-// for longer.
+// for longer. A crashed holder's key need not wait for its lease: with
+// pgstore's Config.Instance, a holder restarted under the same name ends
+// its dead incarnation's leases at once (see pgstore's "Recovery after a
+// crash").
 //
 // Heartbeats go on after the action returns, until its outcome is
 // recorded. Recording retries for up to FinishTimeout (default 10s), and

@@ -63,7 +63,7 @@ func child(role string) error {
 	}
 	strategy, _ := strconv.Atoi(os.Getenv("PGSTORE_STRATEGY"))
 	store, err := pgstore.New(pool, &pgstore.Config{ClaimStrategy: pgstore.ClaimStrategy(strategy),
-		NoGroupCommit: os.Getenv("PGSTORE_GROUP") == ""})
+		NoGroupCommit: os.Getenv("PGSTORE_GROUP") == "", Instance: os.Getenv("PGSTORE_INSTANCE")})
 	if err != nil {
 		return err
 	}
@@ -84,6 +84,8 @@ func child(role string) error {
 		return json.NewEncoder(os.Stdout).Encode(s)
 	case "cache":
 		return cacheChild(ctx, pool, store, pid)
+	case "hold", "restart", "stall":
+		return recoveryChild(ctx, role, exec, store)
 	case "hang", "hang-tx":
 		r := childRequest(os.Getenv("PGSTORE_KEY"))
 		if role == "hang" {

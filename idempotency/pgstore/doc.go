@@ -29,13 +29,64 @@
 // idempotency.ErrLeaseLost. Every time comparison uses the database's now():
 // application clocks may be skewed without effect.
 //
+// # Recovery after a crash
+//
+// A holder killed mid-action (a crash, an OOM kill, a deploy that did not
+// wait) leaves its record PROCESSING under a live lease: a retry is told
+// "in progress" until the lease runs out, then takes the key over by
+// compare-and-swap and runs the action again. Set Config.Instance to the
+// name the process's supervisor restarts it under (a StatefulSet pod's
+// name, a systemd unit instance, a fixed worker slot; conventionally the
+// environment variable [InstanceEnv]), and that wait ends when the
+// instance is back instead:
+//
+//	store, err := pgstore.New(pool, &pgstore.Config{Instance: os.Getenv(pgstore.InstanceEnv)})
+//
+// Every lease the store takes records the instance's name and a random id
+// of the process's incarnation (migration 0017). When the instance starts
+// again, [New] ends at once, in one statement, the live leases that
+// earlier incarnations of its name hold: their processes are gone, so the
+// first retry of each key reclaims it and finishes it. In make bench's
+// recovery path (holders SIGKILLed mid-action and restarted at once; see
+// BENCHMARKS.md) a retry finished each key a few hundred milliseconds
+// after the kill, against the whole lease without a name.
+//
+// Fencing is unchanged: ending a lease does not change its lock version;
+// the retry's takeover raises it, and from then on the earlier holder's
+// Complete, Release and Heartbeat get idempotency.ErrLeaseLost. So a
+// holder that was only paused (a stopped process, a long GC, a frozen VM)
+// and comes back cannot record an outcome over the retry's. What the
+// name cannot undo is an external call the paused holder makes while a
+// retry runs beside it, since its own deadline has not passed: the name
+// must belong to one live process at a time. Supervisors that start an
+// instance again only once it exited (systemd, a StatefulSet, a process
+// manager with fixed slots) give that; names copied to every replica of
+// a Deployment do not. Stores of one process share its incarnation, so a
+// second store under the same name ends nothing of the first's.
+//
+// A holder that never comes back (its host lost, the instance renamed or
+// scaled away) is recovered when its lease runs out: the executor's
+// LockTimeout, 30s by default. That default is kept, not shortened,
+// because it is also how long a holder cut off from the database keeps
+// working: it stops on its own once LockTimeout minus LeaseMargin (27s)
+// passes without a confirmed heartbeat, so a database failover or network
+// blip shorter than that stops no healthy action. A shorter lease
+// recovers a lost host's keys sooner and stops cut-off holders sooner
+// (their actions cancelled, their keys retried), at the cost of a
+// heartbeat every LockTimeout/3 for every action that runs that long (an
+// action shorter than that sends none); group commit sends the
+// heartbeats of a process's actions together, one statement and one
+// commit per group (see Group commit). With instance names, crashes and
+// restarts no longer wait for the lease, so the lease only has to be
+// short enough for lost hosts.
+//
 // # Group commit
 //
 // By default, a Store gathers the new-key claims, and separately the
-// completions, that its callers make while one of the same kind is in
-// flight, and sends each group as one multi-row statement in one short
-// transaction: one round trip, one plan and one commit for the group
-// instead of one each. A caller returns only once the commit that holds
+// completions and the heartbeats, that its callers make while one of the
+// same kind is in flight, and sends each group as one multi-row statement
+// in one short transaction: one round trip, one plan and one commit for
+// the group instead of one each. A caller returns only once the commit that holds
 // its own row is done; a caller that finds nothing in flight runs its own
 // statement at once; a group gives up on a row lock after 50 ms (a longer
 // transaction holds that row) and its callers then run alone, on a

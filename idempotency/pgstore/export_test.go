@@ -9,13 +9,13 @@ func (s *Store) GroupedRows() int64 { return s.groupedRows.Load() }
 // SetGroupFlights sets how many group statements of a kind may be in
 // flight at once.
 func (s *Store) SetGroupFlights(n int) {
-	s.claims.maxFlights, s.completions.maxFlights = n, n
+	s.claims.maxFlights, s.completions.maxFlights, s.heartbeats.maxFlights = n, n, n
 }
 
 // SetGroupStall sets how long a queued caller waits for a flight before it
 // starts one more.
 func (s *Store) SetGroupStall(d time.Duration) {
-	s.claims.stall, s.completions.stall = d, d
+	s.claims.stall, s.completions.stall, s.heartbeats.stall = d, d, d
 }
 
 // Queued returns how many callers wait for the next group of kind

@@ -320,7 +320,7 @@ type scopedKey struct{ scope, key string }
 // Group commit's instruments (Config.MeterProvider).
 const (
 	// MetricGroups counts group statements sent, by kind (claim,
-	// complete) and outcome: committed; rolled_back (the server refused
+	// complete, heartbeat) and outcome: committed; rolled_back (the server refused
 	// the group, typically a row held by a longer transaction past the
 	// 50 ms lock timeout, and its callers ran alone); failed (the outcome
 	// was unknown: the connection broke or the server ended the session,
@@ -346,15 +346,15 @@ func newGroupMetrics(mp metric.MeterProvider) (groupMetrics, error) {
 	var g groupMetrics
 	var err error
 	if g.groups, err = m.Int64Counter(MetricGroups, metric.WithDescription(
-		"Group statements sent by group commit, by kind (claim, complete) and outcome (committed, rolled_back: its callers ran alone; failed: outcome unknown, its callers resolved their rows).")); err != nil {
+		"Group statements sent by group commit, by kind (claim, complete, heartbeat) and outcome (committed, rolled_back: its callers ran alone; failed: outcome unknown, its callers resolved their rows).")); err != nil {
 		return g, err
 	}
 	if g.rows, err = m.Int64Counter(MetricGroupRows, metric.WithDescription(
-		"Rows stored by committed group statements, by kind (claim, complete).")); err != nil {
+		"Rows stored by committed group statements, by kind (claim, complete, heartbeat).")); err != nil {
 		return g, err
 	}
 	g.kind, g.outcome = map[string]metric.AddOption{}, map[[2]string]metric.AddOption{}
-	for _, k := range []string{"claim", "complete"} {
+	for _, k := range []string{"claim", "complete", "heartbeat"} {
 		g.kind[k] = metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", k)))
 		for _, o := range []string{"committed", "rolled_back", "failed"} {
 			g.outcome[[2]string{k, o}] = metric.WithAttributeSet(attribute.NewSet(
@@ -397,9 +397,9 @@ type newClaim struct {
 
 // claimNewGroupSQL is claimNewSQL for many keys: the same values per row,
 // but for the initial lock version, which each caller draws.
-const claimNewGroupSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at, refuse_for)
+const claimNewGroupSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at, refuse_for, holder_instance, holder_incarnation)
 SELECT c.k, c.u, c.f, 'PROCESSING', c.v,
-       now() + make_interval(secs => c.l), now() + make_interval(secs => c.r), make_interval(secs => nullif(c.h, 0))
+       now() + make_interval(secs => c.l), now() + make_interval(secs => c.r), make_interval(secs => nullif(c.h, 0)), nullif($8::text, ''), $9::int8
   FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[], $6::int8[], $7::float8[]) AS c(k, u, f, l, r, v, h)
 ON CONFLICT (idempotency_key, user_id) DO NOTHING
 RETURNING idempotency_key, user_id`
@@ -419,14 +419,14 @@ const (
 // claimNew runs the insert-first claim.
 func (s *Store) claimNew(ctx context.Context, db dbtx, pooled bool, p idempotency.ClaimParams, lockS, retS, refuseS float64) (int64, newKey, error) {
 	if !pooled || s.claims == nil {
-		return claimNewAlone(ctx, db, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, refuseS)
+		return s.claimNewAlone(ctx, db, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, refuseS)
 	}
 	c := &newClaim{member: member{ctx: ctx, done: make(chan struct{})},
 		key: p.Key, scope: p.Scope, fp: string(p.Fingerprint), lockS: lockS, retS: retS, refuseS: refuseS,
 		try: rand.Int64N(1 << 30)}
 	if s.claims.join(c) {
 		defer s.claims.leave()
-		return claimNewAlone(ctx, db, c.key, c.scope, c.fp, lockS, retS, refuseS)
+		return s.claimNewAlone(ctx, db, c.key, c.scope, c.fp, lockS, retS, refuseS)
 	}
 	if err := s.claims.wait(c); err != nil {
 		return 0, keyExists, translate("claim", err)
@@ -437,16 +437,16 @@ func (s *Store) claimNew(ctx context.Context, db dbtx, pooled bool, p idempotenc
 	case c.unknown:
 		return c.try, keyUnknown, nil
 	case c.alone:
-		return claimNewAlone(ctx, db, c.key, c.scope, c.fp, lockS, retS, refuseS)
+		return s.claimNewAlone(ctx, db, c.key, c.scope, c.fp, lockS, retS, refuseS)
 	case c.inserted:
 		return c.try, keyInserted, nil
 	}
 	return 0, keyExists, nil
 }
 
-func claimNewAlone(ctx context.Context, db dbtx, key, scope, fp string, lockS, retS, refuseS float64) (int64, newKey, error) {
+func (s *Store) claimNewAlone(ctx context.Context, db dbtx, key, scope, fp string, lockS, retS, refuseS float64) (int64, newKey, error) {
 	var v int64
-	err := db.QueryRow(ctx, claimNewSQL, key, scope, fp, lockS, retS, refuseS).Scan(&v)
+	err := db.QueryRow(ctx, claimNewSQL, key, scope, fp, lockS, retS, refuseS, s.instance, s.incarnation).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, keyExists, nil
 	}
@@ -479,7 +479,7 @@ func (s *Store) flushClaims(batch []*newClaim) {
 		refuses = append(refuses, c.refuseS)
 	}
 	var k scopedKey
-	outcome, _ := s.sendGroup(batch[0].ctx, claimNewGroupSQL, []any{keys, scopes, fps, locks, rets, tries, refuses}, func(rows pgx.Rows) error {
+	outcome, _ := s.sendGroup(batch[0].ctx, claimNewGroupSQL, []any{keys, scopes, fps, locks, rets, tries, refuses, s.instance, s.incarnation}, func(rows pgx.Rows) error {
 		if err := rows.Scan(&k.key, &k.scope); err != nil {
 			return err
 		}

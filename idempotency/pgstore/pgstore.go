@@ -32,12 +32,20 @@ type Store struct {
 	// (group commit); nil with Config.NoGroupCommit.
 	claims      *grouper[*newClaim]
 	completions *grouper[*pendingCompletion]
+	heartbeats  *grouper[*pendingHeartbeat]
 	// groupedRows counts the rows that group statements committed.
 	groupedRows atomic.Int64
 	metrics     groupMetrics
 	// pooler and listenConfig decide where WatchChanges listens.
 	pooler       Pooler
 	listenConfig *pgx.ConnConfig
+	// instance is Config.Instance ("" for none) and incarnation this
+	// process's id (0 without an instance): every lease the store takes
+	// carries both (see Config.Instance).
+	instance    string
+	incarnation int64
+	// released is how many leases of earlier incarnations New ended.
+	released int
 }
 
 var (
@@ -87,10 +95,10 @@ type Config struct {
 	// transaction mode), which New checks the pool is configured for.
 	Pooler Pooler
 	// NoGroupCommit turns group commit off. By default, the new-key
-	// claims and the completions that callers of this Store make while one
-	// of the same kind is in flight wait for it and then go together: one
-	// statement, one transaction and one commit per group instead of one
-	// each. Each caller still returns only once its own row is durable; a
+	// claims, the completions and the heartbeats that callers of this
+	// Store make while one of the same kind is in flight wait for it and
+	// then go together: one statement, one transaction and one commit per
+	// group instead of one each. Each caller still returns only once its own row is durable; a
 	// caller that finds nothing in flight runs its own statement at once,
 	// exactly as without group commit; a group never waits behind a row
 	// held by a longer transaction (see the package doc). Group commit
@@ -106,6 +114,25 @@ type Config struct {
 	// the store reports no changes, and replay caches over it fall back
 	// to their MaxAge.
 	ListenConfig *pgx.ConnConfig
+	// Instance is the stable name of this process among the processes
+	// that share the database, the one its supervisor restarts it under:
+	// a StatefulSet pod's name, a systemd unit instance (worker@3), a
+	// fixed worker slot. Conventionally read from the environment
+	// variable PAYONCE_INSTANCE (see [InstanceEnv]). Every lease the
+	// store takes records it, with a random id of this process's
+	// incarnation; New then ends at once the live leases of earlier
+	// incarnations of the same name (processes that crashed or were
+	// killed mid-action), so that a retry finishes their keys as soon as
+	// the instance is back, instead of after the lease (see "Recovery
+	// after a crash" in the package doc). Two live processes must never
+	// share a name: the second to start would end the first's leases, and
+	// a retry could then run an action the first is still running (its
+	// outcome is still refused by fencing). Stores of one process share
+	// its incarnation, so a second store under the same name ends nothing
+	// of the first's. At most 128 bytes of letters, digits and . _ - : @ /.
+	// Default "": leases record no holder, and a crashed holder's keys
+	// wait for its leases to run out (the executor's LockTimeout).
+	Instance string
 	// MeterProvider receives group commit's instruments:
 	// idempotency.store_groups (groups sent, by kind and outcome) and
 	// idempotency.store_group_rows (rows committed in groups, by kind).
@@ -123,6 +150,10 @@ type Config struct {
 // apply them: `payonce migrate up`, or migrations.MigrateLines(ctx, pool,
 // migrations.LineIdempotency). An unreachable database gets the
 // database's error, after at most 30 seconds.
+//
+// With Config.Instance set, New also ends the live leases that earlier
+// incarnations of that instance hold (one statement, bounded like the
+// check; see [Store.ReleasedAtStart]).
 func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if pool == nil {
 		return nil, &idempotency.InvalidError{Field: "pool", Reason: "nil"}
@@ -148,12 +179,24 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if s.metrics, err = newGroupMetrics(mp); err != nil {
 		return nil, err
 	}
+	if cfg != nil && cfg.Instance != "" {
+		if err := validateInstance(cfg.Instance); err != nil {
+			return nil, err
+		}
+		s.instance, s.incarnation = cfg.Instance, processIncarnation()
+	}
 	if err := checkSchema(pool); err != nil {
 		return nil, err
+	}
+	if s.instance != "" {
+		if s.released, err = s.releaseHeld(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg == nil || !cfg.NoGroupCommit {
 		s.claims = &grouper[*newClaim]{maxFlights: 1, stall: groupStall, flush: s.flushClaims}
 		s.completions = &grouper[*pendingCompletion]{maxFlights: 1, stall: groupStall, flush: s.flushCompletions}
+		s.heartbeats = &grouper[*pendingHeartbeat]{maxFlights: 1, stall: groupStall, flush: s.flushHeartbeats}
 	}
 	return s, nil
 }
@@ -277,7 +320,7 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 			}
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = db.QueryRow(ctx, claimSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, p.RefuseForeign, refuseS).Scan(dest...)
+			err = db.QueryRow(ctx, claimSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, p.RefuseForeign, refuseS, s.instance, s.incarnation).Scan(dest...)
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // lost the insert race to a claim that committed after our snapshot
@@ -305,7 +348,7 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 				return idempotency.Claim{State: idempotency.ClaimExpired}, nil
 			}
 			var v int64
-			err := db.QueryRow(ctx, renewSQL, p.Key, p.Scope, version, string(p.Fingerprint), lockS, retS, refuseS).Scan(&v)
+			err := db.QueryRow(ctx, renewSQL, p.Key, p.Scope, version, string(p.Fingerprint), lockS, retS, refuseS, s.instance, s.incarnation).Scan(&v)
 			if errors.Is(err, pgx.ErrNoRows) {
 				continue // someone else renewed or pruned it first: look again
 			}
@@ -336,7 +379,7 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 				RetryAfter: lockedUntil.Sub(dbNow)}, nil
 		}
 		var v int64
-		err = db.QueryRow(ctx, reclaimSQL, p.Key, p.Scope, version, lockS).Scan(&v)
+		err = db.QueryRow(ctx, reclaimSQL, p.Key, p.Scope, version, lockS, s.instance, s.incarnation).Scan(&v)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Another contender won the compare-and-swap (or finished in
 			// the meantime): look again to report its live lease or its
@@ -487,6 +530,9 @@ func (s *Store) Abandon(ctx context.Context, l idempotency.Lease) error {
 func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Duration) error {
 	if d <= 0 {
 		return &idempotency.InvalidError{Field: "d", Reason: "heartbeat extension must be positive"}
+	}
+	if s.heartbeats != nil {
+		return s.heartbeatGrouped(ctx, l, d.Seconds())
 	}
 	return fenced(ctx, s.pool, "heartbeat", heartbeatSQL, l.Key, l.Scope, l.Version, d.Seconds())
 }

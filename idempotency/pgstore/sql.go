@@ -32,7 +32,9 @@ package pgstore
 // expired record: the caller refuses it or renews it per the policy.
 //
 // $3 fingerprint, $4 lock timeout (s), $5 retention (s), $6 refuse foreign,
-// $7 refusal horizon of the new record (s; 0: none, ExpiredIsNew).
+// $7 refusal horizon of the new record (s; 0: none, ExpiredIsNew), $8 and
+// $9 the holder's instance name (empty: none) and incarnation (see
+// releaseHeldSQL).
 const claimSQL = `WITH existing AS (
     SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
            locked_until, expires_at, refuse_until, now() AS db_now, false AS is_foreign
@@ -46,9 +48,9 @@ const claimSQL = `WITH existing AS (
        AND NOT EXISTS (SELECT 1 FROM existing)
      LIMIT 1
 ), inserted AS (
-    INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at, refuse_for)
+    INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at, refuse_for, holder_instance, holder_incarnation)
     SELECT $1, $2, $3, 'PROCESSING', floor(random() * 1073741824)::int,
-           now() + make_interval(secs => $4), now() + make_interval(secs => $5), make_interval(secs => nullif($7::float8, 0))
+           now() + make_interval(secs => $4), now() + make_interval(secs => $5), make_interval(secs => nullif($7::float8, 0)), nullif($8::text, ''), $9::int8
      WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM foreign_scope)
     ON CONFLICT (idempotency_key, user_id) DO NOTHING
     RETURNING fingerprint, status, response_code, response_body, response_raw, lock_version,
@@ -71,10 +73,11 @@ SELECT false, repeat('0', 64), 'PROCESSING', NULL, NULL, NULL, 0, NULL, now(), N
 // insert (random initial lock version, database-clock times).
 //
 // $3 fingerprint, $4 lock timeout (s), $5 retention (s), $6 refusal
-// horizon (s; 0: none).
-const claimNewSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at, refuse_for)
+// horizon (s; 0: none), $7 and $8 the holder's instance (empty: none) and
+// incarnation.
+const claimNewSQL = `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at, refuse_for, holder_instance, holder_incarnation)
 VALUES ($1, $2, $3, 'PROCESSING', floor(random() * 1073741824)::int,
-        now() + make_interval(secs => $4), now() + make_interval(secs => $5), make_interval(secs => nullif($6::float8, 0)))
+        now() + make_interval(secs => $4), now() + make_interval(secs => $5), make_interval(secs => nullif($6::float8, 0)), nullif($7::text, ''), $8::int8)
 ON CONFLICT (idempotency_key, user_id) DO NOTHING
 RETURNING lock_version`
 
@@ -96,10 +99,12 @@ const readSQL = `SELECT false AS is_new, fingerprint, status, response_code, res
 // (locked_until NULL, which only an UPDATE by hand leaves) counts as
 // ended, as the claim and the operator's tooling read it.
 //
-// $3 lock version seen, $4 lock timeout (s).
+// $3 lock version seen, $4 lock timeout (s), $5 and $6 the new holder's
+// instance (empty: none) and incarnation.
 const reclaimSQL = `UPDATE idempotency_store
    SET lock_version = lock_version + 1,
-       locked_until = now() + make_interval(secs => $4)
+       locked_until = now() + make_interval(secs => $4),
+       holder_instance = nullif($5::text, ''), holder_incarnation = $6::int8
  WHERE idempotency_key = $1 AND user_id = $2
    AND status = 'PROCESSING' AND (locked_until IS NULL OR locked_until <= now()) AND lock_version = $3
 RETURNING lock_version`
@@ -110,7 +115,8 @@ RETURNING lock_version`
 // takes the new claim's refusal horizon.
 //
 // $3 lock version seen, $4 fingerprint, $5 lock timeout (s), $6 retention
-// (s), $7 refusal horizon (s; 0: none).
+// (s), $7 refusal horizon (s; 0: none), $8 and $9 the new holder's
+// instance (empty: none) and incarnation.
 const renewSQL = `UPDATE idempotency_store
    SET fingerprint = $4, status = 'PROCESSING',
        response_code = NULL, response_body = NULL, response_raw = NULL,
@@ -118,7 +124,8 @@ const renewSQL = `UPDATE idempotency_store
        locked_until = now() + make_interval(secs => $5),
        created_at = now(), completed_at = NULL,
        expires_at = now() + make_interval(secs => $6),
-       refuse_for = make_interval(secs => nullif($7::float8, 0)), refuse_until = NULL
+       refuse_for = make_interval(secs => nullif($7::float8, 0)), refuse_until = NULL,
+       holder_instance = nullif($8::text, ''), holder_incarnation = $9::int8
  WHERE idempotency_key = $1 AND user_id = $2
    AND status <> 'PROCESSING' AND expires_at <= now() AND lock_version = $3
 RETURNING lock_version`
@@ -179,6 +186,35 @@ SELECT EXISTS (SELECT 1 FROM counted),
 
 // limitCleanupSQL drops counters of windows that ended long ago.
 const limitCleanupSQL = `DELETE FROM idempotency_rate_limits WHERE window_start < now() - make_interval(secs => $1)`
+
+// releaseHeldSQL ends at once the live leases that earlier incarnations
+// of instance $1 hold (any incarnation but $2, this process's), as
+// releaseSQL ends one: those processes are gone (the instance runs again
+// under its name), so a retry reclaims their keys at once instead of
+// waiting for the leases to run out. The lock version does not change
+// here: the reclaim raises it, which fences off anything of the old holder
+// from the moment another holder exists, and not before (a holder that was
+// only stalled and records its outcome before any retry comes leaves the
+// one outcome there is). The leases are found through
+// idx_idempotency_orphan_locks (live PROCESSING records: the actions in
+// flight). A row locked by an open transaction (a session of the dead
+// process that the server has not yet seen die) is skipped rather than
+// waited for: its lease runs out as before. It returns how many leases it
+// ended.
+const releaseHeldSQL = `WITH held AS (
+    SELECT idempotency_key, user_id
+      FROM idempotency_store
+     WHERE status = 'PROCESSING' AND locked_until > now()
+       AND holder_instance = $1 AND holder_incarnation <> $2
+       FOR UPDATE SKIP LOCKED
+), released AS (
+    UPDATE idempotency_store AS s
+       SET locked_until = now()
+      FROM held AS h
+     WHERE s.idempotency_key = h.idempotency_key AND s.user_id = h.user_id
+    RETURNING 1
+)
+SELECT count(*) FROM released`
 
 // heartbeatSQL extends the holder's lease to $4 seconds from now.
 const heartbeatSQL = `UPDATE idempotency_store
@@ -246,7 +282,7 @@ const approxSizeSQL = `SELECT reltuples::float8 FROM pg_class WHERE oid = 'idemp
 // drives pgbench with them).
 func Statements() map[string]string {
 	return map[string]string{
-		"claim": claimSQL, "claim_new": claimNewSQL, "claim_new_group": claimNewGroupSQL, "complete_group": completeGroupSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
-		"release": releaseSQL, "abandon": abandonSQL, "fence": fenceSQL, "limit": limitSQL, "heartbeat": heartbeatSQL, "get": getSQL, "prune": pruneSQL,
+		"claim": claimSQL, "claim_new": claimNewSQL, "claim_new_group": claimNewGroupSQL, "complete_group": completeGroupSQL, "heartbeat_group": heartbeatGroupSQL, "read": readSQL, "reclaim": reclaimSQL, "renew": renewSQL, "complete": completeSQL,
+		"release": releaseSQL, "release_held": releaseHeldSQL, "abandon": abandonSQL, "fence": fenceSQL, "limit": limitSQL, "heartbeat": heartbeatSQL, "get": getSQL, "prune": pruneSQL,
 	}
 }

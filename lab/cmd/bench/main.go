@@ -17,6 +17,9 @@
 //	    shape, claim+complete and replay;
 //	(e) ledger: postings per second with every entry on the same two
 //	    accounts against entries on distinct accounts (ledgerbench.Run);
+//	(k) recovery: holders SIGKILLed mid-action and restarted at once under
+//	    their instance names; time from the kill until a retry finished
+//	    each key, beside the lease in force (recovery.go);
 //	(r) redis, (y) dynamo: the Redis and DynamoDB stores' claim+complete
 //	    and replay against the raw limit of the same engine (stores.go),
 //	    on servers the bench starts and stops.
@@ -26,6 +29,7 @@
 // BENCH_ONLY=stores runs (r) and (y) alone, without PostgreSQL;
 // BENCH_STORES=redis or dynamo runs only that store of the two, and
 // BENCH_STORES=cluster only the Redis Cluster lines.
+// BENCH_ONLY=recovery runs (k) alone.
 // BENCH_CPUPROFILE=file writes the bench process's CPU profile there (go
 // tool pprof file).
 package main
@@ -79,6 +83,9 @@ func main() {
 			os.Exit(1)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if runRecoveryChild() {
+		return
 	}
 	if err := run(); err != nil {
 		pprof.StopCPUProfile()
@@ -143,6 +150,9 @@ func run() error {
 	dbURL, err := prepare(ctx, base)
 	if err != nil {
 		return err
+	}
+	if os.Getenv("BENCH_ONLY") == "recovery" {
+		return benchRecovery(ctx, dbURL, rounds)
 	}
 	pool, err := newPool(ctx, dbURL)
 	if err != nil {
@@ -363,6 +373,10 @@ func run() error {
 	fmt.Printf("ratio one_tx vs_two_phase=%.2f\n", sdkOneTx.median().tps/sdkTwoPhase.median().tps)
 	fmt.Printf("ratio peer_best claim_complete=%.2f\n", sdkCycle.median().tps/bestCycle.median().tps)
 	fmt.Printf("ratio peer_best replay=%.2f\n", sdkReplay.median().tps/bestReplay.median().tps)
+
+	if err := benchRecovery(ctx, dbURL, rounds); err != nil {
+		return err
+	}
 
 	// The ledger: postings on two hot accounts against distinct accounts,
 	// interleaved in rounds inside Run.
@@ -614,7 +628,7 @@ func writeScripts(dir string) (cycle, sel, oneTx string, err error) {
 	}
 	// The claim a new key gets from the default (adaptive) store, the lean
 	// insert; its lock version (random) feeds the completion, as in Do.
-	claim := strings.TrimSuffix(toPgbench(st["claim_new"], "k", "s", "fp", "lock", "ret", "rh"), ";\n") + " \\gset c_\n"
+	claim := strings.TrimSuffix(toPgbench(st["claim_new"], "k", "s", "fp", "lock", "ret", "rh", "inst", "inc"), ";\n") + " \\gset c_\n"
 	complete := toPgbench(st["complete"], "k", "s", "c_lock_version", "st", "code", "meta", "body", "ret")
 	cycle = filepath.Join(dir, "cycle.sql")
 	script := "\\set k random(1000000000, 9000000000000000000)\n" + claim + complete
@@ -649,6 +663,8 @@ func (p *pgbench) run(ctx context.Context, script string, d time.Duration) (samp
 	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", "2",
 		"-T", strconv.Itoa(int(d.Seconds())), "-f", script, "-l", "--log-prefix=" + prefix,
 		"-D", "s=" + scope, "-D", "fp=" + p.fp, "-D", "lock=30", "-D", "ret=86400", "-D", "rf=false", "-D", "rh=0",
+		// A store without Config.Instance: no lease holder.
+		"-D", "inst=", "-D", "inc=0",
 		// The completion stores the same response Do stores.
 		"-D", "st=COMPLETED", "-D", "code=201",
 		"-D", `meta={"header":{"Content-Type":["application/json"]}}`, "-D", "body=" + string(body),
