@@ -40,6 +40,15 @@
 //	case res.Replayed: // the stored outcome, byte for byte
 //	}
 //
+// Work whose result is a Go value rather than an HTTP answer (a queue
+// consumer, a job) takes the generic [Do]: the value is stored with a
+// [Codec] ([JSON] by default) and every retry gets it back decoded,
+// without running the function again:
+//
+//	label, err := idempotency.Do(ctx, exec, "shipping", "label_"+msg.ID, msg,
+//		func(ctx context.Context) (Label, error) { return carrier.BuyLabel(ctx, msg.ID) },
+//		idempotency.SignificantFields(idempotency.NewFingerprint().String("order", msg.ID)))
+//
 // # States and guarantees
 //
 // A claim creates the record PROCESSING with a lease (LockTimeout). The

@@ -1,6 +1,16 @@
 // Package pgstore is the idempotency store on PostgreSQL (pgx v5): the
 // production [idempotency.Store].
 //
+// # HTTP in one call
+//
+// [Middleware] protects HTTP routes in one call: it checks the schema,
+// builds the store and the executors (each route's lease and retention
+// are its action's, [MiddlewareOptions].Actions), and returns
+// idempotency.Middleware's net/http middleware, each handler in a
+// transaction ([TxFromContext]) that commits with its stored response.
+// [New], [NewExecutor] and idempotency.Middleware remain the composable
+// path.
+//
 // # Schema
 //
 // The table idempotency_store is created by package migrations: its
