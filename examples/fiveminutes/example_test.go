@@ -179,7 +179,7 @@ func Example_payments() {
 	for attempt := 1; attempt <= 2; attempt++ {
 		res, err := client.Charge(ctx, payments.ChargeParams{
 			Scope: customerID, Key: chargeKey, Provider: "stripe",
-			Amount: money.MustParse("49.99", money.EUR), Recipient: "acct_shop", PaymentMethod: "pm_card_visa",
+			Amount: money.MustParse("49.99", money.EUR), PaymentMethod: "pm_card_visa",
 		})
 		switch {
 		case payments.OutcomeUnknown(err): // the answer was lost: retry with the SAME key, never a new one

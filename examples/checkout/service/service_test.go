@@ -223,7 +223,7 @@ func TestBadInputIsNamedAndRecordsNothing(t *testing.T) {
 		{"malformed amount", "eve", "k", strings.Replace(visa49, `"49.99"`, `"49,99"`, 1), 400, "amount"},
 		{"too many decimals", "eve", "k", strings.Replace(visa49, `"49.99"`, `"49.999"`, 1), 400, "amount"},
 		{"unknown provider", "eve", "k", strings.Replace(visa49, `"stripe"`, `"acme"`, 1), 400, "provider"},
-		{"no recipient", "eve", "k", strings.Replace(visa49, `"acct_x"`, `""`, 1), 400, "recipient"},
+		{"oversize recipient", "eve", "k", strings.Replace(visa49, `"acct_x"`, `"`+strings.Repeat("a", 256)+`"`, 1), 400, "recipient"},
 		{"oversize metadata", "eve", "k", strings.Replace(visa49, `}`, `, "metadata": {"note": "`+strings.Repeat("x", 600)+`"}}`, 1), 400, "metadata"},
 		{"unknown field", "eve", "k", strings.Replace(visa49, `}`, `, "amount_cents": 1}`, 1), 400, ""},
 		{"not JSON", "eve", "k", `amount=1`, 400, ""},
