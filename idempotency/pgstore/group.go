@@ -507,7 +507,9 @@ type pendingCompletion struct {
 }
 
 // completeGroupSQL is completeSQL for many leases: each row is updated for
-// the holder of its lock version only.
+// the holder of its lock version only. Its condition on the status is
+// completeSQL's, for the same reason (the primary key, not the orphan-lock
+// index).
 const completeGroupSQL = `UPDATE idempotency_store AS s
    SET status = c.st, response_code = c.code, response_body = c.meta::jsonb, response_raw = c.body,
        locked_until = NULL, completed_at = now(),
@@ -515,7 +517,7 @@ const completeGroupSQL = `UPDATE idempotency_store AS s
   FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::int4[], $6::text[], $7::bytea[], $8::float8[])
        AS c(k, u, v, st, code, meta, body, r)
  WHERE s.idempotency_key = c.k AND s.user_id = c.u
-   AND s.status = 'PROCESSING' AND s.lock_version = c.v
+   AND s.status NOT IN ('COMPLETED', 'FAILED') AND s.lock_version = c.v
 RETURNING s.idempotency_key, s.user_id`
 
 // completeGrouped stores one outcome through the completion group.
