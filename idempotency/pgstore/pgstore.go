@@ -92,9 +92,11 @@ type Config struct {
 	// statement, one transaction and one commit per group instead of one
 	// each. Each caller still returns only once its own row is durable; a
 	// caller that finds nothing in flight runs its own statement at once,
-	// exactly as without group commit; a group never waits behind a row
-	// held by a longer transaction (see the package doc). Group commit
-	// lifts throughput when callers outnumber the pool's connections
+	// exactly as without group commit, and so does a caller that finds
+	// one of the pool's connections free: groups form only while callers
+	// outnumber connections. A group never waits behind a row held by a
+	// longer transaction (see the package doc). Group commit lifts
+	// throughput when callers outnumber the pool's connections
 	// (BENCHMARKS.md) and costs nothing measurable otherwise.
 	NoGroupCommit bool
 	// ListenConfig is the connection on which the replay caches of
@@ -152,10 +154,18 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	if cfg == nil || !cfg.NoGroupCommit {
-		s.claims = &grouper[*newClaim]{maxFlights: 1, stall: groupStall, flush: s.flushClaims}
-		s.completions = &grouper[*pendingCompletion]{maxFlights: 1, stall: groupStall, flush: s.flushCompletions}
+		s.claims = &grouper[*newClaim]{maxFlights: 1, stall: groupStall, flush: s.flushClaims, spare: s.spareConn}
+		s.completions = &grouper[*pendingCompletion]{maxFlights: 1, stall: groupStall, flush: s.flushCompletions, spare: s.spareConn}
 	}
 	return s, nil
+}
+
+// spareConn reports whether the pool can hand out a connection without
+// waiting: one is idle, or fewer than its maximum are open. Group commit
+// gathers callers only when it cannot.
+func (s *Store) spareConn() bool {
+	st := s.pool.Stat()
+	return st.IdleConns() > 0 || st.TotalConns() < st.MaxConns()
 }
 
 // schemaCheckTimeout bounds the schema check of New.
