@@ -79,10 +79,11 @@ ON CONFLICT (idempotency_key, user_id) DO NOTHING
 RETURNING lock_version`
 
 // readSQL is the read-first half of a claim (see ClaimReadFirst): a plain
-// primary-key SELECT with the same columns as claimSQL, so that a replay
-// costs what a read costs. When it finds nothing, claimSQL follows.
-const readSQL = `SELECT false AS is_new, fingerprint, status, response_code, response_body, response_raw, lock_version,
-       locked_until, expires_at, refuse_until, now() AS db_now, false AS is_foreign
+// primary-key SELECT of claimSQL's columns but its first and last (is_new
+// and is_foreign, always false here), so that a replay costs what a read
+// costs. When it finds nothing, claimSQL follows.
+const readSQL = `SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
+       locked_until, expires_at, refuse_until, now() AS db_now
   FROM idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2`
 
