@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -34,14 +35,14 @@ import (
 //   - A caller that finds a flight free and nobody waiting runs its own
 //     statement at once, the same statement as without group commit: a
 //     lone caller pays nothing and waits for nobody.
-//   - A caller that finds one of the pool's connections free (idle, or
-//     not opened yet) also runs its own statement at once: while callers
-//     are no more than connections, the server's own group commit (one WAL
-//     flush for the commits that wait together) already shares the flush,
-//     and queueing behind a flight would only add its round trip to the
-//     caller's. Measured at 8 callers on 8 connections, side by side:
-//     groups gave 0.63-0.83 of the same statements sent alone
-//     (BENCHMARKS.md).
+//   - While the store's statements in flight (claims and completions
+//     together) are fewer than the pool's connections, a caller also runs
+//     its own statement at once: callers are then no more than
+//     connections, the server's own group commit (one WAL flush for the
+//     commits that wait together) already shares the flush, and queueing
+//     behind a flight would only add its round trip to the caller's.
+//     Measured at 8 callers on 8 connections, side by side: groups gave
+//     0.63-0.83 of the same statements sent alone (BENCHMARKS.md).
 //   - Otherwise at most maxFlights (one) statements of a kind are in flight
 //     at once; the callers that arrive meanwhile wait and go together in
 //     the next one. A group of one runs its caller's own statement.
@@ -119,13 +120,21 @@ type grouper[M groupMember] struct {
 	maxFlights int
 	stall      time.Duration // groupStall
 	flush      func(batch []M)
-	// spare reports whether the pool has a connection free; a caller then
-	// runs its own statement whatever is in flight. Nil: never.
-	spare func() bool
+	// inFlight counts the flights of every grouper of the store; below
+	// conns, a caller runs its own statement whatever is in flight of its
+	// kind. conns 0: never.
+	inFlight *atomic.Int64
+	conns    int64
 
 	mu      sync.Mutex
 	queue   []M
 	flights int
+}
+
+// addFlight counts n more flights (g.mu held).
+func (g *grouper[M]) addFlight(n int) {
+	g.flights += n
+	g.inFlight.Add(int64(n))
 }
 
 // join either gives the caller a flight of its own (true: run the
@@ -134,8 +143,8 @@ type grouper[M groupMember] struct {
 func (g *grouper[M]) join(m M) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.queue) == 0 && (g.flights < g.maxFlights || g.spare != nil && g.spare()) {
-		g.flights++
+	if len(g.queue) == 0 && (g.flights < g.maxFlights || g.inFlight.Load() < g.conns) {
+		g.addFlight(1)
 		return true
 	}
 	g.queue = append(g.queue, m)
@@ -149,7 +158,7 @@ func (g *grouper[M]) leave() {
 	g.mu.Lock()
 	waiting := len(g.queue) > 0
 	if !waiting {
-		g.flights--
+		g.addFlight(-1)
 	}
 	g.mu.Unlock()
 	if waiting {
@@ -173,7 +182,7 @@ func (g *grouper[M]) wait(m M) error {
 			g.mu.Lock()
 			queued := slices.Contains(g.queue, m)
 			if queued {
-				g.flights++
+				g.addFlight(1)
 			}
 			g.mu.Unlock()
 			if queued {
@@ -188,7 +197,7 @@ func (g *grouper[M]) drain() {
 	for {
 		g.mu.Lock()
 		if len(g.queue) == 0 {
-			g.flights--
+			g.addFlight(-1)
 			g.mu.Unlock()
 			return
 		}

@@ -34,6 +34,9 @@ type Store struct {
 	// (group commit); nil with Config.NoGroupCommit.
 	claims      *grouper[*newClaim]
 	completions *grouper[*pendingCompletion]
+	// flights counts the claims' and completions' statements in flight
+	// (group.go).
+	flights atomic.Int64
 	// groupedRows counts the rows that group statements committed.
 	groupedRows atomic.Int64
 	metrics     groupMetrics
@@ -94,9 +97,9 @@ type Config struct {
 	// statement, one transaction and one commit per group instead of one
 	// each. Each caller still returns only once its own row is durable; a
 	// caller that finds nothing in flight runs its own statement at once,
-	// exactly as without group commit, and so does a caller that finds
-	// one of the pool's connections free: groups form only while callers
-	// outnumber connections. A group never waits behind a row held by a
+	// exactly as without group commit, and so does any caller while the
+	// store's statements in flight are fewer than the pool's connections:
+	// groups form only while callers outnumber connections. A group never waits behind a row held by a
 	// longer transaction (see the package doc). Group commit lifts
 	// throughput when callers outnumber the pool's connections
 	// (BENCHMARKS.md) and costs nothing measurable otherwise.
@@ -156,18 +159,15 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	if cfg == nil || !cfg.NoGroupCommit {
-		s.claims = &grouper[*newClaim]{maxFlights: 1, stall: groupStall, flush: s.flushClaims, spare: s.spareConn}
-		s.completions = &grouper[*pendingCompletion]{maxFlights: 1, stall: groupStall, flush: s.flushCompletions, spare: s.spareConn}
+		// Callers run their own statements while the store's flights are
+		// fewer than the pool's connections (see group.go).
+		conns := int64(pool.Config().MaxConns)
+		s.claims = &grouper[*newClaim]{maxFlights: 1, stall: groupStall, flush: s.flushClaims,
+			inFlight: &s.flights, conns: conns}
+		s.completions = &grouper[*pendingCompletion]{maxFlights: 1, stall: groupStall, flush: s.flushCompletions,
+			inFlight: &s.flights, conns: conns}
 	}
 	return s, nil
-}
-
-// spareConn reports whether the pool can hand out a connection without
-// waiting: one is idle, or fewer than its maximum are open. Group commit
-// gathers callers only when it cannot.
-func (s *Store) spareConn() bool {
-	st := s.pool.Stat()
-	return st.IdleConns() > 0 || st.TotalConns() < st.MaxConns()
 }
 
 // schemaCheckTimeout bounds the schema check of New.
