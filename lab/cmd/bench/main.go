@@ -335,6 +335,15 @@ func run() error {
 		}
 	}
 
+	if onlyReplays {
+		for _, s := range append([]*series{rawRead, pgxRead, sdkReplay, sdkReplayUncached}, peerReplay...) {
+			fmt.Println(s)
+		}
+		fmt.Printf("ratio replay sdk/raw=%.2f\n", sdkReplay.median().tps/rawRead.median().tps)
+		fmt.Printf("ratio replay_uncached sdk/raw=%.2f\n", sdkReplayUncached.median().tps/rawRead.median().tps)
+		fmt.Printf("ratio replay_uncached vs_plain_pgx_peer=%.2f\n", sdkReplayUncached.median().tps/peerReplay[plainPeer(peerList)].median().tps)
+		return nil
+	}
 	best := func(ss []*series) *series {
 		b := ss[0]
 		for _, s := range ss[1:] {
@@ -349,15 +358,6 @@ func run() error {
 		fmt.Printf("\nat %d callers on the %d-connection pool: best peer %s; payonce's lead %+.0f%% (without group commit %+.0f%%)\n",
 			manyCallers, clients, bestMany.name, 100*(manyCycle.median().tps/bestMany.median().tps-1),
 			100*(manyCyclePlain.median().tps/bestMany.median().tps-1))
-	}
-	if onlyReplays {
-		for _, s := range append([]*series{rawRead, pgxRead, sdkReplay, sdkReplayUncached}, peerReplay...) {
-			fmt.Println(s)
-		}
-		fmt.Printf("ratio replay sdk/raw=%.2f\n", sdkReplay.median().tps/rawRead.median().tps)
-		fmt.Printf("ratio replay_uncached sdk/raw=%.2f\n", sdkReplayUncached.median().tps/rawRead.median().tps)
-		fmt.Printf("ratio replay_uncached vs_plain_pgx_peer=%.2f\n", sdkReplayUncached.median().tps/peerReplay[plainPeer(peerList)].median().tps)
-		return nil
 	}
 	if onlyCycles {
 		for _, s := range append(append([]*series{rawCycle, sdkCycle, sdkCyclePlain}, peerCycle...), append([]*series{manyCycle, manyCyclePlain}, manyPeer...)...) {
