@@ -134,7 +134,7 @@ RETURNING lock_version`
 // then often reads that whole index (every live claim, and every entry of
 // a completed claim that vacuum has not removed yet) and filters it on the
 // key, instead of the primary key's one entry. Measured on a table after
-// 130,000 cycles: 31,590 buffers and 26 ms for one completion, against 3
+// 165,000 cycles: 31,590 buffers and 26 ms for one completion, against 3
 // buffers and 0.1 ms through the primary key (BENCHMARKS.md, where a
 // cycle's time goes). TestCompletionPlansUseThePrimaryKey checks the plans.
 //
