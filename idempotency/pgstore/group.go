@@ -41,9 +41,10 @@ import (
 //     connections, the server's own group commit (one WAL flush for the
 //     commits that wait together) already shares the flush, and queueing
 //     behind a flight would only add its round trip to the caller's.
-//     Measured at 8 callers on 8 connections in five interleaved pairs:
-//     groups gave a median of 0.77 (0.62-1.33) of the throughput of the
-//     same statements sent alone (BENCHMARKS.md).
+//     Measured at 8 callers on 8 connections in interleaved pairs: groups
+//     gave a median of 0.77 (0.62-1.33, five pairs, loaded machine) and
+//     1.07 (0.97-1.16, three pairs, calmer) of the throughput of the same
+//     statements sent alone (BENCHMARKS.md).
 //   - Otherwise at most maxFlights (one) statements of a kind are in flight
 //     at once; the callers that arrive meanwhile wait and go together in
 //     the next one. A group of one runs its caller's own statement.
