@@ -96,9 +96,12 @@
 // completions and the heartbeats, that its callers make while one of the
 // same kind is in flight, and sends each group as one multi-row statement
 // in one short transaction: one round trip, one plan and one commit for
-// the group instead of one each. A caller returns only once the commit that holds
-// its own row is done; a caller that finds nothing in flight runs its own
-// statement at once; a group gives up on a row lock after 50 ms (a longer
+// the group instead of one each. A caller returns only once the commit
+// that holds its own row is done; a caller that finds nothing in flight,
+// or fewer of the store's statements in flight than the pool has
+// connections, runs its own statement at once (groups form only while
+// callers outnumber connections); a group gives up on a row lock after
+// 50 ms (a longer
 // transaction holds that row) and its callers then run alone, on a
 // connection the group rolled back and gave back to the pool; fencing is
 // per row (a completion under a lost lease gets idempotency.ErrLeaseLost,

@@ -7,9 +7,11 @@ import "time"
 func (s *Store) GroupedRows() int64 { return s.groupedRows.Load() }
 
 // SetGroupFlights sets how many group statements of a kind may be in
-// flight at once.
+// flight at once, however many connections the pool has: callers beyond n
+// wait for the next group.
 func (s *Store) SetGroupFlights(n int) {
 	s.claims.maxFlights, s.completions.maxFlights, s.heartbeats.maxFlights = n, n, n
+	s.claims.conns, s.completions.conns, s.heartbeats.conns = 0, 0, 0
 }
 
 // SetGroupStall sets how long a queued caller waits for a flight before it

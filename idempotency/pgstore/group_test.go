@@ -421,3 +421,54 @@ func TestGroupCommitMetrics(t *testing.T) {
 		t.Errorf("groups %v: the group that met the open transaction's row was not counted rolled_back", groups)
 	}
 }
+
+// Groups form only while callers outnumber the pool's connections: as many
+// callers as connections run their own statements (the server shares the
+// WAL flush of commits that wait together), and callers beyond the pool's
+// size are gathered into groups, with the store's defaults.
+func TestGroupCommitOnlyWhenConnectionsRunOut(t *testing.T) {
+	t.Parallel()
+	url := pgtest.MigratedURL(t)
+	run := func(t *testing.T, conns int32, callers int) int64 {
+		pc, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.MaxConns = conns
+		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		store := mustStore(t, pool, nil)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for w := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 40 {
+					key := fmt.Sprintf("spare-%d-%d-%d", conns, w, i)
+					c, err := store.Claim(ctx, params(t, key))
+					if err != nil || c.State != idempotency.ClaimAcquired {
+						t.Errorf("claim %s: %+v, %v", key, c, err)
+						return
+					}
+					if err := store.Complete(ctx, c.Lease, idempotency.Completion{Status: idempotency.StatusCompleted,
+						Response: idempotency.Response{Code: 200}, Retention: time.Hour}); err != nil {
+						t.Errorf("complete %s: %v", key, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return store.GroupedRows()
+	}
+	if n := run(t, 8, 8); n != 0 {
+		t.Errorf("8 callers on 8 connections: %d rows went in groups, want none (no more callers than connections)", n)
+	}
+	if n := run(t, 2, 16); n == 0 {
+		t.Error("16 callers on 2 connections: no group formed")
+	}
+}

@@ -25,6 +25,8 @@ type Store struct {
 	pool     *pgxpool.Pool
 	strategy ClaimStrategy
 	keyring  *idempotency.Keyring
+	// lastMeta is the response metadata decoded last (decodeStored).
+	lastMeta atomic.Pointer[decodedMeta]
 	// hits is an exponentially weighted share, in 1/1024ths, of recent
 	// claims that found an existing record (ClaimAdaptive).
 	hits atomic.Int64
@@ -33,6 +35,9 @@ type Store struct {
 	claims      *grouper[*newClaim]
 	completions *grouper[*pendingCompletion]
 	heartbeats  *grouper[*pendingHeartbeat]
+	// flights counts the claims', completions' and heartbeats' statements
+	// in flight (group.go).
+	flights atomic.Int64
 	// groupedRows counts the rows that group statements committed.
 	groupedRows atomic.Int64
 	metrics     groupMetrics
@@ -100,9 +105,11 @@ type Config struct {
 	// then go together: one statement, one transaction and one commit per
 	// group instead of one each. Each caller still returns only once its own row is durable; a
 	// caller that finds nothing in flight runs its own statement at once,
-	// exactly as without group commit; a group never waits behind a row
-	// held by a longer transaction (see the package doc). Group commit
-	// lifts throughput when callers outnumber the pool's connections
+	// exactly as without group commit, and so does any caller while the
+	// store's statements in flight are fewer than the pool's connections:
+	// groups form only while callers outnumber connections. A group never waits behind a row held by a
+	// longer transaction (see the package doc). Group commit lifts
+	// throughput when callers outnumber the pool's connections
 	// (BENCHMARKS.md) and costs nothing measurable otherwise.
 	NoGroupCommit bool
 	// ListenConfig is the connection on which the replay caches of
@@ -194,9 +201,15 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		}
 	}
 	if cfg == nil || !cfg.NoGroupCommit {
-		s.claims = &grouper[*newClaim]{maxFlights: 1, stall: groupStall, flush: s.flushClaims}
-		s.completions = &grouper[*pendingCompletion]{maxFlights: 1, stall: groupStall, flush: s.flushCompletions}
-		s.heartbeats = &grouper[*pendingHeartbeat]{maxFlights: 1, stall: groupStall, flush: s.flushHeartbeats}
+		// Callers run their own statements while the store's flights are
+		// fewer than the pool's connections (see group.go).
+		conns := int64(pool.Config().MaxConns)
+		s.claims = &grouper[*newClaim]{maxFlights: 1, stall: groupStall, flush: s.flushClaims,
+			inFlight: &s.flights, conns: conns}
+		s.completions = &grouper[*pendingCompletion]{maxFlights: 1, stall: groupStall, flush: s.flushCompletions,
+			inFlight: &s.flights, conns: conns}
+		s.heartbeats = &grouper[*pendingHeartbeat]{maxFlights: 1, stall: groupStall, flush: s.flushHeartbeats,
+			inFlight: &s.flights, conns: conns}
 	}
 	return s, nil
 }
@@ -314,7 +327,7 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 		dest := []any{&isNew, &fp, &status, &code, &meta, &raw, &version, &lockedUntil, &expiresAt, &refuseUntil, &dbNow, &isForeign}
 		err := pgx.ErrNoRows
 		if readFirst {
-			err = db.QueryRow(ctx, readSQL, p.Key, p.Scope).Scan(dest...)
+			err = db.QueryRow(ctx, readSQL, p.Key, p.Scope).Scan(dest[1 : len(dest)-1]...)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return idempotency.Claim{}, translate("claim", err)
 			}
@@ -410,24 +423,38 @@ func encodeResponse(r idempotency.Response) (meta []byte, err error) {
 
 // decodeResponse rebuilds a stored response, opening it when sealed.
 func (s *Store) decodeResponse(scope, key string, status idempotency.Status, code *int32, meta, raw []byte) (idempotency.Response, error) {
-	r, err := decodeStored(code, meta, raw)
+	r, err := s.decodeStored(code, meta, raw)
 	if err != nil || s.keyring == nil {
 		return r, err
 	}
 	return s.keyring.Open(scope, key, status, r)
 }
 
-func decodeStored(code *int32, meta, raw []byte) (idempotency.Response, error) {
+// decodedMeta is one response metadata's JSON and the headers it holds.
+type decodedMeta struct {
+	json   string
+	header http.Header
+}
+
+func (s *Store) decodeStored(code *int32, meta, raw []byte) (idempotency.Response, error) {
 	var r idempotency.Response
 	if code != nil {
 		r.Code = int(*code)
 	}
 	if len(meta) > 0 {
-		var m responseMeta
-		if err := json.Unmarshal(meta, &m); err != nil {
-			return r, fmt.Errorf("pgstore: stored response metadata is not valid: %w", err)
+		// Most replays of a service carry the same few headers: the last
+		// metadata decoded is kept, and the same bytes get a copy of its
+		// headers (a decode costs about ten times the copy).
+		if last := s.lastMeta.Load(); last != nil && last.json == string(meta) {
+			r.Header = last.header.Clone()
+		} else {
+			var m responseMeta
+			if err := json.Unmarshal(meta, &m); err != nil {
+				return r, fmt.Errorf("pgstore: stored response metadata is not valid: %w", err)
+			}
+			r.Header = m.Header
+			s.lastMeta.Store(&decodedMeta{json: string(meta), header: m.Header.Clone()})
 		}
-		r.Header = m.Header
 	}
 	r.Body = raw
 	return r, nil

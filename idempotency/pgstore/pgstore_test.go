@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -182,4 +183,53 @@ func mustFP(t testing.TB, fields ...string) idempotency.Fingerprint {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// Replays of records whose stored headers are the same bytes each get
+// headers of their own (changing one answer's changes no other), and
+// records with other headers get theirs.
+func TestReplayHeadersAreTheirOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	store := func(key string, h http.Header) {
+		p := idempotency.ClaimParams{Scope: "usr_hdr", Key: key, Fingerprint: mustFP(t, key),
+			LockTimeout: time.Minute, Retention: time.Hour}
+		c, err := b.store.Claim(ctx, p)
+		if err != nil || c.State != idempotency.ClaimAcquired {
+			t.Fatalf("claim %s: %+v, %v", key, c, err)
+		}
+		if err := b.store.Complete(ctx, c.Lease, idempotency.Completion{Status: idempotency.StatusCompleted,
+			Response: idempotency.Response{Code: 201, Header: h, Body: []byte("{}")}, Retention: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replay := func(key string) http.Header {
+		p := idempotency.ClaimParams{Scope: "usr_hdr", Key: key, Fingerprint: mustFP(t, key),
+			LockTimeout: time.Minute, Retention: time.Hour}
+		c, err := b.store.Claim(ctx, p)
+		if err != nil || c.State != idempotency.ClaimReplay {
+			t.Fatalf("replay %s: %+v, %v", key, c, err)
+		}
+		return c.Record.Response.Header
+	}
+	store("hdr-json-1", http.Header{"Content-Type": {"application/json"}})
+	store("hdr-json-2", http.Header{"Content-Type": {"application/json"}})
+	store("hdr-text", http.Header{"Content-Type": {"text/plain"}, "Location": {"/orders/7"}})
+
+	// Each answer is changed by its caller before the next replay.
+	for _, key := range []string{"hdr-json-1", "hdr-json-2", "hdr-json-1", "hdr-json-2"} {
+		h := replay(key)
+		if h.Get("Content-Type") != "application/json" || len(h) != 1 {
+			t.Errorf("replay of %s after a caller changed another answer's headers: %v", key, h)
+		}
+		h.Set("Content-Type", "changed/by-caller")
+		h["X-Added"] = []string{"by caller"}
+	}
+	if h := replay("hdr-text"); h.Get("Content-Type") != "text/plain" || h.Get("Location") != "/orders/7" || len(h) != 2 {
+		t.Errorf("replay of hdr-text: %v", h)
+	}
+	if h := replay("hdr-json-2"); h.Get("Content-Type") != "application/json" || len(h) != 1 {
+		t.Errorf("replay of hdr-json-2 after hdr-text: %v", h)
+	}
 }

@@ -27,6 +27,8 @@
 // It reads BENCH_DATABASE_URL (make bench starts a durable throwaway
 // cluster), BENCH_SECONDS (default 5) and BENCH_ROUNDS (default 3).
 // BENCH_ONLY=stores runs (r) and (y) alone, without PostgreSQL;
+// BENCH_ONLY=claim_complete runs (a), (b), the peers' cycles and (h);
+// BENCH_ONLY=replay runs (c) and the peers' replays;
 // BENCH_STORES=redis or dynamo runs only that store of the two, and
 // BENCH_STORES=cluster only the Redis Cluster lines.
 // BENCH_ONLY=recovery runs (k) alone.
@@ -265,7 +267,23 @@ func run() error {
 			manyPeer[i].samples = append(manyPeer[i].samples, measureN(d, manyCallers, p.cycleWorker(pool, fp, fmt.Sprintf("hq%d", r))))
 		}
 	}
+	// replays measures (c) and the peers' replays, one round.
+	replays := func() error {
+		s, err := pgb.run(ctx, sel, d)
+		if err != nil {
+			return err
+		}
+		rawRead.samples = append(rawRead.samples, s)
+		pgxRead.samples = append(pgxRead.samples, measure(d, selectWorker(pool)))
+		sdkReplay.samples = append(sdkReplay.samples, measure(d, replayWorker(cached, fp)))
+		sdkReplayUncached.samples = append(sdkReplayUncached.samples, measure(d, replayWorker(exec, fp)))
+		for i, p := range peerList {
+			peerReplay[i].samples = append(peerReplay[i].samples, measure(d, p.replayWorker(pool, fp)))
+		}
+		return nil
+	}
 	onlyCycles := os.Getenv("BENCH_ONLY") == "claim_complete"
+	onlyReplays := os.Getenv("BENCH_ONLY") == "replay"
 
 	// Warm up caches and prepared statements, unmeasured.
 	if _, err := pgb.run(ctx, cycle, 2*time.Second); err != nil {
@@ -280,6 +298,12 @@ func run() error {
 
 	for r := 0; r < rounds; r++ {
 		fmt.Fprintf(os.Stderr, "round %d/%d\n", r+1, rounds)
+		if onlyReplays {
+			if err := replays(); err != nil {
+				return err
+			}
+			continue
+		}
 		checkpoint()
 		s, err := pgb.run(ctx, cycle, d)
 		if err != nil {
@@ -290,16 +314,8 @@ func run() error {
 		if onlyCycles {
 			continue
 		}
-		s, err = pgb.run(ctx, sel, d)
-		if err != nil {
+		if err := replays(); err != nil {
 			return err
-		}
-		rawRead.samples = append(rawRead.samples, s)
-		pgxRead.samples = append(pgxRead.samples, measure(d, selectWorker(pool)))
-		sdkReplay.samples = append(sdkReplay.samples, measure(d, replayWorker(cached, fp)))
-		sdkReplayUncached.samples = append(sdkReplayUncached.samples, measure(d, replayWorker(exec, fp)))
-		for i, p := range peerList {
-			peerReplay[i].samples = append(peerReplay[i].samples, measure(d, p.replayWorker(pool, fp)))
 		}
 		checkpoint()
 		s, err = pgb.run(ctx, oneTx, d)
@@ -329,6 +345,15 @@ func run() error {
 		}
 	}
 
+	if onlyReplays {
+		for _, s := range append([]*series{rawRead, pgxRead, sdkReplay, sdkReplayUncached}, peerReplay...) {
+			fmt.Println(s)
+		}
+		fmt.Printf("ratio replay sdk/raw=%.2f\n", sdkReplay.median().tps/rawRead.median().tps)
+		fmt.Printf("ratio replay_uncached sdk/raw=%.2f\n", sdkReplayUncached.median().tps/rawRead.median().tps)
+		fmt.Printf("ratio replay_uncached vs_plain_pgx_peer=%.2f\n", sdkReplayUncached.median().tps/peerReplay[plainPeer(peerList)].median().tps)
+		return nil
+	}
 	best := func(ss []*series) *series {
 		b := ss[0]
 		for _, s := range ss[1:] {
@@ -373,6 +398,7 @@ func run() error {
 	fmt.Printf("ratio one_tx vs_two_phase=%.2f\n", sdkOneTx.median().tps/sdkTwoPhase.median().tps)
 	fmt.Printf("ratio peer_best claim_complete=%.2f\n", sdkCycle.median().tps/bestCycle.median().tps)
 	fmt.Printf("ratio peer_best replay=%.2f\n", sdkReplay.median().tps/bestReplay.median().tps)
+	fmt.Printf("ratio replay_uncached vs_plain_pgx_peer=%.2f\n", sdkReplayUncached.median().tps/peerReplay[plainPeer(peerList)].median().tps)
 
 	if err := benchRecovery(ctx, dbURL, rounds); err != nil {
 		return err

@@ -133,6 +133,17 @@ func peers() []peer {
 	}
 }
 
+// plainPeer returns the index of the hand-written read-then-insert client,
+// the one an uncached replay is compared with.
+func plainPeer(ps []peer) int {
+	for i, p := range ps {
+		if p.table == "peer_plain" {
+			return i
+		}
+	}
+	panic("bench: no peer_plain")
+}
+
 // preparePeers creates the peers' tables and seeds each with the replay
 // keys bench's own table holds.
 func preparePeers(ctx context.Context, pool *pgxpool.Pool) error {

@@ -1,0 +1,79 @@
+package pgstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/payonce/payonce/idempotency/pgstore"
+	"github.com/payonce/payonce/pgtest"
+)
+
+// A completion reaches its record through the primary key, never by
+// reading the orphan-lock partial index (WHERE status = 'PROCESSING') and
+// filtering it on the key: that index holds every live claim and, until
+// vacuum, an entry of every completed one, so such a plan costs a
+// completion time in proportion to the recent traffic. The table here is
+// what a busy store looks like to the planner: many finished records, few
+// live claims, fresh statistics. Both plans a prepared statement gets are
+// checked: the custom plans of its first executions and the generic plan
+// it may keep.
+func TestCompletionPlansUseThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.PoolURL(t, pgtest.MigratedURL(t))
+	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_store
+		(idempotency_key, user_id, fingerprint, status, response_code, response_raw, lock_version, completed_at, expires_at)
+		SELECT 'k' || g, 'plan', repeat('a', 64), 'COMPLETED', 201, '\x7b7d', 1, now(), now() + interval '1 day'
+		  FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_store (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
+		VALUES ('live', 'plan', repeat('a', 64), 'PROCESSING', 7, now() + interval '30 seconds', now() + interval '1 day')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE idempotency_store`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	sql := pgstore.Statements()
+	statements := []struct{ name, prepare, execute string }{
+		{"complete", `PREPARE plan_complete(text, text, int8, text, int4, jsonb, bytea, float8) AS ` + sql["complete"],
+			`EXECUTE plan_complete('live', 'plan', 7, 'COMPLETED', 201, NULL, '\x7b7d', 60)`},
+		{"complete_group", `PREPARE plan_complete_group(text[], text[], int8[], text[], int4[], text[], bytea[], float8[]) AS ` + sql["complete_group"],
+			`EXECUTE plan_complete_group('{live}', '{plan}', '{7}', '{COMPLETED}', '{201}', '{NULL}', '{"\\x7b7d"}', '{60}')`},
+	}
+	for _, st := range statements {
+		if _, err := conn.Exec(ctx, st.prepare); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			if _, err := conn.Exec(ctx, `SET plan_cache_mode = `+mode); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := conn.Query(ctx, `EXPLAIN (COSTS OFF) `+st.execute)
+			if err != nil {
+				t.Fatalf("%s (%s): %v", st.name, mode, err)
+			}
+			var plan []string
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, line)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatalf("%s (%s): %v", st.name, mode, err)
+			}
+			text := strings.Join(plan, "\n")
+			if !strings.Contains(text, "pk_idempotency") || strings.Contains(text, "idx_idempotency_orphan_locks") {
+				t.Errorf("%s (%s) does not reach the record through the primary key alone:\n%s", st.name, mode, text)
+			}
+		}
+	}
+}
