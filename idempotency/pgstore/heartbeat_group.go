@@ -33,7 +33,7 @@ const heartbeatGroupSQL = `UPDATE idempotency_store AS s
    SET locked_until = now() + make_interval(secs => c.d)
   FROM unnest($1::text[], $2::text[], $3::int8[], $4::float8[]) AS c(k, u, v, d)
  WHERE s.idempotency_key = c.k AND s.user_id = c.u
-   AND s.status = 'PROCESSING' AND s.lock_version = c.v
+   AND s.status NOT IN ('COMPLETED', 'FAILED') AND s.lock_version = c.v
 RETURNING s.idempotency_key, s.user_id`
 
 // heartbeatGrouped extends one lease through the heartbeat group.

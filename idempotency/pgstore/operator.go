@@ -46,7 +46,7 @@ const leasesSQL = `SELECT r.user_id, r.idempotency_key, r.status, r.lock_version
 const releaseStuckSQL = `UPDATE idempotency_store
    SET locked_until = LEAST(locked_until, now())
  WHERE idempotency_key = $1 AND user_id = $2
-   AND status = 'PROCESSING' AND lock_version = $3
+   AND status NOT IN ('COMPLETED', 'FAILED') AND lock_version = $3
    AND ($4 OR locked_until IS NULL OR locked_until <= now())
 RETURNING locked_until`
 

@@ -9,7 +9,9 @@ import (
 	"github.com/payonce/payonce/pgtest"
 )
 
-// A completion reaches its record through the primary key, never by
+// A completion, and every other statement acting on one holder's record
+// (heartbeat, release, fence, abandon, reclaim), reaches it through the
+// primary key, never by
 // reading the orphan-lock partial index (WHERE status = 'PROCESSING') and
 // filtering it on the key: that index holds every live claim and, until
 // vacuum, an entry of every completed one, so such a plan costs a
@@ -18,7 +20,7 @@ import (
 // live claims, fresh statistics. Both plans a prepared statement gets are
 // checked: the custom plans of its first executions and the generic plan
 // it may keep.
-func TestCompletionPlansUseThePrimaryKey(t *testing.T) {
+func TestHolderPlansUseThePrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.PoolURL(t, pgtest.MigratedURL(t))
@@ -46,6 +48,19 @@ func TestCompletionPlansUseThePrimaryKey(t *testing.T) {
 			`EXECUTE plan_complete('live', 'plan', 7, 'COMPLETED', 201, NULL, '\x7b7d', 60)`},
 		{"complete_group", `PREPARE plan_complete_group(text[], text[], int8[], text[], int4[], text[], bytea[], float8[]) AS ` + sql["complete_group"],
 			`EXECUTE plan_complete_group('{live}', '{plan}', '{7}', '{COMPLETED}', '{201}', '{NULL}', '{"\\x7b7d"}', '{60}')`},
+		// The other statements that act on one holder's record.
+		{"heartbeat", `PREPARE plan_heartbeat(text, text, int8, float8) AS ` + sql["heartbeat"],
+			`EXECUTE plan_heartbeat('live', 'plan', 7, 30)`},
+		{"heartbeat_group", `PREPARE plan_heartbeat_group(text[], text[], int8[], float8[]) AS ` + sql["heartbeat_group"],
+			`EXECUTE plan_heartbeat_group('{live}', '{plan}', '{7}', '{30}')`},
+		{"release", `PREPARE plan_release(text, text, int8) AS ` + sql["release"],
+			`EXECUTE plan_release('live', 'plan', 7)`},
+		{"fence", `PREPARE plan_fence(text, text, int8) AS ` + sql["fence"],
+			`EXECUTE plan_fence('live', 'plan', 7)`},
+		{"abandon", `PREPARE plan_abandon(text, text, int8) AS ` + sql["abandon"],
+			`EXECUTE plan_abandon('live', 'plan', 7)`},
+		{"reclaim", `PREPARE plan_reclaim(text, text, int8, float8, text, int8) AS ` + sql["reclaim"],
+			`EXECUTE plan_reclaim('live', 'plan', 7, 30, '', 0)`},
 	}
 	for _, st := range statements {
 		if _, err := conn.Exec(ctx, st.prepare); err != nil {

@@ -107,7 +107,7 @@ const reclaimSQL = `UPDATE idempotency_store
        locked_until = now() + make_interval(secs => $4),
        holder_instance = nullif($5::text, ''), holder_incarnation = $6::int8
  WHERE idempotency_key = $1 AND user_id = $2
-   AND status = 'PROCESSING' AND (locked_until IS NULL OR locked_until <= now()) AND lock_version = $3
+   AND status NOT IN ('COMPLETED', 'FAILED') AND (locked_until IS NULL OR locked_until <= now()) AND lock_version = $3
 RETURNING lock_version`
 
 // renewSQL replaces an expired (non-PROCESSING) record, or a tombstone, by
@@ -143,7 +143,7 @@ RETURNING lock_version`
 // key, instead of the primary key's one entry. Measured on a table after
 // 165,000 cycles: 31,590 buffers and 26 ms for one completion, against 3
 // buffers and 0.1 ms through the primary key (BENCHMARKS.md, where a
-// cycle's time goes). TestCompletionPlansUseThePrimaryKey checks the plans.
+// cycle's time goes). TestHolderPlansUseThePrimaryKey checks the plans.
 //
 // $4 status, $5 response code, $6 response metadata (JSONB), $7 body,
 // $8 retention (s).
@@ -161,24 +161,29 @@ const completeGuardedSQL = `WITH done AS (` + completeSQL + `
 RETURNING 1)
 SELECT 1 / count(*)::int FROM done`
 
+// The statements below that act on one holder's record (reclaim, release,
+// fence, abandon, heartbeat) say "not finished" rather than status =
+// 'PROCESSING' for the reason completeSQL gives: the primary key, not the
+// orphan-lock index. TestHolderPlansUseThePrimaryKey checks their plans.
+
 // releaseSQL ends the holder's lease now and keeps the record PROCESSING,
 // so that a retry reclaims it and re-drives the action.
 const releaseSQL = `UPDATE idempotency_store
    SET locked_until = now()
  WHERE idempotency_key = $1 AND user_id = $2
-   AND status = 'PROCESSING' AND lock_version = $3`
+   AND status NOT IN ('COMPLETED', 'FAILED') AND lock_version = $3`
 
 // fenceSQL locks the holder's record FOR SHARE until the transaction
 // ends (see Store.FenceTx).
 const fenceSQL = `SELECT 1 FROM idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2
-   AND status = 'PROCESSING' AND lock_version = $3
+   AND status NOT IN ('COMPLETED', 'FAILED') AND lock_version = $3
    FOR SHARE`
 
 // abandonSQL deletes a claim that must not proceed, for its holder only.
 const abandonSQL = `DELETE FROM idempotency_store
  WHERE idempotency_key = $1 AND user_id = $2
-   AND status = 'PROCESSING' AND lock_version = $3`
+   AND status NOT IN ('COMPLETED', 'FAILED') AND lock_version = $3`
 
 // limitSQL counts one new key for scope $1 in the current fixed window of
 // $2 seconds (aligned on the epoch, by the database clock) unless the count
@@ -233,7 +238,7 @@ SELECT count(*) FROM released`
 const heartbeatSQL = `UPDATE idempotency_store
    SET locked_until = now() + make_interval(secs => $4)
  WHERE idempotency_key = $1 AND user_id = $2
-   AND status = 'PROCESSING' AND lock_version = $3`
+   AND status NOT IN ('COMPLETED', 'FAILED') AND lock_version = $3`
 
 const getSQL = `SELECT fingerprint, status, response_code, response_body, response_raw, lock_version,
        locked_until, created_at, completed_at, expires_at, refuse_until
