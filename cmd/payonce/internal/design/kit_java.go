@@ -268,7 +268,7 @@ public final class IdempotencyStore {
     static final String TAKE_OVER = """
             UPDATE idempotency_store
                SET lock_version = lock_version + 1, locked_until = now() + ? * interval '1 millisecond'
-             WHERE idempotency_key = ? AND user_id = ? AND status = 'PROCESSING'
+             WHERE idempotency_key = ? AND user_id = ? AND status NOT IN ('COMPLETED', 'FAILED')
                AND locked_until <= now() AND lock_version = ?
             RETURNING lock_version""";
     // past expires_at the key is new: the row starts over, its lock_version
@@ -285,16 +285,16 @@ public final class IdempotencyStore {
             UPDATE idempotency_store
                SET status = 'COMPLETED', response_code = ?, response_body = jsonb_build_object('content_type', ?::text),
                    response_raw = ?, completed_at = now(), locked_until = NULL
-             WHERE idempotency_key = ? AND user_id = ? AND lock_version = ? AND status = 'PROCESSING'""";
+             WHERE idempotency_key = ? AND user_id = ? AND lock_version = ? AND status NOT IN ('COMPLETED', 'FAILED')""";
     // the heartbeat: extend the holder's lease, fenced by its lock_version
     static final String HEARTBEAT = """
             UPDATE idempotency_store SET locked_until = now() + ? * interval '1 millisecond'
-             WHERE idempotency_key = ? AND user_id = ? AND lock_version = ? AND status = 'PROCESSING'""";
+             WHERE idempotency_key = ? AND user_id = ? AND lock_version = ? AND status NOT IN ('COMPLETED', 'FAILED')""";
     // the action failed without an outcome to keep: end the lease now, so
     // that a retry takes over at once
     static final String RELEASE = """
             UPDATE idempotency_store SET locked_until = now()
-             WHERE idempotency_key = ? AND user_id = ? AND lock_version = ? AND status = 'PROCESSING'""";
+             WHERE idempotency_key = ? AND user_id = ? AND lock_version = ? AND status NOT IN ('COMPLETED', 'FAILED')""";
 
     private final DataSource db;
     private final Duration retention;

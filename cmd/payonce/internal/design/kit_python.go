@@ -1054,7 +1054,7 @@ def claim(conn, key: str, scope: str, fp: str, lease: int, retention: int) -> Cl
         c.execute(f"""
             UPDATE idempotency_store
                SET lock_version = lock_version + 1, locked_until = now() + {SECONDS}
-             WHERE idempotency_key = %s AND user_id = %s AND status = 'PROCESSING'
+             WHERE idempotency_key = %s AND user_id = %s AND status NOT IN ('COMPLETED', 'FAILED')
                AND (locked_until IS NULL OR locked_until <= now()) AND lock_version = %s
             RETURNING lock_version""", (lease, key, scope, version))
         row = c.fetchone()
@@ -1074,7 +1074,7 @@ def complete(conn, key: str, scope: str, version: int, code: int, body: bytes, r
                    response_body = %s, completed_at = now(), locked_until = NULL,
                    expires_at = now() + {SECONDS}
              WHERE idempotency_key = %s AND user_id = %s AND lock_version = %s
-               AND status = 'PROCESSING'""",
+               AND status NOT IN ('COMPLETED', 'FAILED')""",
                   (code, body, Jsonb({"content_type": "application/json"}), retention, key, scope, version))
         if c.rowcount != 1:
             conn.rollback()
@@ -1090,7 +1090,7 @@ def renew(conn, key: str, scope: str, version: int, lease: float) -> bool:
     with conn.cursor() as c:
         c.execute(f"""
             UPDATE idempotency_store SET locked_until = now() + {SECONDS}
-             WHERE idempotency_key = %s AND user_id = %s AND status = 'PROCESSING'
+             WHERE idempotency_key = %s AND user_id = %s AND status NOT IN ('COMPLETED', 'FAILED')
                AND lock_version = %s""", (lease, key, scope, version))
         held = c.rowcount == 1
     conn.commit()
@@ -1105,7 +1105,7 @@ def release(conn, key: str, scope: str, version: int) -> None:
         c.execute("""
             UPDATE idempotency_store SET locked_until = now()
              WHERE idempotency_key = %s AND user_id = %s AND lock_version = %s
-               AND status = 'PROCESSING'""", (key, scope, version))
+               AND status NOT IN ('COMPLETED', 'FAILED')""", (key, scope, version))
     conn.commit()
 `
 

@@ -183,7 +183,7 @@ func storeCommands(kind string, lease time.Duration) storeCmds {
 	case StorePostgres:
 		return storeCmds{
 			stuck:   "SELECT idempotency_key, user_id, lock_version, locked_until FROM idempotency_store WHERE status = 'PROCESSING' AND locked_until < now() - interval '10 minutes' ORDER BY locked_until LIMIT 50;",
-			release: "UPDATE idempotency_store SET lock_version = lock_version + 1, locked_until = now() WHERE idempotency_key = $1 AND user_id = $2 AND status = 'PROCESSING' AND lock_version = $3; -- the version you read",
+			release: "UPDATE idempotency_store SET lock_version = lock_version + 1, locked_until = now() WHERE idempotency_key = $1 AND user_id = $2 AND status NOT IN ('COMPLETED', 'FAILED') AND lock_version = $3; -- the version you read",
 			health:  "psql -c 'SELECT 1'; SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock';",
 		}
 	case StoreMySQL:

@@ -130,3 +130,24 @@ func TestDesignBrokerShapesConsumerKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestDesignPostgresHolderStatementsUseThePrimaryKey: on PostgreSQL, the
+// statements that act on one holder's record say "not finished", never
+// AND status = 'PROCESSING', which matches the orphan-lock partial index
+// of the reference DDL and lets the planner read all of it (pgstore's
+// TestHolderPlansUseThePrimaryKey shows the plans).
+func TestDesignPostgresHolderStatementsUseThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"fastapi-postgres-stripe", "spring-postgres-kafka-adyen"} {
+		d, out := answersDoc(t, "testdata/stacks/"+name+".yaml", nil)
+		if d.Store != StorePostgres {
+			t.Fatalf("%s: store %q", name, d.Store)
+		}
+		if n := strings.Count(out, "AND status = 'PROCESSING'"); n != 0 {
+			t.Errorf("%s: %d statements say AND status = 'PROCESSING'", name, n)
+		}
+		if !strings.Contains(out, "status NOT IN ('COMPLETED', 'FAILED')") {
+			t.Errorf("%s: no holder statement says not finished", name)
+		}
+	}
+}
