@@ -528,6 +528,10 @@ type pendingCompletion struct {
 	matched bool
 }
 
+func (c *pendingCompletion) fencedRow() (scopedKey, *bool) {
+	return scopedKey{c.scope, c.key}, &c.matched
+}
+
 // completeGroupSQL is completeSQL for many leases: each row is updated for
 // the holder of its lock version only. Its condition on the status is
 // completeSQL's, for the same reason (the primary key, not the orphan-lock
@@ -545,24 +549,9 @@ RETURNING s.idempotency_key, s.user_id`
 // completeGrouped stores one outcome through the completion group.
 func (s *Store) completeGrouped(ctx context.Context, row completionRow) error {
 	c := &pendingCompletion{member: member{ctx: ctx, done: make(chan struct{})}, completionRow: row}
-	if s.completions.join(c) {
-		defer s.completions.leave()
-		return fenced(ctx, s.pool, "complete", completeSQL, row.args()...)
-	}
-	if err := s.completions.wait(c); err != nil {
-		return translate("complete", err)
-	}
-	switch {
-	case c.err != nil:
-		return translate("complete", c.err)
-	case c.unknown:
-		return s.completeAfterUnknown(ctx, row)
-	case c.alone:
-		return fenced(ctx, s.pool, "complete", completeSQL, row.args()...)
-	case !c.matched:
-		return idempotency.ErrLeaseLost
-	}
-	return nil
+	return joinFenced(s.completions, c, "complete",
+		func() error { return fenced(ctx, s.pool, "complete", completeSQL, row.args()...) },
+		func() error { return s.completeAfterUnknown(ctx, row) })
 }
 
 // outcomeVersionSQL reads whether a record is finished, and at which lock
@@ -595,47 +584,15 @@ func (s *Store) completeAfterUnknown(ctx context.Context, row completionRow) err
 
 // flushCompletions sends one group of completions.
 func (s *Store) flushCompletions(batch []*pendingCompletion) {
-	defer func() {
-		for _, c := range batch {
-			c.finish()
+	flushFenced(s, "complete", completeGroupSQL, batch, func(rows []*pendingCompletion) []any {
+		keys, scopes, statuses := make([]string, len(rows)), make([]string, len(rows)), make([]string, len(rows))
+		versions, codes := make([]int64, len(rows)), make([]int32, len(rows))
+		metas, bodies, rets := make([]*string, len(rows)), make([][]byte, len(rows)), make([]float64, len(rows))
+		for i, c := range rows {
+			keys[i], scopes[i], versions[i] = c.key, c.scope, c.version
+			statuses[i], codes[i], metas[i] = c.status, c.code, c.meta
+			bodies[i], rets[i] = c.body, c.retS
 		}
-	}()
-	byKey := make(map[scopedKey]*pendingCompletion, len(batch))
-	var keys, scopes, statuses []string
-	var versions []int64
-	var codes []int32
-	var metas []*string
-	var bodies [][]byte
-	var rets []float64
-	for _, c := range batch {
-		k := scopedKey{c.scope, c.key}
-		if _, dup := byKey[k]; dup {
-			c.alone = true
-			continue
-		}
-		byKey[k] = c
-		keys, scopes, versions = append(keys, c.key), append(scopes, c.scope), append(versions, c.version)
-		statuses, codes, metas = append(statuses, c.status), append(codes, c.code), append(metas, c.meta)
-		bodies, rets = append(bodies, c.body), append(rets, c.retS)
-	}
-	var k scopedKey
-	outcome, _ := s.sendGroup(batch[0].ctx, completeGroupSQL,
-		[]any{keys, scopes, versions, statuses, codes, metas, bodies, rets}, func(rows pgx.Rows) error {
-			if err := rows.Scan(&k.key, &k.scope); err != nil {
-				return err
-			}
-			if c := byKey[k]; c != nil {
-				c.matched = true
-			}
-			return nil
-		})
-	for _, c := range byKey {
-		switch outcome {
-		case groupRolledBack:
-			c.alone, c.matched = true, false
-		case groupUnknown:
-			c.unknown, c.matched = true, false
-		}
-	}
-	s.record(batch[0].ctx, "complete", len(byKey), outcome)
+		return []any{keys, scopes, versions, statuses, codes, metas, bodies, rets}
+	})
 }

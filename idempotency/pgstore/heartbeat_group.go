@@ -3,8 +3,6 @@ package pgstore
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/payonce/payonce/idempotency"
 )
 
@@ -36,6 +34,10 @@ const heartbeatGroupSQL = `UPDATE idempotency_store AS s
    AND s.status NOT IN ('COMPLETED', 'FAILED') AND s.lock_version = c.v
 RETURNING s.idempotency_key, s.user_id`
 
+func (h *pendingHeartbeat) fencedRow() (scopedKey, *bool) {
+	return scopedKey{h.scope, h.key}, &h.matched
+}
+
 // heartbeatGrouped extends one lease through the heartbeat group.
 func (s *Store) heartbeatGrouped(ctx context.Context, l idempotency.Lease, secs float64) error {
 	h := &pendingHeartbeat{member: member{ctx: ctx, done: make(chan struct{})},
@@ -43,62 +45,17 @@ func (s *Store) heartbeatGrouped(ctx context.Context, l idempotency.Lease, secs 
 	alone := func() error {
 		return fenced(ctx, s.pool, "heartbeat", heartbeatSQL, l.Key, l.Scope, l.Version, secs)
 	}
-	if s.heartbeats.join(h) {
-		defer s.heartbeats.leave()
-		return alone()
-	}
-	if err := s.heartbeats.wait(h); err != nil {
-		return translate("heartbeat", err)
-	}
-	switch {
-	case h.err != nil:
-		return translate("heartbeat", h.err)
-	case h.alone, h.unknown:
-		return alone()
-	case !h.matched:
-		return idempotency.ErrLeaseLost
-	}
-	return nil
+	return joinFenced(s.heartbeats, h, "heartbeat", alone, alone)
 }
 
 // flushHeartbeats sends one group of heartbeats.
 func (s *Store) flushHeartbeats(batch []*pendingHeartbeat) {
-	defer func() {
-		for _, h := range batch {
-			h.finish()
+	flushFenced(s, "heartbeat", heartbeatGroupSQL, batch, func(rows []*pendingHeartbeat) []any {
+		keys, scopes := make([]string, len(rows)), make([]string, len(rows))
+		versions, secs := make([]int64, len(rows)), make([]float64, len(rows))
+		for i, h := range rows {
+			keys[i], scopes[i], versions[i], secs[i] = h.key, h.scope, h.version, h.secs
 		}
-	}()
-	byKey := make(map[scopedKey]*pendingHeartbeat, len(batch))
-	var keys, scopes []string
-	var versions []int64
-	var secs []float64
-	for _, h := range batch {
-		k := scopedKey{h.scope, h.key}
-		if _, dup := byKey[k]; dup {
-			h.alone = true
-			continue
-		}
-		byKey[k] = h
-		keys, scopes = append(keys, h.key), append(scopes, h.scope)
-		versions, secs = append(versions, h.version), append(secs, h.secs)
-	}
-	var k scopedKey
-	outcome, _ := s.sendGroup(batch[0].ctx, heartbeatGroupSQL, []any{keys, scopes, versions, secs}, func(rows pgx.Rows) error {
-		if err := rows.Scan(&k.key, &k.scope); err != nil {
-			return err
-		}
-		if h := byKey[k]; h != nil {
-			h.matched = true
-		}
-		return nil
+		return []any{keys, scopes, versions, secs}
 	})
-	for _, h := range byKey {
-		switch outcome {
-		case groupRolledBack:
-			h.alone, h.matched = true, false
-		case groupUnknown:
-			h.unknown, h.matched = true, false
-		}
-	}
-	s.record(batch[0].ctx, "heartbeat", len(byKey), outcome)
 }
