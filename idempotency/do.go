@@ -155,7 +155,7 @@ func Do[T any](ctx context.Context, exec Doer, scope, key string, input any,
 	}
 	deadline := time.Now().Add(o.wait)
 	var res Result
-	for wait := 25 * time.Millisecond; ; wait = min(wait*2, 250*time.Millisecond) {
+	for wait := firstPoll; ; wait = nextPoll(wait) {
 		res, err = exec.Do(ctx, req, action)
 		var ip *InProgressError
 		if !errors.As(err, &ip) || !time.Now().Add(wait).Before(deadline) {
@@ -210,11 +210,30 @@ func isNilPointer(v any) bool {
 // canonicalJSON re-encodes a JSON document with object keys sorted and no
 // insignificant whitespace; numbers keep their literal form.
 func canonicalJSON(raw []byte) ([]byte, error) {
+	doc, err := decodeJSON(raw)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(doc)
+}
+
+// decodeJSON decodes one JSON document, numbers as json.Number (their
+// literal form), refusing trailing data.
+func decodeJSON(raw []byte) (any, error) {
 	var doc any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	if err := dec.Decode(&doc); err != nil {
 		return nil, err
 	}
-	return json.Marshal(doc)
+	if dec.More() {
+		return nil, errors.New("data after the JSON document")
+	}
+	return doc, nil
 }
+
+// The polling of a call that waits for another caller's outcome (Do's
+// WaitInFlight, the middleware's): 25ms doubling to 250ms.
+const firstPoll = 25 * time.Millisecond
+
+func nextPoll(d time.Duration) time.Duration { return min(d*2, 250*time.Millisecond) }

@@ -396,7 +396,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *Route, ne
 	}
 
 	deadline := time.Now().Add(m.cfg.WaitInFlight)
-	for wait := 25 * time.Millisecond; ; wait = min(wait*2, 250*time.Millisecond) {
+	for wait := firstPoll; ; wait = nextPoll(wait) {
 		res, err := m.exec.Do(ctx, req, action)
 		var fe *FailedError
 		var ip *InProgressError
@@ -538,10 +538,8 @@ func defaultFingerprint(method, pattern string, fields []string, body []byte) (F
 	if len(bytes.TrimSpace(body)) == 0 {
 		return b.Bytes("body", nil).Sum()
 	}
-	var doc any
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil || dec.More() {
+	doc, err := decodeJSON(body)
+	if err != nil {
 		if len(fields) > 0 {
 			return "", invalid("body", "not a JSON object")
 		}
