@@ -1,6 +1,12 @@
 package pgstore
 
-import "time"
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/payonce/payonce/idempotency"
+)
 
 // GroupedRows returns how many rows group statements committed (tests
 // prove with it that groups formed).
@@ -32,3 +38,10 @@ func (s *Store) Queued(kind string) int {
 	defer s.completions.mu.Unlock()
 	return len(s.completions.queue)
 }
+
+// EncodeResponse is encodeResponse, for tests that compare it with
+// json.Marshal.
+func EncodeResponse(r idempotency.Response) ([]byte, error) { return encodeResponse(r) }
+
+// ResponseMetaJSON is what encodeResponse must match byte for byte.
+func ResponseMetaJSON(h http.Header) ([]byte, error) { return json.Marshal(responseMeta{Header: h}) }

@@ -524,6 +524,19 @@ func TestChangeAnnouncements(t *testing.T) {
 	finish("gone", idempotency.StatusFailed)
 	exec(`DELETE FROM idempotency_store WHERE idempotency_key = $1`, key("gone"))
 
+	// Announced: each finished record changed by one statement that also
+	// updates a record in progress and one it leaves as it was.
+	finish("pair1", idempotency.StatusCompleted)
+	finish("pair2", idempotency.StatusFailed)
+	finish("pairbusy", idempotency.StatusProcessing)
+	finish("pairsame", idempotency.StatusCompleted)
+	exec(`UPDATE idempotency_store SET response_code = CASE WHEN idempotency_key = $4 THEN response_code ELSE 299 END
+		WHERE idempotency_key IN ($1, $2, $3, $4)`, key("pair1"), key("pair2"), key("pairbusy"), key("pairsame"))
+	// A last announced change: anything announced in between would come
+	// before it.
+	finish("last", idempotency.StatusCompleted)
+	exec(`DELETE FROM idempotency_store WHERE idempotency_key = $1`, key("last"))
+
 	for i, want := range []string{key("old"), key("gone")} {
 		a := nextAnnouncement(t, conn, func(payload string, a announcement) bool {
 			if strings.Contains(payload, scope+"_") {
@@ -534,6 +547,17 @@ func TestChangeAnnouncements(t *testing.T) {
 		if a.KeySHA256 != idempotency.KeySHA256(want) {
 			t.Fatalf("announcement %d: %+v, want the record of %s", i, a, want)
 		}
+	}
+	pair := map[string]bool{idempotency.KeySHA256(key("pair1")): true, idempotency.KeySHA256(key("pair2")): true}
+	for range 2 {
+		a := nextAnnouncement(t, conn, func(_ string, a announcement) bool { return a.Scope == scope })
+		if !pair[a.KeySHA256] {
+			t.Fatalf("announcement %+v: want pair1 and pair2 (in either order), each once", a)
+		}
+		delete(pair, a.KeySHA256)
+	}
+	if a := nextAnnouncement(t, conn, func(_ string, a announcement) bool { return a.Scope == scope }); a.KeySHA256 != idempotency.KeySHA256(key("last")) {
+		t.Fatalf("announcement %+v after the pair: want only the last record's", a)
 	}
 }
 

@@ -99,6 +99,9 @@ func main() {
 type sample struct {
 	tps      float64
 	p50, p99 time.Duration
+	// client and server: CPU per operation in this process and in the
+	// server's processes (zero when not measured; see cpu.go).
+	client, server time.Duration
 }
 
 type series struct {
@@ -161,6 +164,7 @@ func run() error {
 		return err
 	}
 	defer pool.Close()
+	watchServer(ctx, pool)
 	store, err := pgstore.New(pool, nil)
 	if err != nil {
 		return err
@@ -349,6 +353,7 @@ func run() error {
 		for _, s := range append([]*series{rawRead, pgxRead, sdkReplay, sdkReplayUncached}, peerReplay...) {
 			fmt.Println(s)
 		}
+		cpuLine(sdkReplayUncached, peerReplay[plainPeer(peerList)])
 		fmt.Printf("ratio replay sdk/raw=%.2f\n", sdkReplay.median().tps/rawRead.median().tps)
 		fmt.Printf("ratio replay_uncached sdk/raw=%.2f\n", sdkReplayUncached.median().tps/rawRead.median().tps)
 		fmt.Printf("ratio replay_uncached vs_plain_pgx_peer=%.2f\n", sdkReplayUncached.median().tps/peerReplay[plainPeer(peerList)].median().tps)
@@ -373,6 +378,7 @@ func run() error {
 		for _, s := range append(append([]*series{rawCycle, sdkCycle, sdkCyclePlain}, peerCycle...), append([]*series{manyCycle, manyCyclePlain}, manyPeer...)...) {
 			fmt.Println(s)
 		}
+		cpuLine(append([]*series{sdkCycle, sdkCyclePlain}, peerCycle...)...)
 		fmt.Printf("ratio claim_complete sdk/raw=%.2f\n", sdkCycle.median().tps/rawCycle.median().tps)
 		fmt.Printf("ratio peer_best claim_complete=%.2f\n", sdkCycle.median().tps/best(peerCycle).median().tps)
 		lead()
@@ -384,6 +390,9 @@ func run() error {
 	for _, s := range all {
 		fmt.Println(s)
 	}
+	fmt.Println()
+	cpuLine(append([]*series{sdkCycle, sdkCyclePlain}, peerCycle...)...)
+	cpuLine(sdkReplayUncached, peerReplay[plainPeer(peerList)])
 	bestCycle, bestReplay := best(peerCycle), best(peerReplay)
 	fmt.Printf("\nbest peer: %s; %s\n", bestCycle.name, bestReplay.name)
 	fmt.Printf("payonce's lead over the best peer: claim+complete %+.0f%%, replay %+.0f%% (without the replay cache %+.0f%%)\n",
@@ -593,6 +602,10 @@ func measureN(d time.Duration, callers int, w worker) sample {
 	ctx := context.Background()
 	lat := make([][]time.Duration, callers)
 	var wg sync.WaitGroup
+	c0, s0 := clientCPU(), time.Duration(0)
+	if serverCPU != nil {
+		s0 = serverCPU()
+	}
 	start := time.Now()
 	deadline := start.Add(d)
 	var failed error
@@ -623,11 +636,22 @@ func measureN(d time.Duration, callers int, w worker) sample {
 		os.Exit(1)
 	}
 	elapsed := time.Since(start)
+	c1, s1 := clientCPU(), time.Duration(0)
+	if serverCPU != nil {
+		s1 = serverCPU()
+	}
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
 	}
-	return summarize(all, elapsed)
+	sm := summarize(all, elapsed)
+	if n := time.Duration(len(all)); n > 0 {
+		sm.client = (c1 - c0) / n
+		if serverCPU != nil {
+			sm.server = (s1 - s0) / n
+		}
+	}
+	return sm
 }
 
 func summarize(all []time.Duration, elapsed time.Duration) sample {
