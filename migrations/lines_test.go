@@ -198,7 +198,7 @@ func TestCoreOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{1, 3, 8, 15, 16, 17}; !slices.Equal(applied, want) {
+	if want := []int{1, 3, 8, 15, 16, 17, 18}; !slices.Equal(applied, want) {
 		t.Fatalf("applied %v, want %v", applied, want)
 	}
 	got := tables(t, p)
@@ -265,8 +265,8 @@ func TestFromOldSequence(t *testing.T) {
 		t.Parallel()
 		p := atVersion12(t)
 		applied, err := migrations.Migrate(ctx, p)
-		if err != nil || !slices.Equal(applied, []int{13, 14, 15, 16, 17}) {
-			t.Fatalf("applied %v (%v), want [13 14 15 16 17]", applied, err)
+		if err != nil || !slices.Equal(applied, []int{13, 14, 15, 16, 17, 18}) {
+			t.Fatalf("applied %v (%v), want [13 14 15 16 17 18]", applied, err)
 		}
 		requireSameCatalog(t, catalog(t, p), want)
 		if err := migrations.Check(ctx, p, migrations.Lines()...); err != nil {
@@ -278,12 +278,12 @@ func TestFromOldSequence(t *testing.T) {
 		p := atVersion12(t)
 		err := migrations.Check(ctx, p, migrations.LineIdempotency)
 		var ne *migrations.NotMigratedError
-		if !errors.As(err, &ne) || !slices.Equal(versionsOf(ne.Missing), []int{15, 16, 17}) ||
-			!strings.Contains(err.Error(), "versions 0015_expiry_tombstones, 0016_replay_invalidation, 0017_lease_holders of the idempotency line (an older schema)") {
+		if !errors.As(err, &ne) || !slices.Equal(versionsOf(ne.Missing), []int{15, 16, 17, 18}) ||
+			!strings.Contains(err.Error(), "versions 0015_expiry_tombstones, 0016_replay_invalidation, 0017_lease_holders, 0018_cheap_change_trigger of the idempotency line (an older schema)") {
 			t.Fatalf("Check(idempotency) at version 12: %v", err)
 		}
-		if applied, err := migrations.MigrateLines(ctx, p, migrations.LineIdempotency); err != nil || !slices.Equal(applied, []int{15, 16, 17}) {
-			t.Fatalf("idempotency line applied %v (%v), want [15 16 17]", applied, err)
+		if applied, err := migrations.MigrateLines(ctx, p, migrations.LineIdempotency); err != nil || !slices.Equal(applied, []int{15, 16, 17, 18}) {
+			t.Fatalf("idempotency line applied %v (%v), want [15 16 17 18]", applied, err)
 		}
 		err = migrations.Check(ctx, p, migrations.LinePayments)
 		if !errors.As(err, &ne) || !slices.Equal(versionsOf(ne.Missing), []int{13}) {
