@@ -163,6 +163,10 @@ type Executor struct {
 	metrics *Metrics
 	cache   *replayCache // nil: off
 	tracer  trace.Tracer
+	// tracing is whether Config.TracerProvider is set. Without one the
+	// executor starts no spans at all: a no-op tracer's span still costs
+	// a context value and the attributes' slices on every call.
+	tracing bool
 	// stopWatch ends the listener feeding the cache the store's change
 	// reports, which closes watchDone; nil without one.
 	stopWatch context.CancelFunc
@@ -184,7 +188,8 @@ func New(store Store, cfg *Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idempotency: metrics: %w", err)
 	}
-	e := &Executor{store: store, cfg: c, metrics: m, tracer: Tracer(c.TracerProvider, "idempotency")}
+	e := &Executor{store: store, cfg: c, metrics: m, tracer: Tracer(c.TracerProvider, "idempotency"),
+		tracing: c.TracerProvider != nil}
 	if s, ok := store.(Sealer); c.ReplayCache != nil && !(ok && s.Seals()) {
 		if e.cache, err = newReplayCache(*c.ReplayCache); err != nil {
 			return nil, err
@@ -238,6 +243,19 @@ func (e *Executor) Close() error {
 	})
 	return nil
 }
+
+// startSpan starts a span of the executor's tracer, or none (ctx as it
+// is, and a span that records nothing) without a TracerProvider.
+func (e *Executor) startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
+	if !e.tracing {
+		return ctx, noSpan
+	}
+	return e.tracer.Start(ctx, name)
+}
+
+// noSpan is the span of an executor without a TracerProvider: it records
+// nothing, like a no-op tracer's, without a context value per call.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // Tracer returns the executor's tracer (Config.TracerProvider's), for
 // other executors over the same store that trace as this one does.
@@ -426,14 +444,16 @@ func (e *Executor) do(ctx context.Context, req Request, action leasedAction) (re
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	ctx, span := e.tracer.Start(ctx, "idempotency.Do")
+	ctx, span := e.startSpan(ctx, "idempotency.Do")
 	if span.IsRecording() { // the hashes only for a span that keeps them
 		span.SetAttributes(KeyAttributes(req.Scope, req.Key)...)
 	}
 	defer func() {
-		span.SetAttributes(attribute.Bool(AttrReplayed, res.Replayed), attribute.Bool(AttrReclaimed, res.Reclaimed))
-		if res.Status != "" {
-			span.SetAttributes(attribute.String(AttrStatus, string(res.Status)))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Bool(AttrReplayed, res.Replayed), attribute.Bool(AttrReclaimed, res.Reclaimed))
+			if res.Status != "" {
+				span.SetAttributes(attribute.String(AttrStatus, string(res.Status)))
+			}
 		}
 		EndSpan(span, err)
 	}()
@@ -451,10 +471,12 @@ func (e *Executor) do(ctx context.Context, req Request, action leasedAction) (re
 // from the store. sent is when the claim was sent to the store, on the
 // monotonic clock: the lease it takes starts no earlier.
 func (e *Executor) claim(ctx context.Context, req Request) (claim Claim, sent time.Time, err error) {
-	ctx, span := e.tracer.Start(ctx, "idempotency.claim")
+	ctx, span := e.startSpan(ctx, "idempotency.claim")
 	cached := false
 	defer func() {
-		span.SetAttributes(attribute.String(AttrClaimState, claim.State.String()), attribute.Bool(AttrCached, cached))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String(AttrClaimState, claim.State.String()), attribute.Bool(AttrCached, cached))
+		}
 		EndSpan(span, err)
 	}()
 	cache := e.cache
@@ -583,7 +605,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action 
 	}()
 
 	started := e.cfg.Clock()
-	sctx, aspan := e.tracer.Start(actx, "idempotency.action")
+	sctx, aspan := e.startSpan(actx, "idempotency.action")
 	resp, done, aerr := action(sctx, lease)
 	EndSpan(aspan, aerr)
 	took := e.cfg.Clock().Sub(started)
@@ -672,7 +694,10 @@ func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action 
 // than a lost lease: the action already ran, so giving up early means a
 // retry runs it again.
 func (e *Executor) complete(ctx context.Context, lease Lease, c Completion) (err error) {
-	ctx, span := e.tracer.Start(ctx, "idempotency.complete", trace.WithAttributes(attribute.String(AttrStatus, string(c.Status))))
+	span := noSpan
+	if e.tracing {
+		ctx, span = e.tracer.Start(ctx, "idempotency.complete", trace.WithAttributes(attribute.String(AttrStatus, string(c.Status))))
+	}
 	defer func() { EndSpan(span, err) }()
 	for attempt := 0; attempt < 3; attempt++ {
 		if err = e.store.Complete(ctx, lease, c); err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrInvalid) {

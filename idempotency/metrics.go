@@ -47,17 +47,21 @@ type Sizer interface {
 type Metrics struct {
 	duplicates, lockTimeouts, mismatches, keysCreated, reclaims, cacheHits metric.Int64Counter
 	duration                                                               metric.Float64Histogram
+	// off: no MeterProvider, so the hot path's recordings (Claim,
+	// Action, cachedReplay) skip building their options.
+	off bool
 }
 
 func newMetrics(mp metric.MeterProvider, store Store) (*Metrics, error) {
-	if mp == nil {
-		mp = noop.NewMeterProvider()
-	}
-	m := mp.Meter("github.com/payonce/payonce/idempotency")
 	var (
 		out Metrics
 		err error
 	)
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+		out.off = true
+	}
+	m := mp.Meter("github.com/payonce/payonce/idempotency")
 	counter := func(name, desc string) metric.Int64Counter {
 		if err != nil {
 			return nil
@@ -106,6 +110,9 @@ var (
 
 // Claim records what a claim found.
 func (m *Metrics) Claim(ctx context.Context, scope string, s ClaimState) {
+	if m.off {
+		return
+	}
 	switch s {
 	case ClaimAcquired:
 		m.keysCreated.Add(ctx, 1, bucketAttrs[scopeBucket(scope)])
@@ -121,11 +128,18 @@ func (m *Metrics) Claim(ctx context.Context, scope string, s ClaimState) {
 }
 
 // cachedReplay records an answer from the replay cache.
-func (m *Metrics) cachedReplay(ctx context.Context) { m.cacheHits.Add(ctx, 1) }
+func (m *Metrics) cachedReplay(ctx context.Context) {
+	if !m.off {
+		m.cacheHits.Add(ctx, 1)
+	}
+}
 
 // Action records how long an action ran and how it ended: "completed",
 // "failed" (permanent) or "transient".
 func (m *Metrics) Action(ctx context.Context, d time.Duration, outcome string) {
+	if m.off {
+		return
+	}
 	opt, ok := outcomeAttrs[outcome]
 	if !ok {
 		opt = metric.WithAttributes(attribute.String("outcome", outcome))

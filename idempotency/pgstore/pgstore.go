@@ -50,6 +50,9 @@ type Store struct {
 	// carries both (see Config.Instance).
 	instance    string
 	incarnation int64
+	// args holds the arguments above, and the seconds of recent calls,
+	// boxed once (args.go).
+	args boxedArgs
 	// released is how many leases of earlier incarnations New ended.
 	released int
 }
@@ -193,6 +196,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		}
 		s.instance, s.incarnation = cfg.Instance, processIncarnation()
 	}
+	s.args = newBoxedArgs(s.instance, s.incarnation)
 	if err := checkSchema(pool); err != nil {
 		return nil, err
 	}
@@ -551,7 +555,12 @@ type completionRow struct {
 	meta *string
 	body []byte // never nil
 	retS float64
+	// ret is retS boxed, from the store's boxedArgs.
+	ret any
 }
+
+// The statuses a completion stores, as completeSQL's argument.
+var argCompleted, argFailed any = string(idempotency.StatusCompleted), string(idempotency.StatusFailed)
 
 // args returns completeSQL's arguments.
 func (r completionRow) args() []any {
@@ -559,7 +568,18 @@ func (r completionRow) args() []any {
 	if r.meta != nil {
 		meta = *r.meta
 	}
-	return []any{r.key, r.scope, r.version, r.status, r.code, meta, r.body, r.retS}
+	status := any(r.status)
+	switch r.status { // boxed once, not per call
+	case string(idempotency.StatusCompleted):
+		status = argCompleted
+	case string(idempotency.StatusFailed):
+		status = argFailed
+	}
+	ret := r.ret
+	if ret == nil {
+		ret = r.retS
+	}
+	return []any{r.key, r.scope, r.version, status, r.code, meta, r.body, ret}
 }
 
 // completionRow validates a completion, seals its response when the store
@@ -588,6 +608,7 @@ func (s *Store) completionRow(l idempotency.Lease, c idempotency.Completion) (co
 	}
 	r := completionRow{key: l.Key, scope: l.Scope, version: l.Version, status: string(c.Status),
 		code: int32(c.Response.Code), body: body, retS: c.Retention.Seconds()}
+	r.ret = s.args.seconds.arg(r.retS)
 	if meta != nil {
 		m := string(meta)
 		r.meta = &m
