@@ -244,6 +244,13 @@ func (e *Executor) Close() error {
 	return nil
 }
 
+// finishContext is the context that records an outcome or gives a lease
+// back: it outlives ctx's cancellation, up to FinishTimeout, since the
+// action may have had its effect.
+func (e *Executor) finishContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.FinishTimeout)
+}
+
 // startSpan starts a span of the executor's tracer, or none (ctx as it
 // is, and a span that records nothing) without a TracerProvider.
 func (e *Executor) startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
@@ -565,37 +572,16 @@ func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action 
 	// is cancelled: an action that ignores its context must not lose its
 	// lease to a second execution.
 	// They start one interval after the claim, from a timer: most actions
-	// end before it, and never pay for a goroutine of their own.
-	hbctx, hbcancel := context.WithCancel(context.WithoutCancel(ctx))
-	hbDone := make(chan struct{})
-	hb := time.AfterFunc(max(0, e.cfg.HeartbeatInterval-time.Since(sent)), func() {
-		defer close(hbDone)
-		e.heartbeat(hbctx, guard, lease)
-	})
-	heartbeating := true
-	stopHeartbeats := func() {
-		if !heartbeating {
-			return
-		}
-		heartbeating = false
-		hbcancel()
-		if !hb.Stop() {
-			<-hbDone // the heartbeats started: they end with hbctx
-		}
-	}
-	defer stopHeartbeats()
-
-	// finishCtx outlives the request's cancellation: the action may have
-	// had its effect, and the outcome must be recorded or the lease released.
-	finish := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.FinishTimeout)
-	}
+	// end before it, and never pay for a goroutine or a context of their
+	// own.
+	hb := e.startHeartbeats(ctx, guard, lease, max(0, e.cfg.HeartbeatInterval-time.Since(sent)))
+	defer hb.stop()
 
 	defer func() {
 		if p := recover(); p != nil {
-			stopHeartbeats()
+			hb.stop()
 			cancel(context.Canceled)
-			fctx, fcancel := finish()
+			fctx, fcancel := e.finishContext(ctx)
 			if rerr := e.store.Release(fctx, lease); rerr != nil {
 				e.cfg.Logger.Warn("idempotency: release after panic failed", "key", ShortHash(lease.Key), "err", rerr)
 			}
@@ -617,7 +603,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action 
 		e.cfg.Logger.Warn("idempotency: the action ran past its lease and was cancelled", "key", ShortHash(lease.Key), "cause", cause)
 	}
 
-	fctx, fcancel := finish()
+	fctx, fcancel := e.finishContext(ctx)
 	defer fcancel()
 	res = Result{Lease: lease, Reclaimed: claim.State == ClaimReclaimed}
 
@@ -625,7 +611,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action 
 	var abandon *AbandonError
 	switch {
 	case errors.As(aerr, &abandon):
-		stopHeartbeats()
+		hb.stop()
 		var rerr error
 		if ab, ok := e.store.(Abandoner); ok {
 			rerr = ab.Abandon(fctx, lease)
@@ -637,7 +623,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action 
 		}
 		return Result{}, abandon.Err
 	case done != nil:
-		stopHeartbeats()
+		hb.stop()
 		res.Status, res.Response = done.Status, done.Response
 		if done.Status == StatusFailed {
 			e.metrics.Action(ctx, took, "failed")
@@ -652,7 +638,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action 
 		res.Status, res.Response = StatusFailed, perm.Response
 		e.metrics.Action(ctx, took, "failed")
 	default:
-		stopHeartbeats()
+		hb.stop()
 		e.metrics.Action(ctx, took, "transient")
 		if lost {
 			e.metrics.LeaseLost(ctx)
@@ -674,7 +660,7 @@ func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action 
 	// the key, it is the true outcome and spares a retry a second run;
 	// should somebody have, the store refuses it (ErrLeaseLost).
 	cerr := e.complete(fctx, lease, Completion{Status: res.Status, Response: res.Response, Retention: e.cfg.Retention})
-	stopHeartbeats()
+	hb.stop()
 	if cerr != nil {
 		if errors.Is(cerr, ErrLeaseLost) {
 			e.metrics.LeaseLost(ctx)
@@ -710,6 +696,57 @@ func (e *Executor) complete(ctx context.Context, lease Lease, c Completion) (err
 		}
 	}
 	return err
+}
+
+// heartbeats are the lease renewals of one action: a timer that starts
+// them one interval after the claim, and once started their context and
+// the loop's end.
+type heartbeats struct {
+	timer *time.Timer
+	mu    sync.Mutex
+	// stopped: stop was called, and no heartbeat may start after it.
+	stopped bool
+	// cancel ends the started loop, which closes done; both nil until
+	// the timer fires.
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startHeartbeats renews lease from after on, until stop.
+func (e *Executor) startHeartbeats(ctx context.Context, g *leaseGuard, lease Lease, after time.Duration) *heartbeats {
+	h := &heartbeats{}
+	h.timer = time.AfterFunc(after, func() {
+		h.mu.Lock()
+		if h.stopped {
+			h.mu.Unlock()
+			return
+		}
+		hbctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		h.cancel, h.done = cancel, make(chan struct{})
+		h.mu.Unlock()
+		defer close(h.done)
+		e.heartbeat(hbctx, g, lease)
+	})
+	return h
+}
+
+// stop ends the heartbeats and returns once none is in flight: one landing
+// after the lease was given back would take the key back for a whole
+// LockTimeout. Calls after the first do nothing.
+func (h *heartbeats) stop() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.stopped = true
+	cancel, done := h.cancel, h.done
+	h.mu.Unlock()
+	if h.timer.Stop() || cancel == nil {
+		return // never started, and now never will
+	}
+	cancel()
+	<-done
 }
 
 // heartbeat keeps the lease alive until ctx ends (once the outcome is

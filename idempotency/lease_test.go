@@ -3,7 +3,9 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -372,4 +374,65 @@ func TestCheckLease(t *testing.T) {
 	if err := idempotency.CheckLease(actx); !errors.Is(err, idempotency.ErrLeaseLost) {
 		t.Fatalf("after the action returned: %v, want ErrLeaseLost", err)
 	}
+}
+
+// closingStore notes when each lease is given back (released) and counts
+// the heartbeats that start after that: none may, or a heartbeat could
+// take a released key back for a whole LockTimeout. (Heartbeats go on
+// while an outcome is recorded, on purpose: recording may take longer than
+// what is left of the lease.)
+type closingStore struct {
+	idempotency.Store
+	closed     sync.Map // lease key -> struct{}
+	heartbeats atomic.Int64
+	late       atomic.Int64
+}
+
+func (s *closingStore) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Duration) error {
+	s.heartbeats.Add(1)
+	if _, ok := s.closed.Load(l.Key); ok {
+		s.late.Add(1)
+	}
+	return s.Store.Heartbeat(ctx, l, d)
+}
+
+func (s *closingStore) Release(ctx context.Context, l idempotency.Lease) error {
+	s.closed.Store(l.Key, struct{}{})
+	return s.Store.Release(ctx, l)
+}
+
+// Heartbeats whose timer fires while the action returns (an interval of a
+// microsecond: every action races its first heartbeat) never start after
+// the lease is given back, and one in flight finishes first.
+func TestNoHeartbeatAfterTheLeaseIsGivenBack(t *testing.T) {
+	store := &closingStore{Store: memstore.New(nil)}
+	exec, err := idempotency.New(store, &idempotency.Config{LockTimeout: 30 * time.Second, HeartbeatInterval: time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := leaseReq(t).Fingerprint
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 1500 {
+				req := idempotency.Request{Scope: "usr_1", Key: fmt.Sprintf("hb-%d-%d", g, i), Fingerprint: fp}
+				_, _ = exec.Do(context.Background(), req, func(context.Context) (idempotency.Response, error) {
+					if i%2 == 1 {
+						return idempotency.Response{}, errUnreachable // transient: the lease is released
+					}
+					return idempotency.Response{Code: 201}, nil
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	if n := store.late.Load(); n != 0 {
+		t.Fatalf("%d of %d heartbeats started after their lease was given back", n, store.heartbeats.Load())
+	}
+	if store.heartbeats.Load() == 0 {
+		t.Fatal("no heartbeat raced an action's end: the test exercised nothing")
+	}
+	t.Logf("%d heartbeats raced 6000 actions' ends", store.heartbeats.Load())
 }
