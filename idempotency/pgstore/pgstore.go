@@ -319,17 +319,8 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 		}
 	}
 	for round := 0; round < maxClaimRounds; round++ {
-		var (
-			isNew, isForeign bool
-			fp, status       string
-			code             *int32
-			meta, raw        []byte
-			version          int64
-			lockedUntil      *time.Time
-			refuseUntil      *time.Time
-			expiresAt, dbNow time.Time
-		)
-		dest := []any{&isNew, &fp, &status, &code, &meta, &raw, &version, &lockedUntil, &expiresAt, &refuseUntil, &dbNow, &isForeign}
+		row := new(claimRow)
+		dest := row.dest()
 		err := pgx.ErrNoRows
 		if readFirst {
 			err = db.QueryRow(ctx, readSQL, p.Key, p.Scope).Scan(dest[1 : len(dest)-1]...)
@@ -346,7 +337,9 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 		if err != nil {
 			return idempotency.Claim{}, translate("claim", err)
 		}
-		if isForeign {
+		isNew, fp, status, code, meta, raw, version := row.isNew, row.fp, row.status, row.code, row.meta, row.raw, row.version
+		lockedUntil, expiresAt, refuseUntil, dbNow := row.lockedUntil, row.expiresAt, row.refuseUntil, row.dbNow
+		if row.isForeign {
 			return idempotency.Claim{State: idempotency.ClaimForeign}, nil
 		}
 		s.observe(!isNew)
@@ -411,6 +404,25 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 		return idempotency.Claim{State: idempotency.ClaimReclaimed, Lease: lease}, nil
 	}
 	return idempotency.Claim{}, fmt.Errorf("pgstore: claim: no stable answer after %d rounds (heavy contention on one key)", maxClaimRounds)
+}
+
+// claimRow is a row of claimSQL (all its columns) or readSQL (all but the
+// first and the last), scanned into one value: one allocation for the
+// row, where a variable per column escaped to the heap one by one.
+type claimRow struct {
+	isNew, isForeign bool
+	fp, status       string
+	code             *int32
+	meta, raw        []byte
+	version          int64
+	lockedUntil      *time.Time
+	refuseUntil      *time.Time
+	expiresAt, dbNow time.Time
+}
+
+// dest returns claimSQL's scan destinations, in its column order.
+func (r *claimRow) dest() []any {
+	return []any{&r.isNew, &r.fp, &r.status, &r.code, &r.meta, &r.raw, &r.version, &r.lockedUntil, &r.expiresAt, &r.refuseUntil, &r.dbNow, &r.isForeign}
 }
 
 // responseMeta is what response_body holds: the parts of a response that
