@@ -139,14 +139,31 @@ func (g *grouper[M]) addFlight(n int) {
 	g.inFlight.Add(int64(n))
 }
 
+// lead gives the caller a flight of its own when one is free and nobody
+// waits (true: run the statement now, then call leave), without a member:
+// the common case at low concurrency allocates nothing for the group.
+// Otherwise the caller builds its member and calls join.
+func (g *grouper[M]) lead() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.leadLocked()
+}
+
+func (g *grouper[M]) leadLocked() bool {
+	if len(g.queue) == 0 && (g.flights < g.maxFlights || g.inFlight.Load() < g.conns) {
+		g.addFlight(1)
+		return true
+	}
+	return false
+}
+
 // join either gives the caller a flight of its own (true: run the
 // statement now, then call leave) or queues it for the next group (false:
 // wait on its member).
 func (g *grouper[M]) join(m M) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.queue) == 0 && (g.flights < g.maxFlights || g.inFlight.Load() < g.conns) {
-		g.addFlight(1)
+	if g.leadLocked() {
 		return true
 	}
 	g.queue = append(g.queue, m)
@@ -443,6 +460,10 @@ func (s *Store) claimNew(ctx context.Context, db dbtx, pooled bool, p idempotenc
 	if !pooled || s.claims == nil {
 		return s.claimNewAlone(ctx, db, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, refuseS)
 	}
+	if s.claims.lead() {
+		defer s.claims.leave()
+		return s.claimNewAlone(ctx, db, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, refuseS)
+	}
 	c := &newClaim{member: member{ctx: ctx, done: make(chan struct{})},
 		key: p.Key, scope: p.Scope, fp: string(p.Fingerprint), lockS: lockS, retS: retS, refuseS: refuseS,
 		try: rand.Int64N(1 << 30)}
@@ -549,6 +570,10 @@ RETURNING s.idempotency_key, s.user_id`
 
 // completeGrouped stores one outcome through the completion group.
 func (s *Store) completeGrouped(ctx context.Context, row completionRow) error {
+	if s.completions.lead() {
+		defer s.completions.leave()
+		return fenced(ctx, s.pool, "complete", completeSQL, row.args()...)
+	}
 	c := &pendingCompletion{member: member{ctx: ctx, done: make(chan struct{})}, completionRow: row}
 	return joinFenced(s.completions, c, "complete",
 		func() error { return fenced(ctx, s.pool, "complete", completeSQL, row.args()...) },

@@ -40,6 +40,10 @@ func (h *pendingHeartbeat) fencedRow() (scopedKey, *bool) {
 
 // heartbeatGrouped extends one lease through the heartbeat group.
 func (s *Store) heartbeatGrouped(ctx context.Context, l idempotency.Lease, secs float64) error {
+	if s.heartbeats.lead() {
+		defer s.heartbeats.leave()
+		return fenced(ctx, s.pool, "heartbeat", heartbeatSQL, l.Key, l.Scope, l.Version, secs)
+	}
 	h := &pendingHeartbeat{member: member{ctx: ctx, done: make(chan struct{})},
 		key: l.Key, scope: l.Scope, version: l.Version, secs: secs}
 	alone := func() error {
