@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/payonce/payonce/idempotency"
 )
 
@@ -45,3 +47,15 @@ func EncodeResponse(r idempotency.Response) ([]byte, error) { return encodeRespo
 
 // ResponseMetaJSON is what encodeResponse must match byte for byte.
 func ResponseMetaJSON(h http.Header) ([]byte, error) { return json.Marshal(responseMeta{Header: h}) }
+
+// ScanClaimRowBothWays scans the current row of rows (claimSQL's or
+// readSQL's) into a claim row twice: by the store's own binary decoding
+// and by pgx's Scan. decoded reports whether the store's decoding took the
+// row (false: ScanRow hands it to pgx).
+func ScanClaimRowBothWays(rows pgx.Rows) (own, viaPgx any, decoded bool, err error) {
+	var a, b claimRow
+	n := len(rows.FieldDescriptions())
+	decoded = defaultTimes(rows) && decodeBinaryRow(rows.FieldDescriptions(), rows.RawValues(), a.destFor(n))
+	err = rows.Scan(b.destFor(n)...)
+	return a, b, decoded, err
+}

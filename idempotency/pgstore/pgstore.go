@@ -319,17 +319,16 @@ func (s *Store) claim(ctx context.Context, db dbtx, pooled bool, p idempotency.C
 		}
 	}
 	for round := 0; round < maxClaimRounds; round++ {
-		row := new(claimRow)
-		dest := row.dest()
+		row := new(claimRow) // scanned whole, by its ScanRow (scanrow.go)
 		err := pgx.ErrNoRows
 		if readFirst {
-			err = db.QueryRow(ctx, readSQL, p.Key, p.Scope).Scan(dest[1 : len(dest)-1]...)
+			err = db.QueryRow(ctx, readSQL, p.Key, p.Scope).Scan(row)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return idempotency.Claim{}, translate("claim", err)
 			}
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = db.QueryRow(ctx, claimSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, p.RefuseForeign, refuseS, s.instance, s.incarnation).Scan(dest...)
+			err = db.QueryRow(ctx, claimSQL, p.Key, p.Scope, string(p.Fingerprint), lockS, retS, p.RefuseForeign, refuseS, s.instance, s.incarnation).Scan(row)
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // lost the insert race to a claim that committed after our snapshot
