@@ -417,11 +417,15 @@ type claimRow struct {
 	lockedUntil      *time.Time
 	refuseUntil      *time.Time
 	expiresAt, dbNow time.Time
+	// destBuf holds dest's destinations: pointers into the row itself,
+	// so the row and its destinations are one allocation.
+	destBuf [12]any
 }
 
 // dest returns claimSQL's scan destinations, in its column order.
 func (r *claimRow) dest() []any {
-	return []any{&r.isNew, &r.fp, &r.status, &r.code, &r.meta, &r.raw, &r.version, &r.lockedUntil, &r.expiresAt, &r.refuseUntil, &r.dbNow, &r.isForeign}
+	r.destBuf = [12]any{&r.isNew, &r.fp, &r.status, &r.code, &r.meta, &r.raw, &r.version, &r.lockedUntil, &r.expiresAt, &r.refuseUntil, &r.dbNow, &r.isForeign}
+	return r.destBuf[:]
 }
 
 // responseMeta is what response_body holds: the parts of a response that

@@ -86,7 +86,7 @@ func decodeBinaryRow(fds []pgconn.FieldDescription, vals [][]byte, dest []any) b
 			if (oid != pgtype.TextOID && oid != pgtype.VarcharOID && oid != pgtype.BPCharOID) || v == nil {
 				return false
 			}
-			*d = string(v)
+			*d = internStatus(v)
 		case **int32:
 			switch {
 			case !binFormat || oid != pgtype.Int4OID:
@@ -160,4 +160,18 @@ func decodeTimestamptz(binFormat bool, oid uint32, v []byte) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return t, true
+}
+
+// internStatus returns v as a string, without a copy when it is one of the
+// statuses a record has (every row holds one).
+func internStatus(v []byte) string {
+	switch string(v) { // compared without a conversion
+	case "COMPLETED":
+		return "COMPLETED"
+	case "PROCESSING":
+		return "PROCESSING"
+	case "FAILED":
+		return "FAILED"
+	}
+	return string(v)
 }
