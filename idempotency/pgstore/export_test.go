@@ -59,3 +59,11 @@ func ScanClaimRowBothWays(rows pgx.Rows) (own, viaPgx any, decoded bool, err err
 	err = rows.Scan(b.destFor(n)...)
 	return a, b, decoded, err
 }
+
+// ScanVersion scans a new claim's row (its lock version) as the store
+// does.
+func ScanVersion(row pgx.Row) (int32, error) {
+	var v versionRow
+	err := row.Scan(&v)
+	return v.v, err
+}

@@ -488,7 +488,7 @@ func (s *Store) claimNew(ctx context.Context, db dbtx, pooled bool, p idempotenc
 }
 
 func (s *Store) claimNewAlone(ctx context.Context, db dbtx, key, scope, fp string, lockS, retS, refuseS float64) (int64, newKey, error) {
-	var v int32 // lock_version is an INT: scanned as what it is, without a conversion plan
+	var v versionRow
 	err := db.QueryRow(ctx, claimNewSQL, key, scope, fp, s.args.seconds.arg(lockS), s.args.seconds.arg(retS), s.args.seconds.arg(refuseS),
 		s.args.instance, s.args.incarnation).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -497,7 +497,7 @@ func (s *Store) claimNewAlone(ctx context.Context, db dbtx, key, scope, fp strin
 	if err != nil {
 		return 0, keyExists, translate("claim", err)
 	}
-	return int64(v), keyInserted, nil
+	return int64(v.v), keyInserted, nil
 }
 
 // flushClaims sends one group of new-key claims.

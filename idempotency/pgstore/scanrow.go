@@ -175,3 +175,17 @@ func internStatus(v []byte) string {
 	}
 	return string(v)
 }
+
+// versionRow is a new claim's one column, its lock version (an INT),
+// decoded as claimRow's are.
+type versionRow struct{ v int32 }
+
+// ScanRow implements pgx.RowScanner.
+func (r *versionRow) ScanRow(rows pgx.Rows) error {
+	fds, vals := rows.FieldDescriptions(), rows.RawValues()
+	if len(fds) == 1 && len(vals) == 1 && fds[0].Format == pgx.BinaryFormatCode && fds[0].DataTypeOID == pgtype.Int4OID && len(vals[0]) == 4 {
+		r.v = int32(binary.BigEndian.Uint32(vals[0]))
+		return nil
+	}
+	return rows.Scan(&r.v)
+}

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -64,6 +65,19 @@ func TestClaimRowScanIsPgxScan(t *testing.T) {
 					t.Errorf("%s of %q:\n store's decoding %+v\n pgx's Scan       %+v", stmt.name, key, own, viaPgx)
 				}
 			}
+		}
+		// A new claim's lock version, and the record's, by pgx.
+		key := fmt.Sprintf("new-%v", wantDecoded)
+		v, err := pgstore.ScanVersion(conn.QueryRow(ctx, sql["claim_new"], key, "scan", fp, 30.0, 86400.0, 0.0, "", int64(0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stored int32
+		if err := conn.QueryRow(ctx, `SELECT lock_version FROM idempotency_store WHERE idempotency_key = $1 AND user_id = 'scan'`, key).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		if v != stored {
+			t.Errorf("new claim's lock version: store's scan %d, the record's %d", v, stored)
 		}
 	}
 	t.Run("binary", func(t *testing.T) {
