@@ -329,24 +329,25 @@ var _ Doer = (*Executor)(nil)
 
 type leaseKey struct{}
 
-type leaseValue struct {
-	lease     Lease
-	reclaimed bool
-	guard     *leaseGuard
-}
+// An action's context holds its *leaseGuard under leaseKey: the lease,
+// whether it was reclaimed, and the holder's view of it (a pointer, so
+// that the value costs no allocation of its own).
 
 // LeaseFromContext returns the lease of the action running with ctx, for
 // actions that record their outcome themselves (see [Recorded]).
 func LeaseFromContext(ctx context.Context) (Lease, bool) {
-	v, ok := ctx.Value(leaseKey{}).(leaseValue)
-	return v.lease, ok
+	g, ok := ctx.Value(leaseKey{}).(*leaseGuard)
+	if !ok {
+		return Lease{}, false
+	}
+	return g.lease, true
 }
 
 // ReclaimedFromContext reports whether the action running with ctx took
 // over an orphaned record (rather than claiming a new key).
 func ReclaimedFromContext(ctx context.Context) bool {
-	v, _ := ctx.Value(leaseKey{}).(leaseValue)
-	return v.reclaimed
+	g, ok := ctx.Value(leaseKey{}).(*leaseGuard)
+	return ok && g.reclaimed
 }
 
 // Recording is what a [RecordingAction] stored itself under its lease (with
@@ -566,7 +567,8 @@ func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action 
 	lease := claim.Lease
 	actx, cancel := context.WithCancelCause(ctx)
 	guard := newLeaseGuard(sent, e.cfg.LockTimeout-e.cfg.LeaseMargin, cancel)
-	actx = context.WithValue(actx, leaseKey{}, leaseValue{lease: lease, reclaimed: claim.State == ClaimReclaimed, guard: guard})
+	guard.lease, guard.reclaimed = lease, claim.State == ClaimReclaimed
+	actx = context.WithValue(actx, leaseKey{}, guard)
 	defer guard.ended()
 	// Heartbeats go on while the action runs even if the request's context
 	// is cancelled: an action that ignores its context must not lose its
@@ -714,7 +716,7 @@ type heartbeats struct {
 
 // startHeartbeats renews lease from after on, until stop.
 func (e *Executor) startHeartbeats(ctx context.Context, g *leaseGuard, lease Lease, after time.Duration) *heartbeats {
-	h := &heartbeats{}
+	h := &g.hb // allocated with the guard
 	h.timer = time.AfterFunc(after, func() {
 		h.mu.Lock()
 		if h.stopped {

@@ -63,11 +63,11 @@ var errLeaseEnded = fmt.Errorf("%w: the action's lease ended with the action", E
 // [Executor.DoRecording], such as pgstore's DoTx, whose row lock keeps
 // duplicates out) answers nil.
 func CheckLease(ctx context.Context) error {
-	v, ok := ctx.Value(leaseKey{}).(leaseValue)
-	if !ok || v.guard == nil {
+	g, ok := ctx.Value(leaseKey{}).(*leaseGuard)
+	if !ok {
 		return nil
 	}
-	return v.guard.check()
+	return g.check()
 }
 
 // leaseGuard is the holder's own view of its lease, on the monotonic
@@ -79,8 +79,11 @@ func CheckLease(ctx context.Context) error {
 // without a confirmed renewal, the action's context is cancelled with a
 // *LeaseExpiredError.
 type leaseGuard struct {
-	base    time.Time     // the claim's send time, with its monotonic reading
-	trusted time.Duration // LockTimeout - LeaseMargin
+	lease     Lease
+	reclaimed bool          // the claim took over an orphaned record
+	hb        heartbeats    // the action's (see Executor.startHeartbeats)
+	base      time.Time     // the claim's send time, with its monotonic reading
+	trusted   time.Duration // LockTimeout - LeaseMargin
 	// until is the deadline, in nanoseconds after base: read without the
 	// lock by check, written under it.
 	until atomic.Int64
@@ -188,7 +191,7 @@ func (g *leaseGuard) failed(err error) bool {
 func (g *leaseGuard) lost() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.endLocked(ErrLeaseLost)
+	g.endLocked(&ErrLeaseLost)
 }
 
 // ended ends the lease with the action: its outcome is recorded or the
@@ -196,24 +199,27 @@ func (g *leaseGuard) lost() {
 func (g *leaseGuard) ended() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.endLocked(errLeaseEnded)
+	g.endLocked(&errLeaseEnded) // the common end: a shared cause, no allocation
 }
 
 func (g *leaseGuard) expireLocked() error {
 	if err := g.cause.Load(); err != nil {
 		return *err
 	}
-	return g.endLocked(&LeaseExpiredError{Trusted: g.trusted, LastErr: g.lastErr})
+	cause := error(&LeaseExpiredError{Trusted: g.trusted, LastErr: g.lastErr})
+	return g.endLocked(&cause)
 }
 
-func (g *leaseGuard) endLocked(cause error) error {
+// endLocked ends the lease with *cause (never written through) unless it
+// ended already, and returns the cause it ended with.
+func (g *leaseGuard) endLocked(cause *error) error {
 	if err := g.cause.Load(); err != nil {
 		return *err
 	}
-	g.cause.Store(&cause)
+	g.cause.Store(cause)
 	if g.timer != nil {
 		g.timer.Stop()
 	}
-	g.cancel(cause)
-	return cause
+	g.cancel(*cause)
+	return *cause
 }
