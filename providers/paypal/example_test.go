@@ -3,7 +3,6 @@ package paypal_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/money"
@@ -25,7 +24,7 @@ func Example() {
 		Secret:   paypaltest.DefaultSecret,
 		BaseURL:  srv.URL(),
 		// Keep-alives off, so that the lost response is seen as lost.
-		HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		HTTPClient: srv.Client(),
 	})
 	if err != nil {
 		panic(err)

@@ -15,7 +15,7 @@ func Example() {
 	srv := adyentest.NewServer(nil)
 	defer srv.Close()
 
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	client := srv.Client() // no keep-alives: a lost response reaches the caller
 	pay := func(key string) string {
 		body := `{"merchantAccount":"ShopECOM","amount":{"currency":"EUR","value":2000},"reference":"order-42",
 			"paymentMethod":{"type":"scheme","storedPaymentMethodId":"pm_card_visa"},"returnUrl":"https://shop.example/return",

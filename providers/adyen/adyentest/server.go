@@ -187,6 +187,19 @@ func (c *Config) validate() error {
 // Start starts listening on a loopback port. It panics if the server was already started.
 func (s *Server) Start() { s.life.Start(s) }
 
+// ClientTimeout bounds each request of a [Server.Client] client, so that a test that
+// forgot to end a [Hang] fails instead of hanging.
+const ClientTimeout = fakekit.ClientTimeout
+
+// Client returns an HTTP client for the Server's URL, for the adapter's Config.HTTPClient, with
+// keep-alives off and a [ClientTimeout] timeout. Each request opens its own connection, so that a
+// [ResetAfter] reaches the caller as the lost response it models. A client that keeps
+// connections alive may never see it: when a reused connection breaks before the response,
+// net/http resends a request that carries an Idempotency-Key (every payment and modification the
+// adapter sends) on its own, the fake replays the stored response, and the fault heals unseen.
+// Each call returns a new client.
+func (s *Server) Client() *http.Client { return fakekit.NewClient() }
+
 // URL returns the Checkout API base URL, "http://127.0.0.1:port/v71" (for the adapter's
 // Config.BaseURL), or "" if the server is not started. The admin endpoints are at the root:
 // strip "/v71" and add "/_fake/...".

@@ -163,3 +163,17 @@ func ResetConnection(w http.ResponseWriter) {
 	}
 	_ = conn.Close()
 }
+
+// ClientTimeout bounds each request of a fake's client ([NewClient]), so that a test that
+// forgot to end a Hang fails instead of hanging.
+const ClientTimeout = time.Minute
+
+// NewClient returns the HTTP client each fake's Server.Client gives: keep-alives off and a
+// [ClientTimeout] timeout. Each request opens its own connection, so that a ResetAfter reaches
+// the caller as the lost response it models. Over a kept-alive connection that breaks before
+// the response, net/http resends a request on its own when it may (GET, HEAD, OPTIONS, TRACE,
+// or any request with an Idempotency-Key or X-Idempotency-Key header): the fake then replays
+// the cached answer and the fault heals unseen.
+func NewClient() *http.Client {
+	return &http.Client{Timeout: ClientTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
+}

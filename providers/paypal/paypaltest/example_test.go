@@ -15,7 +15,7 @@ import (
 func Example() {
 	srv := paypaltest.NewServer(nil)
 	defer srv.Close()
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	client := srv.Client() // no keep-alives: a lost response reaches the caller
 
 	tokenReq, _ := http.NewRequest("POST", srv.URL()+"/v1/oauth2/token", strings.NewReader("grant_type=client_credentials"))
 	tokenReq.SetBasicAuth(paypaltest.DefaultClientID, paypaltest.DefaultSecret)

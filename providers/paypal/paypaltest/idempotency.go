@@ -141,11 +141,12 @@ func (s *Server) execute(w http.ResponseWriter, c *call, h handler, entry *reque
 	s.mu.Unlock()
 
 	if ref == (resourceRef{}) {
+		// A read, or a request that created nothing: no request id to keep, and the fault's
+		// part after execution still applies (a read's lost or failed answer).
 		s.requestIDs.Release(entry)
-		resp.write(w)
-		return
+	} else {
+		s.requestIDs.Complete(entry, ref) // even under FailAfter: a retry replays the resource
 	}
-	s.requestIDs.Complete(entry, ref) // even under FailAfter: a retry replays the resource
 	if kind == FailAfter {
 		resp = internalError("injected FailAfter: the request was executed")
 	}

@@ -191,6 +191,18 @@ func (c *Config) validate() error {
 // Start starts listening on a loopback port. It panics if the server was already started.
 func (s *Server) Start() { s.life.Start(s) }
 
+// ClientTimeout bounds each request of a [Server.Client] client, so that a test that
+// forgot to end a [Hang] fails instead of hanging.
+const ClientTimeout = fakekit.ClientTimeout
+
+// Client returns an HTTP client for the Server's URL, for the adapter's Config.HTTPClient, with
+// keep-alives off and a [ClientTimeout] timeout. Each request opens its own connection, so that a
+// [ResetAfter] reaches the caller as the lost response it models. net/http does not resend a
+// POST that carries only a PayPal-Request-Id, but over a kept-alive connection that breaks
+// before the response it resends a GET (an order's or a capture's read) on its own, and the
+// fault on that read heals unseen. Each call returns a new client.
+func (s *Server) Client() *http.Client { return fakekit.NewClient() }
+
 // URL returns the base URL (for the adapter's Config.BaseURL), or "" if the server is not
 // started.
 func (s *Server) URL() string { return s.life.URL() }

@@ -136,7 +136,7 @@ func (s *Server) URL() string { return s.life.URL() }
 
 // ClientTimeout bounds each request of a [Server.Client] client, so that a test that
 // forgot to end a [Hang] fails instead of hanging.
-const ClientTimeout = time.Minute
+const ClientTimeout = fakekit.ClientTimeout
 
 // Client returns an HTTP client for the Server's URL, for the adapter's Config.HTTPClient or
 // stripe-go's BackendConfig.HTTPClient, with keep-alives off and a [ClientTimeout] timeout.
@@ -145,9 +145,7 @@ const ClientTimeout = time.Minute
 // reused connection breaks before the response, net/http resends a request that carries an
 // Idempotency-Key on its own, the fake replays the cached response, and the fault heals
 // unseen. Each call returns a new client.
-func (s *Server) Client() *http.Client {
-	return &http.Client{Timeout: ClientTimeout, Transport: &http.Transport{DisableKeepAlives: true}}
-}
+func (s *Server) Client() *http.Client { return fakekit.NewClient() }
 
 // Close releases hung requests, stops webhook delivery (undelivered events are dropped) and
 // waits for the delivery goroutine, and, if the server was started, shuts it down and waits for
