@@ -461,3 +461,74 @@ func TestNATSMessageIDs(t *testing.T) {
 		t.Fatalf("MessageID(%q) = %q, want DeriveIntent's 64 hex characters", "ord/1001", got)
 	}
 }
+
+// A handler that runs past its lease keeps the message: the executor's
+// heartbeats renew the lease while it runs, so a redelivery after the
+// first lease would have ended (by the database's clock) is in progress,
+// not a second run, and the handler is not cancelled.
+func TestHandlerOutlivesItsLease(t *testing.T) {
+	t.Parallel()
+	const lease = 3 * time.Second // heartbeats every second
+	b := setup(t, inbox.Config{LockTimeout: lease, Retention: time.Hour})
+	ctx := context.Background()
+	started, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int64
+	type result struct {
+		out inbox.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := b.inbox.Handle(ctx, message(t, "o-7", "a", 1), func(ctx context.Context, m inbox.Message) error {
+			runs.Add(1)
+			close(started)
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return fmt.Errorf("the handler was cancelled: %w", context.Cause(ctx))
+			}
+		})
+		done <- result{out, err}
+	}()
+	<-started
+	var firstEnd time.Time
+	if err := b.pool.QueryRow(ctx, `SELECT locked_until FROM idempotency_store WHERE status = 'PROCESSING'`).Scan(&firstEnd); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the first lease to run out by the database's clock", func() bool {
+		var past bool
+		if err := b.pool.QueryRow(ctx, `SELECT now() > $1`, firstEnd).Scan(&past); err != nil {
+			t.Fatal(err)
+		}
+		return past
+	})
+	out, err := b.inbox.Handle(ctx, message(t, "o-7", "a", 2), func(context.Context, inbox.Message) error {
+		runs.Add(1)
+		return nil
+	})
+	if out != inbox.Retry || !errors.Is(err, idempotency.ErrInProgress) {
+		t.Fatalf("a redelivery after the first lease's end: %v %v; want Retry, in progress (the heartbeats kept the lease)", out, err)
+	}
+	close(release)
+	if r := <-done; r.out != inbox.Processed || r.err != nil {
+		t.Fatalf("the long handler: %v %v", r.out, r.err)
+	}
+	if out, err := b.inbox.Handle(ctx, message(t, "o-7", "a", 3), func(context.Context, inbox.Message) error {
+		runs.Add(1)
+		return nil
+	}); out != inbox.Duplicate || err != nil || runs.Load() != 1 {
+		t.Fatalf("after: %v %v, runs %d", out, err, runs.Load())
+	}
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
