@@ -327,11 +327,10 @@ type Doer interface {
 
 var _ Doer = (*Executor)(nil)
 
+// leaseKey is the context key under which an action's context holds its
+// *leaseGuard: the lease, whether it was reclaimed, and the holder's view
+// of it (a pointer, so that the value costs no allocation of its own).
 type leaseKey struct{}
-
-// An action's context holds its *leaseGuard under leaseKey: the lease,
-// whether it was reclaimed, and the holder's view of it (a pointer, so
-// that the value costs no allocation of its own).
 
 // LeaseFromContext returns the lease of the action running with ctx, for
 // actions that record their outcome themselves (see [Recorded]).
