@@ -61,7 +61,9 @@ type Config struct {
 	// which runs even when the request's context was cancelled: the
 	// action's effect may have happened and must be recorded. The lease is
 	// kept alive by heartbeats meanwhile, so FinishTimeout may be longer
-	// than LockTimeout. Default 10s.
+	// than LockTimeout. Calls that start close together share one
+	// deadline, so each gets at least FinishTimeout and at most an eighth
+	// more (finish.go). Default 10s.
 	FinishTimeout time.Duration
 	// Clock is the application clock. It only measures how long actions
 	// take, for logs and metrics: leases and expiry are decided by the
@@ -172,6 +174,8 @@ type Executor struct {
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
 	closeOnce sync.Once
+	// finish hands out the deadlines of recording outcomes (finish.go).
+	finish finishDeadlines
 }
 
 // New returns an Executor over store. A nil cfg means defaults. It returns
@@ -189,7 +193,7 @@ func New(store Store, cfg *Config) (*Executor, error) {
 		return nil, fmt.Errorf("idempotency: metrics: %w", err)
 	}
 	e := &Executor{store: store, cfg: c, metrics: m, tracer: Tracer(c.TracerProvider, "idempotency"),
-		tracing: c.TracerProvider != nil}
+		tracing: c.TracerProvider != nil, finish: finishDeadlines{timeout: c.FinishTimeout}}
 	if s, ok := store.(Sealer); c.ReplayCache != nil && !(ok && s.Seals()) {
 		if e.cache, err = newReplayCache(*c.ReplayCache); err != nil {
 			return nil, err
@@ -248,7 +252,7 @@ func (e *Executor) Close() error {
 // back: it outlives ctx's cancellation, up to FinishTimeout, since the
 // action may have had its effect.
 func (e *Executor) finishContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.FinishTimeout)
+	return &finishCtx{Context: e.finish.get(time.Now()), values: ctx}, func() {}
 }
 
 // startSpan starts a span of the executor's tracer, or none (ctx as it
