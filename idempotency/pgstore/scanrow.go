@@ -103,10 +103,8 @@ func decodeBinaryRow(fds []pgconn.FieldDescription, vals [][]byte, dest []any) b
 			switch {
 			case !binFormat:
 				return false
-			case oid == pgtype.Int4OID && len(v) == 4:
+			case oid == pgtype.Int4OID && len(v) == 4: // lock_version is an INT
 				*d = int64(int32(binary.BigEndian.Uint32(v)))
-			case oid == pgtype.Int8OID && len(v) == 8:
-				*d = int64(binary.BigEndian.Uint64(v))
 			default:
 				return false
 			}
@@ -122,8 +120,8 @@ func decodeBinaryRow(fds []pgconn.FieldDescription, vals [][]byte, dest []any) b
 				return false
 			}
 		case *time.Time:
-			t, ok := decodeTimestamptz(binFormat, oid, v)
-			if !ok || v == nil {
+			t, ok := decodeTimestamptz(binFormat, oid, v) // false for NULL
+			if !ok {
 				return false
 			}
 			*d = t
