@@ -176,6 +176,9 @@ type Executor struct {
 	closeOnce sync.Once
 	// finish hands out the deadlines of recording outcomes (finish.go).
 	finish finishDeadlines
+	// hbStarts queues the actions waiting for their first heartbeat
+	// (heartbeat_starts.go).
+	hbStarts heartbeatStarts
 }
 
 // New returns an Executor over store. A nil cfg means defaults. It returns
@@ -576,10 +579,10 @@ func (e *Executor) run(ctx context.Context, claim Claim, sent time.Time, action 
 	// Heartbeats go on while the action runs even if the request's context
 	// is cancelled: an action that ignores its context must not lose its
 	// lease to a second execution.
-	// They start one interval after the claim, from a timer: most actions
-	// end before it, and never pay for a goroutine or a context of their
-	// own.
-	hb := e.startHeartbeats(ctx, guard, lease, max(0, e.cfg.HeartbeatInterval-time.Since(sent)))
+	// They start one interval after the claim, from the executor's queue
+	// (heartbeat_starts.go): most actions end before it, and never pay for
+	// a timer, a goroutine or a context of their own.
+	hb := e.startHeartbeats(ctx, guard, max(0, e.cfg.HeartbeatInterval-time.Since(sent)))
 	defer hb.stop()
 
 	defer func() {
@@ -703,36 +706,24 @@ func (e *Executor) complete(ctx context.Context, lease Lease, c Completion) (err
 	return err
 }
 
-// heartbeats are the lease renewals of one action: a timer that starts
-// them one interval after the claim, and once started their context and
-// the loop's end.
+// heartbeats are the lease renewals of one action: its place in the
+// executor's queue of actions waiting for their first heartbeat
+// (heartbeat_starts.go), and once started their context and the loop's
+// end.
 type heartbeats struct {
-	timer *time.Timer
-	mu    sync.Mutex
+	starts *heartbeatStarts
+	ctx    context.Context // the request's: its values, for the heartbeats
+	g      *leaseGuard
+	due    time.Time // of the first heartbeat
+	index  int       // in starts' queue; -1 once out of it
+
+	mu sync.Mutex
 	// stopped: stop was called, and no heartbeat may start after it.
 	stopped bool
 	// cancel ends the started loop, which closes done; both nil until
-	// the timer fires.
+	// the queue starts it.
 	cancel context.CancelFunc
 	done   chan struct{}
-}
-
-// startHeartbeats renews lease from after on, until stop.
-func (e *Executor) startHeartbeats(ctx context.Context, g *leaseGuard, lease Lease, after time.Duration) *heartbeats {
-	h := &g.hb // allocated with the guard
-	h.timer = time.AfterFunc(after, func() {
-		h.mu.Lock()
-		if h.stopped {
-			h.mu.Unlock()
-			return
-		}
-		hbctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		h.cancel, h.done = cancel, make(chan struct{})
-		h.mu.Unlock()
-		defer close(h.done)
-		e.heartbeat(hbctx, g, lease)
-	})
-	return h
 }
 
 // stop ends the heartbeats and returns once none is in flight: one landing
@@ -747,8 +738,9 @@ func (h *heartbeats) stop() {
 	h.stopped = true
 	cancel, done := h.cancel, h.done
 	h.mu.Unlock()
-	if h.timer.Stop() || cancel == nil {
-		return // never started, and now never will
+	if cancel == nil {
+		h.starts.leave(h) // never started, and now never will
+		return
 	}
 	cancel()
 	<-done
