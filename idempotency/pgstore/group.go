@@ -572,11 +572,11 @@ RETURNING s.idempotency_key, s.user_id`
 func (s *Store) completeGrouped(ctx context.Context, row completionRow) error {
 	if s.completions.lead() {
 		defer s.completions.leave()
-		return fenced(ctx, s.pool, "complete", completeSQL, row.args()...)
+		return fenced(ctx, boundedPool{s.pool}, "complete", completeSQL, row.args()...)
 	}
 	c := &pendingCompletion{member: member{ctx: ctx, done: make(chan struct{})}, completionRow: row}
 	return joinFenced(s.completions, c, "complete",
-		func() error { return fenced(ctx, s.pool, "complete", completeSQL, row.args()...) },
+		func() error { return fenced(ctx, boundedPool{s.pool}, "complete", completeSQL, row.args()...) },
 		func() error { return s.completeAfterUnknown(ctx, row) })
 }
 

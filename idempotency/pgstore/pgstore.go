@@ -652,6 +652,51 @@ func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Durat
 	return fenced(ctx, s.pool, "heartbeat", heartbeatSQL, l.Key, l.Scope, l.Version, d.Seconds())
 }
 
+// boundedPool runs a statement on a connection of pool within the
+// deadline of its context through the connection's own deadline, not
+// through the context: pgx watches a context that can end with a callback
+// registered for every statement (a handful of allocations, and a lock
+// that every completion of the executor shares, since they share their
+// deadlines), where the connection's deadline costs two updates of a
+// runtime timer. A statement past its deadline fails as it would with the
+// context: the connection is closed, and the error matches
+// context.DeadlineExceeded. Its context's values still reach pgx (its
+// tracer). It is what the executor's completions run through: their
+// context ends only at its deadline (FinishTimeout), never by
+// cancellation.
+type boundedPool struct{ pool *pgxpool.Pool }
+
+func (b boundedPool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return b.pool.Exec(ctx, sql, args...)
+	}
+	c, err := b.pool.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer c.Release()
+	nc := c.Conn().PgConn().Conn()
+	if nc.SetDeadline(deadline) != nil {
+		return c.Exec(ctx, sql, args...)
+	}
+	// Before the connection goes back to the pool, whatever the error (a
+	// server's error leaves it usable). Past the deadline pgx closed it,
+	// and the pool drops it.
+	defer nc.SetDeadline(time.Time{})
+	tag, err := c.Exec(context.WithoutCancel(ctx), sql, args...)
+	if err != nil && !time.Now().Before(deadline) {
+		// The connection's deadline and the context's end at the same
+		// instant; the context's timer may not have fired yet.
+		err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	}
+	return tag, err
+}
+
+func (b boundedPool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return b.pool.QueryRow(ctx, sql, args...)
+}
+
 func fenced(ctx context.Context, db dbtx, op, sql string, args ...any) error {
 	tag, err := db.Exec(ctx, sql, args...)
 	if err != nil {
