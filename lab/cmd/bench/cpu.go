@@ -71,6 +71,30 @@ func watchServer(ctx context.Context, pool *pgxpool.Pool) {
 	}
 }
 
+// walCounters are pg_stat_wal's cumulative WAL bytes and full-page
+// images.
+type walCounters struct{ bytes, fpi int64 }
+
+// walPool reads pg_stat_wal; nil until watchWAL.
+var walPool *pgxpool.Pool
+
+// watchWAL makes measured runs count the WAL they write through pool's
+// server: bytes per operation, and the full-page images among them (the
+// first change of each page after a checkpoint writes the whole 8 kB
+// page), the part of a write path's WAL that depends on how many distinct
+// pages it touches, and so on the size of the table it writes to.
+func watchWAL(pool *pgxpool.Pool) { walPool = pool }
+
+// walStats returns the server's WAL counters, zero when not watched or
+// unreadable.
+func walStats() walCounters {
+	var w walCounters
+	if walPool != nil {
+		_ = walPool.QueryRow(context.Background(), `SELECT wal_bytes::int8, wal_fpi FROM pg_stat_wal`).Scan(&w.bytes, &w.fpi)
+	}
+	return w
+}
+
 type stat struct {
 	comm                         string
 	ppid                         int
@@ -112,6 +136,16 @@ func (s *series) medianOf(f func(sample) time.Duration) time.Duration {
 	return v[len(v)/2]
 }
 
+// medianOfFloat is medianOf for a figure that is not a duration.
+func (s *series) medianOfFloat(f func(sample) float64) float64 {
+	v := make([]float64, len(s.samples))
+	for i, x := range s.samples {
+		v[i] = f(x)
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
 // cpuLine prints the median CPU per operation of each series, for the
 // ones measured with it.
 func cpuLine(ss ...*series) {
@@ -124,6 +158,12 @@ func cpuLine(ss ...*series) {
 		if serverCPU != nil {
 			server = s.medianOf(func(x sample) time.Duration { return x.server }).Round(time.Microsecond).String()
 		}
-		fmt.Printf("cpu per op  %-50s client %7s  server %s\n", s.name, client.Round(time.Microsecond), server)
+		wal := ""
+		if walPool != nil {
+			b := s.medianOfFloat(func(x sample) float64 { return x.wal })
+			fpi := s.medianOfFloat(func(x sample) float64 { return x.fpi })
+			wal = fmt.Sprintf("  wal %5.0f B (%.2f full pages)", b, fpi)
+		}
+		fmt.Printf("cpu per op  %-50s client %7s  server %s%s\n", s.name, client.Round(time.Microsecond), server, wal)
 	}
 }

@@ -102,6 +102,9 @@ type sample struct {
 	// client and server: CPU per operation in this process and in the
 	// server's processes (zero when not measured; see cpu.go).
 	client, server time.Duration
+	// wal and fpi: WAL bytes and full-page images per operation, from
+	// pg_stat_wal (zero when not measured; see cpu.go).
+	wal, fpi float64
 }
 
 type series struct {
@@ -165,21 +168,12 @@ func run() error {
 	}
 	defer pool.Close()
 	watchServer(ctx, pool)
+	watchWAL(pool)
 	store, err := pgstore.New(pool, nil)
 	if err != nil {
 		return err
 	}
 	exec, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: 30 * time.Second, Retention: 24 * time.Hour})
-	if err != nil {
-		return err
-	}
-	// The same executor over a store without group commit, for
-	// comparison.
-	plain, err := pgstore.New(pool, &pgstore.Config{NoGroupCommit: true})
-	if err != nil {
-		return err
-	}
-	plainExec, err := pgstore.NewExecutor(plain, &idempotency.Config{LockTimeout: 30 * time.Second, Retention: 24 * time.Hour})
 	if err != nil {
 		return err
 	}
@@ -191,6 +185,55 @@ func run() error {
 		return err
 	}
 	if err := preparePeers(ctx, pool); err != nil {
+		return err
+	}
+	// The claim+complete paths that are compared with one another each
+	// write to a table of their own, seeded as the replays' table is:
+	// tables that all start at the same size and grow only by their own
+	// path's writes. Shared, the table of payonce's paths grew by those of
+	// five paths (pgbench's, both Do stores', at 8 and 64 callers) while
+	// each peer's grew by its own two, and paid for it in larger indexes
+	// and more frequent, longer autovacuums during its measurements.
+	cycleT, err := newCycleSchema(ctx, base, "payonce_bench_cycle", fp, true)
+	if err != nil {
+		return err
+	}
+	defer cycleT.pool.Close()
+	cyclePlainT, err := newCycleSchema(ctx, base, "payonce_bench_cycle_nogroup", fp, false)
+	if err != nil {
+		return err
+	}
+	defer cyclePlainT.pool.Close()
+	manyT, err := newCycleSchema(ctx, base, "payonce_bench_many", fp, true)
+	if err != nil {
+		return err
+	}
+	defer manyT.pool.Close()
+	manyPlainT, err := newCycleSchema(ctx, base, "payonce_bench_many_nogroup", fp, false)
+	if err != nil {
+		return err
+	}
+	defer manyPlainT.pool.Close()
+	rawT, err := newCycleSchema(ctx, base, "payonce_bench_raw", fp, false)
+	if err != nil {
+		return err
+	}
+	defer rawT.pool.Close()
+	noGroup := &pgstore.Config{NoGroupCommit: true}
+	cycleExec, err := newExecutor(cycleT.pool, nil)
+	if err != nil {
+		return err
+	}
+	plainExec, err := newExecutor(cyclePlainT.pool, noGroup)
+	if err != nil {
+		return err
+	}
+	manyExec, err := newExecutor(manyT.pool, nil)
+	if err != nil {
+		return err
+	}
+	manyPlainExec, err := newExecutor(manyPlainT.pool, noGroup)
+	if err != nil {
 		return err
 	}
 	cached, err := pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: 30 * time.Second, Retention: 24 * time.Hour,
@@ -211,6 +254,8 @@ func run() error {
 		return err
 	}
 	pgb := pgbench{bin: filepath.Join(bin, "pgbench"), url: libpqURL(dbURL), dir: tmp, fp: string(fp)}
+	pgbRaw := pgb
+	pgbRaw.url = libpqURL(rawT.url)
 
 	var version, settings string
 	_ = pool.QueryRow(ctx, `SELECT version()`).Scan(&version)
@@ -255,20 +300,20 @@ func run() error {
 	}
 	cycles := func(r int) {
 		checkpoint()
-		sdkCycle.samples = append(sdkCycle.samples, measure(d, newKeyWorker(exec, fp, fmt.Sprintf("c%d", r))))
+		sdkCycle.samples = append(sdkCycle.samples, measure(d, newKeyWorker(cycleExec, fp, fmt.Sprintf("c%d", r))))
 		checkpoint()
 		sdkCyclePlain.samples = append(sdkCyclePlain.samples, measure(d, newKeyWorker(plainExec, fp, fmt.Sprintf("n%d", r))))
 		for i, p := range peerList {
 			checkpoint()
-			peerCycle[i].samples = append(peerCycle[i].samples, measure(d, p.cycleWorker(pool, fp, fmt.Sprintf("q%d", r))))
+			peerCycle[i].samples = append(peerCycle[i].samples, measure(d, p.cycleWorker(cycleT.pool, fp, fmt.Sprintf("q%d", r))))
 		}
 		checkpoint()
-		manyCycle.samples = append(manyCycle.samples, measureN(d, manyCallers, newKeyWorker(exec, fp, fmt.Sprintf("hc%d", r))))
+		manyCycle.samples = append(manyCycle.samples, measureN(d, manyCallers, newKeyWorker(manyExec, fp, fmt.Sprintf("hc%d", r))))
 		checkpoint()
-		manyCyclePlain.samples = append(manyCyclePlain.samples, measureN(d, manyCallers, newKeyWorker(plainExec, fp, fmt.Sprintf("hn%d", r))))
+		manyCyclePlain.samples = append(manyCyclePlain.samples, measureN(d, manyCallers, newKeyWorker(manyPlainExec, fp, fmt.Sprintf("hn%d", r))))
 		for i, p := range peerList {
 			checkpoint()
-			manyPeer[i].samples = append(manyPeer[i].samples, measureN(d, manyCallers, p.cycleWorker(pool, fp, fmt.Sprintf("hq%d", r))))
+			manyPeer[i].samples = append(manyPeer[i].samples, measureN(d, manyCallers, p.cycleWorker(manyT.pool, fp, fmt.Sprintf("hq%d", r))))
 		}
 	}
 	// replays measures (c) and the peers' replays, one round.
@@ -309,7 +354,7 @@ func run() error {
 			continue
 		}
 		checkpoint()
-		s, err := pgb.run(ctx, cycle, d)
+		s, err := pgbRaw.run(ctx, cycle, d)
 		if err != nil {
 			return err
 		}
@@ -336,16 +381,21 @@ func run() error {
 	// Every claim, pgbench's included, must have been completed: a
 	// completion that matched no row would make the raw cycle cheaper than
 	// the real one.
-	var open int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_store WHERE status = 'PROCESSING'`).Scan(&open); err != nil {
-		return err
-	}
-	if open != 0 {
-		return fmt.Errorf("%d claims were never completed: the benchmark's statements are wrong", open)
-	}
-	for _, p := range peerList {
-		if n, err := p.open(ctx, pool); err != nil || n != 0 {
-			return fmt.Errorf("peer %s: %d claims never completed (%v)", p.name, n, err)
+	for _, t := range []cycleSchema{{pool: pool, peers: true}, cycleT, cyclePlainT, manyT, manyPlainT, rawT} {
+		var open int
+		if err := t.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_store WHERE status = 'PROCESSING'`).Scan(&open); err != nil {
+			return err
+		}
+		if open != 0 {
+			return fmt.Errorf("%d claims were never completed: the benchmark's statements are wrong", open)
+		}
+		if !t.peers {
+			continue
+		}
+		for _, p := range peerList {
+			if n, err := p.open(ctx, t.pool); err != nil || n != 0 {
+				return fmt.Errorf("peer %s: %d claims never completed (%v)", p.name, n, err)
+			}
 		}
 	}
 
@@ -460,6 +510,46 @@ func prepare(ctx context.Context, base string) (string, error) {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, `CREATE TABLE bench_orders (id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL, amount NUMERIC NOT NULL)`)
 	return u, err
+}
+
+// cycleSchema is a schema of its own for claim+complete paths: a migrated
+// idempotency_store seeded like the replays' table and, with peers, the
+// peers' tables seeded the same way, behind a pool of clients connections.
+type cycleSchema struct {
+	url   string
+	pool  *pgxpool.Pool
+	peers bool
+}
+
+// newCycleSchema creates schema afresh (see cycleSchema).
+func newCycleSchema(ctx context.Context, base, schema string, fp idempotency.Fingerprint, peers bool) (cycleSchema, error) {
+	u, err := localpg.FreshSchema(ctx, base, schema)
+	if err != nil {
+		return cycleSchema{}, err
+	}
+	pool, err := newPool(ctx, u)
+	if err != nil {
+		return cycleSchema{}, err
+	}
+	t := cycleSchema{url: u, pool: pool, peers: peers}
+	if err = seedReplays(ctx, pool, fp); err == nil && peers {
+		err = preparePeers(ctx, pool)
+	}
+	if err != nil {
+		pool.Close()
+		return cycleSchema{}, fmt.Errorf("schema %s: %w", schema, err)
+	}
+	return t, nil
+}
+
+// newExecutor is the bench's executor over a pgstore store on pool with
+// cfg: a 30 s lease, a day's retention.
+func newExecutor(pool *pgxpool.Pool, cfg *pgstore.Config) (*pgstore.Executor, error) {
+	store, err := pgstore.New(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return pgstore.NewExecutor(store, &idempotency.Config{LockTimeout: 30 * time.Second, Retention: 24 * time.Hour})
 }
 
 // libpqURL turns pgx's search_path parameter into libpq's options.
@@ -602,6 +692,7 @@ func measureN(d time.Duration, callers int, w worker) sample {
 	ctx := context.Background()
 	lat := make([][]time.Duration, callers)
 	var wg sync.WaitGroup
+	w0 := walStats()
 	c0, s0 := clientCPU(), time.Duration(0)
 	if serverCPU != nil {
 		s0 = serverCPU()
@@ -640,6 +731,7 @@ func measureN(d time.Duration, callers int, w worker) sample {
 	if serverCPU != nil {
 		s1 = serverCPU()
 	}
+	w1 := walStats()
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
@@ -650,6 +742,7 @@ func measureN(d time.Duration, callers int, w worker) sample {
 		if serverCPU != nil {
 			sm.server = (s1 - s0) / n
 		}
+		sm.wal, sm.fpi = float64(w1.bytes-w0.bytes)/float64(n), float64(w1.fpi-w0.fpi)/float64(n)
 	}
 	return sm
 }
