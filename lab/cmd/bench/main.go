@@ -141,6 +141,9 @@ func run() error {
 	ctx := context.Background()
 	seconds, rounds := envInt("BENCH_SECONDS", 5), envInt("BENCH_ROUNDS", 3)
 	d := time.Duration(seconds) * time.Second
+	// The Go paths compared with one another at 8 callers run in turn,
+	// in slices of a second (measureInterleaved).
+	slices := seconds
 	if os.Getenv("BENCH_ONLY") == "stores" {
 		fmt.Printf("machine: %d cores (GOMAXPROCS %d)\n", runtime.NumCPU(), runtime.GOMAXPROCS(0))
 		fmt.Printf("%d rounds of %s per path, %d clients, interleaved\n", rounds, d, clients)
@@ -263,7 +266,7 @@ func run() error {
 		WHERE name IN ('fsync','synchronous_commit','shared_buffers','wal_level','max_connections')`).Scan(&settings)
 	fmt.Printf("machine: %d cores (GOMAXPROCS %d), %s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), version)
 	fmt.Printf("server settings: %s\n", settings)
-	fmt.Printf("%d rounds of %s per path, %d clients, interleaved\n\n", rounds, d, clients)
+	fmt.Printf("%d rounds of %s per path, %d clients, interleaved; the Go paths compared at %d callers in turn, in slices of %s\n\n", rounds, d, clients, clients, d/time.Duration(slices))
 
 	// Each measured run starts right after a checkpoint, so that none of
 	// them pays for a checkpoint the previous one left (full-page writes,
@@ -299,13 +302,16 @@ func run() error {
 		manyPeer[i] = &series{name: fmt.Sprintf("(h) %s, %d callers", p.name, manyCallers)}
 	}
 	cycles := func(r int) {
-		checkpoint()
-		sdkCycle.samples = append(sdkCycle.samples, measure(d, newKeyWorker(cycleExec, fp, fmt.Sprintf("c%d", r))))
-		checkpoint()
-		sdkCyclePlain.samples = append(sdkCyclePlain.samples, measure(d, newKeyWorker(plainExec, fp, fmt.Sprintf("n%d", r))))
-		for i, p := range peerList {
-			checkpoint()
-			peerCycle[i].samples = append(peerCycle[i].samples, measure(d, p.cycleWorker(cycleT.pool, fp, fmt.Sprintf("q%d", r))))
+		// The paths at 8 callers, compared with one another, in turn.
+		ws := []worker{newKeyWorker(cycleExec, fp, fmt.Sprintf("c%d", r)), newKeyWorker(plainExec, fp, fmt.Sprintf("n%d", r))}
+		for _, p := range peerList {
+			ws = append(ws, p.cycleWorker(cycleT.pool, fp, fmt.Sprintf("q%d", r)))
+		}
+		got := measureInterleaved(d, slices, checkpoint, ws...)
+		sdkCycle.samples = append(sdkCycle.samples, got[0])
+		sdkCyclePlain.samples = append(sdkCyclePlain.samples, got[1])
+		for i := range peerList {
+			peerCycle[i].samples = append(peerCycle[i].samples, got[2+i])
 		}
 		checkpoint()
 		manyCycle.samples = append(manyCycle.samples, measureN(d, manyCallers, newKeyWorker(manyExec, fp, fmt.Sprintf("hc%d", r))))
@@ -323,11 +329,16 @@ func run() error {
 			return err
 		}
 		rawRead.samples = append(rawRead.samples, s)
-		pgxRead.samples = append(pgxRead.samples, measure(d, selectWorker(pool)))
-		sdkReplay.samples = append(sdkReplay.samples, measure(d, replayWorker(cached, fp)))
-		sdkReplayUncached.samples = append(sdkReplayUncached.samples, measure(d, replayWorker(exec, fp)))
-		for i, p := range peerList {
-			peerReplay[i].samples = append(peerReplay[i].samples, measure(d, p.replayWorker(pool, fp)))
+		ws := []worker{selectWorker(pool), replayWorker(cached, fp), replayWorker(exec, fp)}
+		for _, p := range peerList {
+			ws = append(ws, p.replayWorker(pool, fp))
+		}
+		got := measureInterleaved(d, slices, nil, ws...)
+		pgxRead.samples = append(pgxRead.samples, got[0])
+		sdkReplay.samples = append(sdkReplay.samples, got[1])
+		sdkReplayUncached.samples = append(sdkReplayUncached.samples, got[2])
+		for i := range peerList {
+			peerReplay[i].samples = append(peerReplay[i].samples, got[3+i])
 		}
 		return nil
 	}
@@ -689,6 +700,48 @@ func measure(d time.Duration, w worker) sample { return measureN(d, clients, w) 
 // measureN is measure with callers goroutines sharing the pool's clients
 // connections.
 func measureN(d time.Duration, callers int, w worker) sample {
+	var r rawRun
+	r.add(runFor(d, callers, w))
+	return r.sample()
+}
+
+// rawRun is what one or more measured runs of a path did: operations,
+// time, latencies, and the client's and server's CPU and the WAL written
+// over them.
+type rawRun struct {
+	ops            int
+	elapsed        time.Duration
+	lat            []time.Duration
+	client, server time.Duration
+	wal            walCounters
+}
+
+func (r *rawRun) add(x rawRun) {
+	r.ops += x.ops
+	r.elapsed += x.elapsed
+	r.lat = append(r.lat, x.lat...)
+	r.client += x.client
+	r.server += x.server
+	r.wal.bytes += x.wal.bytes
+	r.wal.fpi += x.wal.fpi
+}
+
+// sample summarizes r: throughput over its whole time, percentiles of
+// all its latencies, CPU and WAL per operation.
+func (r *rawRun) sample() sample {
+	sm := summarize(r.lat, r.elapsed)
+	if n := time.Duration(r.ops); n > 0 {
+		sm.client = r.client / n
+		if serverCPU != nil {
+			sm.server = r.server / n
+		}
+		sm.wal, sm.fpi = float64(r.wal.bytes)/float64(n), float64(r.wal.fpi)/float64(n)
+	}
+	return sm
+}
+
+// runFor runs w on callers goroutines for d.
+func runFor(d time.Duration, callers int, w worker) rawRun {
 	ctx := context.Background()
 	lat := make([][]time.Duration, callers)
 	var wg sync.WaitGroup
@@ -726,25 +779,44 @@ func measureN(d time.Duration, callers int, w worker) sample {
 		fmt.Fprintln(os.Stderr, "bench: worker failed:", failed)
 		os.Exit(1)
 	}
-	elapsed := time.Since(start)
+	r := rawRun{elapsed: time.Since(start)}
 	c1, s1 := clientCPU(), time.Duration(0)
 	if serverCPU != nil {
 		s1 = serverCPU()
 	}
 	w1 := walStats()
-	var all []time.Duration
 	for _, l := range lat {
-		all = append(all, l...)
+		r.lat = append(r.lat, l...)
 	}
-	sm := summarize(all, elapsed)
-	if n := time.Duration(len(all)); n > 0 {
-		sm.client = (c1 - c0) / n
-		if serverCPU != nil {
-			sm.server = (s1 - s0) / n
+	r.ops = len(r.lat)
+	r.client, r.server = c1-c0, s1-s0
+	r.wal = walCounters{bytes: w1.bytes - w0.bytes, fpi: w1.fpi - w0.fpi}
+	return r
+}
+
+// measureInterleaved measures the paths of ws for d each, on clients
+// goroutines, in slices of d/slices taken in turn (each slice after
+// before, when set; the order rotates from one slice to the next), and
+// returns one sample per path. This machine's speed drifts by a tenth
+// or more within a minute (other tenants of the host); paths measured
+// one after the other for their whole time each see a different machine,
+// paths measured in turn in short slices see the same one.
+func measureInterleaved(d time.Duration, slices int, before func(), ws ...worker) []sample {
+	runs := make([]rawRun, len(ws))
+	for sl := range slices {
+		for j := range ws {
+			i := (sl + j) % len(ws)
+			if before != nil {
+				before()
+			}
+			runs[i].add(runFor(d/time.Duration(slices), clients, ws[i]))
 		}
-		sm.wal, sm.fpi = float64(w1.bytes-w0.bytes)/float64(n), float64(w1.fpi-w0.fpi)/float64(n)
 	}
-	return sm
+	out := make([]sample, len(ws))
+	for i := range runs {
+		out[i] = runs[i].sample()
+	}
+	return out
 }
 
 func summarize(all []time.Duration, elapsed time.Duration) sample {
