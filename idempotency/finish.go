@@ -64,8 +64,27 @@ type finishCtx struct {
 // registers with the shared deadline and starts no goroutine), then from
 // the request's context.
 func (c *finishCtx) Value(key any) any {
+	if key == (finishingKey{}) {
+		return c
+	}
 	if v := c.Context.Value(key); v != nil {
 		return v
 	}
 	return c.values.Value(key)
+}
+
+// finishingKey finds a finishCtx under the values added to it (a span).
+type finishingKey struct{}
+
+// EndsOnlyAtDeadline reports whether ctx is one of the contexts in which an
+// Executor records an outcome or gives a lease back, or one that only adds
+// values to it (a span): such a context ends at its deadline (see
+// Config.FinishTimeout) and is never cancelled before. A store may then
+// bound its calls by that deadline alone instead of watching the context:
+// pgstore sets it on the connection, which spares pgx a callback per
+// statement. A context derived with a cancellation of its own reports
+// false.
+func EndsOnlyAtDeadline(ctx context.Context) bool {
+	f, ok := ctx.Value(finishingKey{}).(*finishCtx)
+	return ok && ctx.Done() == f.Done()
 }

@@ -59,3 +59,35 @@ func TestFinishContext(t *testing.T) {
 		t.Fatalf("ended with %v, derived %v; want DeadlineExceeded", a.Err(), context.Cause(derived))
 	}
 }
+
+// A store may bound a call by the deadline alone only when nothing can
+// cancel its context before: the executor's finishing context, and what
+// only adds values to it, but not what adds a cancellation or a deadline
+// of its own, nor any other context.
+func TestEndsOnlyAtDeadline(t *testing.T) {
+	t.Parallel()
+	f := &finishDeadlines{timeout: time.Minute}
+	fin := &finishCtx{Context: f.get(time.Now()), values: context.Background()}
+	cancelled, cancel := context.WithCancel(fin)
+	defer cancel()
+	shorter, cancel2 := context.WithTimeout(fin, time.Second)
+	defer cancel2()
+	other, cancel3 := context.WithDeadline(context.Background(), time.Now().Add(time.Minute))
+	defer cancel3()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		want bool
+	}{
+		{"finishing", fin, true},
+		{"finishing with a value (a span)", context.WithValue(fin, finishKey{}, "span-7"), true},
+		{"finishing with its own cancellation", cancelled, false},
+		{"finishing with a shorter deadline", shorter, false},
+		{"a deadline of its own", other, false},
+		{"background", context.Background(), false},
+	} {
+		if got := EndsOnlyAtDeadline(c.ctx); got != c.want {
+			t.Errorf("%s: EndsOnlyAtDeadline = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

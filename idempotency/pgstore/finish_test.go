@@ -55,3 +55,48 @@ func TestCompletionEndsAtFinishTimeout(t *testing.T) {
 		}
 	}
 }
+
+// A caller of Store.Complete with a context of its own keeps its power to
+// cancel the call: only the executor's finishing context, which nothing
+// cancels before its deadline, is bounded by the connection's deadline.
+func TestCompleteHonoursTheCallersCancellation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	fp, err := idempotency.NewFingerprint().String("order", "ord_2").Sum()
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := b.store.Claim(ctx, idempotency.ClaimParams{Scope: "cus_1", Key: "cus_1_cancelled", Fingerprint: fp,
+		LockTimeout: 30 * time.Second, Retention: time.Hour})
+	if err != nil || claim.State != idempotency.ClaimAcquired {
+		t.Fatalf("claim: %v %v", claim.State, err)
+	}
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM idempotency_store WHERE idempotency_key = $1 FOR UPDATE`, claim.Lease.Key); err != nil {
+		t.Fatal(err)
+	}
+	// A deadline far away, and a cancellation that comes first, once the
+	// completion waits for the lock.
+	cctx, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- b.store.Complete(cctx, claim.Lease, idempotency.Completion{Status: idempotency.StatusCompleted,
+			Response: idempotency.Response{Code: 201}, Retention: time.Hour})
+	}()
+	waitForLockWait(t, b.pool, tx)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Complete: %v, want an error matching context.Canceled", err)
+		}
+	case <-time.After(time.Minute): // a safety net: the test waits for Complete's return
+		t.Fatal("the cancellation did not end Complete")
+	}
+}

@@ -652,23 +652,23 @@ func (s *Store) Heartbeat(ctx context.Context, l idempotency.Lease, d time.Durat
 	return fenced(ctx, s.pool, "heartbeat", heartbeatSQL, l.Key, l.Scope, l.Version, d.Seconds())
 }
 
-// boundedPool runs a statement on a connection of pool within the
-// deadline of its context through the connection's own deadline, not
-// through the context: pgx watches a context that can end with a callback
-// registered for every statement (a handful of allocations, and a lock
-// that every completion of the executor shares, since they share their
-// deadlines), where the connection's deadline costs two updates of a
-// runtime timer. A statement past its deadline fails as it would with the
-// context: the connection is closed, and the error matches
-// context.DeadlineExceeded. Its context's values still reach pgx (its
-// tracer). It is what the executor's completions run through: their
-// context ends only at its deadline (FinishTimeout), never by
-// cancellation.
+// boundedPool runs a statement whose context ends only at its deadline
+// (idempotency.EndsOnlyAtDeadline: the executor's completions, bounded by
+// FinishTimeout) on a connection of pool within that deadline, through
+// the connection's own deadline, not through the context: pgx watches a
+// context that can end with a callback registered for every statement (a
+// handful of allocations, and a lock that every completion of the
+// executor shares, since they share their deadlines), where the
+// connection's deadline costs two updates of a runtime timer. A statement
+// past its deadline fails as it would with the context: the connection is
+// closed, and the error matches context.DeadlineExceeded. Its context's
+// values still reach pgx (its tracer). Any other context (a caller's of
+// Store.Complete, which may cancel it) goes to pgx as it is.
 type boundedPool struct{ pool *pgxpool.Pool }
 
 func (b boundedPool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	deadline, ok := ctx.Deadline()
-	if !ok {
+	if !ok || !idempotency.EndsOnlyAtDeadline(ctx) {
 		return b.pool.Exec(ctx, sql, args...)
 	}
 	c, err := b.pool.Acquire(ctx)
