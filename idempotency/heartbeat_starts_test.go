@@ -9,11 +9,13 @@ import (
 	"time"
 )
 
-// beatStore grants every claim and counts the heartbeats of each key.
+// beatStore grants every claim, counts the heartbeats of each key, and
+// closes a key's channel in first at its first heartbeat.
 type beatStore struct {
 	Store // nil: the executor calls none of the others here
 	mu    sync.Mutex
 	beats map[string]int
+	first map[string]chan struct{}
 }
 
 func (s *beatStore) Claim(_ context.Context, p ClaimParams) (Claim, error) {
@@ -23,8 +25,12 @@ func (s *beatStore) Complete(context.Context, Lease, Completion) error { return 
 func (s *beatStore) Release(context.Context, Lease) error              { return nil }
 func (s *beatStore) Heartbeat(_ context.Context, l Lease, _ time.Duration) error {
 	s.mu.Lock()
-	s.beats[l.Key]++
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if s.beats[l.Key]++; s.beats[l.Key] == 1 {
+		if ch, ok := s.first[l.Key]; ok {
+			close(ch)
+		}
+	}
 	return nil
 }
 
@@ -34,7 +40,10 @@ func (s *beatStore) Heartbeat(_ context.Context, l Lease, _ time.Duration) error
 // ended before, and holds no action once they all ended.
 func TestHeartbeatQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &beatStore{beats: map[string]int{}}
+		store := &beatStore{beats: map[string]int{}, first: map[string]chan struct{}{}}
+		for i := range 4 {
+			store.first[fmt.Sprintf("long%d", i)] = make(chan struct{})
+		}
 		e, err := New(store, &Config{LockTimeout: 30 * time.Second, HeartbeatInterval: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -52,17 +61,10 @@ func TestHeartbeatQueue(t *testing.T) {
 			wg.Go(func() {
 				time.Sleep(time.Duration(i) * 3 * time.Second)
 				started := time.Now()
-				do(fmt.Sprintf("long%d", i), func(ctx context.Context) (Response, error) {
-					for {
-						store.mu.Lock()
-						n := store.beats[fmt.Sprintf("long%d", i)]
-						store.mu.Unlock()
-						if n > 0 {
-							break
-						}
-						time.Sleep(time.Second)
-					}
-					if took := time.Since(started); took < 10*time.Second || took > 11*time.Second {
+				key := fmt.Sprintf("long%d", i)
+				do(key, func(ctx context.Context) (Response, error) {
+					<-store.first[key]
+					if took := time.Since(started); took != 10*time.Second {
 						t.Errorf("long%d: first heartbeat after %s, want 10s", i, took)
 					}
 					return Response{Code: 200}, nil

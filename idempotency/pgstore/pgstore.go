@@ -267,6 +267,11 @@ func (s *Store) observe(found bool) {
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // dbtx is what both a pool and a transaction offer.
+// execer is what fenced needs of a pool, a transaction or boundedPool.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
 type dbtx interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -693,11 +698,7 @@ func (b boundedPool) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 	return tag, err
 }
 
-func (b boundedPool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return b.pool.QueryRow(ctx, sql, args...)
-}
-
-func fenced(ctx context.Context, db dbtx, op, sql string, args ...any) error {
+func fenced(ctx context.Context, db execer, op, sql string, args ...any) error {
 	tag, err := db.Exec(ctx, sql, args...)
 	if err != nil {
 		return translate(op, err)
