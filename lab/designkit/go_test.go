@@ -21,6 +21,12 @@ var goScenarios = []string{
 	"HolderKilledReclaimed", "ExpiredKeyIsNew", "OtherScopeIsolated", "StoreDownFailsClosed",
 }
 
+// goConsumerScenarios are the scenarios D6 runs for a consumer that the
+// inbox handles on PostgreSQL (the others say why they are not generated).
+var goConsumerScenarios = []string{
+	"ReplaysSameKey", "ConcurrentSameKeyOneEffect", "DifferentFieldsRefused", "ExpiredKeyIsNew", "StoreDownFailsClosed",
+}
+
 // TestGoKits builds the Go deliverables of Go stacks (D3, D4 and D6, as
 // `payonce design --code` writes them) in a module that uses payonce from
 // this repository, and runs D6's scenario tests against the answers'
@@ -31,13 +37,13 @@ func TestGoKits(t *testing.T) {
 	r := root(t)
 	design := filepath.Join(r, "cmd", "payonce", "internal", "design", "testdata")
 	cases := []struct {
-		name, answers string
-		routes        []string
-		env           func(t *testing.T) []string
+		name, answers     string
+		routes, consumers []string
+		env               func(t *testing.T) []string
 	}{
-		{"go-chi-redis", filepath.Join(design, "stacks", "go-chi-redis.yaml"), []string{"CreateTransfer", "SendNotification"},
+		{"go-chi-redis", filepath.Join(design, "stacks", "go-chi-redis.yaml"), []string{"CreateTransfer", "SendNotification"}, nil,
 			func(t *testing.T) []string { return []string{"REDIS_URL=redis://" + redistest.Addr(t) + "/0"} }},
-		{"checkout-postgres", filepath.Join(design, "checkout.yaml"), []string{"Inventory"},
+		{"checkout-postgres", filepath.Join(design, "checkout.yaml"), []string{"Inventory"}, []string{"Webhook"},
 			func(t *testing.T) []string { return []string{"DATABASE_URL=" + pgtest.SchemaURL(t)} }},
 	}
 	for _, tc := range cases {
@@ -60,6 +66,13 @@ func TestGoKits(t *testing.T) {
 				for _, sc := range goScenarios {
 					if !strings.Contains(out, "--- PASS: Test"+rt+sc+" ") {
 						t.Errorf("Test%s%s did not pass:\n%s", rt, sc, out)
+					}
+				}
+			}
+			for _, c := range tc.consumers {
+				for _, sc := range goConsumerScenarios {
+					if !strings.Contains(out, "--- PASS: Test"+c+sc+" ") {
+						t.Errorf("Test%s%s did not pass:\n%s", c, sc, out)
 					}
 				}
 			}

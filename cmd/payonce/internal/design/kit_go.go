@@ -544,8 +544,26 @@ func testSkeletonGo(d *Document) string {
 				continue // provider and saga scenarios: not on this route
 			}
 			par := "\tt.Parallel()\n"
-			fmt.Fprintf(&tests, "\n// %s: %s.\n// Expect: %s. Verifies: %s.\nfunc Test%s%s(t *testing.T) {\n%s%s}\n",
-				upper(s.Scenario), s.Scenario, s.Expectation, s.Verifies, n, s.Test, par, b)
+			fmt.Fprintf(&tests, "\n// %s.\n// Expect: %s. Verifies: %s.\nfunc Test%s%s(t *testing.T) {\n%s%s}\n",
+				upper(s.Scenario), s.Expectation, s.Verifies, n, s.Test, par, b)
+		}
+	}
+	consumers := inboxConsumers(d)
+	generated := map[string]bool{}
+	if len(consumers) > 0 {
+		imports[`"context"`], imports[`"errors"`] = true, true
+		imports[`"github.com/jackc/pgx/v5"`], imports[`"github.com/payonce/payonce/idempotency/inbox"`] = true, true
+		imports[`"github.com/payonce/payonce/idempotency/pgstore"`] = true
+		tests.WriteString(goInboxHelpers)
+	}
+	for _, x := range consumers {
+		sc := consumerScenarios(d, x)
+		for _, s := range scenarios(d) {
+			if c, ok := sc[s.Test]; ok {
+				generated["Test"+goName(x.Name)+s.Test] = true
+				fmt.Fprintf(&tests, "\n// %s, for a message: %s. Verifies: %s.\nfunc Test%s%s(t *testing.T) {\n\tt.Parallel()\n%s}\n",
+					upper(s.Scenario), c[0], s.Verifies, goName(x.Name), s.Test, c[1])
+			}
 		}
 	}
 	var notes []string
@@ -558,9 +576,14 @@ func testSkeletonGo(d *Document) string {
 			switch {
 			case (sc.Test == "LostProviderAnswer" || sc.Test == "ProviderTimeoutPending") && x.Provider == "":
 			case strings.HasPrefix(sc.Test, "Saga") && !x.MultiStep():
+			case generated["Test"+goName(x.Name)+sc.Test]:
 			default:
 				names = append(names, "Test"+goName(x.Name)+sc.Test)
 			}
+		}
+		if x.Kind != "http" && len(consumers) > 0 {
+			notes = append(notes, fmt.Sprintf("%s is a %s handled by Consume through the inbox: its scenarios below deliver one message twice, concurrently, with other significant fields, after its record expired and with the database gone. Not generated: %s (a message's other fields are not Consume's parameters, so they cannot change its fingerprint; its scope is its source; a killed consumer's transaction rolls back with its connection)", x.Name, x.Kind, strings.Join(names, ", ")))
+			continue
 		}
 		if x.Kind == "http" {
 			notes = append(notes, fmt.Sprintf("%s goes through payments.Client, not Protect: not generated here. Its scenarios (%s) are payonce's own tests of payments.Client and the saga package, run against each provider's fake (payonce's payments/, saga/ and providers/providertest); write yours against your provider's test mode", x.Name, strings.Join(names, ", ")))
@@ -601,6 +624,191 @@ func testSkeletonGo(d *Document) string {
 	}
 	return strings.TrimRight(out, "\n")
 }
+
+// inboxConsumers are the consumers D3 handles with the inbox in the
+// message's transaction (a PostgreSQL store): D6 tests them.
+func inboxConsumers(d *Document) []ActionPlan {
+	if d.Store != StorePostgres {
+		return nil
+	}
+	var out []ActionPlan
+	for _, x := range d.Actions {
+		if x.Kind != "http" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// consumerScenarios are D6's tests of consumer x (handled by D3's Consume
+// through the inbox), by section 11's scenario names.
+//
+// Each is the expectation for a message (section 11 words it for a
+// request) and the test's body.
+func consumerScenarios(d *Document, x ActionPlan) map[string][2]string {
+	var all []ActionPlan
+	for _, c := range d.Actions {
+		if c.Kind != "http" {
+			all = append(all, c)
+		}
+	}
+	fn, _, _, _ := consumeFunc(all, x)
+	n := goName(x.Name)
+	ids := "id"
+	if strings.Contains(strings.ToLower(d.Answers.Stack.Broker), "kafka") {
+		ids = "id, 0, 1" // the topic is the test's own
+	}
+	fields, other := "", ""
+	if len(x.Fields) > 0 {
+		var kv, kv2 []string
+		for i, f := range x.Fields {
+			v, v2 := fmt.Sprintf("%q", "v-"+f), fmt.Sprintf("%q", "v-"+f)
+			if strings.Contains(f, "qty") || strings.Contains(f, "quantity") {
+				v, v2 = "1", "1"
+			}
+			if i == 0 {
+				v2 = fmt.Sprintf("%q", "other-"+f)
+				if v == "1" {
+					v2 = "2"
+				}
+			}
+			kv, kv2 = append(kv, goName(f)+": "+v), append(kv2, goName(f)+": "+v2)
+		}
+		fields = ", " + n + "Fields{" + strings.Join(kv, ", ") + "}"
+		other = ", " + n + "Fields{" + strings.Join(kv2, ", ") + "}"
+	}
+	call := func(in, flds, handle string) string {
+		return fmt.Sprintf("%s(context.Background(), %s, %s%s, %s)", fn, in, ids, flds, handle)
+	}
+	sc := map[string][2]string{}
+	sc["ReplaysSameKey"] = [2]string{"the message delivered twice: one committed effect, both deliveries acknowledged", fmt.Sprintf(`	in, pool := testInbox(t, nil)
+	id := newKey(t)
+	for i := range 2 {
+		if ack, err := %s; err != nil || !ack {
+			t.Fatalf("delivery %%d: ack %%v, %%v; want it acknowledged", i+1, ack, err)
+		}
+	}
+	if n := effects(t, pool, id); n != 1 {
+		t.Errorf("one message delivered twice committed %%d effects, want one", n)
+	}
+`, call("in", fields, "effect(id)"))}
+	sc["ConcurrentSameKeyOneEffect"] = [2]string{"20 concurrent deliveries: one committed effect; a delivery that finds the message held is left to redelivery (no ack), and the redelivery is acknowledged", fmt.Sprintf(`	in, pool := testInbox(t, nil)
+	id := newKey(t)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			// Another consumer holding the message: not acknowledged, left to
+			// the broker's redelivery.
+			if ack, err := %[1]s; ack && err != nil {
+				t.Errorf("acknowledged with an error: %%v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if ack, err := %[1]s; err != nil || !ack {
+		t.Fatalf("the redelivery after the storm: ack %%v, %%v; want it acknowledged", ack, err)
+	}
+	if n := effects(t, pool, id); n != 1 {
+		t.Errorf("20 concurrent deliveries of one message committed %%d effects, want one", n)
+	}
+`, call("in", fields, "effect(id)"))}
+	if other != "" {
+		sc["DifferentFieldsRefused"] = [2]string{"its id again with another significant field: poison (acknowledged, ErrFingerprintMismatch), never applied; the first effect stands", fmt.Sprintf(`	in, pool := testInbox(t, nil)
+	id := newKey(t)
+	if ack, err := %s; err != nil || !ack {
+		t.Fatalf("first delivery: ack %%v, %%v", ack, err)
+	}
+	ack, err := %s
+	if !errors.Is(err, idempotency.ErrFingerprintMismatch) || !ack {
+		t.Errorf("the same message id with another %s: ack %%v, %%v; want it acknowledged as poison (ErrFingerprintMismatch)", ack, err)
+	}
+	if n := effects(t, pool, id); n != 1 {
+		t.Errorf("%%d effects after the refusal, want the first one only", n)
+	}
+`, call("in", fields, "effect(id)"), call("in", other, "effect(id)"), x.Fields[0])}
+	}
+	sc["ExpiredKeyIsNew"] = [2]string{"a redelivery after the record's retention: handled as a new message, once", fmt.Sprintf(`	in, pool := testInbox(t, &inbox.Config{LockTimeout: time.Second, Retention: 2 * time.Second})
+	id := newKey(t)
+	// A duplicate until the record expires; then handled as a new message.
+	deadline := time.Now().Add(time.Minute)
+	for effects(t, pool, id) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still %%d effects a minute after a 2s retention, want a second run once it expired", effects(t, pool, id))
+		}
+		if ack, err := %[1]s; err != nil || !ack {
+			t.Fatalf("ack %%v, %%v", ack, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition, with a deadline
+	}
+	if n := effects(t, pool, id); n != 2 {
+		t.Errorf("%%d effects, want 2: one per life of the record", n)
+	}
+`, call("in", fields, "effect(id)"))}
+	sc["StoreDownFailsClosed"] = [2]string{"the database unreachable: not acknowledged, an error, and the handler never runs", fmt.Sprintf(`	in, pool := testInbox(t, nil)
+	id := newKey(t)
+	pool.Close()
+	var ran atomic.Bool
+	ack, err := %s
+	if err == nil || ack || ran.Load() {
+		t.Errorf("database unreachable: ack %%v, %%v, handler ran %%v; want no ack, an error and no effect", ack, err, ran.Load())
+	}
+`, call("in", fields, "func(context.Context, pgx.Tx) error { ran.Store(true); return nil }"))}
+	return sc
+}
+
+// goInboxHelpers are D6's helpers for consumers handled by the inbox.
+const goInboxHelpers = `
+var (
+	effectsOnce sync.Once
+	effectsErr  error
+)
+
+// testInbox is an inbox on the test database, and its pool. Effects are
+// rows of d6_effects, written by the handler in the message's transaction.
+func testInbox(t *testing.T, cfg *inbox.Config) (*inbox.Inbox[pgx.Tx], *pgxpool.Pool) {
+	t.Helper()
+	pool := testPool(t)
+	effectsOnce.Do(func() {
+		_, effectsErr = pool.Exec(context.Background(), "CREATE TABLE IF NOT EXISTS d6_effects (message TEXT NOT NULL)")
+	})
+	if effectsErr != nil {
+		t.Fatal(effectsErr)
+	}
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := inbox.New(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in, pool
+}
+
+// effect stands in for your handler: one row per run, in the message's
+// transaction (the effect the scenarios count).
+func effect(message string) func(context.Context, pgx.Tx) error {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO d6_effects (message) VALUES ($1)", message)
+		return err
+	}
+}
+
+// effects counts the committed effects of message.
+func effects(t *testing.T, pool *pgxpool.Pool, message string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM d6_effects WHERE message = $1", message).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+`
 
 func lower(s string) string { return strings.ToLower(s[:1]) + s[1:] }
 func upper(s string) string { return strings.ToUpper(s[:1]) + s[1:] }

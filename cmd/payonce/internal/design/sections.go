@@ -619,11 +619,7 @@ func middlewareGo(d *Document) string {
 	if len(consumers) > 0 {
 		broker := strings.ToLower(d.Answers.Stack.Broker)
 		imports[`"context"`] = true
-		x := consumers[0]
-		var names []string
-		for _, c := range consumers {
-			names = append(names, c.Name)
-		}
+		imports[`"github.com/payonce/payonce/idempotency/inbox"`] = true
 		idArgs, idDoc := "id string", "id is the message's stable identity: a business id set by the producer, never a delivery time or counter"
 		idExpr := "inbox.MessageID(id)"
 		if strings.Contains(broker, "kafka") {
@@ -634,17 +630,14 @@ func middlewareGo(d *Document) string {
 		} else if strings.Contains(broker, "rabbit") || strings.Contains(broker, "amqp") {
 			idDoc = "RabbitMQ: the message id the producer sets (or a business id), never the delivery tag"
 		}
-		fp := "idempotency.NewFingerprint().String(\"action\", " + fmt.Sprintf("%q", x.Name) + ").Sum()"
-		if len(x.Fields) > 0 {
-			fp = "idempotency.NewFingerprint().Bytes(\"payload\", payload).Sum() // or its significant fields: " + strings.Join(x.Fields, ", ")
-		}
-		if pg && d.Store == StorePostgres {
-			imports[`"github.com/jackc/pgx/v5"`] = true
-			imports[`"github.com/payonce/payonce/idempotency/inbox"`] = true
-			fmt.Fprintf(&extra, "\n// Consume handles one delivery of %s: inbox.HandleTx runs the handler in the\n// transaction that records the message as processed, so a redelivery finds\n// the effect committed or nothing. %s.\n// No provider call inside that transaction: a payment is made through\n// payments.Client, keyed by the message, after the commit.\nfunc Consume(ctx context.Context, in *inbox.Inbox[pgx.Tx], %s, payload []byte) (ack bool, err error) {\n\tfp, err := %s\n\tif err != nil {\n\t\treturn false, err\n\t}\n\tout, err := in.HandleTx(ctx, inbox.Message{Source: %q, ID: %s, Fingerprint: fp},\n\t\tfunc(ctx context.Context, tx pgx.Tx, m inbox.Message) error {\n\t\t\t_, err := tx.Exec(ctx, \"SELECT 1\") // your writes, in tx\n\t\t\treturn err\n\t\t})\n\treturn out.Ack(), err\n}\n", strings.Join(names, ", "), idDoc, idArgs, fp, x.Name, idExpr)
-		} else {
-			imports[`"github.com/payonce/payonce/idempotency/inbox"`] = true
-			fmt.Fprintf(&extra, "\n// Consume handles one delivery of %s through the executor with a key derived\n// from the message: %s. %s is not transactional with your\n// writes: each must be idempotent by itself (section 5).\nfunc Consume(ctx context.Context, exec *idempotency.Executor, tenant string, %s, payload []byte, work idempotency.Action) error {\n\tfp, err := %s\n\tif err != nil {\n\t\treturn err\n\t}\n\tkey, err := idempotency.ComposeKey(tenant, %q, %s)\n\tif err != nil {\n\t\treturn err\n\t}\n\t_, err = exec.Do(ctx, idempotency.Request{Scope: tenant, Key: key, Fingerprint: fp}, work)\n\treturn err\n}\n", strings.Join(names, ", "), idDoc, storeNameOr(d.Store), idArgs, fp, x.Name, idExpr)
+		for _, x := range consumers {
+			fn, fields, fp, fieldsDoc := consumeFunc(consumers, x)
+			if pg && d.Store == StorePostgres {
+				imports[`"github.com/jackc/pgx/v5"`] = true
+				fmt.Fprintf(&extra, "\n// %s handles one delivery of %s: inbox.HandleTx runs handle in the\n// transaction that records the message as processed, so a redelivery finds\n// the effect committed or nothing. %s.%s\n// No provider call inside that transaction: a payment is made through\n// payments.Client, keyed by the message, after the commit.\nfunc %s(ctx context.Context, in *inbox.Inbox[pgx.Tx], %s%s, handle func(ctx context.Context, tx pgx.Tx) error) (ack bool, err error) {\n\tfp, err := %s\n\tif err != nil {\n\t\treturn false, err\n\t}\n\tout, err := in.HandleTx(ctx, inbox.Message{Source: %q, ID: %s, Fingerprint: fp},\n\t\tfunc(ctx context.Context, tx pgx.Tx, _ inbox.Message) error { return handle(ctx, tx) }) // your writes, in tx\n\treturn out.Ack(), err\n}\n", fn, x.Name, idDoc, fieldsDoc, fn, idArgs, fields, fp, x.Name, idExpr)
+			} else {
+				fmt.Fprintf(&extra, "\n// %s handles one delivery of %s through the executor with a key derived\n// from the message: %s.%s %s is not transactional with your\n// writes: each must be idempotent by itself (section 5).\nfunc %s(ctx context.Context, exec *idempotency.Executor, tenant string, %s%s, work idempotency.Action) error {\n\tfp, err := %s\n\tif err != nil {\n\t\treturn err\n\t}\n\tkey, err := idempotency.ComposeKey(tenant, %q, %s)\n\tif err != nil {\n\t\treturn err\n\t}\n\t_, err = exec.Do(ctx, idempotency.Request{Scope: tenant, Key: key, Fingerprint: fp}, work)\n\treturn err\n}\n", fn, x.Name, idDoc, fieldsDoc, storeNameOr(d.Store), fn, idArgs, fields, fp, x.Name, idExpr)
+			}
 		}
 	}
 	var std, ext []string
@@ -673,6 +666,22 @@ func middlewareGo(d *Document) string {
 		return strings.TrimRight(string(src), "\n")
 	}
 	return strings.TrimRight(s.String(), "\n")
+}
+
+// consumeFunc names the Consume function of consumer x (Consume when it is
+// the only one, Consume<Name> otherwise) and gives its significant fields'
+// parameter, its fingerprint call (D4's) and what the doc says of them.
+func consumeFunc(consumers []ActionPlan, x ActionPlan) (fn, fields, fp, doc string) {
+	n := goName(x.Name)
+	fn = "Consume"
+	if len(consumers) > 1 {
+		fn += n
+	}
+	if len(x.Fields) == 0 {
+		return fn, "", n + "Fingerprint()", ""
+	}
+	return fn, ", fields " + n + "Fields", n + "Fingerprint(fields)",
+		"\n// fields are the message's significant fields (" + strings.Join(x.Fields, ", ") + "), decoded from its\n// payload: a redelivery that differs in anything else (a timestamp, a trace\n// id) is a duplicate; one that differs in these is poison, never applied."
 }
 
 // fingerprintGo is D4 for Go stacks: a file of package yourservice with
