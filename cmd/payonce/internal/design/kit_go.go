@@ -332,9 +332,17 @@ const holderLease = 2 * time.Second
 // no completion, its lease left to end.
 func killHolder(t *testing.T, user, key, method, path, body string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$")
-	cmd.Env = append(os.Environ(), "YOURSERVICE_HOLDER_KEY="+key, "YOURSERVICE_HOLDER_USER="+user,
+	killHelper(t, "^TestHelperHolder$", "YOURSERVICE_HOLDER_KEY="+key, "YOURSERVICE_HOLDER_USER="+user,
 		"YOURSERVICE_HOLDER_METHOD="+method, "YOURSERVICE_HOLDER_PATH="+path, "YOURSERVICE_HOLDER_BODY="+body)
+}
+
+// killHelper runs the helper test named by run in another process of this
+// test binary, with env, waits until it prints "claimed" and kills it
+// (SIGKILL).
+func killHelper(t *testing.T, run string, env ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+run)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -358,12 +366,12 @@ func killHolder(t *testing.T, user, key, method, path, body string) {
 		if !ok {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			t.Fatal("the holder process ended before it claimed the key")
+			t.Fatalf("the helper process %s ended before it claimed", run)
 		}
 	case <-time.After(time.Minute):
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		t.Fatal("the holder process did not claim the key within a minute")
+		t.Fatalf("the helper process %s did not claim within a minute", run)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -557,11 +565,12 @@ func testSkeletonGo(d *Document) string {
 		tests.WriteString(goInboxHelpers)
 	}
 	for _, x := range consumers {
+		fmt.Fprintf(&tests, consumerHelperGo, goName(x.Name), consumerCall(d, x, "func(ctx context.Context, tx pgx.Tx) error {\n\t\tif err := effect(id)(ctx, tx); err != nil {\n\t\t\treturn err\n\t\t}\n\t\tfmt.Println(\"claimed\")\n\t\tselect {} // killed here, the message's transaction open\n\t}"))
 		sc := consumerScenarios(d, x)
 		for _, s := range scenarios(d) {
 			if c, ok := sc[s.Test]; ok {
 				generated["Test"+goName(x.Name)+s.Test] = true
-				fmt.Fprintf(&tests, "\n// %s, for a message: %s. Verifies: %s.\nfunc Test%s%s(t *testing.T) {\n\tt.Parallel()\n%s}\n",
+				fmt.Fprintf(&tests, "\n// %s. For a message: %s. Verifies: %s.\nfunc Test%s%s(t *testing.T) {\n\tt.Parallel()\n%s}\n",
 					upper(s.Scenario), c[0], s.Verifies, goName(x.Name), s.Test, c[1])
 			}
 		}
@@ -582,7 +591,7 @@ func testSkeletonGo(d *Document) string {
 			}
 		}
 		if x.Kind != "http" && len(consumers) > 0 {
-			notes = append(notes, fmt.Sprintf("%s is a %s handled by Consume through the inbox: its scenarios below deliver one message twice, concurrently, with other significant fields, after its record expired and with the database gone. Not generated: %s (a message's other fields are not Consume's parameters, so they cannot change its fingerprint; its scope is its source; a killed consumer's transaction rolls back with its connection)", x.Name, x.Kind, strings.Join(names, ", ")))
+			notes = append(notes, fmt.Sprintf("%s is a %s handled by Consume through the inbox: its scenarios below deliver one message twice, concurrently, with other significant fields, after a consumer process was killed mid-handler, after its record expired and with the database gone. Not generated: %s (a message's other fields are not Consume's parameters, so they cannot change its fingerprint; its scope is its source)", x.Name, x.Kind, strings.Join(names, ", ")))
 			continue
 		}
 		if x.Kind == "http" {
@@ -646,40 +655,9 @@ func inboxConsumers(d *Document) []ActionPlan {
 // Each is the expectation for a message (section 11 words it for a
 // request) and the test's body.
 func consumerScenarios(d *Document, x ActionPlan) map[string][2]string {
-	var all []ActionPlan
-	for _, c := range d.Actions {
-		if c.Kind != "http" {
-			all = append(all, c)
-		}
-	}
-	fn, _, _, _ := consumeFunc(all, x)
 	n := goName(x.Name)
-	ids := "id"
-	if strings.Contains(strings.ToLower(d.Answers.Stack.Broker), "kafka") {
-		ids = "id, 0, 1" // the topic is the test's own
-	}
-	fields, other := "", ""
-	if len(x.Fields) > 0 {
-		var kv, kv2 []string
-		for i, f := range x.Fields {
-			v, v2 := fmt.Sprintf("%q", "v-"+f), fmt.Sprintf("%q", "v-"+f)
-			if strings.Contains(f, "qty") || strings.Contains(f, "quantity") {
-				v, v2 = "1", "1"
-			}
-			if i == 0 {
-				v2 = fmt.Sprintf("%q", "other-"+f)
-				if v == "1" {
-					v2 = "2"
-				}
-			}
-			kv, kv2 = append(kv, goName(f)+": "+v), append(kv2, goName(f)+": "+v2)
-		}
-		fields = ", " + n + "Fields{" + strings.Join(kv, ", ") + "}"
-		other = ", " + n + "Fields{" + strings.Join(kv2, ", ") + "}"
-	}
-	call := func(in, flds, handle string) string {
-		return fmt.Sprintf("%s(context.Background(), %s, %s%s, %s)", fn, in, ids, flds, handle)
-	}
+	fields, other := consumerFields(x), consumerOtherFields(x)
+	call := func(in, flds, handle string) string { return consumeCall(d, x, in, flds, handle) }
 	sc := map[string][2]string{}
 	sc["ReplaysSameKey"] = [2]string{"the message delivered twice: one committed effect, both deliveries acknowledged", fmt.Sprintf(`	in, pool := testInbox(t, nil)
 	id := newKey(t)
@@ -749,6 +727,18 @@ func consumerScenarios(d *Document, x ActionPlan) map[string][2]string {
 		t.Errorf("%%d effects, want 2: one per life of the record", n)
 	}
 `, call("in", fields, "effect(id)"))}
+	sc["HolderKilledReclaimed"] = [2]string{"the consumer's process killed mid-handler, its effect written but not committed: the effect rolls back with its connection, and the redelivery handles the message once", fmt.Sprintf(`	in, pool := testInbox(t, nil)
+	id := newKey(t)
+	killHelper(t, "^TestHelperConsumer%[1]s$", "YOURSERVICE_CONSUMER_ID="+id)
+	for i := range 2 {
+		if ack, err := %[2]s; err != nil || !ack {
+			t.Fatalf("delivery %%d after the kill: ack %%v, %%v; want it acknowledged", i+1, ack, err)
+		}
+	}
+	if n := effects(t, pool, id); n != 1 {
+		t.Errorf("%%d effects after a killed consumer and two redeliveries, want one", n)
+	}
+`, n, call("in", fields, "effect(id)"))}
 	sc["StoreDownFailsClosed"] = [2]string{"the database unreachable: not acknowledged, an error, and the handler never runs", fmt.Sprintf(`	in, pool := testInbox(t, nil)
 	id := newKey(t)
 	pool.Close()
@@ -760,6 +750,75 @@ func consumerScenarios(d *Document, x ActionPlan) map[string][2]string {
 `, call("in", fields, "func(context.Context, pgx.Tx) error { ran.Store(true); return nil }"))}
 	return sc
 }
+
+// consumeCall is D3's Consume of consumer x called with inbox in, the
+// message id (the test's id; under Kafka, the topic, partition 0 and
+// offset 1), significant fields flds and handler handle.
+func consumeCall(d *Document, x ActionPlan, in, flds, handle string) string {
+	var all []ActionPlan
+	for _, c := range d.Actions {
+		if c.Kind != "http" {
+			all = append(all, c)
+		}
+	}
+	fn, _, _, _ := consumeFunc(all, x)
+	ids := "id"
+	if strings.Contains(strings.ToLower(d.Answers.Stack.Broker), "kafka") {
+		ids = "id, 0, 1" // the topic is the test's own
+	}
+	return fmt.Sprintf("%s(context.Background(), %s, %s%s, %s)", fn, in, ids, flds, handle)
+}
+
+// consumerFields is the literal of consumer x's significant fields in the
+// scenarios (", XFields{...}"; empty without fields), and
+// consumerOtherFields the same with its first field changed.
+func consumerFields(x ActionPlan) string { return fieldsLiteral(x, false) }
+
+func consumerOtherFields(x ActionPlan) string { return fieldsLiteral(x, true) }
+
+func fieldsLiteral(x ActionPlan, other bool) string {
+	if len(x.Fields) == 0 {
+		return ""
+	}
+	var kv []string
+	for i, f := range x.Fields {
+		v := fmt.Sprintf("%q", "v-"+f)
+		num := strings.Contains(f, "qty") || strings.Contains(f, "quantity")
+		if num {
+			v = "1"
+		}
+		if other && i == 0 {
+			v = fmt.Sprintf("%q", "other-"+f)
+			if num {
+				v = "2"
+			}
+		}
+		kv = append(kv, goName(f)+": "+v)
+	}
+	return ", " + goName(x.Name) + "Fields{" + strings.Join(kv, ", ") + "}"
+}
+
+// consumerCall is consumeCall with the scenarios' significant fields.
+func consumerCall(d *Document, x ActionPlan, handle string) string {
+	return consumeCall(d, x, "in", consumerFields(x), handle)
+}
+
+// consumerHelperGo is the consumer process that a consumer's
+// HolderKilledReclaimed test kills (%[1]s its Go name, %[2]s its Consume
+// call).
+const consumerHelperGo = `
+// TestHelperConsumer%[1]s is the consumer that Test%[1]sHolderKilledReclaimed
+// kills: this test binary run again; it writes its effect in the message's
+// transaction and hangs before that transaction commits.
+func TestHelperConsumer%[1]s(t *testing.T) {
+	id := os.Getenv("YOURSERVICE_CONSUMER_ID")
+	if id == "" {
+		t.Skip("the consumer process of Test%[1]sHolderKilledReclaimed; run by it")
+	}
+	in, _ := testInbox(t, nil)
+	_, _ = %[2]s
+}
+`
 
 // goInboxHelpers are D6's helpers for consumers handled by the inbox.
 const goInboxHelpers = `
