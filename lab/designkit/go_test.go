@@ -21,12 +21,17 @@ var goScenarios = []string{
 	"HolderKilledReclaimed", "ExpiredKeyIsNew", "OtherScopeIsolated", "StoreDownFailsClosed",
 }
 
-// goConsumerScenarios are the scenarios D6 runs for a consumer that the
-// inbox handles on PostgreSQL (the others say why they are not generated).
-var goConsumerScenarios = []string{
-	"ReplaysSameKey", "ConcurrentSameKeyOneEffect", "DifferentFieldsRefused", "HolderKilledReclaimed", "ExpiredKeyIsNew",
-	"StoreDownFailsClosed",
-}
+// goInboxScenarios are the scenarios D6 runs for a consumer that the
+// inbox handles on PostgreSQL, goExecScenarios for one the executor
+// handles on another store (the kit's file says why the others are not
+// generated).
+var (
+	goInboxScenarios = []string{
+		"ReplaysSameKey", "ConcurrentSameKeyOneEffect", "DifferentFieldsRefused", "HolderKilledReclaimed", "ExpiredKeyIsNew",
+		"StoreDownFailsClosed",
+	}
+	goExecScenarios = append(goInboxScenarios, "OtherScopeIsolated")
+)
 
 // TestGoKits builds the Go deliverables of Go stacks (D3, D4 and D6, as
 // `payonce design --code` writes them) in a module that uses payonce from
@@ -40,11 +45,14 @@ func TestGoKits(t *testing.T) {
 	cases := []struct {
 		name, answers     string
 		routes, consumers []string
+		consumerTests     []string
 		env               func(t *testing.T) []string
 	}{
-		{"go-chi-redis", filepath.Join(design, "stacks", "go-chi-redis.yaml"), []string{"CreateTransfer", "SendNotification"}, nil,
+		{"go-chi-redis", filepath.Join(design, "stacks", "go-chi-redis.yaml"), []string{"CreateTransfer", "SendNotification"}, nil, nil,
 			func(t *testing.T) []string { return []string{"REDIS_URL=redis://" + redistest.Addr(t) + "/0"} }},
-		{"checkout-postgres", filepath.Join(design, "checkout.yaml"), []string{"Inventory"}, []string{"Webhook"},
+		{"go-redis-worker", filepath.Join(design, "stacks", "go-redis-worker.yaml"), []string{"RequestPayout"}, []string{"SettlePayout"}, goExecScenarios,
+			func(t *testing.T) []string { return []string{"REDIS_URL=redis://" + redistest.Addr(t) + "/0"} }},
+		{"checkout-postgres", filepath.Join(design, "checkout.yaml"), []string{"Inventory"}, []string{"Webhook"}, goInboxScenarios,
 			func(t *testing.T) []string { return []string{"DATABASE_URL=" + pgtest.SchemaURL(t)} }},
 	}
 	for _, tc := range cases {
@@ -71,7 +79,7 @@ func TestGoKits(t *testing.T) {
 				}
 			}
 			for _, c := range tc.consumers {
-				for _, sc := range goConsumerScenarios {
+				for _, sc := range tc.consumerTests {
 					if !strings.Contains(out, "--- PASS: Test"+c+sc+" ") {
 						t.Errorf("Test%s%s did not pass:\n%s", c, sc, out)
 					}

@@ -559,7 +559,7 @@ func testSkeletonGo(d *Document) string {
 	consumers := inboxConsumers(d)
 	generated := map[string]bool{}
 	if len(consumers) > 0 {
-		imports[`"context"`], imports[`"errors"`] = true, true
+		imports[`"context"`] = true
 		imports[`"github.com/jackc/pgx/v5"`], imports[`"github.com/payonce/payonce/idempotency/inbox"`] = true, true
 		imports[`"github.com/payonce/payonce/idempotency/pgstore"`] = true
 		tests.WriteString(goInboxHelpers)
@@ -567,6 +567,26 @@ func testSkeletonGo(d *Document) string {
 	for _, x := range consumers {
 		fmt.Fprintf(&tests, consumerHelperGo, goName(x.Name), consumerCall(d, x, "func(ctx context.Context, tx pgx.Tx) error {\n\t\tif err := effect(id)(ctx, tx); err != nil {\n\t\t\treturn err\n\t\t}\n\t\tfmt.Println(\"claimed\")\n\t\tselect {} // killed here, the message's transaction open\n\t}"))
 		sc := consumerScenarios(d, x)
+		if _, ok := sc["DifferentFieldsRefused"]; ok {
+			imports[`"errors"`] = true
+		}
+		for _, s := range scenarios(d) {
+			if c, ok := sc[s.Test]; ok {
+				generated["Test"+goName(x.Name)+s.Test] = true
+				fmt.Fprintf(&tests, "\n// %s. For a message: %s. Verifies: %s.\nfunc Test%s%s(t *testing.T) {\n\tt.Parallel()\n%s}\n",
+					upper(s.Scenario), c[0], s.Verifies, goName(x.Name), s.Test, c[1])
+			}
+		}
+	}
+	execs := execConsumers(d)
+	if len(execs) > 0 {
+		imports[`"context"`], imports[`"errors"`] = true, true
+		tests.WriteString(goExecHelpers(d, imports))
+	}
+	for _, x := range execs {
+		fmt.Fprintf(&tests, execHelperGo, goName(x.Name), execConsumeCall(d, x, "tenant", consumerFields(x),
+			"func(context.Context) (idempotency.Response, error) {\n\t\tfmt.Println(\"claimed\")\n\t\tselect {} // killed here, mid-action\n\t}"))
+		sc := execConsumerScenarios(d, x)
 		for _, s := range scenarios(d) {
 			if c, ok := sc[s.Test]; ok {
 				generated["Test"+goName(x.Name)+s.Test] = true
@@ -589,6 +609,10 @@ func testSkeletonGo(d *Document) string {
 			default:
 				names = append(names, "Test"+goName(x.Name)+sc.Test)
 			}
+		}
+		if x.Kind != "http" && len(execs) > 0 {
+			notes = append(notes, fmt.Sprintf("%s is a %s handled by Consume through the executor: its scenarios below deliver one message twice, concurrently, with other significant fields, after a consumer process was killed mid-action, after its record expired, under another tenant and with the store gone. Not generated: %s (a message's other fields are not Consume's parameters, so they cannot change its fingerprint)", x.Name, x.Kind, strings.Join(names, ", ")))
+			continue
 		}
 		if x.Kind != "http" && len(consumers) > 0 {
 			notes = append(notes, fmt.Sprintf("%s is a %s handled by Consume through the inbox: its scenarios below deliver one message twice, concurrently, with other significant fields, after a consumer process was killed mid-handler, after its record expired and with the database gone. Not generated: %s (a message's other fields are not Consume's parameters, so they cannot change its fingerprint; its scope is its source)", x.Name, x.Kind, strings.Join(names, ", ")))
@@ -625,7 +649,7 @@ func testSkeletonGo(d *Document) string {
 	}
 	s.WriteString("\n" + goTestCommon + "\n" + helpers + tests.String())
 	out := s.String()
-	if len(routes) == 0 {
+	if len(routes) == 0 && len(consumers) == 0 && len(execs) == 0 {
 		out = "package yourservice\n\n// No route is guarded by Protect: " + strings.Join(notes, "; ") + ".\n"
 	}
 	if src, err := format.Source([]byte(out)); err == nil {
@@ -751,6 +775,262 @@ func consumerScenarios(d *Document, x ActionPlan) map[string][2]string {
 	return sc
 }
 
+// execConsumers are the consumers D3 handles with the executor (a store
+// other than PostgreSQL) whose store D6 can build: Redis, or memstore
+// standing in for a store payonce has no package for.
+func execConsumers(d *Document) []ActionPlan {
+	if d.Store == StorePostgres || d.Store == StoreDynamo {
+		return nil
+	}
+	var out []ActionPlan
+	for _, x := range d.Actions {
+		if x.Kind != "http" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// execConsumeCall is D3's Consume of consumer x (executor variant) called
+// with the tests' executor exec, the tenant expression, the message id
+// (the test's id; under Kafka, the topic, partition 0 and offset 1),
+// significant fields flds and the action work.
+func execConsumeCall(d *Document, x ActionPlan, tenant, flds, work string) string {
+	var all []ActionPlan
+	for _, c := range d.Actions {
+		if c.Kind != "http" {
+			all = append(all, c)
+		}
+	}
+	fn, _, _, _ := consumeFunc(all, x)
+	ids := "id"
+	if strings.Contains(strings.ToLower(d.Answers.Stack.Broker), "kafka") {
+		ids = "id, 0, 1"
+	}
+	return fmt.Sprintf("%s(context.Background(), exec, %s, %s%s, %s)", fn, tenant, ids, flds, work)
+}
+
+// execConsumerScenarios are D6's tests of consumer x handled by D3's
+// Consume through the executor, by section 11's scenario names: each is
+// the expectation for a message and the test's body.
+func execConsumerScenarios(d *Document, x ActionPlan) map[string][2]string {
+	n := goName(x.Name)
+	fields, other := consumerFields(x), consumerOtherFields(x)
+	call := func(tenant, flds string) string { return execConsumeCall(d, x, tenant, flds, "countRuns(&runs)") }
+	sc := map[string][2]string{}
+	sc["ReplaysSameKey"] = [2]string{"the message delivered twice: the action runs once, both deliveries succeed", fmt.Sprintf(`	exec := testExecutor(t, Config())
+	var runs atomic.Int64
+	tenant, id := newUser(t), newKey(t)
+	for i := range 2 {
+		if err := %s; err != nil {
+			t.Fatalf("delivery %%d: %%v", i+1, err)
+		}
+	}
+	if runs.Load() != 1 {
+		t.Errorf("one message delivered twice ran the action %%d times, want once", runs.Load())
+	}
+`, call("tenant", fields))}
+	sc["ConcurrentSameKeyOneEffect"] = [2]string{"20 concurrent deliveries: the action runs once; a delivery that finds the message held gets an *idempotency.InProgressError (leave it to redelivery), and the redelivery succeeds", fmt.Sprintf(`	exec := testExecutor(t, Config())
+	var runs atomic.Int64
+	tenant, id := newUser(t), newKey(t)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			var busy *idempotency.InProgressError
+			if err := %[1]s; err != nil && !errors.As(err, &busy) {
+				t.Errorf("a concurrent delivery: %%v, want nil or an InProgressError", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if err := %[1]s; err != nil {
+		t.Fatalf("the redelivery after the storm: %%v", err)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("20 concurrent deliveries of one message ran the action %%d times, want once", runs.Load())
+	}
+`, call("tenant", fields))}
+	if other != "" {
+		sc["DifferentFieldsRefused"] = [2]string{"its id again with another significant field: ErrFingerprintMismatch (poison), never run", fmt.Sprintf(`	exec := testExecutor(t, Config())
+	var runs atomic.Int64
+	tenant, id := newUser(t), newKey(t)
+	if err := %s; err != nil {
+		t.Fatal(err)
+	}
+	if err := %s; !errors.Is(err, idempotency.ErrFingerprintMismatch) {
+		t.Errorf("the same message id with another %s: %%v, want ErrFingerprintMismatch", err)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("the action ran %%d times, want once", runs.Load())
+	}
+`, call("tenant", fields), call("tenant", other), x.Fields[0])}
+	}
+	if d.Store == StoreRedis {
+		sc["HolderKilledReclaimed"] = [2]string{"the consumer's process killed mid-action: once its lease ends, a redelivery takes the message over and runs the action once", fmt.Sprintf(`	tenant, id := newUser(t), newKey(t)
+	killHelper(t, "^TestHelperConsumer%[1]s$", "YOURSERVICE_CONSUMER_TENANT="+tenant, "YOURSERVICE_CONSUMER_ID="+id)
+	exec := testExecutor(t, shortConfig(holderLease, time.Hour))
+	var runs atomic.Int64
+	// While the dead consumer's lease runs: in progress. Once it ends: taken over.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := %[2]s
+		var busy *idempotency.InProgressError
+		if !errors.As(err, &busy) {
+			if err != nil {
+				t.Fatalf("after the consumer was killed: %%v", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still in progress a minute after the consumer was killed")
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition, with a deadline
+	}
+	if err := %[2]s; err != nil || runs.Load() != 1 {
+		t.Errorf("after the takeover: %%v, %%d runs; want the message handled once", err, runs.Load())
+	}
+`, n, call("tenant", fields))}
+	}
+	sc["ExpiredKeyIsNew"] = [2]string{"a redelivery after the record's retention: handled as a new message, once", fmt.Sprintf(`	exec := testExecutor(t, shortConfig(time.Second, 2*time.Second))
+	var runs atomic.Int64
+	tenant, id := newUser(t), newKey(t)
+	// Replayed until the record expires; then handled as a new message.
+	deadline := time.Now().Add(time.Minute)
+	for runs.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%%d runs a minute after a 2s retention, want a second run once it expired", runs.Load())
+		}
+		if err := %s; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition, with a deadline
+	}
+	if runs.Load() != 2 {
+		t.Errorf("%%d runs, want 2: one per life of the record", runs.Load())
+	}
+`, call("tenant", fields))}
+	sc["OtherScopeIsolated"] = [2]string{"the same message id under another tenant: its own run, never the first tenant's record", fmt.Sprintf(`	exec := testExecutor(t, Config())
+	var runs atomic.Int64
+	id := newKey(t)
+	for _, tenant := range []string{newUser(t), newUser(t)} {
+		if err := %s; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if runs.Load() != 2 {
+		t.Errorf("one message id under two tenants ran the action %%d times, want once per tenant", runs.Load())
+	}
+`, call("tenant", fields))}
+	sc["StoreDownFailsClosed"] = [2]string{"the store unreachable: an error, and the action never runs", fmt.Sprintf(`	exec := downExecutor(t)
+	var runs atomic.Int64
+	tenant, id := newUser(t), newKey(t)
+	if err := %s; err == nil || runs.Load() != 0 {
+		t.Errorf("store unreachable: %%v, %%d runs; want an error and no run", err, runs.Load())
+	}
+`, call("tenant", fields))}
+	return sc
+}
+
+// execHelperGo is the consumer process that an executor consumer's
+// HolderKilledReclaimed test kills (%[1]s its Go name, %[2]s its Consume
+// call).
+const execHelperGo = `
+// TestHelperConsumer%[1]s is the consumer that Test%[1]sHolderKilledReclaimed
+// kills: this test binary run again; it claims the message and hangs in
+// its action.
+func TestHelperConsumer%[1]s(t *testing.T) {
+	tenant, id := os.Getenv("YOURSERVICE_CONSUMER_TENANT"), os.Getenv("YOURSERVICE_CONSUMER_ID")
+	if id == "" {
+		t.Skip("the consumer process of Test%[1]sHolderKilledReclaimed; run by it")
+	}
+	exec := testExecutor(t, shortConfig(holderLease, time.Hour))
+	_ = %[2]s
+}
+`
+
+// goExecHelpers are D6's helpers for consumers handled by the executor:
+// an executor on the tests' store, one on a store that cannot be reached,
+// and an action that counts its runs.
+func goExecHelpers(d *Document, imports map[string]bool) string {
+	common := `
+// countRuns stands in for your consumer's work: it counts its runs (the
+// effect the scenarios count).
+func countRuns(runs *atomic.Int64) idempotency.Action {
+	return func(context.Context) (idempotency.Response, error) {
+		runs.Add(1)
+		return idempotency.Response{}, nil
+	}
+}
+`
+	if d.Store == StoreRedis {
+		imports[`"github.com/payonce/payonce/idempotency/redisstore"`] = true
+		return common + `
+// testExecutor is an executor with cfg on the Redis of REDIS_URL.
+func testExecutor(t *testing.T, cfg *idempotency.Config) *idempotency.Executor {
+	t.Helper()
+	store, err := redisstore.New(testRedis(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := idempotency.New(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exec
+}
+
+// downExecutor is an executor on a Redis that is not there: a port that
+// was free a moment ago.
+func downExecutor(t *testing.T) *idempotency.Executor {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	store, err := redisstore.New(rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec, err := idempotency.New(store, Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exec
+}
+`
+	}
+	return common + `
+// testExecutor is an executor with cfg on testStore.
+func testExecutor(t *testing.T, cfg *idempotency.Config) *idempotency.Executor {
+	t.Helper()
+	exec, err := idempotency.New(testStore(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exec
+}
+
+// downExecutor is an executor on a store that cannot be reached.
+func downExecutor(t *testing.T) *idempotency.Executor {
+	t.Helper()
+	exec, err := idempotency.New(downStore{memstore.New(nil)}, Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exec
+}
+`
+}
+
 // consumeCall is D3's Consume of consumer x called with inbox in, the
 // message id (the test's id; under Kafka, the topic, partition 0 and
 // offset 1), significant fields flds and handler handle.
@@ -782,16 +1062,17 @@ func fieldsLiteral(x ActionPlan, other bool) string {
 	}
 	var kv []string
 	for i, f := range x.Fields {
-		v := fmt.Sprintf("%q", "v-"+f)
-		num := strings.Contains(f, "qty") || strings.Contains(f, "quantity")
-		if num {
-			v = "1"
+		// Values D4's fingerprint accepts: an int64 for a quantity, a
+		// decimal for an amount (see fingerprintGo).
+		v, v2 := fmt.Sprintf("%q", "v-"+f), fmt.Sprintf("%q", "other-"+f)
+		switch {
+		case strings.Contains(f, "amount"):
+			v, v2 = `"10.00"`, `"20.00"`
+		case strings.Contains(f, "qty") || strings.Contains(f, "quantity"):
+			v, v2 = "1", "2"
 		}
 		if other && i == 0 {
-			v = fmt.Sprintf("%q", "other-"+f)
-			if num {
-				v = "2"
-			}
+			v = v2
 		}
 		kv = append(kv, goName(f)+": "+v)
 	}
