@@ -499,9 +499,14 @@ or use a business id), so every redelivery finds the same record.
 With pika: channel.basic_consume(queue, on_message_callback=callback), where
 
     def callback(ch, method, properties, body):
-        consume(conn, "__CONSUMER__", properties.message_id, tenant, json.loads(body), handler,
-                connect=lambda: store.connect(**settings.IDEMPOTENCY_DATABASE))
-        ch.basic_ack(method.delivery_tag)  # only after the record is written
+        outcome = consume(conn, "__CONSUMER__", properties.message_id, tenant, json.loads(body), handler,
+                          connect=lambda: store.connect(**settings.IDEMPOTENCY_DATABASE))
+        if outcome in ("done", "duplicate"):
+            ch.basic_ack(method.delivery_tag)  # only after the record is written
+        elif outcome == "mismatch":
+            ch.basic_nack(method.delivery_tag, requeue=False)  # to the dead-letter exchange
+        else:  # in_progress: another consumer holds it
+            ch.basic_nack(method.delivery_tag, requeue=True)
 """
 import hashlib
 import json
@@ -513,9 +518,11 @@ from .heartbeat import Heartbeat
 
 
 def consume(conn, action: str, message_id: str, tenant: str, payload: dict, handler, connect) -> str:
-    """Run handler(conn, payload, dedup_id) once per message id: returns
-    "done", "duplicate" (already handled: ack it) or "in_progress"
-    (another consumer holds it: requeue). handler writes through conn, in
+    """Run handler(conn, payload, dedup_id) once per (tenant, message id):
+    returns "done", "duplicate" (already handled: ack it), "in_progress"
+    (another consumer holds it: requeue) or "mismatch" (the message id came
+    back with other significant fields: a producer bug; dead-letter it,
+    never ack it silently). handler writes through conn, in
     the transaction of the COMPLETED record. An outbound effect (an email)
     is an outbox row written there with dedup_id; a relay sends it at
     least once, passing dedup_id to the receiving service (section 5).
@@ -523,10 +530,14 @@ def consume(conn, action: str, message_id: str, tenant: str, payload: dict, hand
     lease while handler runs."""
     if not message_id:
         raise ValueError("message_id is empty: set it in the producer (or derive the key from a business id)")
-    key = f"{action}_" + hashlib.sha256(message_id.encode("utf-8")).hexdigest()
+    # The tenant is part of the key: two tenants' producers may use the same
+    # message ids, and neither may find the other's record.
+    key = f"{tenant}_{action}_" + hashlib.sha256(message_id.encode("utf-8")).hexdigest()
     c = store.claim(conn, key, tenant, fingerprint(action, payload), ACTIONS[action]["lock_timeout"], RETENTION_SECONDS)
-    if c.outcome in ("replay", "mismatch", "other_scope"):
+    if c.outcome == "replay":
         return "duplicate"
+    if c.outcome in ("mismatch", "other_scope"):
+        return "mismatch"
     if c.outcome == "in_progress":
         return "in_progress"
     conn.begin()
@@ -843,9 +854,35 @@ def test_redelivered_message_is_handled_once(db):
     other = store.connect(**settings.IDEMPOTENCY_DATABASE)  # another consumer instance
     try:
         assert consumer.consume(other, CONSUMER, "m-1", "acct-1", {}, handler, beat) == "duplicate"
+        # Another tenant's producer may use the same message id: its own run.
+        assert consumer.consume(other, CONSUMER, "m-1", "acct-2", {}, handler, beat) == "done"
     finally:
         other.close()
-    assert len(runs) == 2
+    assert len(runs) == 3 and effects(db) == 3
+
+
+def test_message_id_with_other_fields_is_a_mismatch(db):
+    from django.conf import settings
+    from idempotency import store
+    fields = actions.ACTIONS[CONSUMER]["fields"]
+    conn = store.connect(**settings.IDEMPOTENCY_DATABASE)
+    runs = []
+
+    def handler(c, payload, dedup_id):
+        runs.append(dedup_id)
+
+    beat = lambda: store.connect(**settings.IDEMPOTENCY_DATABASE)  # noqa: E731
+    first = {f: "v" for f in fields}
+    try:
+        assert consumer.consume(conn, CONSUMER, "m-9", "acct-1", dict(first, trace_id="t-1"), handler, beat) == "done"
+        # A volatile field differs: the same message, already handled.
+        assert consumer.consume(conn, CONSUMER, "m-9", "acct-1", dict(first, trace_id="t-2"), handler, beat) == "duplicate"
+        if fields:  # a significant field differs: a producer bug, never acked silently
+            other = dict(first, **{fields[0]: "other"})
+            assert consumer.consume(conn, CONSUMER, "m-9", "acct-1", other, handler, beat) == "mismatch"
+    finally:
+        conn.close()
+    assert len(runs) == 1
 `
 
 // pyHeartbeatTests are the heartbeat's scenarios, for both stores:
