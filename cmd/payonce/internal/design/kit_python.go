@@ -1248,7 +1248,9 @@ def idempotent(action: str):
             if not KEY.fullmatch(intent):
                 raise _error(400, "Idempotency-Key header required: 1 to 200 of A-Z a-z 0-9 _ . : -, "
                                   "one per intent, the same on every retry")
-        key = f"{action}_{intent}"
+        # A webhook's key holds its sender's account: senders number their
+        # events independently, and one's event must never answer another's.
+        key = f"{scope}_{action}_{intent}" if webhook else f"{action}_{intent}"
         conn = await run_in_threadpool(store.connect, os.environ["IDEMPOTENCY_DATABASE_URL"])
         try:
             c = await run_in_threadpool(store.claim, conn, key, scope, fingerprint(action, body),
@@ -1614,6 +1616,14 @@ def test_resent_webhook_is_handled_once(db):
     assert resent.headers["Idempotent-Replayed"] == "true" and effects(db) == 1
     assert client.post(path, json=dict(event, **{field: "evt_2"})).status_code == 200 and effects(db) == 2
     assert client.post(path, json={}).status_code == 400
+    # Another sender's event with the same id: its own run, neither a replay nor a 404.
+    from idempotency.dependency import webhook_account
+    app.dependency_overrides[webhook_account] = lambda: "acct_other"
+    try:
+        other = client.post(path, json=event)
+    finally:
+        app.dependency_overrides[webhook_account] = lambda: "acct_test"
+    assert other.status_code == 200 and "Idempotent-Replayed" not in other.headers and effects(db) == 3
 `
 
 func fastapiKit(d *Document) *Kit {
