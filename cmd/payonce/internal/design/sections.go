@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"go/format"
+	"go/token"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -617,21 +619,14 @@ func middlewareGo(d *Document) string {
 		extra.WriteString("\nfunc writeOutcome(w http.ResponseWriter, out payments.Outcome, err error) {\n\tswitch {\n\tcase payments.OutcomeUnknown(err):\n\t\t// the provider's answer was lost: the client retries with the SAME key\n\t\tw.Header().Set(\"Retry-After\", \"5\")\n\t\thttp.Error(w, \"outcome unknown, retry with the same Idempotency-Key\", http.StatusServiceUnavailable)\n\tcase err != nil:\n\t\thttp.Error(w, err.Error(), http.StatusUnprocessableEntity)\n\tdefault:\n\t\tif out.Replayed {\n\t\t\tw.Header().Set(\"Idempotent-Replayed\", \"true\")\n\t\t}\n\t\tjson.NewEncoder(w).Encode(out)\n\t}\n}\n")
 	}
 	if len(consumers) > 0 {
-		broker := strings.ToLower(d.Answers.Stack.Broker)
 		imports[`"context"`] = true
 		imports[`"github.com/payonce/payonce/idempotency/inbox"`] = true
-		idArgs, idDoc := "id string", "id is the message's stable identity: a business id set by the producer, never a delivery time or counter"
-		idExpr := "inbox.MessageID(id)"
-		if strings.Contains(broker, "kafka") {
-			imports[`"strconv"`] = true
-			idArgs = "topic string, partition int32, offset int64"
-			idDoc = "Kafka records have no message id: the record's identity is its topic/partition/offset (a redelivery after a rebalance is the same record); a producer-set business id also covers a producer's resend"
-			idExpr = "inbox.MessageID(topic, strconv.Itoa(int(partition)), strconv.FormatInt(offset, 10))"
-		} else if strings.Contains(broker, "rabbit") || strings.Contains(broker, "amqp") {
-			idDoc = "RabbitMQ: the message id the producer sets (or a business id), never the delivery tag"
-		}
 		for _, x := range consumers {
 			fn, fields, fp, fieldsDoc := consumeFunc(consumers, x)
+			idArgs, idDoc, idExpr, _ := consumerID(d, x)
+			if strings.Contains(idExpr, "strconv.") {
+				imports[`"strconv"`] = true
+			}
 			if pg && d.Store == StorePostgres {
 				imports[`"github.com/jackc/pgx/v5"`] = true
 				fmt.Fprintf(&extra, "\n// %s handles one delivery of %s: inbox.HandleTx runs handle in the\n// transaction that records the message as processed, so a redelivery finds\n// the effect committed or nothing. %s.%s\n// No provider call inside that transaction: a payment is made through\n// payments.Client, keyed by the message, after the commit.\nfunc %s(ctx context.Context, in *inbox.Inbox[pgx.Tx], %s%s, handle func(ctx context.Context, tx pgx.Tx) error) (ack bool, err error) {\n\tfp, err := %s\n\tif err != nil {\n\t\treturn false, err\n\t}\n\tout, err := in.HandleTx(ctx, inbox.Message{Source: %q, ID: %s, Fingerprint: fp},\n\t\tfunc(ctx context.Context, tx pgx.Tx, _ inbox.Message) error { return handle(ctx, tx) }) // your writes, in tx\n\treturn out.Ack(), err\n}\n", fn, x.Name, idDoc, fieldsDoc, fn, idArgs, fields, fp, x.Name, idExpr)
@@ -666,6 +661,37 @@ func middlewareGo(d *Document) string {
 		return strings.TrimRight(string(src), "\n")
 	}
 	return strings.TrimRight(s.String(), "\n")
+}
+
+// consumerID is how D3's Consume of consumer x takes the message's
+// identity: its parameters, what the doc says of them, the expression of
+// the inbox.MessageID and how many parameters there are. A webhook's
+// identity is its identifying fields (the sender's event id, its
+// provider); a Kafka record's its topic/partition/offset; any other
+// message's the id its producer sets.
+func consumerID(d *Document, x ActionPlan) (args, doc, expr string, n int) {
+	broker := strings.ToLower(d.Answers.Stack.Broker)
+	switch {
+	case x.Kind == "webhook" && len(x.IdentifyingFields) > 0:
+		var params []string
+		for _, f := range x.IdentifyingFields {
+			name := lower(goName(f))
+			if token.IsKeyword(name) || slices.Contains([]string{"ctx", "in", "exec", "tenant", "fields", "handle", "work", "fp", "err", "out", "key"}, name) {
+				name += "ID"
+			}
+			params = append(params, name)
+		}
+		return strings.Join(params, ", ") + " string",
+			"the event's identity is its " + strings.Join(x.IdentifyingFields, " and ") + ", the same on every resend (never a delivery time or counter)",
+			"inbox.MessageID(" + strings.Join(params, ", ") + ")", len(params)
+	case strings.Contains(broker, "kafka"):
+		return "topic string, partition int32, offset int64",
+			"Kafka records have no message id: the record's identity is its topic/partition/offset (a redelivery after a rebalance is the same record); a producer-set business id also covers a producer's resend",
+			"inbox.MessageID(topic, strconv.Itoa(int(partition)), strconv.FormatInt(offset, 10))", 3
+	case strings.Contains(broker, "rabbit") || strings.Contains(broker, "amqp"):
+		return "id string", "RabbitMQ: the message id the producer sets (or a business id), never the delivery tag", "inbox.MessageID(id)", 1
+	}
+	return "id string", "id is the message's stable identity: a business id set by the producer, never a delivery time or counter", "inbox.MessageID(id)", 1
 }
 
 // consumeFunc names the Consume function of consumer x (Consume when it is
