@@ -52,7 +52,7 @@ func TestGoKits(t *testing.T) {
 			func(t *testing.T) []string { return []string{"REDIS_URL=redis://" + redistest.Addr(t) + "/0"} }},
 		{"go-redis-worker", filepath.Join(design, "stacks", "go-redis-worker.yaml"), []string{"RequestPayout"}, []string{"SettlePayout"}, goExecScenarios,
 			func(t *testing.T) []string { return []string{"REDIS_URL=redis://" + redistest.Addr(t) + "/0"} }},
-		{"checkout-postgres", filepath.Join(design, "checkout.yaml"), []string{"Inventory"}, []string{"Webhook"}, goInboxScenarios,
+		{"checkout-postgres", filepath.Join(design, "checkout.yaml"), []string{"Inventory"}, []string{"Webhook"}, append(goInboxScenarios, "OtherScopeIsolated"),
 			func(t *testing.T) []string { return []string{"DATABASE_URL=" + pgtest.SchemaURL(t)} }},
 	}
 	for _, tc := range cases {

@@ -135,6 +135,28 @@ func consumerScenarios(d *Document, x ActionPlan) map[string][2]string {
 		t.Errorf("%%d effects after a killed consumer and two redeliveries, want one", n)
 	}
 `, n, call("in", fields, "effect(id)"))}
+	if x.Kind == "webhook" && len(x.IdentifyingFields) > 1 {
+		// The same event id from another sender (its first identifying
+		// field): another message.
+		fn, _ := consumeTarget(d, x)
+		rest := strings.Repeat(", id", len(x.IdentifyingFields)-1)
+		one := fmt.Sprintf("%s(context.Background(), in, \"one\"%s%s, effect(id))", fn, rest, fields)
+		two := fmt.Sprintf("%s(context.Background(), in, \"two\"%s%s, effect(id))", fn, rest, fields)
+		sc["OtherScopeIsolated"] = [2]string{"the same event id from another " + x.IdentifyingFields[0] + ": another message, handled on its own", fmt.Sprintf(`	in, pool := testInbox(t, nil)
+	id := newKey(t)
+	for _, c := range []func() (bool, error){
+		func() (bool, error) { return %s },
+		func() (bool, error) { return %s },
+	} {
+		if ack, err := c(); err != nil || !ack {
+			t.Fatalf("ack %%v, %%v", ack, err)
+		}
+	}
+	if n := effects(t, pool, id); n != 2 {
+		t.Errorf("one event id from two %s values committed %%d effects, want one each", n)
+	}
+`, one, two, x.IdentifyingFields[0])}
+	}
 	sc["StoreDownFailsClosed"] = [2]string{"the database unreachable: not acknowledged, an error, and the handler never runs", fmt.Sprintf(`	in, pool := testInbox(t, nil)
 	id := newKey(t)
 	pool.Close()
