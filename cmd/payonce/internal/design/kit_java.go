@@ -772,8 +772,13 @@ import javax.sql.DataSource;
  *     var outcome = consumer.process(Actions.CONSUMERS.get({{q .Consumer.Name}}), tenantOf(r),
  *             IdempotentConsumer.intentOf(r.topic(), r.partition(), r.offset()), Map.of(),
  *             tx -&gt; settle(tx, r.value()));
- *     if (outcome == IdempotentConsumer.Outcome.BUSY) {
- *         throw new IllegalStateException("in progress elsewhere"); // the error handler redelivers it later
+ *     switch (outcome) {
+ *         case BUSY -&gt; throw new IllegalStateException("in progress elsewhere"); // the error handler redelivers it later
+ *         // The same intent with other significant fields: a producer bug. Never ack it silently:
+ *         // a DefaultErrorHandler with a DeadLetterPublishingRecoverer, for which this exception
+ *         // is not retryable, sends it to the dead-letter topic.
+ *         case MISMATCH -&gt; throw new IllegalArgumentException("the intent came back with other fields");
+ *         default -&gt; { } // DONE, DUPLICATE, or FENCED (another holder took the record over; its run stands)
  *     }
  * }
  * </pre>
