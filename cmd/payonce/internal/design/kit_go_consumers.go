@@ -33,16 +33,11 @@ func consumersOf(d *Document) []ActionPlan {
 }
 
 // consumeTarget is the name of consumer x's Consume function in D3 and
-// the tests' message id arguments (consumerID): the test's id for each
-// part of the identity, or under Kafka the topic (the test's own),
-// partition 0 and offset 1.
+// the tests' message id arguments (consumerID).
 func consumeTarget(d *Document, x ActionPlan) (fn, ids string) {
 	fn, _, _, _ = consumeFunc(consumersOf(d), x)
-	_, _, expr, n := consumerID(d, x)
-	if strings.Contains(expr, "partition") {
-		return fn, "id, 0, 1"
-	}
-	return fn, strings.TrimSuffix(strings.Repeat("id, ", n), ", ")
+	_, _, _, ids = consumerID(d, x)
+	return fn, ids
 }
 
 // consumerScenarios are D6's tests of consumer x (handled by D3's Consume

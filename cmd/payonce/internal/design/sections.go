@@ -665,11 +665,12 @@ func middlewareGo(d *Document) string {
 
 // consumerID is how D3's Consume of consumer x takes the message's
 // identity: its parameters, what the doc says of them, the expression of
-// the inbox.MessageID and how many parameters there are. A webhook's
+// the inbox.MessageID, and the arguments D6's tests pass for them (the
+// test's id for each part, or its own topic, partition 0 and offset 1). A webhook's
 // identity is its identifying fields (the sender's event id, its
 // provider); a Kafka record's its topic/partition/offset; any other
 // message's the id its producer sets.
-func consumerID(d *Document, x ActionPlan) (args, doc, expr string, n int) {
+func consumerID(d *Document, x ActionPlan) (args, doc, expr, testArgs string) {
 	broker := strings.ToLower(d.Answers.Stack.Broker)
 	switch {
 	case x.Kind == "webhook" && len(x.IdentifyingFields) > 0:
@@ -683,15 +684,15 @@ func consumerID(d *Document, x ActionPlan) (args, doc, expr string, n int) {
 		}
 		return strings.Join(params, ", ") + " string",
 			"the event's identity is its " + strings.Join(x.IdentifyingFields, " and ") + ", the same on every resend (never a delivery time or counter)",
-			"inbox.MessageID(" + strings.Join(params, ", ") + ")", len(params)
+			"inbox.MessageID(" + strings.Join(params, ", ") + ")", strings.TrimSuffix(strings.Repeat("id, ", len(params)), ", ")
 	case strings.Contains(broker, "kafka"):
 		return "topic string, partition int32, offset int64",
 			"Kafka records have no message id: the record's identity is its topic/partition/offset (a redelivery after a rebalance is the same record); a producer-set business id also covers a producer's resend",
-			"inbox.MessageID(topic, strconv.Itoa(int(partition)), strconv.FormatInt(offset, 10))", 3
+			"inbox.MessageID(topic, strconv.Itoa(int(partition)), strconv.FormatInt(offset, 10))", "id, 0, 1"
 	case strings.Contains(broker, "rabbit") || strings.Contains(broker, "amqp"):
-		return "id string", "RabbitMQ: the message id the producer sets (or a business id), never the delivery tag", "inbox.MessageID(id)", 1
+		return "id string", "RabbitMQ: the message id the producer sets (or a business id), never the delivery tag", "inbox.MessageID(id)", "id"
 	}
-	return "id string", "id is the message's stable identity: a business id set by the producer, never a delivery time or counter", "inbox.MessageID(id)", 1
+	return "id string", "id is the message's stable identity: a business id set by the producer, never a delivery time or counter", "inbox.MessageID(id)", "id"
 }
 
 // consumeFunc names the Consume function of consumer x (Consume when it is
