@@ -113,9 +113,9 @@ func protect(t *testing.T, next http.Handler, cfg *idempotency.Config) http.Hand
 	return h
 }
 
-// protectStoreDown protects next on a Redis that is not there: a port
-// that was free a moment ago.
-func protectStoreDown(t *testing.T, next http.Handler) http.Handler {
+// downRedis is a client of a Redis that is not there: a port that was
+// free a moment ago.
+func downRedis(t *testing.T) *redis.Client {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -125,7 +125,13 @@ func protectStoreDown(t *testing.T, next http.Handler) http.Handler {
 	_ = ln.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
-	h, err := ProtectWith(next, testScope, rdb, Config())
+	return rdb
+}
+
+// protectStoreDown protects next on a Redis that is not there.
+func protectStoreDown(t *testing.T, next http.Handler) http.Handler {
+	t.Helper()
+	h, err := ProtectWith(next, testScope, downRedis(t), Config())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -345,34 +345,22 @@ func countRuns(runs *atomic.Int64) idempotency.Action {
 // testExecutor is an executor with cfg on the Redis of REDIS_URL.
 func testExecutor(t *testing.T, cfg *idempotency.Config) *idempotency.Executor {
 	t.Helper()
-	store, err := redisstore.New(testRedis(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exec, err := idempotency.New(store, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return exec
+	return executorOn(t, testRedis(t), cfg)
 }
 
-// downExecutor is an executor on a Redis that is not there: a port that
-// was free a moment ago.
+// downExecutor is an executor on a Redis that is not there.
 func downExecutor(t *testing.T) *idempotency.Executor {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
-	t.Cleanup(func() { _ = rdb.Close() })
+	return executorOn(t, downRedis(t), Config())
+}
+
+func executorOn(t *testing.T, rdb *redis.Client, cfg *idempotency.Config) *idempotency.Executor {
+	t.Helper()
 	store, err := redisstore.New(rdb, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec, err := idempotency.New(store, Config())
+	exec, err := idempotency.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
