@@ -312,12 +312,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		rawCycle.samples = append(rawCycle.samples, got[0])
-		sdkCycle.samples = append(sdkCycle.samples, got[1])
-		sdkCyclePlain.samples = append(sdkCyclePlain.samples, got[2])
-		for i := range peerList {
-			peerCycle[i].samples = append(peerCycle[i].samples, got[3+i])
-		}
+		record(got, append([]*series{rawCycle, sdkCycle, sdkCyclePlain}, peerCycle...)...)
 		checkpoint()
 		manyCycle.samples = append(manyCycle.samples, measureN(d, manyCallers, newKeyWorker(manyExec, fp, fmt.Sprintf("hc%d", r))))
 		checkpoint()
@@ -338,13 +333,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		rawRead.samples = append(rawRead.samples, got[0])
-		pgxRead.samples = append(pgxRead.samples, got[1])
-		sdkReplay.samples = append(sdkReplay.samples, got[2])
-		sdkReplayUncached.samples = append(sdkReplayUncached.samples, got[3])
-		for i := range peerList {
-			peerReplay[i].samples = append(peerReplay[i].samples, got[4+i])
-		}
+		record(got, append([]*series{rawRead, pgxRead, sdkReplay, sdkReplayUncached}, peerReplay...)...)
 		return nil
 	}
 	onlyCycles := os.Getenv("BENCH_ONLY") == "claim_complete"
@@ -383,9 +372,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		rawOneTx.samples = append(rawOneTx.samples, got[0])
-		sdkOneTx.samples = append(sdkOneTx.samples, got[1])
-		sdkTwoPhase.samples = append(sdkTwoPhase.samples, got[2])
+		record(got, rawOneTx, sdkOneTx, sdkTwoPhase)
 	}
 
 	// Every claim, pgbench's included, must have been completed: a
@@ -846,6 +833,17 @@ func measureInterleaved(d time.Duration, slices int, before func(), ps ...path) 
 		out[i] = runs[i].sample()
 	}
 	return out, nil
+}
+
+// record adds got's samples, one per path in measureInterleaved's order,
+// to ss, the paths' series in the same order.
+func record(got []sample, ss ...*series) {
+	if len(got) != len(ss) {
+		panic(fmt.Sprintf("bench: %d samples for %d series", len(got), len(ss)))
+	}
+	for i, s := range ss {
+		s.samples = append(s.samples, got[i])
+	}
 }
 
 func summarize(all []time.Duration, elapsed time.Duration) sample {
