@@ -146,13 +146,13 @@ func (s *series) medianOfFloat(f func(sample) float64) float64 {
 	return v[len(v)/2]
 }
 
-// cpuLine prints the median CPU per operation of each series, for the
-// ones measured with it.
+// cpuLine prints the median CPU per operation of each series (pgbench's:
+// the server's alone, its client being another process).
 func cpuLine(ss ...*series) {
 	for _, s := range ss {
-		client := s.medianOf(func(x sample) time.Duration { return x.client })
-		if client == 0 {
-			continue // pgbench's lines: the client is another process
+		client := s.medianOf(func(x sample) time.Duration { return x.client }).Round(time.Microsecond).String()
+		if strings.HasSuffix(s.name, "(pgbench)") {
+			client = "n/a" // another process
 		}
 		server := "n/a (remote server)"
 		if serverCPU != nil {
@@ -164,6 +164,6 @@ func cpuLine(ss ...*series) {
 			fpi := s.medianOfFloat(func(x sample) float64 { return x.fpi })
 			wal = fmt.Sprintf("  wal %5.0f B (%.2f full pages)", b, fpi)
 		}
-		fmt.Printf("cpu per op  %-50s client %7s  server %s%s\n", s.name, client.Round(time.Microsecond), server, wal)
+		fmt.Printf("cpu per op  %-50s client %7s  server %s%s\n", s.name, client, server, wal)
 	}
 }

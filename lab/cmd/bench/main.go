@@ -32,8 +32,12 @@
 // BENCH_STORES=redis or dynamo runs only that store of the two, and
 // BENCH_STORES=cluster only the Redis Cluster lines.
 // BENCH_ONLY=recovery runs (k) alone.
+// BENCH_ONLY=statements runs (s) alone: the cycle's SQL from pgbench,
+// pgstore's with and without the table's triggers and the upsert peer's
+// (statements.go).
 // BENCH_CPUPROFILE=file writes the bench process's CPU profile there (go
-// tool pprof file).
+// tool pprof file); the paths measured in turn carry the label path=<the
+// line's name> (go tool pprof -tags file lists them; -tagfocus picks one).
 package main
 
 import (
@@ -184,6 +188,15 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv("BENCH_ONLY") == "statements" {
+		tmp, err := os.MkdirTemp("", "payonce-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		fmt.Printf("%d rounds of %s per path, pgbench with %d clients, in turn, in slices of 1s\n", rounds, d, clients)
+		return benchStatements(ctx, base, pgbench{bin: filepath.Join(bin, "pgbench"), dir: tmp, fp: string(fp)}, fp, d, slices, rounds)
+	}
 	if err := seedReplays(ctx, pool, fp); err != nil {
 		return err
 	}
@@ -308,11 +321,10 @@ func run() error {
 		for _, p := range peerList {
 			ws = append(ws, p.cycleWorker(cycleT.pool, fp, fmt.Sprintf("q%d", r)))
 		}
-		got, err := measureInterleaved(d, slices, checkpoint, append([]path{pgbRaw.path(ctx, cycle)}, goPaths(ws...)...)...)
-		if err != nil {
+		ts := append([]timed{{rawCycle, pgbRaw.path(ctx, cycle)}}, goTimed(append([]*series{sdkCycle, sdkCyclePlain}, peerCycle...), ws)...)
+		if err := measureInterleaved(d, slices, checkpoint, ts...); err != nil {
 			return err
 		}
-		record(got, append([]*series{rawCycle, sdkCycle, sdkCyclePlain}, peerCycle...)...)
 		checkpoint()
 		manyCycle.samples = append(manyCycle.samples, measureN(d, manyCallers, newKeyWorker(manyExec, fp, fmt.Sprintf("hc%d", r))))
 		checkpoint()
@@ -329,12 +341,8 @@ func run() error {
 		for _, p := range peerList {
 			ws = append(ws, p.replayWorker(pool, fp))
 		}
-		got, err := measureInterleaved(d, slices, nil, append([]path{pgb.path(ctx, sel)}, goPaths(ws...)...)...)
-		if err != nil {
-			return err
-		}
-		record(got, append([]*series{rawRead, pgxRead, sdkReplay, sdkReplayUncached}, peerReplay...)...)
-		return nil
+		ts := append([]timed{{rawRead, pgb.path(ctx, sel)}}, goTimed(append([]*series{pgxRead, sdkReplay, sdkReplayUncached}, peerReplay...), ws)...)
+		return measureInterleaved(d, slices, nil, ts...)
 	}
 	onlyCycles := os.Getenv("BENCH_ONLY") == "claim_complete"
 	onlyReplays := os.Getenv("BENCH_ONLY") == "replay"
@@ -367,12 +375,12 @@ func run() error {
 		if err := replays(); err != nil {
 			return err
 		}
-		got, err := measureInterleaved(d, slices, checkpoint, pgb.path(ctx, oneTx),
-			goPath(oneTxWorker(exec, fp, fmt.Sprintf("t%d", r))), goPath(twoPhaseWorker(exec, pool, fp, fmt.Sprintf("p%d", r))))
+		err := measureInterleaved(d, slices, checkpoint, timed{rawOneTx, pgb.path(ctx, oneTx)},
+			timed{sdkOneTx, goPath(oneTxWorker(exec, fp, fmt.Sprintf("t%d", r)))},
+			timed{sdkTwoPhase, goPath(twoPhaseWorker(exec, pool, fp, fmt.Sprintf("p%d", r)))})
 		if err != nil {
 			return err
 		}
-		record(got, rawOneTx, sdkOneTx, sdkTwoPhase)
 	}
 
 	// Every claim, pgbench's included, must have been completed: a
@@ -425,7 +433,7 @@ func run() error {
 		for _, s := range append(append([]*series{rawCycle, sdkCycle, sdkCyclePlain}, peerCycle...), append([]*series{manyCycle, manyCyclePlain}, manyPeer...)...) {
 			fmt.Println(s)
 		}
-		cpuLine(append([]*series{sdkCycle, sdkCyclePlain}, peerCycle...)...)
+		cpuLine(append([]*series{rawCycle, sdkCycle, sdkCyclePlain}, peerCycle...)...)
 		fmt.Printf("ratio claim_complete sdk/raw=%.2f\n", sdkCycle.median().tps/rawCycle.median().tps)
 		fmt.Printf("ratio peer_best claim_complete=%.2f\n", sdkCycle.median().tps/best(peerCycle).median().tps)
 		lead()
@@ -438,7 +446,7 @@ func run() error {
 		fmt.Println(s)
 	}
 	fmt.Println()
-	cpuLine(append([]*series{sdkCycle, sdkCyclePlain}, peerCycle...)...)
+	cpuLine(append([]*series{rawCycle, sdkCycle, sdkCyclePlain}, peerCycle...)...)
 	cpuLine(sdkReplayUncached, peerReplay[plainPeer(peerList)])
 	bestCycle, bestReplay := best(peerCycle), best(peerReplay)
 	fmt.Printf("\nbest peer: %s; %s\n", bestCycle.name, bestReplay.name)
@@ -795,55 +803,62 @@ func goPath(w worker) path {
 	return func(d time.Duration) (rawRun, error) { return runFor(d, clients, w), nil }
 }
 
-func goPaths(ws ...worker) []path {
-	ps := make([]path, len(ws))
-	for i, w := range ws {
-		ps[i] = goPath(w)
-	}
-	return ps
+// timed is a path and the series its samples go to.
+type timed struct {
+	s *series
+	p path
 }
 
-// measureInterleaved measures ps for d each, in slices of d/slices taken
-// in turn (each slice after before, when set; the order rotates from one
-// slice to the next), and returns one sample per path. This machine's
-// speed drifts by a tenth or more within a minute (other tenants of the
-// host); paths measured one after the other for their whole time each see
-// a different machine, paths measured in turn in short slices see the
-// same one. pgbench's paths (the physical limits) take their turns too:
-// measured in a window of their own, the raw limit once ran at 2,959/s
-// and once at 4,820/s while Do ran at 3,352/s and 3,760/s, and the
-// sdk/raw ratios followed the machine rather than the code.
-func measureInterleaved(d time.Duration, slices int, before func(), ps ...path) ([]sample, error) {
-	runs := make([]rawRun, len(ps))
+// goTimed pairs each series with its worker, run by goPath.
+func goTimed(ss []*series, ws []worker) []timed {
+	if len(ss) != len(ws) {
+		panic(fmt.Sprintf("bench: %d workers for %d series", len(ws), len(ss)))
+	}
+	ts := make([]timed, len(ws))
+	for i, w := range ws {
+		ts[i] = timed{ss[i], goPath(w)}
+	}
+	return ts
+}
+
+// measureInterleaved measures each path for d, in slices of d/slices
+// taken in turn (each slice after before, when set; the order rotates
+// from one slice to the next), and adds one sample to each path's series.
+// This machine's speed drifts by a tenth or more within a minute (other
+// tenants of the host); paths measured one after the other for their
+// whole time each see a different machine, paths measured in turn in
+// short slices see the same one. pgbench's paths (the physical limits)
+// take their turns too: measured in a window of their own, the raw limit
+// once ran at 2,959/s and once at 4,820/s while Do ran at 3,352/s and
+// 3,760/s, and the sdk/raw ratios followed the machine rather than the
+// code.
+//
+// Each slice runs under the CPU profiler's label path=<its series' name>,
+// which the goroutines it starts inherit: with BENCH_CPUPROFILE, go tool
+// pprof -tagfocus 'path=(b) sdk claim+complete (Do)' shows one path.
+func measureInterleaved(d time.Duration, slices int, before func(), ts ...timed) error {
+	runs := make([]rawRun, len(ts))
 	for sl := range slices {
-		for j := range ps {
-			i := (sl + j) % len(ps)
+		for j := range ts {
+			i := (sl + j) % len(ts)
 			if before != nil {
 				before()
 			}
-			r, err := ps[i](d / time.Duration(slices))
+			var r rawRun
+			var err error
+			pprof.Do(context.Background(), pprof.Labels("path", ts[i].s.name), func(context.Context) {
+				r, err = ts[i].p(d / time.Duration(slices))
+			})
 			if err != nil {
-				return nil, err
+				return err
 			}
 			runs[i].add(r)
 		}
 	}
-	out := make([]sample, len(ps))
-	for i := range runs {
-		out[i] = runs[i].sample()
+	for i, t := range ts {
+		t.s.samples = append(t.s.samples, runs[i].sample())
 	}
-	return out, nil
-}
-
-// record adds got's samples, one per path in measureInterleaved's order,
-// to ss, the paths' series in the same order.
-func record(got []sample, ss ...*series) {
-	if len(got) != len(ss) {
-		panic(fmt.Sprintf("bench: %d samples for %d series", len(got), len(ss)))
-	}
-	for i, s := range ss {
-		s.samples = append(s.samples, got[i])
-	}
+	return nil
 }
 
 func summarize(all []time.Duration, elapsed time.Duration) sample {
@@ -858,16 +873,19 @@ func summarize(all []time.Duration, elapsed time.Duration) sample {
 	}
 }
 
+// toPgbench is sql as a line of a pgbench script: each $n replaced by the
+// pgbench variable vars[n-1].
+func toPgbench(sql string, vars ...string) string {
+	for i := len(vars); i >= 1; i-- { // $10 before $1
+		sql = strings.ReplaceAll(sql, fmt.Sprintf("$%d", i), ":"+vars[i-1])
+	}
+	return strings.Join(strings.Fields(sql), " ") + ";\n"
+}
+
 // pgbench scripts: pgstore's own statements, with each $n replaced by a
 // pgbench variable of the same meaning.
 func writeScripts(dir string) (cycle, sel, oneTx string, err error) {
 	st := pgstore.Statements()
-	toPgbench := func(sql string, vars ...string) string {
-		for i := len(vars); i >= 1; i-- { // $10 before $1
-			sql = strings.ReplaceAll(sql, fmt.Sprintf("$%d", i), ":"+vars[i-1])
-		}
-		return strings.Join(strings.Fields(sql), " ") + ";\n"
-	}
 	// The claim a new key gets from the default (adaptive) store, the lean
 	// insert; its lock version (random) feeds the completion, as in Do.
 	claim := strings.TrimSuffix(toPgbench(st["claim_new"], "k", "s", "fp", "lock", "ret", "rh", "inst", "inc"), ";\n") + " \\gset c_\n"
@@ -907,14 +925,26 @@ type pgbench struct {
 func (p *pgbench) path(ctx context.Context, script string) path {
 	return func(d time.Duration) (rawRun, error) {
 		d = max(d, time.Second)
+		w0, s0 := walStats(), time.Duration(0)
+		if serverCPU != nil {
+			s0 = serverCPU()
+		}
 		lats, err := p.exec(ctx, script, d)
 		if err != nil {
 			return rawRun{}, err
 		}
 		// Every transaction is in the latency log: its count over the
 		// run's time is the rate pgbench reports (without its connection
-		// time), and slices add up as the Go paths' do.
-		return rawRun{ops: len(lats), elapsed: time.Duration(int(d.Seconds())) * time.Second, lat: lats}, nil
+		// time), and slices add up as the Go paths' do. The server's CPU
+		// and WAL cover pgbench's connections too (it connects for each
+		// run), as they would any client's.
+		r := rawRun{ops: len(lats), elapsed: time.Duration(int(d.Seconds())) * time.Second, lat: lats}
+		if serverCPU != nil {
+			r.server = serverCPU() - s0
+		}
+		w1 := walStats()
+		r.wal = walCounters{bytes: w1.bytes - w0.bytes, fpi: w1.fpi - w0.fpi}
+		return r, nil
 	}
 }
 

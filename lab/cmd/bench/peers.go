@@ -120,10 +120,7 @@ func peers() []peer {
 				var status string
 				var token int64
 				var raw []byte
-				err := pool.QueryRow(ctx, `INSERT INTO peer_upsert (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
-					VALUES ($1, $2, $3, 'PROCESSING', 1, now() + interval '30 seconds', now() + interval '1 day')
-					ON CONFLICT (idempotency_key, user_id) DO UPDATE SET fingerprint = peer_upsert.fingerprint
-					RETURNING xmax = 0, status, lock_version, response_raw`, key, scope, fp).Scan(&isNew, &status, &token, &raw)
+				err := pool.QueryRow(ctx, upsertClaimSQL, key, scope, fp).Scan(&isNew, &status, &token, &raw)
 				if err == nil && !isNew && status == "PROCESSING" {
 					return false, 0, nil, errInProgress
 				}
@@ -131,6 +128,22 @@ func peers() []peer {
 			},
 		},
 	}
+}
+
+// upsertClaimSQL is the upsert peer's claim: $1 key, $2 scope, $3
+// fingerprint.
+const upsertClaimSQL = `INSERT INTO peer_upsert (idempotency_key, user_id, fingerprint, status, lock_version, locked_until, expires_at)
+	VALUES ($1, $2, $3, 'PROCESSING', 1, now() + interval '30 seconds', now() + interval '1 day')
+	ON CONFLICT (idempotency_key, user_id) DO UPDATE SET fingerprint = peer_upsert.fingerprint
+	RETURNING xmax = 0, status, lock_version, response_raw`
+
+// peerCompleteSQL is every peer's completion in table: $1 key, $2
+// scope, $3 the claim's token, $4 the response's header JSON, $5 its body.
+func peerCompleteSQL(table string) string {
+	return `UPDATE ` + table + `
+	   SET status = 'COMPLETED', response_code = 201, response_body = $4, response_raw = $5,
+	       locked_until = NULL, completed_at = now(), expires_at = now() + interval '1 day'
+	 WHERE idempotency_key = $1 AND user_id = $2 AND status = 'PROCESSING' AND lock_version = $3`
 }
 
 // plainPeer returns the index of the hand-written read-then-insert client,
@@ -160,6 +173,7 @@ func preparePeers(ctx context.Context, pool *pgxpool.Pool) error {
 
 // cycleWorker claims a new key and completes it under its token.
 func (p peer) cycleWorker(pool *pgxpool.Pool, fp idempotency.Fingerprint, prefix string) worker {
+	complete := peerCompleteSQL(p.table)
 	return func(ctx context.Context, rng *rand.Rand, i int) error {
 		key := fmt.Sprintf("%s%d", prefix, rng.Uint64())
 		isNew, token, _, err := p.claim(ctx, pool, key, string(fp))
@@ -169,11 +183,7 @@ func (p peer) cycleWorker(pool *pgxpool.Pool, fp idempotency.Fingerprint, prefix
 		if !isNew {
 			return fmt.Errorf("peer %s: a new key was found", p.name)
 		}
-		tag, err := pool.Exec(ctx, `UPDATE `+p.table+`
-			   SET status = 'COMPLETED', response_code = 201, response_body = $4, response_raw = $5,
-			       locked_until = NULL, completed_at = now(), expires_at = now() + interval '1 day'
-			 WHERE idempotency_key = $1 AND user_id = $2 AND status = 'PROCESSING' AND lock_version = $3`,
-			key, scope, token, `{"header":{"Content-Type":["application/json"]}}`, body)
+		tag, err := pool.Exec(ctx, complete, key, scope, token, `{"header":{"Content-Type":["application/json"]}}`, body)
 		if err == nil && tag.RowsAffected() != 1 {
 			err = fmt.Errorf("peer %s: completion matched %d rows", p.name, tag.RowsAffected())
 		}
