@@ -95,6 +95,29 @@ func walStats() walCounters {
 	return w
 }
 
+// serverCounters are the server's CPU time (zero when not measured) and
+// WAL counters at one instant.
+type serverCounters struct {
+	cpu time.Duration
+	wal walCounters
+}
+
+func serverNow() serverCounters {
+	c := serverCounters{wal: walStats()}
+	if serverCPU != nil {
+		c.cpu = serverCPU()
+	}
+	return c
+}
+
+// since sets r's server CPU and WAL to what the server did from c until
+// now.
+func (c serverCounters) since(r *rawRun) {
+	now := serverNow()
+	r.server = now.cpu - c.cpu
+	r.wal = walCounters{bytes: now.wal.bytes - c.wal.bytes, fpi: now.wal.fpi - c.wal.fpi}
+}
+
 type stat struct {
 	comm                         string
 	ppid                         int

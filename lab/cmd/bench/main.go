@@ -387,8 +387,8 @@ func run() error {
 	// completion that matched no row would make the raw cycle cheaper than
 	// the real one.
 	for _, t := range []cycleSchema{{pool: pool, peers: true}, cycleT, cyclePlainT, manyT, manyPlainT, rawT} {
-		var open int
-		if err := t.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_store WHERE status = 'PROCESSING'`).Scan(&open); err != nil {
+		open, err := openClaims(ctx, t.pool, "idempotency_store")
+		if err != nil {
 			return err
 		}
 		if open != 0 {
@@ -745,11 +745,7 @@ func runFor(d time.Duration, callers int, w worker) rawRun {
 	ctx := context.Background()
 	lat := make([][]time.Duration, callers)
 	var wg sync.WaitGroup
-	w0 := walStats()
-	c0, s0 := clientCPU(), time.Duration(0)
-	if serverCPU != nil {
-		s0 = serverCPU()
-	}
+	srv, c0 := serverNow(), clientCPU()
 	start := time.Now()
 	deadline := start.Add(d)
 	var failed error
@@ -779,18 +775,12 @@ func runFor(d time.Duration, callers int, w worker) rawRun {
 		fmt.Fprintln(os.Stderr, "bench: worker failed:", failed)
 		os.Exit(1)
 	}
-	r := rawRun{elapsed: time.Since(start)}
-	c1, s1 := clientCPU(), time.Duration(0)
-	if serverCPU != nil {
-		s1 = serverCPU()
-	}
-	w1 := walStats()
+	r := rawRun{elapsed: time.Since(start), client: clientCPU() - c0}
+	srv.since(&r)
 	for _, l := range lat {
 		r.lat = append(r.lat, l...)
 	}
 	r.ops = len(r.lat)
-	r.client, r.server = c1-c0, s1-s0
-	r.wal = walCounters{bytes: w1.bytes - w0.bytes, fpi: w1.fpi - w0.fpi}
 	return r
 }
 
@@ -925,10 +915,7 @@ type pgbench struct {
 func (p *pgbench) path(ctx context.Context, script string) path {
 	return func(d time.Duration) (rawRun, error) {
 		d = max(d, time.Second)
-		w0, s0 := walStats(), time.Duration(0)
-		if serverCPU != nil {
-			s0 = serverCPU()
-		}
+		srv := serverNow()
 		lats, err := p.exec(ctx, script, d)
 		if err != nil {
 			return rawRun{}, err
@@ -941,11 +928,7 @@ func (p *pgbench) path(ctx context.Context, script string) path {
 		// paths' pooled connections do not pay: a few µs a cycle in a
 		// slice of one second, the same for every pgbench path.
 		r := rawRun{ops: len(lats), elapsed: time.Duration(int(d.Seconds())) * time.Second, lat: lats}
-		if serverCPU != nil {
-			r.server = serverCPU() - s0
-		}
-		w1 := walStats()
-		r.wal = walCounters{bytes: w1.bytes - w0.bytes, fpi: w1.fpi - w0.fpi}
+		srv.since(&r)
 		return r, nil
 	}
 }

@@ -161,11 +161,8 @@ func plainPeer(ps []peer) int {
 // keys bench's own table holds.
 func preparePeers(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, p := range peers() {
-		for _, sql := range []string{`CREATE TABLE ` + p.table + ` (LIKE idempotency_store INCLUDING ALL)`,
-			`INSERT INTO ` + p.table + ` SELECT * FROM idempotency_store`, `VACUUM ANALYZE ` + p.table} {
-			if _, err := pool.Exec(ctx, sql); err != nil {
-				return fmt.Errorf("peer %s: %w", p.name, err)
-			}
+		if err := copyStore(ctx, pool, p.table); err != nil {
+			return fmt.Errorf("peer %s: %w", p.name, err)
 		}
 	}
 	return nil
@@ -209,7 +206,25 @@ func (p peer) replayWorker(pool *pgxpool.Pool, fp idempotency.Fingerprint) worke
 
 // open counts a peer's claims never completed.
 func (p peer) open(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	return openClaims(ctx, pool, p.table)
+}
+
+// openClaims counts the claims of table never completed.
+func openClaims(ctx context.Context, pool *pgxpool.Pool, table string) (int, error) {
 	var n int
-	err := pool.QueryRow(ctx, `SELECT count(*) FROM `+p.table+` WHERE status = 'PROCESSING'`).Scan(&n)
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE status = 'PROCESSING'`).Scan(&n)
 	return n, err
+}
+
+// copyStore creates table in pool's schema with idempotency_store's
+// columns, constraints and indexes but not its triggers (LIKE ...
+// INCLUDING ALL copies no trigger), filled with its rows and analyzed.
+func copyStore(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	for _, sql := range []string{`CREATE TABLE ` + table + ` (LIKE idempotency_store INCLUDING ALL)`,
+		`INSERT INTO ` + table + ` SELECT * FROM idempotency_store`, `VACUUM ANALYZE ` + table} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", table, err)
+		}
+	}
+	return nil
 }

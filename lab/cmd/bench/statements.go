@@ -36,11 +36,8 @@ func benchStatements(ctx context.Context, base string, pgb pgbench, fp idempoten
 		return err
 	}
 	defer t.pool.Close()
-	for _, sql := range []string{`CREATE TABLE ` + noTriggerTable + ` (LIKE idempotency_store INCLUDING ALL)`,
-		`INSERT INTO ` + noTriggerTable + ` SELECT * FROM idempotency_store`, `VACUUM ANALYZE ` + noTriggerTable} {
-		if _, err := t.pool.Exec(ctx, sql); err != nil {
-			return err
-		}
+	if err := copyStore(ctx, t.pool, noTriggerTable); err != nil {
+		return err
 	}
 	pgb.url = libpqURL(t.url)
 
@@ -85,8 +82,8 @@ func benchStatements(ctx context.Context, base string, pgb pgbench, fp idempoten
 		}
 	}
 	for _, table := range []string{"idempotency_store", noTriggerTable, "peer_upsert"} {
-		var open int
-		if err := t.pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE status = 'PROCESSING'`).Scan(&open); err != nil {
+		open, err := openClaims(ctx, t.pool, table)
+		if err != nil {
 			return err
 		}
 		if open != 0 {
