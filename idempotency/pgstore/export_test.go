@@ -29,12 +29,17 @@ func (s *Store) SetGroupStall(d time.Duration) {
 }
 
 // Queued returns how many callers wait for the next group of kind
-// ("claim" or "complete").
+// ("claim", "complete" or "heartbeat").
 func (s *Store) Queued(kind string) int {
-	if kind == "claim" {
+	switch kind {
+	case "claim":
 		s.claims.mu.Lock()
 		defer s.claims.mu.Unlock()
 		return len(s.claims.queue)
+	case "heartbeat":
+		s.heartbeats.mu.Lock()
+		defer s.heartbeats.mu.Unlock()
+		return len(s.heartbeats.queue)
 	}
 	s.completions.mu.Lock()
 	defer s.completions.mu.Unlock()

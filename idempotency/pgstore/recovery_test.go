@@ -419,12 +419,34 @@ func TestGroupCommitHeartbeats(t *testing.T) {
 	before := b.store.GroupedRows()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i, l := range leases {
+	beat := func(i int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = b.store.Heartbeat(ctx, l, time.Hour)
+			errs[i] = b.store.Heartbeat(ctx, leases[i], time.Hour)
 		}()
+	}
+	// The first heartbeat takes the one flight and waits for a row lock
+	// held here, so that the others queue behind it whatever the
+	// scheduler does, and go as a group once it lands.
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM idempotency_store WHERE idempotency_key = $1 AND user_id = $2 FOR UPDATE`,
+		leases[0].Key, leases[0].Scope); err != nil {
+		t.Fatal(err)
+	}
+	beat(0)
+	waitForLockWait(t, b.pool, tx)
+	b.store.SetGroupStall(answerWait) // no queued caller starts a flight of its own
+	for i := 1; i < n; i++ {
+		beat(i)
+	}
+	waitQueued(t, b.store, "heartbeat", n-1)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 	wg.Wait()
 	for i, l := range leases {
