@@ -284,11 +284,7 @@ func run() error {
 	// Each measured run starts right after a checkpoint, so that none of
 	// them pays for a checkpoint the previous one left (full-page writes,
 	// fsync storms): without it, figures on this machine swing by 2-3x.
-	checkpoint := func() {
-		if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: CHECKPOINT refused (not a superuser?); figures will be noisier:", err)
-		}
-	}
+	checkpoint := checkpointer(ctx, pool)
 	rawCycle := &series{name: "(a) raw claim+complete (pgbench)"}
 	sdkCycle := &series{name: "(b) sdk claim+complete (Do)"}
 	sdkCyclePlain := &series{name: "(b) sdk claim+complete, NoGroupCommit"}
@@ -545,6 +541,17 @@ func newCycleSchema(ctx context.Context, base, schema string, fp idempotency.Fin
 		return cycleSchema{}, fmt.Errorf("schema %s: %w", schema, err)
 	}
 	return t, nil
+}
+
+// checkpointer returns what runs before each measured write run: a
+// CHECKPOINT on pool, or a warning that the figures will be noisier when
+// the server refuses it.
+func checkpointer(ctx context.Context, pool *pgxpool.Pool) func() {
+	return func() {
+		if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: CHECKPOINT refused (not a superuser?); figures will be noisier:", err)
+		}
+	}
 }
 
 // newExecutor is the bench's executor over a pgstore store on pool with

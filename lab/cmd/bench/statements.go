@@ -69,7 +69,7 @@ func benchStatements(ctx context.Context, base string, pgb pgbench, fp idempoten
 	withTrigger := &series{name: "(s) pgstore's statements (pgbench)"}
 	withoutTrigger := &series{name: "(s) pgstore's statements, no triggers (pgbench)"}
 	peerStatements := &series{name: "(s) upsert peer's statements (pgbench)"}
-	checkpoint := func() { _, _ = t.pool.Exec(ctx, `CHECKPOINT`) }
+	checkpoint := checkpointer(ctx, t.pool)
 	if _, err := pgb.exec(ctx, cycle, 2*time.Second); err != nil { // warm-up, unmeasured
 		return err
 	}
