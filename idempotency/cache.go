@@ -27,7 +27,8 @@ import (
 // changed it unseen:
 //
 //   - a store that reports such changes ([ChangeWatcher]; pgstore does,
-//     from a trigger that sees manual SQL too) has the entry dropped as the
+//     from triggers that see manual SQL too, those of its replaycache
+//     migration line) has the entry dropped as the
 //     change commits, in every executor that caches it. Its report can be
 //     late, or its connection can die unnoticed, so entries are served only
 //     while the store has confirmed, less than 2×SyncInterval ago, that it

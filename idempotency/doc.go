@@ -154,7 +154,8 @@
 // it expires, but an operator may delete it (the runbook's "run it
 // again"), an erasure may delete or blank it, and pgstore's SupersedeTx
 // rewrites it. So a store that reports such changes ([ChangeWatcher]:
-// pgstore, from a trigger that sees manual SQL too) has every executor
+// pgstore, from triggers that see manual SQL too: its replaycache
+// migration line) has every executor
 // drop the record's entry as the change commits; entries are served only
 // while the store has confirmed its reports within 2×SyncInterval (2s by
 // default: the bound on a stale replay if its connection dies silently),

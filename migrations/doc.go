@@ -12,6 +12,11 @@
 //   - [LinePayments]: payment_intents, webhook_events and the reconciler's
 //     runs and items; it needs LineIdempotency and LineLedger.
 //   - [LineSaga]: sagas and saga_steps; it needs LineIdempotency.
+//   - [LineReplayCache]: the triggers on idempotency_store that announce
+//     changes to finished records, which an executor's replay cache
+//     (idempotency.ReplayCache) over pgstore needs; it needs
+//     LineIdempotency. A service without a replay cache leaves it out and
+//     its completions do not pay for the triggers.
 //
 // A service that only protects its own endpoints, queue consumers or cron
 // jobs migrates the core alone:
@@ -33,7 +38,11 @@
 // applied and recorded or not at all. A line's versions are applied in
 // version order; the lines' tables do not refer to each other's, so the
 // versions of different lines may be applied in any interleaving, and
-// yield the same schema.
+// yield the same schema. One line acts on another's table: replaycache
+// puts its triggers on idempotency_store. Its version (0020) comes after
+// the idempotency version that took those triggers out of the core line
+// (0019), which leaves them alone once 0020 is recorded, so the
+// interleavings still yield the same schema.
 //
 // The numbers are those of the single sequence that payonce used before
 // the lines, and payonce_migrations is unchanged: a database migrated

@@ -13,10 +13,20 @@ type Line string
 
 const (
 	// LineIdempotency is the idempotency core (package idempotency with
-	// pgstore, inbox and cronslot): idempotency_store with its tombstones
-	// and change announcements, idempotency_rate_limits (pgstore.Limiter)
-	// and operator_audit (what `payonce release` did to a record).
+	// pgstore, inbox and cronslot): idempotency_store with its tombstones,
+	// idempotency_rate_limits (pgstore.Limiter) and operator_audit (what
+	// `payonce release` did to a record).
 	LineIdempotency Line = "idempotency"
+	// LineReplayCache is what an executor's replay cache
+	// (idempotency.ReplayCache) over pgstore needs: the triggers on
+	// idempotency_store that announce, as they commit, changes made to
+	// finished records outside the claim path (a delete by the runbook,
+	// an erasure, pgstore.SupersedeTx, SQL by hand), so that every
+	// executor's cache forgets them. It needs LineIdempotency.
+	// pgstore.NewExecutor refuses a ReplayCache without it. A service
+	// without a replay cache leaves it out, and its completions do not
+	// pay for the triggers.
+	LineReplayCache Line = "replaycache"
 	// LineLedger is the double-entry ledger (package ledger): accounts,
 	// entries, postings, balance snapshots and the triggers that keep them
 	// append-only and balanced.
@@ -40,6 +50,7 @@ var lines = []struct {
 	{LineLedger, nil},
 	{LinePayments, []Line{LineIdempotency, LineLedger}},
 	{LineSaga, []Line{LineIdempotency}},
+	{LineReplayCache, []Line{LineIdempotency}},
 }
 
 // Lines returns every line, each after the lines it needs.
@@ -142,6 +153,8 @@ func constName(l Line) string {
 		return "LinePayments"
 	case LineSaga:
 		return "LineSaga"
+	case LineReplayCache:
+		return "LineReplayCache"
 	}
 	return fmt.Sprintf("Line(%q)", string(l))
 }

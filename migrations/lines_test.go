@@ -20,6 +20,7 @@ var lineTables = map[migrations.Line][]string{
 	migrations.LineLedger:      {"ledger_accounts", "ledger_balance_snapshots", "ledger_entries", "ledger_postings"},
 	migrations.LinePayments:    {"payment_intents", "reconcile_items", "reconcile_runs", "webhook_events"},
 	migrations.LineSaga:        {"saga_steps", "sagas"},
+	migrations.LineReplayCache: nil, // triggers on idempotency_store
 }
 
 func emptySchema(t *testing.T) *pgxpool.Pool {
@@ -198,7 +199,7 @@ func TestCoreOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{1, 3, 8, 15, 16, 17, 18}; !slices.Equal(applied, want) {
+	if want := []int{1, 3, 8, 15, 16, 17, 18, 19}; !slices.Equal(applied, want) {
 		t.Fatalf("applied %v, want %v", applied, want)
 	}
 	got := tables(t, p)
@@ -209,6 +210,9 @@ func TestCoreOnly(t *testing.T) {
 	}
 	if err := migrations.Check(ctx, p, migrations.LineIdempotency); err != nil {
 		t.Fatal(err)
+	}
+	if got := announcementTriggers(t, p); len(got) != 0 {
+		t.Fatalf("a core-only schema has the replay cache's triggers %v", got)
 	}
 
 	err = migrations.Check(ctx, p, migrations.LinePayments)
@@ -240,7 +244,7 @@ func TestCoreOnly(t *testing.T) {
 			t.Fatalf("status of %04d (line %s): applied %v", s.Version, s.Line, s.Applied)
 		}
 	}
-	if len(st) != len(migrations.All())-len(migrations.LineSaga.Migrations()) {
+	if len(st) != len(migrations.All())-len(migrations.LineSaga.Migrations())-len(migrations.LineReplayCache.Migrations()) {
 		t.Fatalf("StatusLines(payments) lists %d versions", len(st))
 	}
 }
@@ -265,8 +269,8 @@ func TestFromOldSequence(t *testing.T) {
 		t.Parallel()
 		p := atVersion12(t)
 		applied, err := migrations.Migrate(ctx, p)
-		if err != nil || !slices.Equal(applied, []int{13, 14, 15, 16, 17, 18}) {
-			t.Fatalf("applied %v (%v), want [13 14 15 16 17 18]", applied, err)
+		if err != nil || !slices.Equal(applied, []int{13, 14, 15, 16, 17, 18, 19, 20}) {
+			t.Fatalf("applied %v (%v), want [13 14 15 16 17 18 19 20]", applied, err)
 		}
 		requireSameCatalog(t, catalog(t, p), want)
 		if err := migrations.Check(ctx, p, migrations.Lines()...); err != nil {
@@ -278,12 +282,12 @@ func TestFromOldSequence(t *testing.T) {
 		p := atVersion12(t)
 		err := migrations.Check(ctx, p, migrations.LineIdempotency)
 		var ne *migrations.NotMigratedError
-		if !errors.As(err, &ne) || !slices.Equal(versionsOf(ne.Missing), []int{15, 16, 17, 18}) ||
-			!strings.Contains(err.Error(), "versions 0015_expiry_tombstones, 0016_replay_invalidation, 0017_lease_holders, 0018_cheap_change_trigger of the idempotency line (an older schema)") {
+		if !errors.As(err, &ne) || !slices.Equal(versionsOf(ne.Missing), []int{15, 16, 17, 18, 19}) ||
+			!strings.Contains(err.Error(), "versions 0015_expiry_tombstones, 0016_replay_invalidation, 0017_lease_holders, 0018_cheap_change_trigger, 0019_announcements_opt_in of the idempotency line (an older schema)") {
 			t.Fatalf("Check(idempotency) at version 12: %v", err)
 		}
-		if applied, err := migrations.MigrateLines(ctx, p, migrations.LineIdempotency); err != nil || !slices.Equal(applied, []int{15, 16, 17, 18}) {
-			t.Fatalf("idempotency line applied %v (%v), want [15 16 17 18]", applied, err)
+		if applied, err := migrations.MigrateLines(ctx, p, migrations.LineIdempotency); err != nil || !slices.Equal(applied, []int{15, 16, 17, 18, 19}) {
+			t.Fatalf("idempotency line applied %v (%v), want [15 16 17 18 19]", applied, err)
 		}
 		err = migrations.Check(ctx, p, migrations.LinePayments)
 		if !errors.As(err, &ne) || !slices.Equal(versionsOf(ne.Missing), []int{13}) {
@@ -292,8 +296,8 @@ func TestFromOldSequence(t *testing.T) {
 		if applied, err := migrations.MigrateLines(ctx, p, migrations.LinePayments); err != nil || !slices.Equal(applied, []int{13}) {
 			t.Fatalf("payments line applied %v (%v), want [13]", applied, err)
 		}
-		if applied, err := migrations.Migrate(ctx, p); err != nil || !slices.Equal(applied, []int{14}) {
-			t.Fatalf("every line applied %v (%v), want [14]", applied, err)
+		if applied, err := migrations.Migrate(ctx, p); err != nil || !slices.Equal(applied, []int{14, 20}) {
+			t.Fatalf("every line applied %v (%v), want [14 20]", applied, err)
 		}
 		requireSameCatalog(t, catalog(t, p), want)
 	})
@@ -306,9 +310,9 @@ func TestLinesAddedLater(t *testing.T) {
 	ctx := context.Background()
 	want := fullCatalog(t)
 	for _, order := range [][]migrations.Line{
-		{migrations.LineIdempotency, migrations.LinePayments, migrations.LineSaga},
-		{migrations.LineSaga, migrations.LineLedger, migrations.LinePayments},
-		{migrations.LineLedger, migrations.LineIdempotency, migrations.LineSaga, migrations.LinePayments},
+		{migrations.LineIdempotency, migrations.LinePayments, migrations.LineSaga, migrations.LineReplayCache},
+		{migrations.LineSaga, migrations.LineReplayCache, migrations.LineLedger, migrations.LinePayments},
+		{migrations.LineReplayCache, migrations.LineLedger, migrations.LineIdempotency, migrations.LineSaga, migrations.LinePayments},
 	} {
 		t.Run(fmtLines(order), func(t *testing.T) {
 			t.Parallel()
@@ -360,7 +364,7 @@ func TestCheck(t *testing.T) {
 			return err
 		}(),
 	} {
-		if err == nil || !strings.Contains(err.Error(), "idempotency, ledger, payments, saga") {
+		if err == nil || !strings.Contains(err.Error(), "idempotency, ledger, payments, saga, replaycache") {
 			t.Errorf("%s: %v, want an error listing the lines", name, err)
 		}
 	}
@@ -440,4 +444,93 @@ func TestCatalogComparesSchemas(t *testing.T) {
 	if slices.Equal(catalog(t, a), catalog(t, b)) {
 		t.Fatal("the catalog misses a changed default")
 	}
+}
+
+// announcementTriggers lists the replay cache's triggers on the current
+// schema's idempotency_store.
+func announcementTriggers(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	var out []string
+	err := pool.QueryRow(context.Background(), `SELECT coalesce(array_agg(tgname::text ORDER BY tgname), '{}') FROM pg_trigger
+		WHERE tgrelid = to_regclass('idempotency_store') AND NOT tgisinternal`).Scan(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The replay cache's change announcements are the replaycache line's: a
+// database that had them from the idempotency line (0016, 0018) loses them
+// with that line's 0019 and gets them back, the same, with the
+// replaycache line; applied out of order (0020 before 0019, as a tool
+// running printed scripts might), they stay.
+func TestAnnouncementsAreTheReplayCacheLine(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	want := []string{"idempotency_finished_changed", "idempotency_finished_deleted", "idempotency_truncated"}
+	full := fullCatalog(t)
+	if got := announcementTriggers(t, func() *pgxpool.Pool {
+		p := emptySchema(t)
+		if _, err := migrations.Migrate(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}()); !slices.Equal(got, want) {
+		t.Fatalf("every line: triggers %v, want %v", got, want)
+	}
+
+	// A database of the day before: every version up to 0018.
+	p := emptySchema(t)
+	for v := 1; v <= 18; v++ {
+		if err := migrations.ApplyVersion(ctx, p, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := announcementTriggers(t, p); !slices.Equal(got, want) {
+		t.Fatalf("at 0018: triggers %v, want %v", got, want)
+	}
+	if applied, err := migrations.MigrateLines(ctx, p, migrations.LineIdempotency); err != nil || !slices.Equal(applied, []int{19}) {
+		t.Fatalf("idempotency line applied %v (%v), want [19]", applied, err)
+	}
+	if got := announcementTriggers(t, p); len(got) != 0 {
+		t.Fatalf("after the idempotency line's 0019: triggers %v", got)
+	}
+	err := migrations.Check(ctx, p, migrations.LineReplayCache)
+	var ne *migrations.NotMigratedError
+	if !errors.As(err, &ne) || !slices.Equal(versionsOf(ne.Missing), []int{20}) ||
+		!strings.Contains(err.Error(), "migrations.MigrateLines(ctx, pool, migrations.LineReplayCache)") {
+		t.Fatalf("Check(replaycache) without it: %v", err)
+	}
+	if applied, err := migrations.MigrateLines(ctx, p, migrations.LineReplayCache); err != nil || !slices.Equal(applied, []int{20}) {
+		t.Fatalf("replaycache line applied %v (%v), want [20]", applied, err)
+	}
+	if got := announcementTriggers(t, p); !slices.Equal(got, want) {
+		t.Fatalf("after the replaycache line: triggers %v, want %v", got, want)
+	}
+	if applied, err := migrations.Migrate(ctx, p); err != nil {
+		t.Fatal(err)
+	} else if slices.Contains(applied, 19) || slices.Contains(applied, 20) {
+		t.Fatalf("Migrate applied %v again", applied)
+	}
+	requireSameCatalog(t, catalog(t, p), full)
+
+	// Out of order: 0020, then 0019.
+	q := emptySchema(t)
+	for v := 1; v <= 18; v++ {
+		if err := migrations.ApplyVersion(ctx, q, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, v := range []int{20, 19} {
+		if err := migrations.ApplyVersion(ctx, q, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := announcementTriggers(t, q); !slices.Equal(got, want) {
+		t.Fatalf("0020 then 0019: triggers %v, want %v", got, want)
+	}
+	if _, err := migrations.Migrate(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	requireSameCatalog(t, catalog(t, q), full)
 }

@@ -22,8 +22,10 @@ func newMigrateCmd() *cobra.Command {
 		Short: "apply, inspect or print the schema",
 		Long: `Applies payonce's schema, lists its versions, or prints it as SQL for your
 own migration tool. The schema comes in lines: idempotency (the core), ledger,
-payments (needs idempotency and ledger) and saga (needs idempotency). Without
---line every line is applied; with it, the lines named and those they need.`,
+payments (needs idempotency and ledger), saga (needs idempotency) and
+replaycache (the triggers an executor's replay cache needs; needs
+idempotency). Without --line every line is applied; with it, the lines named
+and those they need.`,
 		Example: `  DATABASE_URL=postgres://app@db/app payonce migrate up
   payonce migrate up --line idempotency     # a core-only service
   payonce migrate status --database-url postgres://app@db/app
@@ -35,7 +37,7 @@ payments (needs idempotency and ledger) and saga (needs idempotency). Without
 	var lineNames []string
 	cli.AddDatabaseURL(c, c.PersistentFlags(), &dbURL)
 	c.PersistentFlags().StringSliceVar(&lineNames, "line", nil,
-		"schema lines to apply, list or print, with the lines they need: idempotency, ledger, payments, saga (default: all)")
+		"schema lines to apply, list or print, with the lines they need: idempotency, ledger, payments, saga, replaycache (default: all)")
 	_ = c.RegisterFlagCompletionFunc("line", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		var names []cobra.Completion
 		for _, l := range migrations.Lines() {

@@ -22,6 +22,13 @@
 // PRIMARY KEY (idempotency_key, user_id): the database, not the
 // application, guarantees one record per key and scope.
 //
+// An executor with an idempotency.ReplayCache also needs the replaycache
+// line (migrations.LineReplayCache): its triggers announce the changes
+// made to finished records outside the claim path, which every cache must
+// hear of ([Store.WatchChanges]). [NewExecutor] refuses a cache without
+// it. A service without a cache leaves the line out, and its completions
+// do not pay for the triggers.
+//
 // # Round trips and clocks
 //
 // A claim is one statement in the common cases: a new key is inserted

@@ -17,7 +17,8 @@ import (
 )
 
 // ChangesChannel is the channel on which the database announces changes
-// to finished, unexpired records (migration 0016): a delete, or an update
+// to finished, unexpired records (the triggers of the replaycache
+// migration line, [migrations.LineReplayCache]): a delete, or an update
 // of what a replay answers (key, scope, fingerprint, status, response,
 // expiry), by the store (SupersedeTx) or by hand. The payload is
 // JSON, {"scope": ..., "key_sha256": ...}, or {} for a TRUNCATE.
@@ -60,6 +61,13 @@ const (
 // announce on it too, which costs at most a needless eviction of an entry
 // with the same scope and key.
 //
+// The changes are announced by the triggers of the replaycache migration
+// line. Each connection, once it listens, checks through the pool that
+// they are there and enabled, before it confirms anything: without them
+// WatchChanges returns an error matching [ErrNoAnnouncements] that says
+// how to apply the line, and the executor's cache serves nothing
+// (pgstore.NewExecutor refuses such a schema before that).
+//
 // It returns nil when ctx ends, once its connections are closed (pgx may
 // take up to 15s over one lost to a partition), and an error matching
 // errors.ErrUnsupported at once when the store is behind a transaction
@@ -89,6 +97,11 @@ func (s *Store) WatchChanges(ctx context.Context, p idempotency.WatchParams) err
 		synced, err := s.listen(ctx, p, &cleanups)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, ErrNoAnnouncements) {
+			// Not a lost connection: nothing to wait out. The executor
+			// logs it, and its cache serves nothing.
+			return fmt.Errorf("pgstore: change listener: %w", err)
 		}
 		cleanups = slices.DeleteFunc(cleanups, func(c <-chan struct{}) bool {
 			select {
@@ -173,6 +186,11 @@ func (s *Store) listen(ctx context.Context, p idempotency.WatchParams, cleanups 
 	if err := conn.Exec(ctx, "LISTEN "+ChangesChannel).Close(); err != nil {
 		return false, fmt.Errorf("listen: %w", err)
 	}
+	// Nothing is confirmed to the cache unless the triggers that announce
+	// the changes are there and enabled.
+	if err := s.checkAnnouncements(ctx, p.SyncInterval); err != nil {
+		return false, err
+	}
 	// Everything committed before this connection listened went unseen.
 	p.OnReset(nil)
 	p.OnSync(sent)
@@ -210,6 +228,40 @@ func (s *Store) listen(ctx context.Context, p idempotency.WatchParams, cleanups 
 		}
 		p.OnSync(sent)
 	}
+}
+
+// announcementTriggers are the triggers of the replaycache line
+// (migration 0020) that announce changes on ChangesChannel.
+var announcementTriggers = []string{"idempotency_finished_changed", "idempotency_finished_deleted", "idempotency_truncated"}
+
+// announcementsSQL counts the announcement triggers that fire in an
+// ordinary session on the store's table (the pool's schema).
+const announcementsSQL = `SELECT count(*) FROM pg_trigger
+ WHERE tgrelid = to_regclass('idempotency_store') AND tgname = ANY($1) AND tgenabled IN ('O', 'A')`
+
+// ErrNoAnnouncements matches the error of a change listener (and so of a
+// replay cache) on a schema whose idempotency_store does not announce
+// changes: the replaycache migration line is not applied, or its
+// triggers were dropped or disabled.
+var ErrNoAnnouncements = errors.New("pgstore: idempotency_store announces no changes")
+
+// checkAnnouncements returns an error matching ErrNoAnnouncements unless
+// every announcement trigger is on the store's table and enabled. It asks
+// through the pool, whose search_path names the store's schema (a
+// listener's own configuration may not).
+func (s *Store) checkAnnouncements(ctx context.Context, timeout time.Duration) error {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var n int
+	if err := s.pool.QueryRow(cctx, announcementsSQL, announcementTriggers).Scan(&n); err != nil {
+		return fmt.Errorf("checking the change announcements: %w", err)
+	}
+	if n != len(announcementTriggers) {
+		return fmt.Errorf("%w: %d of its %d triggers are there and enabled; a replay cache needs them: "+
+			"apply the replaycache line (`payonce migrate up --line replaycache`, or migrations.MigrateLines(ctx, pool, migrations.LineReplayCache)) "+
+			"and do not disable its triggers", ErrNoAnnouncements, n, len(announcementTriggers))
+	}
+	return nil
 }
 
 // listenerConfig returns the configuration of the listener's connection.

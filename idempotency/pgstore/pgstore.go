@@ -197,8 +197,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		s.instance, s.incarnation = cfg.Instance, processIncarnation()
 	}
 	s.args = newBoxedArgs(s.instance, s.incarnation)
-	if err := checkSchema(pool); err != nil {
-		return nil, err
+	if err := checkLines(pool, migrations.LineIdempotency); err != nil {
+		return nil, fmt.Errorf("pgstore.New: %w", err)
 	}
 	if s.instance != "" {
 		if s.released, err = s.releaseHeld(); err != nil {
@@ -222,16 +222,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 // schemaCheckTimeout bounds the schema check of New.
 const schemaCheckTimeout = 30 * time.Second
 
-// checkSchema refuses a schema without the idempotency line, once, at
-// construction: a missing table would otherwise surface on the first
-// claim as `relation "idempotency_store" does not exist`.
-func checkSchema(pool *pgxpool.Pool) error {
+// checkLines refuses a schema without lines, once, at construction: a
+// missing table would otherwise surface on the first claim as `relation
+// "idempotency_store" does not exist`, and missing triggers not at all.
+func checkLines(pool *pgxpool.Pool, lines ...migrations.Line) error {
 	ctx, cancel := context.WithTimeout(context.Background(), schemaCheckTimeout)
 	defer cancel()
-	if err := migrations.Check(ctx, pool, migrations.LineIdempotency); err != nil {
-		return fmt.Errorf("pgstore.New: %w", err)
-	}
-	return nil
+	return migrations.Check(ctx, pool, lines...)
 }
 
 // Seals reports whether the store seals responses (Config.Keyring): an

@@ -39,7 +39,8 @@ const supersedeSQL = `UPDATE idempotency_store
 // never revived).
 //
 // Executors' replay caches (idempotency.ReplayCache) learn of the new
-// outcome as the transaction commits (migration 0016 announces it, see
+// outcome as the transaction commits (the replaycache line's trigger
+// announces it, see
 // [Store.WatchChanges]) and stop replaying the old one. With
 // Config.Keyring the new response is sealed like any other.
 //

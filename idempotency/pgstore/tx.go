@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/migrations"
 )
 
 // Executor is an [idempotency.TxExecutor] over a [Store]: with, besides
@@ -18,7 +19,19 @@ type Executor = idempotency.TxExecutor[pgx.Tx]
 
 // NewExecutor returns an Executor over store. A nil cfg means defaults; it
 // returns an *idempotency.InvalidError naming a bad Config field.
+//
+// With a Config.ReplayCache (and a store that does not seal responses),
+// it also checks, with one query bounded like New's, that the schema has
+// the replaycache migration line, whose triggers announce the changes the
+// cache must hear of: without it, a *migrations.NotMigratedError names the
+// line and how to apply it (`payonce migrate up`, or
+// migrations.MigrateLines(ctx, pool, migrations.LineReplayCache)).
 func NewExecutor(store *Store, cfg *idempotency.Config) (*Executor, error) {
+	if store != nil && cfg != nil && cfg.ReplayCache != nil && !store.Seals() {
+		if err := checkLines(store.pool, migrations.LineReplayCache); err != nil {
+			return nil, fmt.Errorf("pgstore.NewExecutor: Config.ReplayCache: %w", err)
+		}
+	}
 	return idempotency.NewTx[pgx.Tx](store, cfg)
 }
 
