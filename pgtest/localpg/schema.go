@@ -30,6 +30,12 @@ func WithSearchPath(base, schema string) (string, error) {
 // and the benchmarks work in schemas of their own, so they can run against
 // any database without touching its other tables.
 func FreshSchema(ctx context.Context, base, schema string) (string, error) {
+	return FreshSchemaLines(ctx, base, schema, migrations.Lines()...)
+}
+
+// FreshSchemaLines is [FreshSchema] with only the given migration lines
+// (and those they need) applied.
+func FreshSchemaLines(ctx context.Context, base, schema string, lines ...migrations.Line) (string, error) {
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
 		return "", fmt.Errorf("localpg: connect: %w", err)
@@ -48,7 +54,7 @@ func FreshSchema(ctx context.Context, base, schema string) (string, error) {
 		return "", fmt.Errorf("localpg: connect: %w", err)
 	}
 	defer p.Close()
-	if _, err := migrations.Migrate(ctx, p); err != nil {
+	if _, err := migrations.MigrateLines(ctx, p, lines...); err != nil {
 		return "", err
 	}
 	return u, nil

@@ -64,6 +64,7 @@ import (
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/ledger/ledgerbench"
+	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/pgtest/localpg"
 )
 
@@ -516,6 +517,9 @@ func prepare(ctx context.Context, base string) (string, error) {
 // cycleSchema is a schema of its own for claim+complete paths: a migrated
 // idempotency_store seeded like the replays' table and, with peers, the
 // peers' tables seeded the same way, behind a pool of clients connections.
+// It has the idempotency line alone, as a service whose executors keep no
+// replay cache (the paths measured on it keep none): its table has no
+// change triggers (the replaycache line's), like the peers' tables.
 type cycleSchema struct {
 	url   string
 	pool  *pgxpool.Pool
@@ -524,7 +528,12 @@ type cycleSchema struct {
 
 // newCycleSchema creates schema afresh (see cycleSchema).
 func newCycleSchema(ctx context.Context, base, schema string, fp idempotency.Fingerprint, peers bool) (cycleSchema, error) {
-	u, err := localpg.FreshSchema(ctx, base, schema)
+	return newCycleSchemaLines(ctx, base, schema, fp, peers, migrations.LineIdempotency)
+}
+
+// newCycleSchemaLines is newCycleSchema with the given migration lines.
+func newCycleSchemaLines(ctx context.Context, base, schema string, fp idempotency.Fingerprint, peers bool, lines ...migrations.Line) (cycleSchema, error) {
+	u, err := localpg.FreshSchemaLines(ctx, base, schema, lines...)
 	if err != nil {
 		return cycleSchema{}, err
 	}
