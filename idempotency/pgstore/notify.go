@@ -188,7 +188,7 @@ func (s *Store) listen(ctx context.Context, p idempotency.WatchParams, cleanups 
 	}
 	// Nothing is confirmed to the cache unless the triggers that announce
 	// the changes are there and enabled.
-	if err := s.checkAnnouncements(ctx, p.SyncInterval); err != nil {
+	if err := s.checkAnnouncements(ctx); err != nil {
 		return false, err
 	}
 	// Everything committed before this connection listened went unseen.
@@ -248,9 +248,11 @@ var ErrNoAnnouncements = errors.New("pgstore: idempotency_store announces no cha
 // checkAnnouncements returns an error matching ErrNoAnnouncements unless
 // every announcement trigger is on the store's table and enabled. It asks
 // through the pool, whose search_path names the store's schema (a
-// listener's own configuration may not).
-func (s *Store) checkAnnouncements(ctx context.Context, timeout time.Duration) error {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+// listener's own configuration may not), within connectTimeout (a busy
+// pool may make it wait; until it answers, nothing is confirmed). Any
+// other error is the connection's: the listener tries again.
+func (s *Store) checkAnnouncements(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	var n int
 	if err := s.pool.QueryRow(cctx, announcementsSQL, announcementTriggers).Scan(&n); err != nil {
