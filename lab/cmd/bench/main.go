@@ -828,8 +828,9 @@ func goTimed(ss []*series, ws []worker) []timed {
 }
 
 // measureInterleaved measures each path for d, in slices of d/slices
-// taken in turn (each slice after before, when set; the order rotates
-// from one slice to the next), and adds one sample to each path's series.
+// taken in turn (each slice after before, when set; in each round of
+// slices, the paths run in the order of the next row of a balanced design,
+// balancedOrder), and adds one sample to each path's series.
 // This machine's speed drifts by a tenth or more within a minute (other
 // tenants of the host); paths measured one after the other for their
 // whole time each see a different machine, paths measured in turn in
@@ -839,14 +840,21 @@ func goTimed(ss []*series, ws []worker) []timed {
 // 3,760/s, and the sdk/raw ratios followed the machine rather than the
 // code.
 //
+// The order is balanced because a path pays for some of what the path
+// before it left: the order used to rotate (path i+1 ran right after path
+// i in every round but one), and the path after pgbench's ran 1-7 % slower
+// than an identical one two places later (A/A runs: the same executor in
+// both places, BENCHMARKS.md, eleventh session).
+//
 // Each slice runs under the CPU profiler's label path=<its series' name>,
 // which the goroutines it starts inherit: with BENCH_CPUPROFILE, go tool
 // pprof -tagfocus 'path=(b) sdk claim+complete (Do)' shows one path.
 func measureInterleaved(d time.Duration, slices int, before func(), ts ...timed) error {
 	runs := make([]rawRun, len(ts))
-	for sl := range slices {
-		for j := range ts {
-			i := (sl + j) % len(ts)
+	for range slices {
+		order := balancedOrder(len(ts), roundsRun)
+		roundsRun++
+		for _, i := range order {
 			if before != nil {
 				before()
 			}
@@ -865,6 +873,43 @@ func measureInterleaved(d time.Duration, slices int, before func(), ts ...timed)
 		t.s.samples = append(t.s.samples, runs[i].sample())
 	}
 	return nil
+}
+
+// roundsRun counts the rounds of slices measureInterleaved ran: the next
+// takes the next row of the balanced design.
+var roundsRun int
+
+// balancedOrder returns row k of a Williams design for n paths: the order
+// in which one round of slices runs them. Over any n consecutive rows (2n
+// when n is odd), each path runs first once, and right after each other
+// path once (twice when n is odd): no path always follows the same one.
+func balancedOrder(n, k int) []int {
+	// The first row is 0, 1, n-1, 2, n-2, ...; its steps from one path to
+	// the next are all different modulo n (for an even n), so that adding
+	// r to every entry gives rows in which every ordered pair of paths is
+	// adjacent once. An odd n needs each row reversed too.
+	first := make([]int, n)
+	lo, hi := 1, n-1
+	for j := 1; j < n; j++ {
+		if j%2 == 1 {
+			first[j], lo = lo, lo+1
+		} else {
+			first[j], hi = hi, hi-1
+		}
+	}
+	rows := n
+	if n%2 == 1 {
+		rows = 2 * n
+	}
+	r := k % rows
+	order := make([]int, n)
+	for j, p := range first {
+		order[j] = (p + r) % n
+	}
+	if r >= n {
+		slices.Reverse(order)
+	}
+	return order
 }
 
 func summarize(all []time.Duration, elapsed time.Duration) sample {
