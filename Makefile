@@ -65,7 +65,10 @@ demo:
 	@echo "make demo: building the lab (lab/cmd/lab), then the checkout worker (examples/checkout); the first build takes a minute or two"
 	$(GO) run ./lab/cmd/lab demo
 
+# The full run and BENCH_ONLY=stores end with the Redis and DynamoDB
+# stores: what they start is installed first (.ci/deps/stores.sh).
 bench:
+	@case "$$BENCH_ONLY" in ""|stores) bash .ci/deps/stores.sh ;; esac
 	$(GO) run ./lab/cmd/withpg -durable -var BENCH_DATABASE_URL -- $(GO) run ./lab/cmd/bench
 
 # The claim+complete cycle from 1, 2 and 4 OS processes, directly and
