@@ -12,8 +12,8 @@
 # names what is missing and how to install it, and fails.
 set -euo pipefail
 
-# have reports whether a command is in PATH or where Debian puts it (root's
-# PATH may lack /usr/bin under some sudo setups).
+# have reports whether a command is in PATH or where Debian puts it, where
+# redistest also looks for redis-server.
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/bin/$1" ]; }
 
 pkgs=()
@@ -26,7 +26,7 @@ fi
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-	echo "stores: missing ${pkgs[*]}: install them (Debian: sudo apt-get install ${pkgs[*]}; elsewhere redis-server and redis-cli 7, Node 18+ with npm), then run again" >&2
+	echo "stores: missing ${pkgs[*]}: install them (Debian: sudo apt-get install ${pkgs[*]}; elsewhere: redis-server and redis-cli, and Node with npm), then run again" >&2
 	exit 1
 fi
 echo "stores: installing Debian's ${pkgs[*]}"
