@@ -842,7 +842,7 @@ func goTimed(ss []*series, ws []worker) []timed {
 //
 // The order is balanced because a path pays for some of what the path
 // before it left: the order used to rotate (path i+1 ran right after path
-// i in every round but one), and the path right after pgbench's ran 1-7 %
+// i in every round but one), and the path right after pgbench's ran 1-5 %
 // slower than an identical one right after it (A/A runs: the same kind of
 // executor in both places, BENCHMARKS.md, eleventh session).
 //
