@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/pgstore"
@@ -65,6 +66,11 @@ type Config struct {
 	// [MetricCompensations], [MetricStuck]) and the idempotency core's.
 	// Default: a no-op provider.
 	MeterProvider metric.MeterProvider
+	// TracerProvider receives the idempotency core's spans: an
+	// idempotency.Do span around each run of a saga (Start, Recover), with
+	// the claim, the run and the completion inside it (keys as short hashes
+	// only). Default: no spans.
+	TracerProvider trace.TracerProvider
 	// Hooks are called at each step's commit points; nil: none. For tests
 	// that crash a process where a real one can die (see Hooks).
 	Hooks *Hooks
@@ -166,7 +172,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Orchestrator, error) {
 		}
 	}
 	exec, err := idempotency.NewTx(c.Store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
-		FinishTimeout: c.FinishTimeout, Logger: c.Logger, MeterProvider: c.MeterProvider})
+		FinishTimeout: c.FinishTimeout, Logger: c.Logger, MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider})
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/saga"
 )
@@ -528,5 +531,45 @@ func TestHooksAroundEachStepsCommit(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(seen, want) {
 		t.Fatalf("hooks saw\n%q\nwant\n%q", seen, want)
+	}
+}
+
+// Config.TracerProvider reaches the saga's executor: an idempotency.Do
+// span for the run and one for its replay, holding the saga's record key
+// only as its short hash.
+func TestTracerProvider(t *testing.T) {
+	t.Parallel()
+	rec := tracetest.NewSpanRecorder()
+	b := setup(t, &saga.Config{LockTimeout: 2 * time.Second, CompensationBackoff: time.Millisecond,
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
+	p := b.params("order-traced-5e1c", order{Item: "book", Amount: 1200})
+	for range 2 {
+		if res, err := b.orch.Run(ctx, p); err != nil || res.Status != saga.StatusCompleted {
+			t.Fatalf("Run: %+v %v", res, err)
+		}
+	}
+	key, err := idempotency.ComposeKey(scope, "saga", p.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := 0
+	for _, s := range rec.Ended() {
+		if s.Name() != "idempotency.Do" {
+			continue
+		}
+		spans++
+		hashed := false
+		for _, kv := range s.Attributes() {
+			if strings.Contains(kv.Value.Emit(), p.Key) {
+				t.Errorf("attribute %s holds the saga's key", kv.Key)
+			}
+			hashed = hashed || (string(kv.Key) == idempotency.AttrKeyHash && kv.Value.AsString() == idempotency.ShortHash(key))
+		}
+		if !hashed {
+			t.Errorf("span without the record key's short hash: %v", s.Attributes())
+		}
+	}
+	if spans != 2 {
+		t.Fatalf("%d idempotency.Do spans, want 2 (the run and its replay)", spans)
 	}
 }

@@ -57,6 +57,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/internal/schedule"
@@ -104,6 +105,10 @@ type Config struct {
 	Logger *slog.Logger
 	// MeterProvider receives the cronslot instruments. Default: none.
 	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span around each slot's run:
+	// idempotency.DoTx for a job in the slot's transaction, idempotency.Do
+	// otherwise (slot keys as short hashes only). Default: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Guard runs cron jobs once per slot, over a store's transactions of type
@@ -163,7 +168,7 @@ func New[TTx idempotency.Tx](store idempotency.TxStore[TTx], cfg *Config) (*Guar
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	exec, err := idempotency.NewTx(store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
-		Logger: c.Logger, MeterProvider: c.MeterProvider})
+		Logger: c.Logger, MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider})
 	if err != nil {
 		return nil, err
 	}

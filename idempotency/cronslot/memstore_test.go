@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/cronslot"
 	"github.com/payonce/payonce/idempotency/memstore"
@@ -113,4 +116,49 @@ func TestOnMemstore(t *testing.T) {
 			t.Fatalf("second firing ran %s", got)
 		}
 	})
+}
+
+// Config.TracerProvider reaches the guard's executor: a span for each
+// slot's run, DoTx for a job in the slot's transaction and Do otherwise,
+// holding the slot's key only as its short hash.
+func TestTracerProvider(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := tracetest.NewSpanRecorder()
+	g, err := cronslot.New(memstore.New(nil), &cronslot.Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := at("2026-12-03T12:00:00Z")
+	if out, err := g.RunSlot(ctx, "nightly-report", at, nil, func(context.Context, *memstore.Tx, cronslot.Slot) error { return nil }); out != cronslot.Ran || err != nil {
+		t.Fatalf("RunSlot in a transaction: %v %v", out, err)
+	}
+	if out, err := g.RunSlot(ctx, "nightly-export", at, func(context.Context, cronslot.Slot) error { return nil }, nil); out != cronslot.Ran || err != nil {
+		t.Fatalf("RunSlot: %v %v", out, err)
+	}
+	want := map[string]string{"idempotency.DoTx": "nightly-report", "idempotency.Do": "nightly-export"}
+	for _, s := range rec.Ended() {
+		job, ok := want[s.Name()]
+		if !ok {
+			continue
+		}
+		delete(want, s.Name())
+		key, err := cronslot.SlotKey(job, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashed := false
+		for _, kv := range s.Attributes() {
+			if strings.Contains(kv.Value.Emit(), key) {
+				t.Errorf("%s: attribute %s holds the slot's key", s.Name(), kv.Key)
+			}
+			hashed = hashed || (string(kv.Key) == idempotency.AttrKeyHash && kv.Value.AsString() == idempotency.ShortHash(key))
+		}
+		if !hashed {
+			t.Errorf("%s: no attribute holds the key's short hash: %v", s.Name(), s.Attributes())
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("no span %v", want)
+	}
 }

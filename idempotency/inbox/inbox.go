@@ -93,6 +93,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/payonce/payonce/idempotency"
 )
@@ -232,6 +233,10 @@ type Config struct {
 	DeadLetter func(ctx context.Context, m Message, reason error)
 	// MeterProvider receives the inbox instruments. Default: none.
 	MeterProvider metric.MeterProvider
+	// TracerProvider receives a span around each message: idempotency.DoTx
+	// for HandleTx, idempotency.Do for Handle (message keys as short hashes
+	// only). Default: no spans.
+	TracerProvider trace.TracerProvider
 	// Logger receives warnings, and an error for each malformed message.
 	// Default: discarded.
 	Logger *slog.Logger
@@ -270,7 +275,7 @@ func New[TTx idempotency.Tx](store idempotency.TxStore[TTx], cfg *Config) (*Inbo
 		c.LockTimeout = 30 * time.Second
 	}
 	exec, err := idempotency.NewTx(store, &idempotency.Config{Retention: c.Retention, LockTimeout: c.LockTimeout,
-		MeterProvider: c.MeterProvider, Logger: c.Logger})
+		MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider, Logger: c.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -3,9 +3,13 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/idempotency/inbox"
@@ -167,4 +171,48 @@ func TestOnMemstore(t *testing.T) {
 			t.Fatalf("through MessageID: %v %v", out, err)
 		}
 	})
+}
+
+// Config.TracerProvider reaches the inbox's executor: a span for each
+// delivery, the duplicate's included, holding the key only as its short
+// hash.
+func TestTracerProvider(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rec := tracetest.NewSpanRecorder()
+	in, err := inbox.New(memstore.New(nil), &inbox.Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &memEffects{n: map[string]int{}}
+	m := message(t, "m-traced-7f3a", "a", 1)
+	for _, want := range []inbox.Outcome{inbox.Processed, inbox.Duplicate} {
+		if out, err := in.HandleTx(ctx, m, fx.insert); out != want || err != nil {
+			t.Fatalf("HandleTx: %v %v, want %v", out, err, want)
+		}
+	}
+	key, err := m.Key()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := 0
+	for _, s := range rec.Ended() {
+		if s.Name() != "idempotency.DoTx" {
+			continue
+		}
+		spans++
+		hashed := false
+		for _, kv := range s.Attributes() {
+			if strings.Contains(kv.Value.Emit(), m.ID) {
+				t.Errorf("attribute %s holds the message's id: %q", kv.Key, kv.Value.Emit())
+			}
+			hashed = hashed || (string(kv.Key) == idempotency.AttrKeyHash && kv.Value.AsString() == idempotency.ShortHash(key))
+		}
+		if !hashed {
+			t.Errorf("span without the key's short hash: %v", s.Attributes())
+		}
+	}
+	if spans != 2 {
+		t.Fatalf("%d idempotency.DoTx spans, want 2 (one per delivery)", spans)
+	}
 }
