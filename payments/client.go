@@ -49,7 +49,10 @@ type Config struct {
 	// Ledger receives the postings; it must be on the client's database.
 	// Default: ledger.New(pool, nil).
 	Ledger *ledger.Ledger
-	// Logger receives warnings. Default: discarded.
+	// Logger receives the client's warnings and errors (a provider refusing
+	// the credentials, a provider key seen with other parameters), its
+	// executor's and, unless Ledger is given, its ledger's. Keys appear
+	// only as short hashes. Default: slog.Default().
 	Logger *slog.Logger
 	// MeterProvider receives the payments instruments (payments.charges,
 	// payments.refunds, payments.unknown_outcomes,
@@ -96,8 +99,10 @@ func (e *ConfigError) Is(target error) bool { return target == idempotency.ErrIn
 func (e *ConfigError) SafeToRetry() bool { return false }
 
 // New returns a Client on pool's database, building its idempotency store
-// and ledger unless cfg gives them. It returns a *ConfigError naming a bad
-// field.
+// and ledger unless cfg gives them. A bad field is answered with an error
+// matching idempotency.ErrInvalid that names it: a *ConfigError, or for
+// LockTimeout and Retention the *idempotency.InvalidError of the
+// executor's check.
 //
 // The database must hold the payments line of package migrations (with
 // the idempotency and ledger lines it needs): New checks it once, with one
@@ -126,8 +131,12 @@ func New(pool *pgxpool.Pool, providers []provider.Provider, cfg *Config) (*Clien
 			return nil, err
 		}
 	}
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	if l == nil {
-		if l, err = ledger.New(pool, nil); err != nil {
+		if l, err = ledger.New(pool, &ledger.Config{Logger: log}); err != nil {
 			return nil, err
 		}
 	}
@@ -169,17 +178,13 @@ func New(pool *pgxpool.Pool, providers []provider.Provider, cfg *Config) (*Clien
 		}
 	}
 	exec, err := idempotency.NewTx(store, &idempotency.Config{LockTimeout: c.LockTimeout, Retention: c.Retention,
-		Logger: c.Logger, MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider})
+		Logger: log, MeterProvider: c.MeterProvider, TracerProvider: c.TracerProvider})
 	if err != nil {
 		return nil, err
 	}
 	ins, err := newInstruments(c.MeterProvider)
 	if err != nil {
 		return nil, fmt.Errorf("payments: metrics: %w", err)
-	}
-	log := c.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	return &Client{metrics: ins, pool: pool, store: store, exec: exec, ledger: l, inbox: NewWebhookInbox(pool), providers: byName, log: log,
 		windowMargin: c.WindowMargin, tracer: idempotency.Tracer(c.TracerProvider, "payments")}, nil
@@ -686,10 +691,10 @@ func (c *Client) charge(ctx context.Context, cl *call, prov provider.Provider, r
 		// Not expected: every field sent is in the key's fingerprint (only
 		// a record made before it was can get here). The intent is left
 		// open for a human; the key stays released.
-		slog.Error("payments: provider saw this key with other parameters", "key", idempotency.ShortHash(req.Key), "provider", p.Provider)
+		c.log.Error("payments: provider saw this key with other parameters", "key", idempotency.ShortHash(req.Key), "provider", p.Provider)
 		return idempotency.Recording{}, err
 	case errors.Is(err, provider.ErrCredentials):
-		slog.Error("payments: provider refused our credentials; the intent stays open", "key", idempotency.ShortHash(req.Key),
+		c.log.Error("payments: provider refused our credentials; the intent stays open", "key", idempotency.ShortHash(req.Key),
 			"provider", p.Provider, "err", err)
 	}
 	// Unknown, not sent, in progress at the provider: the intent stays

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -268,8 +269,33 @@ func pvURL(s *fakes.Set) string {
 
 func pvClient(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, lock time.Duration) (*payments.Client, *ledger.Ledger) {
 	t.Helper()
+	return pvClientLogging(t, pool, prov, lock, nil)
+}
+
+// syncBuffer is a log's output, written by any goroutine and read by the
+// test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// pvClientLogging is pvClient with log as Config.Logger.
+func pvClientLogging(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, lock time.Duration, log *slog.Logger) (*payments.Client, *ledger.Ledger) {
+	t.Helper()
 	store, l := openStoreLedger(t, pool)
-	c, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: lock})
+	c, err := payments.New(pool, []provider.Provider{prov}, &payments.Config{Store: store, Ledger: l, LockTimeout: lock, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -913,7 +939,8 @@ func TestResumedRefundRefusedStaysOpen(t *testing.T) {
 }
 
 // Refused credentials on a first attempt: nothing was charged, the
-// intent stays open, the error says to check the key, and once the key is
+// intent stays open, the error says to check the key and is logged to the
+// client's Config.Logger (the key as its short hash), and once the key is
 // fixed a retry with the same key charges, once. Each fake refuses the
 // rolled key itself.
 func TestFirstAttemptCredentialsRefused(t *testing.T) {
@@ -924,7 +951,9 @@ func TestFirstAttemptCredentialsRefused(t *testing.T) {
 			t.Parallel()
 			r := newRefusalRig(t, provName)
 			ctx := context.Background()
-			stale, _ := pvClient(t, r.pool, refusalProvider(t, provName, r.fakes, noKeepAliveClient(nil), rolled[provName]), 2*time.Second)
+			var logged syncBuffer
+			stale, _ := pvClientLogging(t, r.pool, refusalProvider(t, provName, r.fakes, noKeepAliveClient(nil), rolled[provName]), 2*time.Second,
+				slog.New(slog.NewTextHandler(&logged, nil)))
 			p := r.params(t, "creds")
 			k := composed(t, "charge", p.Key)
 
@@ -935,6 +964,10 @@ func TestFirstAttemptCredentialsRefused(t *testing.T) {
 				t.Fatalf("a charge with a rolled key: %v, want the configuration error", err)
 			}
 			noFullKey(t, err, k)
+			if out := logged.String(); !strings.Contains(out, "provider refused our credentials") ||
+				!strings.Contains(out, idempotency.ShortHash(k)) || strings.Contains(out, p.Key) {
+				t.Fatalf("Config.Logger got %q, want the refusal with the key's short hash only", out)
+			}
 			in, ierr := stale.Intent(ctx, "cus_1", p.Key)
 			if ierr != nil || (in.Status != payments.IntentUnknown && in.Status != payments.IntentPending) {
 				t.Fatalf("intent after refused credentials: %+v %v, want it open", in, ierr)

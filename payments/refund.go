@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -182,7 +181,7 @@ func (c *Client) refund(ctx context.Context, cl *call, prov provider.Provider, r
 		// Unknown, refused credentials, a refusal of a resumed attempt:
 		// the reservation stays until the outcome is known.
 		if errors.Is(err, provider.ErrCredentials) {
-			slog.Error("payments: provider refused our credentials; the refund stays open", "key", idempotency.ShortHash(req.Key),
+			c.log.Error("payments: provider refused our credentials; the refund stays open", "key", idempotency.ShortHash(req.Key),
 				"provider", prov.Name(), "err", err)
 		}
 		return idempotency.Recording{}, c.markUnknown(ctx, subj, err)
