@@ -23,7 +23,7 @@
 //
 // [ChartAccounts] lists them for a provider and currency. Other codes (fees,
 // payouts, ...) can be added freely: 1 to 200 ASCII letters, digits and
-// "_.:/@-" ([ValidCode]).
+// "_.:/@-", the first a letter or digit ([ValidCode]).
 //
 // # Recording a charge and a refund
 //

@@ -56,7 +56,8 @@ type Config struct {
 	Logger *slog.Logger
 	// MeterProvider receives the payments instruments (payments.charges,
 	// payments.refunds, payments.unknown_outcomes,
-	// payments.provider_call_duration_ms) and the idempotency core's.
+	// payments.provider_call_duration_ms, payments.webhook_events,
+	// payments.webhook_refusals) and the idempotency core's.
 	// Default: a no-op provider.
 	MeterProvider metric.MeterProvider
 	// TracerProvider receives spans: payments.charge and payments.refund

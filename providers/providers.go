@@ -2,6 +2,7 @@ package providers
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -25,8 +26,11 @@ type Config struct {
 	Stripe StripeConfig
 	Adyen  AdyenConfig
 	PayPal PayPalConfig
-	// ProviderTimeout bounds one provider call when HTTPClient is nil.
-	// Default 10s.
+	// ProviderTimeout bounds each HTTP request to a provider (connection,
+	// request, the whole answer) when HTTPClient is nil: it is that
+	// client's Timeout. A call that makes several requests (PayPal's token,
+	// then the order; a lookup that reads pages) may take longer in all.
+	// Default 10s; a negative value is refused.
 	ProviderTimeout time.Duration
 	// HTTPClient, when set, makes every provider call (its Timeout wins
 	// over ProviderTimeout). Keep-alive connections let net/http resend a
@@ -39,8 +43,8 @@ type Config struct {
 	// (payments.Config.LockTimeout); after a crash, retries of its key wait
 	// this long. Default 30s.
 	LockTimeout time.Duration
-	// Logger receives the payments client's warnings
-	// (payments.Config.Logger). Default: discarded.
+	// Logger receives the payments client's warnings and errors
+	// (payments.Config.Logger). Default: slog.Default().
 	Logger *slog.Logger
 	// MeterProvider and TracerProvider receive the payments client's
 	// metrics and spans (payments.Config). Default: none.
@@ -105,7 +109,8 @@ var ErrNoProvider = errors.New("no provider configured (set STRIPE_API_BASE, ADY
 // EnvError is [FromEnv]'s error for a provider's API base set without the
 // variables that must come with it.
 type EnvError struct {
-	// Vars are the variables required, With the one that requires them.
+	// Vars are the required variables that are unset, With the one that
+	// requires them.
 	Vars []string
 	With string
 }
@@ -136,13 +141,26 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		PayPal: PayPalConfig{APIBase: getenv("PAYPAL_API_BASE"), ClientID: getenv("PAYPAL_CLIENT_ID"),
 			Secret: getenv("PAYPAL_SECRET"), WebhookID: getenv("PAYPAL_WEBHOOK_ID")},
 	}
-	switch {
-	case c.Stripe.APIBase != "" && c.Stripe.SecretKey == "":
-		return c, &EnvError{Vars: []string{"STRIPE_SECRET_KEY"}, With: "STRIPE_API_BASE"}
-	case c.Adyen.APIBase != "" && (c.Adyen.APIKey == "" || c.Adyen.MerchantAccount == ""):
-		return c, &EnvError{Vars: []string{"ADYEN_API_KEY", "ADYEN_MERCHANT_ACCOUNT"}, With: "ADYEN_API_BASE"}
-	case c.PayPal.APIBase != "" && (c.PayPal.ClientID == "" || c.PayPal.Secret == ""):
-		return c, &EnvError{Vars: []string{"PAYPAL_CLIENT_ID", "PAYPAL_SECRET"}, With: "PAYPAL_API_BASE"}
+	for _, p := range []struct {
+		base, baseVar string
+		required      []string // variable, value: in pairs
+	}{
+		{c.Stripe.APIBase, "STRIPE_API_BASE", []string{"STRIPE_SECRET_KEY", c.Stripe.SecretKey}},
+		{c.Adyen.APIBase, "ADYEN_API_BASE", []string{"ADYEN_API_KEY", c.Adyen.APIKey, "ADYEN_MERCHANT_ACCOUNT", c.Adyen.MerchantAccount}},
+		{c.PayPal.APIBase, "PAYPAL_API_BASE", []string{"PAYPAL_CLIENT_ID", c.PayPal.ClientID, "PAYPAL_SECRET", c.PayPal.Secret}},
+	} {
+		if p.base == "" {
+			continue
+		}
+		var missing []string
+		for i := 0; i < len(p.required); i += 2 {
+			if p.required[i+1] == "" {
+				missing = append(missing, p.required[i])
+			}
+		}
+		if len(missing) > 0 {
+			return c, &EnvError{Vars: missing, With: p.baseVar}
+		}
 	}
 	return c, nil
 }
@@ -166,6 +184,10 @@ func (c Config) ProviderNames() []string {
 // no error) when cfg configures no provider, and the adapters' own
 // ConfigError (naming the field) for a bad setting.
 func Build(pool *pgxpool.Pool, cfg Config) ([]provider.Provider, error) {
+	if cfg.ProviderTimeout < 0 {
+		return nil, &payments.ConfigError{Field: "providers.Config.ProviderTimeout",
+			Reason: fmt.Sprintf("%s is negative: give the longest a provider's request may take (default 10s)", cfg.ProviderTimeout)}
+	}
 	hc := cfg.HTTPClient
 	if hc == nil {
 		timeout := cfg.ProviderTimeout

@@ -109,11 +109,15 @@ func TestFromEnvNamesMissingVariable(t *testing.T) {
 		{map[string]string{"STRIPE_API_BASE": "http://stripe.test"},
 			"STRIPE_SECRET_KEY is required with STRIPE_API_BASE", []string{"STRIPE_SECRET_KEY"}},
 		{map[string]string{"ADYEN_API_BASE": "http://adyen.test", "ADYEN_API_KEY": "ak"},
-			"ADYEN_API_KEY and ADYEN_MERCHANT_ACCOUNT are required with ADYEN_API_BASE", []string{"ADYEN_API_KEY", "ADYEN_MERCHANT_ACCOUNT"}},
+			"ADYEN_MERCHANT_ACCOUNT is required with ADYEN_API_BASE", []string{"ADYEN_MERCHANT_ACCOUNT"}},
 		{map[string]string{"ADYEN_API_BASE": "http://adyen.test", "ADYEN_MERCHANT_ACCOUNT": "Shop"},
+			"ADYEN_API_KEY is required with ADYEN_API_BASE", []string{"ADYEN_API_KEY"}},
+		{map[string]string{"ADYEN_API_BASE": "http://adyen.test"},
 			"ADYEN_API_KEY and ADYEN_MERCHANT_ACCOUNT are required with ADYEN_API_BASE", []string{"ADYEN_API_KEY", "ADYEN_MERCHANT_ACCOUNT"}},
 		{map[string]string{"PAYPAL_API_BASE": "http://paypal.test", "PAYPAL_SECRET": "s"},
-			"PAYPAL_CLIENT_ID and PAYPAL_SECRET are required with PAYPAL_API_BASE", []string{"PAYPAL_CLIENT_ID", "PAYPAL_SECRET"}},
+			"PAYPAL_CLIENT_ID is required with PAYPAL_API_BASE", []string{"PAYPAL_CLIENT_ID"}},
+		{map[string]string{"PAYPAL_API_BASE": "http://paypal.test", "PAYPAL_CLIENT_ID": "c"},
+			"PAYPAL_SECRET is required with PAYPAL_API_BASE", []string{"PAYPAL_SECRET"}},
 		// Stripe is checked first.
 		{map[string]string{"STRIPE_API_BASE": "http://stripe.test", "PAYPAL_API_BASE": "http://paypal.test"},
 			"STRIPE_SECRET_KEY is required with STRIPE_API_BASE", []string{"STRIPE_SECRET_KEY"}},
@@ -145,6 +149,22 @@ func TestProvidersRefuseAnInvalidSetting(t *testing.T) {
 	}
 	if _, err := providers.NewClient(nil, cfg); !errors.As(err, &cfgErr) {
 		t.Fatalf("Client with a non-hex ADYEN_HMAC_KEY: %v", err)
+	}
+}
+
+// A negative ProviderTimeout is refused, not taken by net/http as no
+// timeout at all.
+func TestNegativeProviderTimeoutRefused(t *testing.T) {
+	t.Parallel()
+	cfg, err := providers.FromEnv(env(map[string]string{"STRIPE_API_BASE": "http://stripe.test", "STRIPE_SECRET_KEY": "sk_test_1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ProviderTimeout = -time.Second
+	_, err = providers.Build(nil, cfg)
+	var cfgErr *payments.ConfigError
+	if !errors.As(err, &cfgErr) || cfgErr.Field != "providers.Config.ProviderTimeout" || !errors.Is(err, idempotency.ErrInvalid) {
+		t.Fatalf("Build with ProviderTimeout -1s: %v, want a *payments.ConfigError naming it", err)
 	}
 }
 

@@ -23,8 +23,8 @@ type ActionPolicy struct {
 	LockTimeout time.Duration
 	// Retention is how long the outcome is replayed. It must cover every
 	// retry window of the action: the clients' and those of the systems it
-	// reaches (Stripe deduplicates for 24h, Adyen 7 days, PayPal up to 45
-	// days). Default 24h, or the Executor option's; must exceed
+	// reaches (Stripe deduplicates for 24h, Adyen at least 31 days, PayPal
+	// up to 45 days). Default 24h, or the Executor option's; must exceed
 	// LockTimeout.
 	Retention time.Duration
 }

@@ -23,8 +23,9 @@ type Client struct {
 	http                      *http.Client
 }
 
-// NewClient returns a Client for cfg (HMACKeys, Notifications, Retention, CaptureMode and
-// RecurringProcessingModel are not used by it). Errors: *[ConfigError] naming the bad field.
+// NewClient returns a Client for cfg. It checks cfg as [New] does (ReturnURL included, which
+// every payment it sends carries), though it does not use HMACKeys, Notifications, Retention,
+// CaptureMode or RecurringProcessingModel. Errors: *[ConfigError] naming the bad field.
 func NewClient(cfg *Config) (*Client, error) {
 	c, _, err := cfg.withDefaults()
 	if err != nil {

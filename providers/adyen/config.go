@@ -21,8 +21,9 @@ const DefaultBaseURL = "https://checkout-test.adyen.com/v71"
 const DefaultHTTPTimeout = 30 * time.Second
 
 // DefaultRetention is the dedup window the adapter reports by default: Adyen's idempotency
-// page says keys are valid for at least 31 days. PROVIDERS.md asks to design for 7 days, so a
-// shorter configuration is accepted down to [MinRetention].
+// page says keys are valid for at least 31 days. The team's design floor is 7 days (the fake
+// keeps keys that long, docs/providers.md), so a shorter configuration is accepted down to
+// [MinRetention].
 const DefaultRetention = 31 * 24 * time.Hour
 
 // MinRetention is the shortest Config.Retention accepted.
@@ -34,7 +35,7 @@ const MinRetention = 7 * 24 * time.Hour
 type NotificationSource func(ctx context.Context, reference string) ([]provider.WebhookEvent, error)
 
 // Config configures a [Provider] or a [Client]. A nil *Config means all defaults, which fails
-// validation because APIKey and MerchantAccount are required.
+// validation because APIKey, MerchantAccount and ReturnURL are required.
 type Config struct {
 	// APIKey is the web service user's API key, sent as X-API-Key. Required. Adyen scopes
 	// idempotency keys to the company account.
@@ -62,7 +63,7 @@ type Config struct {
 	Notifications NotificationSource
 
 	// ReturnURL is the returnUrl of every payment: where a shopper who must authenticate comes
-	// back to. Required by Adyen on /payments.
+	// back to. Required by Adyen on /payments, hence by [New] and [NewClient].
 	ReturnURL string
 
 	// Retention is the dedup window [Provider.DedupWindow] reports, i.e. how long payonce must

@@ -35,7 +35,8 @@ const (
 // validation because ClientID and Secret are required.
 type Config struct {
 	// ClientID and Secret are the REST app's credentials, exchanged for an OAuth2 access token
-	// (client credentials grant). Required. Request ids are scoped to the account.
+	// (client credentials grant). Required; ClientID must not contain ':' (it is the Basic
+	// auth user). Request ids are scoped to the account.
 	ClientID, Secret string
 
 	// BaseURL is the API's base URL; tests point it at

@@ -154,8 +154,8 @@
 // /v1/reporting/transactions) lists in a window, for the reconciler's balance-level drift check.
 // Longer windows than PayPal's 31-day limit are read in 31-day requests. Transaction Search lags
 // up to 3 hours ([SearchLag]): totals of a window ending less than 3 hours ago may be
-// incomplete, so with PayPal set reconcile.Config.DriftLag to at least 3h (its default, 1h,
-// reports drift for the last hours' payments that is only lag).
+// incomplete. reconcile.Config.DriftLag defaults to 4h, past that lag; do not set it under 3h
+// with PayPal, or expect drift reports for the last hours' payments that are only lag.
 //
 // # Webhooks
 //

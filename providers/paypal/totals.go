@@ -167,9 +167,9 @@ func (c *Client) SearchTransactions(ctx context.Context, req TransactionSearchRe
 //
 // Lag: PayPal's Transaction Search lags the transactions by up to 3 hours ([SearchLag]):
 // Totals for a window ending less than 3 hours ago may be incomplete, silently (PayPal's
-// answer looks the same). The reconciler's default drift window ends 1 hour ago: with PayPal,
-// set reconcile.Config.DriftLag to at least 3h, or expect drift reports for payments of the
-// last hours that later resolve themselves.
+// answer looks the same). The reconciler's default drift window ends 4 hours ago
+// (reconcile.Config.DriftLag), past that lag: do not set it under 3h with PayPal, or expect
+// drift reports for payments of the last hours that later resolve themselves.
 //
 // Windows: PayPal's dates are in whole seconds, so the window is [from, to) with both bounds
 // truncated to the second: consecutive windows sharing their bounds count every transaction
