@@ -110,7 +110,9 @@ type MiddlewareConfig struct {
 	MaxRequestBody int64
 	// MaxStoredResponse bounds a stored response body. A larger response
 	// is still sent, but its key is released rather than stored, so a
-	// retry runs the handler again; it is logged. Default 1 MiB.
+	// retry runs the handler again; it is logged. A route with
+	// StoreHashOnly stores no body, so its answers are never released for
+	// their size: give large answers that route option. Default 1 MiB.
 	MaxStoredResponse int64
 	// ReplayHeaders is the allowlist of response headers stored and
 	// replayed (canonical names). Set-Cookie is never stored, whatever
@@ -384,7 +386,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, rt *Route, ne
 			resp = Response{Code: resp.Code, Header: http.Header{"Idempotent-Body-Sha256": {hex.EncodeToString(sum[:])}}}
 		}
 		switch {
-		case int64(len(rec.body.Bytes())) > m.cfg.MaxStoredResponse:
+		case int64(len(resp.Body)) > m.cfg.MaxStoredResponse: // a hash-only route stores no body
 			log.Warn("idempotency: response too large to store; key released", "bytes", rec.body.Len())
 			return Response{}, errNotStored
 		case rec.status >= 500 && !m.cfg.Store5xx:
