@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -222,6 +223,9 @@ func (o *Operator) ResolveReview(ctx context.Context, scope, key string, p Proof
 		return err
 	}
 	in.Scope, in.Key, in.Status = scope, key, IntentStatus(status)
+	if err := c.checkReviewProof(in, p); err != nil {
+		return err
+	}
 	crashpoint.Reach(ctx, crashpoint.OperatorBeforeApply, key)
 	return c.resolve(ctx, in, p, settleReview, audit)
 }
@@ -295,6 +299,40 @@ func (c *Client) claimIntent(ctx context.Context, in Examined) (idempotency.Clai
 	cfg := c.exec.Config()
 	return c.store.Claim(ctx, idempotency.ClaimParams{Scope: in.Scope, Key: in.Key, Fingerprint: fp,
 		LockTimeout: cfg.LockTimeout, Retention: cfg.Retention})
+}
+
+// checkReviewProof refuses a human's proof that cannot be right before
+// anything changes: a blank reason or decline code, or a kept id that is
+// blank, padded, holds spaces or control characters, or has not the shape
+// the intent's provider documents for the intent's kind
+// ([provider.IDChecker]).
+func (c *Client) checkReviewProof(in Examined, p Proof) error {
+	switch {
+	case strings.TrimSpace(p.Reason) == "":
+		return &ConfigError{"Proof.Reason", "blank: say what proves the decision (it goes in the intent)"}
+	case p.Status == IntentDeclined && strings.TrimSpace(p.DeclineCode) == "":
+		return &ConfigError{"Proof.DeclineCode", "blank: give the provider's decline code"}
+	case p.Status != IntentSucceeded:
+		return nil
+	}
+	id := p.ProviderID
+	if len(id) > 255 || strings.IndexFunc(id, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0 {
+		return &ConfigError{"Proof.ProviderID", fmt.Sprintf("%q is not a provider's id: at most 255 printable ASCII characters without spaces, as the provider shows it", id)}
+	}
+	step := provider.StepCharge
+	if in.Kind == KindRefund {
+		step = provider.StepRefund
+	}
+	if ch, ok := c.providers[in.Provider].(provider.IDChecker); ok {
+		if err := ch.CheckID(step, id); err != nil {
+			reason := err.Error()
+			if ir := (*provider.InvalidRequestError)(nil); errors.As(err, &ir) {
+				reason = ir.Message
+			}
+			return &ConfigError{"Proof.ProviderID", reason + "; take the id from " + in.Provider + "'s records of this intent"}
+		}
+	}
+	return nil
 }
 
 func checkProof(p Proof) error {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/payonce/payonce/idempotency"
 	"github.com/payonce/payonce/payments"
-
 	"github.com/payonce/payonce/payments/provider"
 	"github.com/payonce/payonce/providers/stripe/stripetest"
 )
@@ -114,5 +114,55 @@ func underReview(t *testing.T, b bundle, key string) {
 	}
 	if in, err := b.client.Intent(ctx, "cus_1", key); err != nil || in.Status != payments.IntentNeedsReview {
 		t.Fatalf("intent: %+v %v, want NEEDS_REVIEW", in, err)
+	}
+}
+
+// A human's proof that cannot be right is refused before anything
+// changes: a kept id that is not the provider's id of such an object (a
+// typo, a Charge's id where Stripe's adapter records the PaymentIntent's),
+// a blank decline code or reason. The audit is not called, the intent
+// stays under review, and the right proof then settles it.
+func TestResolveReviewRefusesBadProof(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	p := params(t, "3ds-bad-proof", "25.00", stripetest.PaymentMethodAuthenticationRequired)
+	first, err := b.client.Charge(ctx, p)
+	if err != nil || first.Status != payments.IntentRequiresAction {
+		t.Fatalf("charge: %+v %v", first, err)
+	}
+	underReview(t, b, "3ds-bad-proof")
+	if st, err := b.fake.ConfirmPaymentIntent(first.ProviderID, stripetest.PaymentMethodVisa); err != nil || st != "succeeded" {
+		t.Fatalf("the customer's authentication: %s %v", st, err)
+	}
+	key := composed(t, "charge", "3ds-bad-proof")
+	why := "operator: the dashboard shows it"
+	for name, proof := range map[string]payments.Proof{
+		"not an id":            {Status: payments.IntentSucceeded, ProviderID: "not a stripe id", Reason: why},
+		"padded":               {Status: payments.IntentSucceeded, ProviderID: " " + first.ProviderID, Reason: why},
+		"a Charge's id":        {Status: payments.IntentSucceeded, ProviderID: "ch_3Qx0fake", Reason: why},
+		"a Refund's id":        {Status: payments.IntentSucceeded, ProviderID: "re_3Qx0fake", Reason: why},
+		"blank decline code":   {Status: payments.IntentDeclined, DeclineCode: "  ", Reason: why},
+		"blank reason":         {Status: payments.IntentSucceeded, ProviderID: first.ProviderID, Reason: " \t"},
+		"control character id": {Status: payments.IntentSucceeded, ProviderID: first.ProviderID + "\n", Reason: why},
+	} {
+		audited := false
+		err := b.client.Operator().ResolveReview(ctx, "cus_1", key, proof, func(context.Context, pgx.Tx) error {
+			audited = true
+			return nil
+		})
+		if !errors.Is(err, idempotency.ErrInvalid) || audited {
+			t.Errorf("%s: %v (audited %v), want a refusal naming the field, before the audit", name, err, audited)
+		}
+		if in, err := b.client.Intent(ctx, "cus_1", "3ds-bad-proof"); err != nil || in.Status != payments.IntentNeedsReview {
+			t.Fatalf("%s: intent %+v %v, want still NEEDS_REVIEW", name, in, err)
+		}
+	}
+	if err := b.client.Operator().ResolveReview(ctx, "cus_1", key, payments.Proof{Status: payments.IntentSucceeded,
+		ProviderID: first.ProviderID, Reason: why}, nil); err != nil {
+		t.Fatalf("the right proof: %v", err)
+	}
+	if in, err := b.client.Intent(ctx, "cus_1", "3ds-bad-proof"); err != nil || in.Status != payments.IntentSucceeded || in.ProviderID != first.ProviderID {
+		t.Fatalf("intent after the right proof: %+v %v", in, err)
 	}
 }

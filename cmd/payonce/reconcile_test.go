@@ -161,6 +161,19 @@ func TestResolveCommand(t *testing.T) {
 	if out, code := runCLI(t, cliEnv, args...); code != 2 || !strings.Contains(out, "--yes") {
 		t.Fatalf("resolve without --yes off a terminal: exit %d\n%s", code, out)
 	}
+	// Decisions that cannot be right change nothing: a Charge's id where
+	// Stripe's adapter records the PaymentIntent's, a blank reason.
+	for _, bad := range [][]string{
+		{"resolve", "cus_rv", key, "--succeeded", "ch_kept", "--reason", "INC-1", "--yes", "--database-url", url},
+		{"resolve", "cus_rv", key, "--succeeded", "pi_kept", "--reason", "   ", "--yes", "--database-url", url},
+	} {
+		if out, code := runCLI(t, cliEnv, bad...); code != 2 || !strings.Contains(out, "nothing changed") && !strings.Contains(out, "blank") {
+			t.Fatalf("%v: exit %d, want 2 naming what is wrong\n%s", bad, code, out)
+		}
+		if in, err := client.Intent(ctx, "cus_rv", "order-9"); err != nil || in.Status != payments.IntentNeedsReview {
+			t.Fatalf("%v: intent %+v %v, want still NEEDS_REVIEW", bad, in, err)
+		}
+	}
 	out, code := runCLI(t, cliEnv, append(args, "--yes")...)
 	if code != 0 || !strings.Contains(out, "settled") {
 		t.Fatalf("resolve: exit %d\n%s", code, out)

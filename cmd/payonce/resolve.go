@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -40,11 +42,17 @@ is not NEEDS_REVIEW. Refund extra charges at the provider first.
 
 The intent's provider must be configured as for payonce reconcile
 (STRIPE_API_BASE, ADYEN_API_BASE or PAYPAL_API_BASE and their
-credentials): payonce does not call it, it checks the references.
+credentials). payonce does not call it: it checks that the id given to
+--succeeded has the shape of the provider's id of such an object (a
+PaymentIntent's pi_... or a Refund's re_... at Stripe, a 16-character
+pspReference at Adyen; PayPal's ids have no documented shape), and that
+the decline code and the reason are not blank. Whether that object is the
+one kept is your reading of the provider's records.
 
-Exit codes: 0 settled; 1 failure or not confirmed; 2 usage error (also
-without --yes when stdin is not a terminal); 3 refused: the intent is not
-under review, nothing changed.`,
+Exit codes: 0 settled; 1 failure or not confirmed; 2 usage error or a bad
+decision (nothing changed; also without --yes when stdin is not a
+terminal); 3 refused: the intent is not under review, or a request with
+its key holds a live lease, nothing changed.`,
 		Example: `  payonce resolve usr_bob usr_bob_charge_order-2002 --succeeded pi_3Qx... \
     --reason "INC-1234: kept the first charge, refunded the second" --yes`,
 		ValidArgsFunction: cobra.NoFileCompletions,
@@ -65,6 +73,14 @@ func runResolve(pos []string, o resolveFlags) error {
 		return cli.Usage(fmt.Sprintf("resolve needs SCOPE KEY, got %d argument(s) (see payonce resolve --help)", len(pos)))
 	}
 	scope, key := pos[0], pos[1]
+	if err := idempotency.ValidateScope(scope); err != nil {
+		return cli.Usage(fmt.Sprintf("resolve: SCOPE: %v (the intent's user_id, as payonce report shows it)", err))
+	}
+	for _, f := range []struct{ name, value string }{{"--succeeded", o.succeeded}, {"--declined", o.declined}, {"--reason", o.reason}} {
+		if f.value != "" && strings.TrimSpace(f.value) == "" {
+			return cli.Usage(fmt.Sprintf("resolve: %s is blank: give its value (see payonce resolve --help)", f.name))
+		}
+	}
 	var proof payments.Proof
 	chosen := 0
 	if o.succeeded != "" {
@@ -92,6 +108,10 @@ func runResolve(pos []string, o resolveFlags) error {
 	cfg, err := providers.FromEnv(os.Getenv)
 	if err != nil {
 		return cli.Usage(err.Error())
+	}
+	if len(cfg.ProviderNames()) == 0 {
+		return cli.Usage("resolve: no provider configured: set the intent's provider as for payonce reconcile " +
+			"(STRIPE_API_BASE and STRIPE_SECRET_KEY, ADYEN_API_BASE, ADYEN_API_KEY and ADYEN_MERCHANT_ACCOUNT, or PAYPAL_API_BASE, PAYPAL_CLIENT_ID and PAYPAL_SECRET); nothing changed")
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
@@ -131,6 +151,15 @@ func runResolve(pos []string, o resolveFlags) error {
 	switch {
 	case errors.Is(err, payments.ErrNotUnderReview):
 		return cli.Exit(exitRefused, fmt.Errorf("resolve refused: %w; nothing changed", err))
+	case errors.Is(err, idempotency.ErrInProgress):
+		left := "its lease"
+		if ip := (*idempotency.InProgressError)(nil); errors.As(err, &ip) {
+			left = "its lease, " + ip.RetryAfter.Round(time.Second).String() + " more"
+		}
+		return cli.Exit(exitRefused, fmt.Errorf("resolve refused: a request with this key is in progress: wait for %s, "+
+			"or release the lease (payonce release --force) if its holder is known to be gone; nothing changed", left))
+	case errors.Is(err, idempotency.ErrInvalid):
+		return cli.Usage(fmt.Sprintf("resolve: %v; nothing changed", err))
 	case errors.Is(err, idempotency.ErrNotFound):
 		return fmt.Errorf("resolve: %w", err)
 	case err != nil:

@@ -169,3 +169,13 @@ type Totaler interface {
 type Totals struct {
 	Charged, Refunded money.Money
 }
+
+// IDChecker is implemented by providers whose objects' ids have a
+// documented shape: payments calls CheckID on an id an operator gives as
+// proof (payments.Operator.ResolveReview) before anything changes, so that
+// a typo or another provider's id is refused, not recorded. step is
+// StepCharge or StepRefund: the kind of intent the id settles. It sends
+// nothing and returns an *InvalidRequestError naming the field.
+type IDChecker interface {
+	CheckID(step, id string) error
+}

@@ -460,3 +460,19 @@ func metadata(key string, extra map[string]string) (map[string]string, error) {
 	}
 	return md, nil
 }
+
+var _ provider.IDChecker = (*Provider)(nil)
+
+// CheckID refuses an id that is not a pspReference, which this adapter
+// records for charges and refunds alike: Adyen's API reference gives it as
+// its 16-character reference of the request (see docs/providers.md). It
+// sends nothing. Errors: *[provider.InvalidRequestError] naming
+// ProviderID.
+func (p *Provider) CheckID(step, id string) error {
+	if len(id) != 16 || strings.IndexFunc(id, func(r rune) bool {
+		return !('0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z')
+	}) >= 0 {
+		return invalid("ProviderID", fmt.Sprintf("%q is not a pspReference: Adyen's are 16 letters and digits (the %s's, as the Customer Area shows it)", id, step))
+	}
+	return nil
+}

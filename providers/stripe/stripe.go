@@ -362,3 +362,28 @@ func metadata(key string, extra map[string]string) (map[string]string, error) {
 	}
 	return md, nil
 }
+
+var _ provider.IDChecker = (*Provider)(nil)
+
+// CheckID refuses an id that is not what this adapter records for step: a
+// PaymentIntent's id ("pi_...") for a charge, a Refund's ("re_...", or
+// "pyr_..." for some payment methods) for a refund, as Stripe's API
+// reference shows its objects' ids (see
+// docs/providers.md). It sends nothing. Errors:
+// *[provider.InvalidRequestError] naming ProviderID.
+func (p *Provider) CheckID(step, id string) error {
+	prefixes, object := []string{"pi_"}, "a PaymentIntent"
+	if step == provider.StepRefund {
+		prefixes, object = []string{"re_", "pyr_"}, "a Refund"
+	}
+	for _, prefix := range prefixes {
+		rest, ok := strings.CutPrefix(id, prefix)
+		if ok && rest != "" && strings.IndexFunc(rest, func(r rune) bool {
+			return !(r == '_' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z')
+		}) < 0 {
+			return nil
+		}
+	}
+	return invalid("ProviderID", fmt.Sprintf("%q is not the id of %s: Stripe's start with %s (the %s step records it)",
+		id, object, strings.Join(prefixes, " or "), step))
+}
