@@ -133,8 +133,9 @@
 // crash").
 //
 // Heartbeats go on after the action returns, until its outcome is
-// recorded. Recording retries for up to FinishTimeout (default 10s), and
-// a store may stall longer than what is left of the lease. No fixed
+// recorded. Recording is tried up to three times (50 ms, then 100 ms
+// apart), all within FinishTimeout (default 10s), and a store may stall
+// longer than what is left of the lease. No fixed
 // relation between FinishTimeout and LockTimeout could cover that: what is
 // left of the lease when the action returns depends on its last confirmed
 // heartbeat. So FinishTimeout may be longer than LockTimeout. Before a
@@ -185,12 +186,19 @@
 //	                                   (404 under AllowLowEntropyKeys)
 //	too many new keys from one scope   429 with Retry-After (Limiter; pgstore.Limiter is shared)
 //	body over MaxRequestBody           413
+//	no usable scope (not authenticated) 401
+//	an expired key under ExpiredRefused 422: use a new key
+//	the store unavailable              503 with Retry-After; so is an outcome that could
+//	                                   not be recorded
 //
 // Errors are application/problem+json (RFC 9457) and never echo a key, a
-// fingerprint or a stored body. 2xx and 4xx answers are stored (4xx as
-// FAILED); a 5xx or a panic releases the key so that a retry runs again.
-// Mode LogOnly records keys and logs what would have been blocked while
-// letting every request through, for a safe rollout. Stored answers can be
+// fingerprint or a stored body. Answers below 500 are stored (4xx as
+// FAILED, the rest as COMPLETED); a 5xx or a panic releases the key so that
+// a retry runs again. Mode LogOnly records keys and logs what would have
+// been blocked (a replay, a request in progress, a key reused with other
+// fields) while letting those requests through, for a safe rollout; what
+// is refused for its input (a missing or malformed key, a body too large,
+// an expired key, another scope's key) is refused in both modes. Stored answers can be
 // sealed at rest with [Encrypted], or reduced to a status and a body hash
 // per route (Route.StoreHashOnly).
 //

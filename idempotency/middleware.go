@@ -29,10 +29,14 @@ const (
 	// of mismatched reuse. The default.
 	Enforce Mode = iota
 	// LogOnly claims and records keys, counts and logs what it would have
-	// blocked, and lets every request through: switch it on in production,
-	// watch the metrics and logs, then enforce. A key that would be
-	// refused for its entropy passes through unprotected and unrecorded,
-	// with a warning.
+	// blocked (replays, requests in progress, keys reused with other
+	// fields), and lets those requests through: switch it on in
+	// production, watch the metrics and logs, then enforce. A key that
+	// would be refused for its entropy passes through unprotected and
+	// unrecorded, with a warning. Input that is refused in any mode still
+	// is: a missing required key or a malformed one (400), a body over
+	// MaxRequestBody (413), an expired key (422), another scope's key
+	// (404).
 	LogOnly
 )
 

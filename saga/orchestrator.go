@@ -67,7 +67,7 @@ type Config struct {
 	// Default: a no-op provider.
 	MeterProvider metric.MeterProvider
 	// TracerProvider receives the idempotency core's spans: an
-	// idempotency.Do span around each run of a saga (Start, Recover), with
+	// idempotency.Do span around each run of a saga (Run, Recover), with
 	// the claim, the run and the completion inside it (keys as short hashes
 	// only). Default: no spans.
 	TracerProvider trace.TracerProvider

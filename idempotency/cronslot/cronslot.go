@@ -147,8 +147,12 @@ func New[TTx idempotency.Tx](store idempotency.TxStore[TTx], cfg *Config) (*Guar
 	switch {
 	case store == nil:
 		return nil, &idempotency.InvalidError{Field: "store", Reason: "nil"}
-	case c.LockTimeout < 0, c.Retention < 0, c.Tolerance < 0:
-		return nil, &idempotency.InvalidError{Field: "Config", Reason: "LockTimeout, Retention and Tolerance must not be negative"}
+	case c.LockTimeout < 0:
+		return nil, &idempotency.InvalidError{Field: "Config.LockTimeout", Reason: fmt.Sprintf("must not be negative, got %s (0: the default, 5m)", c.LockTimeout)}
+	case c.Retention < 0:
+		return nil, &idempotency.InvalidError{Field: "Config.Retention", Reason: fmt.Sprintf("must not be negative, got %s (0: the default, 7 days)", c.Retention)}
+	case c.Tolerance < 0:
+		return nil, &idempotency.InvalidError{Field: "Config.Tolerance", Reason: fmt.Sprintf("must not be negative, got %s (0: the default, 1s)", c.Tolerance)}
 	case c.CatchUp < 0:
 		return nil, &idempotency.InvalidError{Field: "Config.CatchUp", Reason: fmt.Sprintf("must not be negative, got %d", c.CatchUp)}
 	}

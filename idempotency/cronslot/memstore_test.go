@@ -162,3 +162,19 @@ func TestTracerProvider(t *testing.T) {
 		t.Fatalf("no span %v", want)
 	}
 }
+
+// A negative duration is refused naming its own field.
+func TestNegativeDurationsNameTheirField(t *testing.T) {
+	t.Parallel()
+	for field, cfg := range map[string]*cronslot.Config{
+		"Config.LockTimeout": {LockTimeout: -time.Second},
+		"Config.Retention":   {Retention: -time.Hour},
+		"Config.Tolerance":   {Tolerance: -time.Millisecond},
+	} {
+		_, err := cronslot.New(memstore.New(nil), cfg)
+		var ie *idempotency.InvalidError
+		if !errors.As(err, &ie) || ie.Field != field || !strings.Contains(ie.Reason, "got -") {
+			t.Errorf("%+v: %v, want an InvalidError on %s with the value given", cfg, err, field)
+		}
+	}
+}

@@ -125,10 +125,11 @@ func holdsValues(l idempotency.Lease) map[string]types.AttributeValue {
 //
 // Errors: idempotency.ErrLeaseLost when the record is absent, not
 // PROCESSING or at another lock version; an *idempotency.InvalidError
-// naming Completion.Status or Completion.Retention; the client's error,
-// wrapped (a response that makes the item larger than DynamoDB's 400 KB:
-// a ValidationException). On error nothing changed, or (a lost reply)
-// the outcome is unknown to the caller.
+// naming Completion.Status, Completion.Retention or Completion.Response (a
+// response that would make the item larger than DynamoDB's 400 KB,
+// refused before it is sent); the client's error, wrapped. On error
+// nothing changed, or (a lost reply) the outcome is unknown to the
+// caller.
 func (s *Store) Complete(ctx context.Context, l idempotency.Lease, c idempotency.Completion) error {
 	if c.Status != idempotency.StatusCompleted && c.Status != idempotency.StatusFailed {
 		return invalidf("Completion.Status", "must be COMPLETED or FAILED, got %q", c.Status)

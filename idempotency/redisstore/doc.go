@@ -94,7 +94,9 @@
 // MiddlewareConfig.AllowLowEntropyKeys is set, not for some claims only. The lookup and the claim
 // are separate steps (two scopes racing for a new key may both get it, as
 // with pgstore's READ COMMITTED snapshot); a claim that refuses foreign
-// keys costs two round trips more when the key is new to its scope.
+// keys costs three round trips more when the key is new to its scope (a
+// check, the list of the scopes that claimed it, the owners' update), and
+// one more for each other scope that claimed it.
 //
 // # Durability
 //

@@ -165,8 +165,9 @@ func newVersion() int64 {
 //   - PROCESSING with an ended lease: ClaimReclaimed at the next version.
 //
 // With p.RefuseForeign, a key this scope has no record of is first looked
-// up among the scopes that claimed it with RefuseForeign (a second and
-// third round trip; see the package documentation, Scopes).
+// up among the scopes that claimed it with RefuseForeign: a check, the
+// list of those scopes, one live-check per other scope, the owners'
+// update, then the claim (see the package documentation, Scopes).
 //
 // Errors: an *idempotency.InvalidError naming the bad field of p; the
 // client's error (network, server), wrapped. On error nothing changed, or
