@@ -18,6 +18,7 @@ import (
 	"github.com/payonce/payonce/idempotency/pgstore"
 	"github.com/payonce/payonce/internal/cli"
 	"github.com/payonce/payonce/internal/cli/clitest"
+	"github.com/payonce/payonce/migrations"
 	"github.com/payonce/payonce/pgtest"
 )
 
@@ -585,5 +586,41 @@ func TestOpsUsageErrors(t *testing.T) {
 		if code != 2 || !strings.Contains(out, tc.want) {
 			t.Errorf("payonce %q: exit %d, want 2 and %q:\n%s", tc.args, code, tc.want, out)
 		}
+	}
+}
+
+// A service on the core alone (payonce migrate up --line idempotency, no
+// payments tables) lists and releases its stuck records: the intent
+// column stays empty.
+func TestStuckAndReleaseOnCoreOnlySchema(t *testing.T) {
+	t.Parallel()
+	url := pgtest.SchemaURL(t)
+	pool := pgtest.PoolURL(t, url)
+	ctx := context.Background()
+	if _, err := migrations.MigrateLines(ctx, pool, migrations.LineIdempotency); err != nil {
+		t.Fatal(err)
+	}
+	var payable bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('payment_intents') IS NOT NULL`).Scan(&payable); err != nil || payable {
+		t.Fatalf("payment_intents on a core-only schema: %v %v", payable, err)
+	}
+	store, err := pgstore.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := opsBundle{url: url, pool: pool, store: store}
+	const scope, key = "usr_core", "usr_core_createOrder_9f8e7d6c"
+	b.plantStuck(t, scope, key)
+
+	out, code := run(t, nil, "stuck", "--older-than", "100ms", "--database-url", url)
+	if code != 0 || !strings.Contains(out, idempotency.ShortHash(key)) {
+		t.Fatalf("stuck on a core-only schema: exit %d, want the record listed:\n%s", code, out)
+	}
+	out, code = run(t, []string{"USER=alice"}, "release", scope, key, "--yes", "--reason", "INC-7", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "released") {
+		t.Fatalf("release on a core-only schema: exit %d:\n%s", code, out)
+	}
+	if n := b.auditRows(t); n != 1 {
+		t.Fatalf("%d audit rows, want 1", n)
 	}
 }

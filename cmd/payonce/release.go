@@ -113,7 +113,7 @@ func runRelease(pos []string, o releaseFlags) error {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	pool, err := openPool(ctx, o.dbURL, "release", "idempotency_store", "payment_intents", "operator_audit")
+	pool, err := openPool(ctx, o.dbURL, "release", "idempotency_store", "operator_audit")
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func readReleaseTarget(ctx context.Context, pool *pgxpool.Pool, scope, key strin
 		return releaseTarget{LeaseState: l}, fmt.Errorf("release: read the record: %w", err)
 	}
 	ref := payments.IntentRef{Scope: scope, Key: key}
-	intents, err := payments.IntentSummaries(ctx, pool, ref)
+	intents, err := intentSummaries(ctx, pool, ref)
 	if err != nil {
 		return releaseTarget{LeaseState: l}, fmt.Errorf("release: read the record: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -104,7 +105,7 @@ func runStuck(dbURL string, olderThan time.Duration, limit int, showKeys bool, f
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	pool, err := openPool(ctx, dbURL, "stuck", "idempotency_store", "payment_intents")
+	pool, err := openPool(ctx, dbURL, "stuck", "idempotency_store")
 	if err != nil {
 		return err
 	}
@@ -135,7 +136,7 @@ func listStuck(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration,
 	for i, l := range res.Records {
 		refs[i] = payments.IntentRef{Scope: l.Scope, Key: l.Key}
 	}
-	intents, err := payments.IntentSummaries(ctx, pool, refs...)
+	intents, err := intentSummaries(ctx, pool, refs...)
 	if err != nil {
 		return rep, fmt.Errorf("stuck: %w", err)
 	}
@@ -163,6 +164,17 @@ func listStuck(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration,
 
 // stuckIntentOf is the intent of ref as payonce stuck and release show it,
 // nil when the record is not a payment's.
+// intentSummaries is payments.IntentSummaries on a schema with the
+// payments line, and none on a core-only one (payonce migrate up --line
+// idempotency): stuck and release serve services without payments too.
+func intentSummaries(ctx context.Context, pool *pgxpool.Pool, refs ...payments.IntentRef) (map[payments.IntentRef]payments.IntentSummary, error) {
+	var payable bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('payment_intents') IS NOT NULL`).Scan(&payable); err != nil || !payable {
+		return nil, err
+	}
+	return payments.IntentSummaries(ctx, pool, refs...)
+}
+
 func stuckIntentOf(intents map[payments.IntentRef]payments.IntentSummary, ref payments.IntentRef) *stuckIntent {
 	in, ok := intents[ref]
 	if !ok {
@@ -272,8 +284,18 @@ func openPool(ctx context.Context, flagURL, command string, tables ...string) (*
 	}
 	if len(missing) > 0 {
 		pool.Close()
-		return nil, fmt.Errorf("database: schema %q has no table %s: apply payonce's schema first (payonce migrate up)",
-			schema, strings.Join(missing, ", "))
+		var lines []string
+		for _, t := range missing {
+			line := "idempotency"
+			if t == "payment_intents" || strings.HasPrefix(t, "reconcile_") {
+				line = "payments"
+			}
+			if !slices.Contains(lines, line) {
+				lines = append(lines, line)
+			}
+		}
+		return nil, fmt.Errorf("database: schema %q has no table %s: apply the %s migration line first (payonce migrate up --line %s, or payonce migrate up for every line)",
+			schema, strings.Join(missing, ", "), strings.Join(lines, " and "), strings.Join(lines, " --line "))
 	}
 	return pool, nil
 }
