@@ -61,6 +61,14 @@ failed, 2 usage error.`,
 	return c
 }
 
+// The flags' bounds: reconcile's batch as reconcile.Config allows it, and
+// what one report prints.
+const (
+	maxReconcileBatch = 10000
+	maxReportRuns     = 1000
+	maxReportItems    = 10000
+)
+
 func newReportCmd() *cobra.Command {
 	var (
 		format, since, dbURL string
@@ -102,6 +110,12 @@ Exit codes: 0 success, 1 failure, 2 usage error.`,
 func runReconcile(dbURL, format string, grace time.Duration, batch int) error {
 	if err := checkFormat(format); err != nil {
 		return err
+	}
+	switch {
+	case grace <= 0:
+		return cli.Usage(fmt.Sprintf("reconcile: --grace must be positive, got %s: intents younger than it are left to their callers (default 2m)", grace))
+	case batch < 1 || batch > maxReconcileBatch:
+		return cli.Usage(fmt.Sprintf("reconcile: --batch must be between 1 and %d, got %d (default 100)", maxReconcileBatch, batch))
 	}
 	cfg, err := providers.FromEnv(os.Getenv)
 	if err != nil {
@@ -165,10 +179,22 @@ func runReport(dbURL, format, since string, runs int, f reconcile.Filter) error 
 	if format != "html" && checkFormat(format) != nil {
 		return cli.Usage(fmt.Sprintf("report: --format %q: table, json, csv or html", format))
 	}
+	switch {
+	case runs < 1 || runs > maxReportRuns:
+		return cli.Usage(fmt.Sprintf("report: --runs must be between 1 and %d, got %d (default 10)", maxReportRuns, runs))
+	case f.Limit < 1 || f.Limit > maxReportItems:
+		return cli.Usage(fmt.Sprintf("report: --limit must be between 1 and %d, got %d (default 200)", maxReportItems, f.Limit))
+	case f.RunID < 0:
+		return cli.Usage(fmt.Sprintf("report: --run must be a run's id as the report lists it, got %d", f.RunID))
+	case f.MinAge < 0:
+		return cli.Usage(fmt.Sprintf("report: --min-age must not be negative, got %s", f.MinAge))
+	case f.Provider != "" && f.Provider != "stripe" && f.Provider != "adyen" && f.Provider != "paypal":
+		return cli.Usage(fmt.Sprintf("report: --provider %q: stripe, adyen or paypal", f.Provider))
+	}
 	if since != "" {
 		t, err := time.Parse(time.RFC3339, since)
 		if err != nil {
-			return cli.Usage("report: --since: " + err.Error())
+			return cli.Usage(fmt.Sprintf("report: --since %q: give an RFC 3339 time with its zone, e.g. 2026-12-01T00:00:00Z", since))
 		}
 		f.Since = t
 	}

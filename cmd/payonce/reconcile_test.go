@@ -116,6 +116,27 @@ func TestReconcileAndReportCommands(t *testing.T) {
 	if out, code := runCLI(t, []string{"DATABASE_URL="}, "report"); code != 2 || !strings.Contains(out, "no database") {
 		t.Fatalf("report without a database: exit %d\n%s", code, out)
 	}
+	// Out-of-range flags are refused naming the flag, before any
+	// database work: a run would otherwise be stored with defaults the
+	// operator did not ask for.
+	var runsBefore int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM reconcile_runs`).Scan(&runsBefore); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]string{
+		{"reconcile", "--grace", "0s"}, {"reconcile", "--grace", "-1m"}, {"reconcile", "--batch", "0"}, {"reconcile", "--batch", "-1"},
+		{"report", "--runs", "0"}, {"report", "--limit", "-1"}, {"report", "--run", "-1"}, {"report", "--min-age", "-1h"},
+		{"report", "--provider", "foo"}, {"report", "--since", "2026-01-01"},
+	} {
+		out, code := runCLI(t, cliEnv, append(bad, "--database-url", url)...)
+		if code != 2 || !strings.Contains(out, bad[1]) {
+			t.Errorf("%v: exit %d, want 2 naming %s\n%s", bad, code, bad[1], out)
+		}
+	}
+	var runsAfter int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM reconcile_runs`).Scan(&runsAfter); err != nil || runsAfter != runsBefore {
+		t.Fatalf("runs stored by refused commands: %d then %d (%v)", runsBefore, runsAfter, err)
+	}
 }
 
 // payonce resolve settles an intent under review with a human's decision:
