@@ -93,7 +93,7 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 	if o.answers != "" {
 		f, err := design.LoadAnswers(o.answers)
 		if err != nil {
-			return cli.Usage("design: " + err.Error())
+			return cli.Usage("design: --answers: " + err.Error())
 		}
 		a = *f
 	}
@@ -124,6 +124,9 @@ func runDesign(o designFlags, stdin io.Reader, stdout, stderr io.Writer, interac
 	var findings []design.Finding
 	skip := map[int]bool{}
 	if o.scan != "" {
+		if st, err := os.Stat(o.scan); err != nil || !st.IsDir() {
+			return cli.Usage(fmt.Sprintf("design: --scan %q is not a directory: give the root of the Go code to inspect (e.g. --scan .)", o.scan))
+		}
 		res, err := design.Scan(o.scan)
 		if err != nil {
 			return err

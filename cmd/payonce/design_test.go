@@ -254,3 +254,12 @@ func TestDesignActionFlag(t *testing.T) {
 		}
 	}
 }
+
+// A --scan that is not a directory is a usage error naming the flag.
+func TestDesignScanNotADirectory(t *testing.T) {
+	t.Parallel()
+	out, code := run(t, nil, "design", "--no-input", "--answers", "internal/design/testdata/checkout.yaml", "--scan", "/nonexistent-dir", "--out", t.TempDir()+"/d.html")
+	if code != 2 || !strings.Contains(out, "--scan") {
+		t.Fatalf("design --scan /nonexistent-dir: exit %d, want 2 naming --scan\n%s", code, out)
+	}
+}

@@ -123,11 +123,18 @@ func migrate(flagURL string, lineNames []string, up bool) error {
 		return err
 	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, u)
+	cfg, err := pgxpool.ParseConfig(u)
 	if err != nil {
-		return err
+		return cli.Usage(fmt.Sprintf("database URL: %v", err))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil { // before any version is named
+		return fmt.Errorf("database: %w", err)
+	}
 	if up {
 		applied, err := migrations.MigrateLines(ctx, pool, lines...)
 		if err != nil {

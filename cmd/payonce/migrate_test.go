@@ -48,3 +48,18 @@ func TestMigrateLines(t *testing.T) {
 		t.Fatalf("migrate up --line payment: exit %d\n%s", code, out)
 	}
 }
+
+// A malformed database URL is a usage error; a server that does not answer
+// is named as the database, not as a migration that failed.
+func TestMigrateBadDatabase(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"up", "status"} {
+		if out, code := run(t, nil, "migrate", cmd, "--database-url", "postgres://u@h:notaport/db"); code != 2 || !strings.Contains(out, "database URL") {
+			t.Errorf("migrate %s with a malformed URL: exit %d, want 2 naming the database URL\n%s", cmd, code, out)
+		}
+		out, code := run(t, nil, "migrate", cmd, "--database-url", "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=5")
+		if code != 1 || !strings.Contains(out, "database:") || strings.Contains(out, "version 0001") {
+			t.Errorf("migrate %s against no server: exit %d, want 1 naming the database\n%s", cmd, code, out)
+		}
+	}
+}
