@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/payonce/payonce/idempotency"
+	"github.com/payonce/payonce/idempotency/memstore"
 )
 
 // answer is an error of another package that answers for itself.
@@ -77,6 +78,21 @@ func TestSafeToRetryAnswers(t *testing.T) {
 		}
 		if got := idempotency.SafeToRetry(tc.err); got != tc.want {
 			t.Errorf("SafeToRetry(%T %v) = %v, want %v", tc.err, tc.err, got, tc.want)
+		}
+	}
+}
+
+// A nil store, untyped or a nil pointer in the interface, is refused at
+// construction naming the store, not met as a panic on the first request.
+func TestNilStoreRefused(t *testing.T) {
+	t.Parallel()
+	for name, store := range map[string]idempotency.Store{"untyped nil": nil, "nil *memstore.Store": (*memstore.Store)(nil)} {
+		var ie *idempotency.InvalidError
+		if _, err := idempotency.New(store, nil); !errors.As(err, &ie) || ie.Field != "store" {
+			t.Errorf("New(%s): %v, want an InvalidError on store", name, err)
+		}
+		if _, err := idempotency.NewPruner(store, nil); !errors.As(err, &ie) || ie.Field != "store" {
+			t.Errorf("NewPruner(%s): %v, want an InvalidError on store", name, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -185,8 +186,8 @@ type Executor struct {
 // New returns an Executor over store. A nil cfg means defaults. It returns
 // an *InvalidError naming the bad Config field.
 func New(store Store, cfg *Config) (*Executor, error) {
-	if store == nil {
-		return nil, invalid("store", "nil")
+	if isNil(store) {
+		return nil, invalid("store", "nil: pass the store its constructor returned (pgstore.New, memstore.New, ...)")
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -797,4 +798,18 @@ func (e *Executor) heartbeat(ctx context.Context, g *leaseGuard, lease Lease) {
 		case <-wait.C:
 		}
 	}
+}
+
+// isNil reports whether store is nil, or a nil pointer (or other nil
+// reference) in a Store interface, which would panic on the first call
+// instead of being refused at construction.
+func isNil(store Store) bool {
+	if store == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(store); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }

@@ -145,8 +145,8 @@ type Pruner struct {
 // NewPruner returns a Pruner over store. A nil cfg means defaults. It
 // returns an *InvalidError naming the bad field.
 func NewPruner(store Store, cfg *PrunerConfig) (*Pruner, error) {
-	if store == nil {
-		return nil, invalid("store", "nil")
+	if isNil(store) {
+		return nil, invalid("store", "nil: pass the store its constructor returned (pgstore.New, memstore.New, ...)")
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
