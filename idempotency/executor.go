@@ -45,8 +45,7 @@ type Config struct {
 	// Retention is how long outcomes are kept and replayed. It must cover
 	// the deduplication window of every downstream system the action
 	// reaches (Stripe 24h, Adyen at least 31 days, PayPal up to 45 days).
-	// Default 24h;
-	// must exceed LockTimeout.
+	// Default 24h; must exceed LockTimeout.
 	Retention time.Duration
 	// Expired says what a request does whose key's record has expired:
 	// ExpiredIsNew (default: a new request) or ExpiredRefused (ErrExpired;

@@ -141,25 +141,26 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		PayPal: PayPalConfig{APIBase: getenv("PAYPAL_API_BASE"), ClientID: getenv("PAYPAL_CLIENT_ID"),
 			Secret: getenv("PAYPAL_SECRET"), WebhookID: getenv("PAYPAL_WEBHOOK_ID")},
 	}
+	type setting struct{ name, value string }
 	for _, p := range []struct {
-		base, baseVar string
-		required      []string // variable, value: in pairs
+		base     setting
+		required []setting
 	}{
-		{c.Stripe.APIBase, "STRIPE_API_BASE", []string{"STRIPE_SECRET_KEY", c.Stripe.SecretKey}},
-		{c.Adyen.APIBase, "ADYEN_API_BASE", []string{"ADYEN_API_KEY", c.Adyen.APIKey, "ADYEN_MERCHANT_ACCOUNT", c.Adyen.MerchantAccount}},
-		{c.PayPal.APIBase, "PAYPAL_API_BASE", []string{"PAYPAL_CLIENT_ID", c.PayPal.ClientID, "PAYPAL_SECRET", c.PayPal.Secret}},
+		{setting{"STRIPE_API_BASE", c.Stripe.APIBase}, []setting{{"STRIPE_SECRET_KEY", c.Stripe.SecretKey}}},
+		{setting{"ADYEN_API_BASE", c.Adyen.APIBase}, []setting{{"ADYEN_API_KEY", c.Adyen.APIKey}, {"ADYEN_MERCHANT_ACCOUNT", c.Adyen.MerchantAccount}}},
+		{setting{"PAYPAL_API_BASE", c.PayPal.APIBase}, []setting{{"PAYPAL_CLIENT_ID", c.PayPal.ClientID}, {"PAYPAL_SECRET", c.PayPal.Secret}}},
 	} {
-		if p.base == "" {
+		if p.base.value == "" {
 			continue
 		}
 		var missing []string
-		for i := 0; i < len(p.required); i += 2 {
-			if p.required[i+1] == "" {
-				missing = append(missing, p.required[i])
+		for _, r := range p.required {
+			if r.value == "" {
+				missing = append(missing, r.name)
 			}
 		}
 		if len(missing) > 0 {
-			return c, &EnvError{Vars: missing, With: p.baseVar}
+			return c, &EnvError{Vars: missing, With: p.base.name}
 		}
 	}
 	return c, nil

@@ -61,8 +61,9 @@ failed, 2 usage error.`,
 	return c
 }
 
-// The flags' bounds: reconcile's batch as reconcile.Config allows it, and
-// what one report prints.
+// The flags' bounds: intents one reconcile run examines, and what one
+// report prints. reconcile.Config has no upper bound; these keep a typo
+// (--batch 1000000) from holding claims on a whole table.
 const (
 	maxReconcileBatch = 10000
 	maxReportRuns     = 1000

@@ -162,8 +162,6 @@ func listStuck(ctx context.Context, pool *pgxpool.Pool, olderThan time.Duration,
 	return rep, nil
 }
 
-// stuckIntentOf is the intent of ref as payonce stuck and release show it,
-// nil when the record is not a payment's.
 // intentSummaries is payments.IntentSummaries on a schema with the
 // payments line, and none on a core-only one (payonce migrate up --line
 // idempotency): stuck and release serve services without payments too.
@@ -175,6 +173,8 @@ func intentSummaries(ctx context.Context, pool *pgxpool.Pool, refs ...payments.I
 	return payments.IntentSummaries(ctx, pool, refs...)
 }
 
+// stuckIntentOf is the intent of ref as payonce stuck and release show it,
+// nil when the record is not a payment's.
 func stuckIntentOf(intents map[payments.IntentRef]payments.IntentSummary, ref payments.IntentRef) *stuckIntent {
 	in, ok := intents[ref]
 	if !ok {
